@@ -1,0 +1,103 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kusaw/kusaw/status"
+)
+
+// app carries what every command needs; its streams are swappable so tests
+// can run commands in-process.
+type app struct {
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+	file   string // -f/--file
+}
+
+// exitError makes a command end with a documented exit code. Its message is
+// printed as one line on stderr unless it is empty.
+type exitError struct {
+	code status.ExitCode
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+func exitf(code status.ExitCode, format string, args ...any) error {
+	return &exitError{code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+// silentExit ends the command with code after it printed its own output.
+func silentExit(code status.ExitCode) error { return &exitError{code: code} }
+
+// commandFactories is filled by each command file's init, so adding a
+// command never edits this file.
+var commandFactories []func(*app) *cobra.Command
+
+func addCommand(f func(*app) *cobra.Command) { commandFactories = append(commandFactories, f) }
+
+func newRootCmd(a *app) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "kusaw",
+		Short:         "kusaw runs a software factory's steps in git worktrees, optionally sandboxed",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetIn(a.stdin)
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	root.PersistentFlags().StringVarP(&a.file, "file", "f", "", "factory file (default: ./factory.yaml, then $KUSAW_CONFIG)")
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return exitf(status.ExitUsage, "%v (see 'kusaw %s --help')", err, c.Name())
+	})
+	for _, f := range commandFactories {
+		root.AddCommand(f(a))
+	}
+	return root
+}
+
+// run executes the CLI and returns the process exit code. It never lets a
+// panic escape as a stack trace.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (code int) {
+	defer func() {
+		if r := recover(); r != nil {
+			fmt.Fprintf(stderr, "kusaw: internal error: %v (please report this)\n", r)
+			code = int(status.ExitInternal)
+		}
+	}()
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
+	root := newRootCmd(a)
+	root.SetArgs(args)
+	err := root.Execute()
+	if err == nil {
+		return int(status.ExitOK)
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.msg != "" {
+			fmt.Fprintf(stderr, "kusaw: %s\n", ee.msg)
+		}
+		return int(ee.code)
+	}
+	msg := err.Error()
+	// cobra's own argument errors are usage errors.
+	if strings.HasPrefix(msg, "unknown command") || strings.Contains(msg, "arg(s)") || strings.HasPrefix(msg, "unknown flag") {
+		fmt.Fprintf(stderr, "kusaw: %s (see 'kusaw --help')\n", firstLine(msg))
+		return int(status.ExitUsage)
+	}
+	fmt.Fprintf(stderr, "kusaw: %s\n", firstLine(msg))
+	return int(status.ExitRunFailed)
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}

@@ -1,0 +1,100 @@
+package status
+
+import "fmt"
+
+// Reason is a typed code that says why an attempt or run ended as it did.
+type Reason string
+
+// ReasonInfo is the user-facing explanation of a reason: what happened and
+// what to do about it.
+type ReasonInfo struct {
+	Code    Reason
+	Message string
+	Fix     string
+}
+
+const (
+	ReasonNone                Reason = ""
+	ReasonStepExitNonzero     Reason = "step.exit_nonzero"
+	ReasonStepTimeout         Reason = "step.timeout"
+	ReasonStepCanceled        Reason = "step.canceled"
+	ReasonStepStartFailed     Reason = "step.start_failed"
+	ReasonSetupFailed         Reason = "setup.failed"
+	ReasonSandboxUnavailable  Reason = "sandbox.unavailable"
+	ReasonSandboxUntrusted    Reason = "sandbox.untrusted_binary"
+	ReasonSandboxNoUserNS     Reason = "sandbox.userns_unavailable"
+	ReasonSandboxTokenMissing Reason = "sandbox.token_missing"
+	ReasonSandboxPlanRefused  Reason = "sandbox.plan_refused"
+	ReasonProviderNoResult    Reason = "provider.no_result"
+	ReasonProviderError       Reason = "provider.error"
+	ReasonProviderMissing     Reason = "provider.missing"
+	ReasonProviderExitLied    Reason = "provider.exit_after_success"
+	ReasonWorktreeFailed      Reason = "worktree.failed"
+	ReasonWorktreeDirty       Reason = "worktree.dirty_repo"
+	ReasonCommitFailed        Reason = "worktree.commit_failed"
+	ReasonEgressBudget        Reason = "egress.budget"
+	ReasonEgressLeaseFailed   Reason = "egress.lease_failed"
+	ReasonEgressBridgeFailed  Reason = "egress.bridge_failed"
+	ReasonSecretMissing       Reason = "secret.missing"
+	ReasonRunInterrupted      Reason = "run.interrupted"
+	ReasonRunCanceled         Reason = "run.canceled"
+	ReasonInternal            Reason = "kusaw.internal"
+)
+
+// Reasons lists every reason code with its message and fix. The reference
+// page docs/reference/statuses.md is generated from this table.
+var Reasons = []ReasonInfo{
+	{ReasonStepExitNonzero, "the step's process exited with a non-zero status", "read the attempt's stderr.log (kusaw logs RUN --step STEP)"},
+	{ReasonStepTimeout, "the step ran longer than its timeout", "raise steps.<id>.timeout or make the step faster"},
+	{ReasonStepCanceled, "the run was canceled while the step ran", "start the run again when ready"},
+	{ReasonStepStartFailed, "the step's process could not be started", "check that the command exists and is executable (steps.<id>.run or the provider's command)"},
+	{ReasonSetupFailed, "a setup command failed in a new worktree", "fix the command under setup; it runs outside the sandbox in each worktree"},
+	{ReasonSandboxUnavailable, "the sandbox backend is not available on this machine and the attempt requires it", "run `kusaw sandbox check` and follow its fix, or set the step's sandbox to off"},
+	{ReasonSandboxUntrusted, "the sandbox binary is not in a root-owned, non-world-writable system directory", "install bubblewrap from the system's packages (apt-get install bubblewrap)"},
+	{ReasonSandboxNoUserNS, "unprivileged user namespaces do not work here, so bubblewrap cannot start", "allow them (sysctl kernel.unprivileged_userns_clone=1, or the AppArmor profile for bwrap) or run where they are allowed"},
+	{ReasonSandboxTokenMissing, "a sandboxed agent step has no login token and a fresh HOME", "kusaw config set steps.<id>.env.CLAUDE_CODE_OAUTH_TOKEN --secret (or CURSOR_API_KEY)"},
+	{ReasonSandboxPlanRefused, "the sandbox plan cannot be built safely (a protected path is a symlink out of the worktree, a refused allow_write entry)", "remove the offending link or path named in the message"},
+	{ReasonProviderNoResult, "the agent CLI ended without a result event", "read stdout.log; the CLI may have crashed or been killed"},
+	{ReasonProviderError, "the agent CLI reported an error result (is_error)", "read the result event in the attempt's events; a rate limit or login problem is common"},
+	{ReasonProviderMissing, "the provider's CLI is not installed or not on PATH", "install it, or set providers.<name>.command to its path"},
+	{ReasonProviderExitLied, "the agent reported success but its process exited non-zero", "read stderr.log; the CLI failed after finishing its work"},
+	{ReasonWorktreeFailed, "a git worktree could not be created or removed", "run `git worktree prune` in the repository and check its base ref exists"},
+	{ReasonWorktreeDirty, "the repository's main checkout has uncommitted changes; kusaw does not touch it", "commit or stash the changes in the repository, then run again"},
+	{ReasonCommitFailed, "the attempt's changes could not be committed on its branch", "read the attempt's events; check git's user.name/user.email and hooks"},
+	{ReasonEgressBudget, "an egress byte budget was reached; further connections were refused", "raise sandbox.egress.budgets or find out why the step sent so much"},
+	{ReasonEgressLeaseFailed, "the egress proxy could not give the attempt a lease", "check the state directory is writable and not on a filesystem without Unix sockets"},
+	{ReasonEgressBridgeFailed, "the in-sandbox bridge could not hand its listener to the proxy", "run `kusaw sandbox doctor` (probe P5) for details"},
+	{ReasonSecretMissing, "a secret the step needs is not in the secret store", "kusaw config set KEY --secret (the message names the KEY)"},
+	{ReasonRunInterrupted, "kusaw stopped while the run was running", "start the run again (or set serve.resume: true)"},
+	{ReasonRunCanceled, "the run was canceled", "start the run again when ready"},
+	{ReasonInternal, "kusaw hit an internal error", "report it with the attempt's events.jsonl"},
+}
+
+// Info returns the message and fix of a reason code.
+func (r Reason) Info() ReasonInfo {
+	for _, i := range Reasons {
+		if i.Code == r {
+			return i
+		}
+	}
+	return ReasonInfo{Code: r, Message: string(r), Fix: ""}
+}
+
+// Error is an error that carries a reason code, a specific message and a fix.
+type Error struct {
+	Reason Reason
+	Msg    string
+	Fix    string
+}
+
+func (e *Error) Error() string {
+	if e.Fix != "" {
+		return fmt.Sprintf("%s: %s (fix: %s)", e.Reason, e.Msg, e.Fix)
+	}
+	return fmt.Sprintf("%s: %s", e.Reason, e.Msg)
+}
+
+// Errorf builds an *Error with the reason's default fix.
+func Errorf(r Reason, format string, args ...any) *Error {
+	return &Error{Reason: r, Msg: fmt.Sprintf(format, args...), Fix: r.Info().Fix}
+}
