@@ -1,0 +1,48 @@
+# kusaw — see README.md. Every target installs (as root) or names (otherwise)
+# the system packages it needs.
+GO      ?= go
+BIN     := bin/kusaw
+PKGS    := ./...
+export GOFLAGS := -buildvcs=false
+
+.PHONY: all build test lint vet fmt demo e2e-egress bench docs deps clean
+
+all: build
+
+deps:
+	@scripts/ensure-deps.sh git:git bwrap:bubblewrap curl:curl
+
+build:
+	$(GO) build -o $(BIN) ./cmd/kusaw
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "not gofmt'd (run make fmt):"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+# test: unit tests, e2e tests against real git, bwrap and sockets, the
+# darwin build, brief fuzzing. Needs git, bubblewrap and curl.
+test: deps lint
+	$(GO) test -count=1 $(PKGS)
+	GOOS=darwin $(GO) build ./...
+	GOOS=darwin $(GO) vet ./...
+	@scripts/fuzz-brief.sh
+
+e2e-egress: deps
+	$(GO) test -count=1 -run 'Egress|Probe' -v ./e2e/ ./egress/
+
+demo: deps build
+	@scripts/demo.sh
+
+bench: deps build
+	@scripts/bench.sh
+
+docs:
+	$(GO) test ./status -run TestStatusesPageFresh -update >/dev/null
+	$(GO) test ./config -run TestValidationPageFresh -update >/dev/null
+
+clean:
+	rm -rf bin

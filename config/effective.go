@@ -1,0 +1,149 @@
+package config
+
+// Origins of an effective setting, for doctor and validate --json.
+const (
+	OriginFactory = "factory"
+	OriginDefault = "default"
+)
+
+// Attempts returns the active repos of each attempt process of a step: one
+// list with every active repo, or, with per_repo, one list per repo.
+func (f *Factory) Attempts(s *Step) [][]string {
+	repos := f.ActiveRepos(s)
+	if !s.PerRepo {
+		return [][]string{repos}
+	}
+	out := make([][]string, 0, len(repos))
+	for _, r := range repos {
+		out = append(out, []string{r})
+	}
+	return out
+}
+
+// EffectiveMode resolves the sandbox mode of one attempt (DESIGN §3): the
+// step's own setting; else required if any active repo requires it; else off
+// if every active repo says off; else sandbox.mode. The origin says which
+// rule decided: "step:<id>", "repo:<name>", "repos", or "factory".
+func (f *Factory) EffectiveMode(s *Step, activeRepos []string) (Mode, string) {
+	if s.Sandbox != nil && s.Sandbox.Mode != ModeUnset {
+		return s.Sandbox.Mode, "step:" + s.ID
+	}
+	allOff := len(activeRepos) > 0
+	for _, name := range activeRepos {
+		r := f.Repos[name]
+		if r == nil {
+			allOff = false
+			continue
+		}
+		if r.Sandbox == ModeRequired {
+			return ModeRequired, "repo:" + name
+		}
+		if r.Sandbox != ModeOff {
+			allOff = false
+		}
+	}
+	if allOff {
+		return ModeOff, "repos"
+	}
+	m := f.Sandbox.Mode
+	if m == ModeUnset {
+		m = ModeOff
+	}
+	return m, OriginFactory
+}
+
+// StepNetwork is the network the step asks for: its own, else the factory's.
+func (f *Factory) StepNetwork(s *Step) Network {
+	if s.Sandbox != nil && s.Sandbox.Network != NetworkUnset {
+		return s.Sandbox.Network
+	}
+	if f.Sandbox.Network == NetworkUnset {
+		return NetworkOpen
+	}
+	return f.Sandbox.Network
+}
+
+// EffectiveNetwork is the network an attempt really gets: allowlist needs
+// the sandbox, so an attempt whose mode is off has an open network (W2).
+func (f *Factory) EffectiveNetwork(s *Step, mode Mode) Network {
+	n := f.StepNetwork(s)
+	if mode != ModeRequired {
+		return NetworkOpen
+	}
+	return n
+}
+
+// AllowedHost is one allowlist entry of an attempt with where it came from:
+// "factory", "step:<id>" or "provider:<name>".
+type AllowedHost struct {
+	Pattern HostPattern
+	Origin  string
+	Path    string // key path in the file; empty for provider hosts
+}
+
+// Allowlist is the attempt's allowlist: the factory's egress.allow, the
+// step's egress.allow and, with provider_hosts, the provider's egress hosts.
+// A host listed twice keeps its first origin.
+func (f *Factory) Allowlist(s *Step, providerHosts []string) []AllowedHost {
+	var out []AllowedHost
+	seen := map[string]bool{}
+	addEntry := func(p HostPattern, origin, path string) {
+		k := p.String()
+		if seen[k] {
+			return
+		}
+		seen[k] = true
+		out = append(out, AllowedHost{Pattern: p, Origin: origin, Path: path})
+	}
+	for _, e := range f.Sandbox.Egress.Allow {
+		addEntry(e.Pattern, OriginFactory, e.Path)
+	}
+	if s.Sandbox != nil {
+		for _, e := range s.Sandbox.Allow {
+			addEntry(e.Pattern, "step:"+s.ID, e.Path)
+		}
+	}
+	if f.Sandbox.Egress.ProviderHosts && s.Kind() == KindAgent {
+		for _, h := range providerHosts {
+			if p, err := ParseHostPattern(h); err == nil {
+				addEntry(p, "provider:"+s.Provider, "")
+			}
+		}
+	}
+	return out
+}
+
+// AllowPolicyKey names the key a user changes to allow a host for a step,
+// for the proxy's refusal line.
+func AllowPolicyKey(stepID string) string {
+	if stepID == "" {
+		return "sandbox.egress.allow"
+	}
+	return "steps." + stepID + ".sandbox.egress.allow"
+}
+
+// Inject returns the step's inject entries: the factory's then the step's.
+func (f *Factory) Inject(s *Step) []InjectEntry {
+	out := append([]InjectEntry{}, f.Sandbox.Egress.Inject...)
+	if s.Sandbox != nil {
+		out = append(out, s.Sandbox.Inject...)
+	}
+	return out
+}
+
+// AllowRead and AllowWrite merge the factory's lists with the step's.
+func (f *Factory) AllowRead(s *Step) []string {
+	out := append([]string{}, f.Sandbox.AllowRead...)
+	if s.Sandbox != nil {
+		out = append(out, s.Sandbox.AllowRead...)
+	}
+	return out
+}
+
+func (f *Factory) AllowWrite(s *Step) []string {
+	out := append([]string{}, f.Sandbox.AllowWrite...)
+	if s.Sandbox != nil {
+		out = append(out, s.Sandbox.AllowWrite...)
+	}
+	return out
+}

@@ -1,0 +1,152 @@
+package config
+
+import (
+	"fmt"
+	"sort"
+)
+
+// Severity of a finding.
+type Severity string
+
+const (
+	SevError   Severity = "error"
+	SevWarning Severity = "warning"
+)
+
+// Finding is one validation error or warning, with where it is and how to
+// fix it. Codes are stable: scripts and docs may rely on them.
+type Finding struct {
+	Code     string   `json:"code"`
+	Severity Severity `json:"-"`
+	Path     string   `json:"path"`
+	Line     int      `json:"line"`
+	Column   int      `json:"column"`
+	Message  string   `json:"message"`
+	Fix      string   `json:"fix"`
+	File     string   `json:"-"`
+}
+
+// String is the one-line human form: file:line:col: code: message (fix: ...).
+func (f Finding) String() string {
+	loc := f.File
+	if f.Line > 0 {
+		loc = fmt.Sprintf("%s:%d:%d", f.File, f.Line, f.Column)
+	}
+	s := fmt.Sprintf("%s: %s %s: %s", loc, f.Severity, f.Code, f.Message)
+	if f.Fix != "" {
+		s += " (fix: " + f.Fix + ")"
+	}
+	return s
+}
+
+// Codes of findings. Errors start with E, warnings with W. The table in
+// CodeInfo is the reference; docs/reference/validation.md is generated from it.
+const (
+	ECodeSyntax          = "E001"
+	ECodeUnknownKey      = "E002"
+	ECodeType            = "E003"
+	ECodeMissing         = "E004"
+	ECodeVersion         = "E005"
+	ECodeDuplicate       = "E006"
+	ECodeBadValue        = "E007"
+	ECodeUnknownRepo     = "E010"
+	ECodeUnknownStep     = "E011"
+	ECodeUnknownProvider = "E012"
+	ECodeUnknownBuiltin  = "E013"
+	ECodeUnknownCap      = "E014"
+	ECodeBadDuration     = "E020"
+	ECodeBadSize         = "E021"
+	ECodeBadName         = "E022"
+	ECodePathMissing     = "E030"
+	ECodeNotGitRepo      = "E031"
+	ECodeAllowWrite      = "E032"
+	ECodeHostRefused     = "E040"
+	ECodeBadCIDR         = "E041"
+	ECodeBadAddress      = "E042"
+	ECodeBadURL          = "E043"
+	ECodeStepKind        = "E050"
+	ECodeNoPrompt        = "E051"
+	ECodeInjectNeedsList = "E060"
+	ECodeNetworkOpen     = "E061"
+	ECodeCapMissing      = "E062"
+	ECodeEmptyPipeline   = "E070"
+	ECodeNoPipelines     = "E071"
+
+	WCodeProxyIgnored  = "W1"
+	WCodeNoRestriction = "W2"
+	WCodeHandshake     = "W3"
+	WCodeTokenMissing  = "W4"
+	WCodeUnusedStep    = "W5"
+	WCodeSecretMissing = "W6"
+)
+
+// CodeInfo describes every finding code.
+var CodeInfo = []struct{ Code, Meaning string }{
+	{ECodeSyntax, "the file is not valid YAML"},
+	{ECodeUnknownKey, "a key that the factory file does not have (often a typo)"},
+	{ECodeType, "a value of the wrong type (a list where a string is expected, ...)"},
+	{ECodeMissing, "a required key is missing"},
+	{ECodeVersion, "version is missing or not 1"},
+	{ECodeDuplicate, "the same key or id twice"},
+	{ECodeBadValue, "a value outside its allowed set (mode, network, ...)"},
+	{ECodeUnknownRepo, "a reference to a repo that repos does not define"},
+	{ECodeUnknownStep, "a pipeline names a step that steps does not define"},
+	{ECodeUnknownProvider, "a provider kusaw does not know"},
+	{ECodeUnknownBuiltin, "a built-in step kusaw does not have"},
+	{ECodeUnknownCap, "requires names an unknown capability"},
+	{ECodeBadDuration, "not a Go duration such as 45m or 1h30m"},
+	{ECodeBadSize, "not a size such as 512MiB or 2GiB"},
+	{ECodeBadName, "an id or environment variable name with characters it may not have"},
+	{ECodePathMissing, "a path that does not exist"},
+	{ECodeNotGitRepo, "a repo path that is not a git repository"},
+	{ECodeAllowWrite, "an allow_write entry kusaw refuses (/, system directories, the home or above, credential folders)"},
+	{ECodeHostRefused, "an allowlist entry kusaw refuses (IP literal, bare *, public-suffix wildcard, metadata name)"},
+	{ECodeBadCIDR, "allow_ranges entry that is not a CIDR"},
+	{ECodeBadAddress, "resolver or listen address that is not host:port"},
+	{ECodeBadURL, "base_url that is not an http(s) URL"},
+	{ECodeStepKind, "a step that is more than one of agent, builtin and run"},
+	{ECodeNoPrompt, "an agent step without prompt or prompt_file, or with both"},
+	{ECodeInjectNeedsList, "inject without network: allowlist (there is no proxy to hold the key)"},
+	{ECodeNetworkOpen, "a step requires network while its network is open"},
+	{ECodeCapMissing, "a step requires a capability its provider or mode does not support"},
+	{ECodeEmptyPipeline, "a pipeline with no steps"},
+	{ECodeNoPipelines, "no pipelines defined"},
+	{WCodeProxyIgnored, "allowlist mode with a tool known to ignore HTTP(S)_PROXY: it will fail closed"},
+	{WCodeNoRestriction, "network: allowlist on an attempt whose sandbox is off: nothing is restricted"},
+	{WCodeHandshake, "a provider's handshake hosts (login, telemetry) are not in the allowlist"},
+	{WCodeTokenMissing, "a sandboxed agent step with a fresh HOME has no login token secret"},
+	{WCodeUnusedStep, "a step no pipeline uses"},
+	{WCodeSecretMissing, "a secret the file references is not in the secret store"},
+}
+
+// Findings is a list of findings with helpers.
+type Findings []Finding
+
+// Errors returns the error findings.
+func (fs Findings) Errors() Findings { return fs.filter(SevError) }
+
+// Warnings returns the warning findings.
+func (fs Findings) Warnings() Findings { return fs.filter(SevWarning) }
+
+func (fs Findings) filter(s Severity) Findings {
+	out := Findings{}
+	for _, f := range fs {
+		if f.Severity == s {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// Sort orders findings by position, then code.
+func (fs Findings) Sort() {
+	sort.SliceStable(fs, func(i, j int) bool {
+		if fs[i].Line != fs[j].Line {
+			return fs[i].Line < fs[j].Line
+		}
+		if fs[i].Column != fs[j].Column {
+			return fs[i].Column < fs[j].Column
+		}
+		return fs[i].Code < fs[j].Code
+	})
+}

@@ -1,0 +1,727 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Default budgets of the egress proxy.
+const (
+	DefaultBudgetPerHost = 512 << 20
+	DefaultBudgetTotal   = 2 << 30
+)
+
+var (
+	idPattern      = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
+	envNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+// LoadError is returned when the file cannot be read at all.
+type LoadError struct{ Msg string }
+
+func (e *LoadError) Error() string { return e.Msg }
+
+// Load reads and checks a factory file. It returns the factory (possibly
+// partial) and every finding; the factory is usable only when there are no
+// error findings. A file that cannot be read is a *LoadError.
+func Load(path string) (*Factory, Findings, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, nil, &LoadError{fmt.Sprintf("cannot resolve %s: %v", path, err)}
+	}
+	data, err := os.ReadFile(abs)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil, &LoadError{fmt.Sprintf("no factory file at %s; create one (see examples/) or pass -f FILE", path)}
+		}
+		return nil, nil, &LoadError{fmt.Sprintf("cannot read %s: %v", path, err)}
+	}
+	f, fs := Parse(data, abs)
+	return f, fs, nil
+}
+
+// Parse checks the file contents; file is the absolute path used for
+// messages and for resolving relative paths.
+func Parse(data []byte, file string) (*Factory, Findings) {
+	d := &decoder{file: file, pos: map[string]Pos{}}
+	f := &Factory{
+		Path:      file,
+		Dir:       filepath.Dir(file),
+		Repos:     map[string]*Repo{},
+		Providers: map[string]*ProviderConfig{},
+		Pipelines: map[string][]string{},
+		Steps:     map[string]*Step{},
+		pos:       d.pos,
+	}
+	f.Sandbox = SandboxPolicy{Mode: ModeOff, Network: NetworkOpen, Egress: Egress{ProviderHosts: true,
+		Budgets: Budgets{Enabled: true, PerHost: DefaultBudgetPerHost, Total: DefaultBudgetTotal}}}
+	f.StateDir = filepath.Join(f.Dir, ".kusaw")
+
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		line, col := yamlErrPos(err)
+		if strings.Contains(err.Error(), "did not find expected") {
+			// yaml.v3 reports these at the line before the unclosed
+			// collection starts (a 0-based context mark).
+			line++
+		}
+		d.findings = append(d.findings, Finding{Code: ECodeSyntax, Severity: SevError, Line: line, Column: col,
+			Message: "not valid YAML: " + yamlErrMsg(err), Fix: "fix the YAML syntax at that line", File: file})
+		return f, d.findings
+	}
+	if len(doc.Content) == 0 {
+		d.errf(ECodeVersion, nil, "version", "start the file with: version: 1", "the file is empty")
+		return f, d.findings
+	}
+	root := doc.Content[0]
+	top := d.fields(root, "", []string{"version", "state_dir", "repos", "providers", "setup", "sandbox", "serve", "pipelines", "steps"})
+	var stepsN, pipesN *yaml.Node
+	haveVersion := false
+	for _, fl := range top {
+		switch fl.key {
+		case "version":
+			haveVersion = true
+			if v := d.integer(fl.value, "version"); v != 1 {
+				d.errf(ECodeVersion, fl.value, "version", "set version: 1", "version %s is not supported", resolve(fl.value).Value)
+			} else {
+				f.Version = 1
+			}
+		case "state_dir":
+			if s := d.str(fl.value, "state_dir"); s != "" {
+				f.StateDir = f.abs(s)
+			}
+		case "repos":
+			d.repos(f, fl.value)
+		case "providers":
+			d.providers(f, fl.value)
+		case "setup":
+			d.setup(f, fl.value)
+		case "sandbox":
+			d.sandbox(f, fl.value)
+		case "serve":
+			d.serve(f, fl.value)
+		case "pipelines":
+			pipesN = fl.value
+		case "steps":
+			stepsN = fl.value
+		}
+	}
+	if !haveVersion && root.Kind == yaml.MappingNode {
+		d.errf(ECodeVersion, root, "version", "add version: 1 at the top", "version is missing")
+	}
+	if stepsN != nil {
+		d.steps(f, stepsN)
+	}
+	if pipesN != nil {
+		d.pipelines(f, pipesN)
+	}
+	if root.Kind == yaml.MappingNode && len(f.PipelineOrder) == 0 && pipesN == nil {
+		d.errf(ECodeNoPipelines, root, "pipelines", "add pipelines: {default: [step, ...]}", "no pipelines are defined")
+	}
+	d.crossChecks(f)
+	d.findings.Sort()
+	return f, d.findings
+}
+
+func (f *Factory) abs(p string) string {
+	if strings.HasPrefix(p, "~/") {
+		if h, err := os.UserHomeDir(); err == nil {
+			p = filepath.Join(h, p[2:])
+		}
+	}
+	if filepath.IsAbs(p) {
+		return filepath.Clean(p)
+	}
+	return filepath.Join(f.Dir, p)
+}
+
+func (d *decoder) repos(f *Factory, n *yaml.Node) {
+	for _, fl := range d.fields(n, "repos", nil) {
+		p := join("repos", fl.key)
+		if !idPattern.MatchString(fl.key) {
+			d.errf(ECodeBadName, fl.keyN, p, "use letters, digits, '.', '_' and '-'", "repo name %q has characters it may not have", fl.key)
+			continue
+		}
+		r := &Repo{Name: fl.key}
+		havePath := false
+		for _, rf := range d.fields(fl.value, p, []string{"path", "base", "sandbox"}) {
+			kp := join(p, rf.key)
+			switch rf.key {
+			case "path":
+				havePath = true
+				s := d.str(rf.value, kp)
+				if s == "" {
+					d.errf(ECodeMissing, rf.value, kp, "set it to the repository's folder", "%s is empty", kp)
+					continue
+				}
+				r.Path = f.abs(s)
+				st, err := os.Stat(r.Path)
+				if err != nil {
+					d.errf(ECodePathMissing, rf.value, kp, "create the repository or correct the path (relative paths start at the factory file's folder)", "%s: %s does not exist", kp, r.Path)
+				} else if !st.IsDir() {
+					d.errf(ECodeNotGitRepo, rf.value, kp, "point it at a git repository's folder", "%s: %s is not a folder", kp, r.Path)
+				} else if !isGitRepo(r.Path) {
+					d.errf(ECodeNotGitRepo, rf.value, kp, "run git init there, or point it at a git repository", "%s: %s is not a git repository", kp, r.Path)
+				}
+			case "base":
+				r.Base = d.str(rf.value, kp)
+			case "sandbox":
+				r.Sandbox = Mode(d.enum(rf.value, kp, "off", "required"))
+			}
+		}
+		if !havePath && resolve(fl.value).Kind == yaml.MappingNode {
+			d.errf(ECodeMissing, fl.value, p+".path", "add path: ../your-repo", "repo %s has no path", fl.key)
+		} else if !havePath {
+			continue
+		}
+		f.Repos[r.Name] = r
+		f.RepoOrder = append(f.RepoOrder, r.Name)
+	}
+}
+
+func isGitRepo(dir string) bool {
+	if _, err := os.Stat(filepath.Join(dir, ".git")); err == nil {
+		return true
+	}
+	// A bare repository.
+	_, e1 := os.Stat(filepath.Join(dir, "HEAD"))
+	_, e2 := os.Stat(filepath.Join(dir, "objects"))
+	return e1 == nil && e2 == nil
+}
+
+func (d *decoder) secretRef(n *yaml.Node, path string) *SecretRef {
+	fs := d.fields(n, path, []string{"secret"})
+	for _, fl := range fs {
+		if s := d.str(fl.value, join(path, "secret")); s != "" {
+			return &SecretRef{Key: s}
+		}
+	}
+	d.errf(ECodeMissing, n, path, "write {secret: KEY} or set it with kusaw config set "+path+" --secret", "%s needs a secret key", path)
+	return nil
+}
+
+func (d *decoder) providers(f *Factory, n *yaml.Node) {
+	for _, fl := range d.fields(n, "providers", nil) {
+		p := join("providers", fl.key)
+		if !contains(ProviderNames, fl.key) {
+			d.errf(ECodeUnknownProvider, fl.keyN, p, "known providers: "+strings.Join(ProviderNames, ", "), "unknown provider %q", fl.key)
+			continue
+		}
+		pc := &ProviderConfig{}
+		for _, pf := range d.fields(fl.value, p, []string{"command", "args", "base_url", "api_key"}) {
+			kp := join(p, pf.key)
+			switch pf.key {
+			case "command":
+				pc.Command = d.str(pf.value, kp)
+			case "args":
+				pc.Args, _ = d.strList(pf.value, kp)
+			case "base_url":
+				pc.BaseURL = d.str(pf.value, kp)
+				d.checkURL(pf.value, kp, pc.BaseURL)
+			case "api_key":
+				if resolve(pf.value).Kind == yaml.MappingNode {
+					pc.APIKey = d.secretRef(pf.value, kp)
+				} else {
+					d.errf(ECodeType, pf.value, kp, "store it with: kusaw config set "+kp+" --secret", "%s must reference the secret store ({secret: KEY}); never write a key in the file", kp)
+				}
+			}
+		}
+		f.Providers[fl.key] = pc
+	}
+}
+
+func (d *decoder) checkURL(n *yaml.Node, path, s string) {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		d.errf(ECodeBadURL, resolve(n), path, "write a URL such as https://api.example.com", "%s: %q is not an http(s) URL", path, s)
+	}
+}
+
+func (d *decoder) setup(f *Factory, n *yaml.Node) {
+	n = resolve(n)
+	if n.Kind != yaml.SequenceNode {
+		d.errf(ECodeType, n, "setup", "write a list of commands: [[npm, ci]]", "setup must be a list of commands, not %s", kindName(n))
+		return
+	}
+	for i, c := range n.Content {
+		ip := fmt.Sprintf("setup[%d]", i)
+		argv, _ := d.strList(c, ip)
+		if len(argv) == 0 {
+			if resolve(c).Kind == yaml.SequenceNode {
+				d.errf(ECodeMissing, c, ip, "write the command as [program, arg, ...]", "%s is empty", ip)
+			}
+			continue
+		}
+		f.Setup = append(f.Setup, argv)
+	}
+}
+
+func (d *decoder) hostList(n *yaml.Node, path string) []HostEntry {
+	raw, nodes := d.strList(n, path)
+	var out []HostEntry
+	for i, s := range raw {
+		ip := fmt.Sprintf("%s[%d]", path, i)
+		hp, err := ParseHostPattern(s)
+		if err != nil {
+			fix := "write a host name such as registry.npmjs.org or *.github.com"
+			var he *HostPatternError
+			if errors.As(err, &he) && he.Fix != "" {
+				fix = he.Fix
+			}
+			d.errf(ECodeHostRefused, nodes[i], ip, fix, "%s: %v", ip, hostErrMsg(err))
+			continue
+		}
+		out = append(out, HostEntry{Raw: s, Pattern: hp, Path: ip})
+	}
+	return out
+}
+
+func hostErrMsg(err error) string {
+	var he *HostPatternError
+	if errors.As(err, &he) {
+		return he.Msg
+	}
+	return err.Error()
+}
+
+func (d *decoder) pathList(f *Factory, n *yaml.Node, path string, write bool) []string {
+	raw, nodes := d.strList(n, path)
+	var out []string
+	for i, s := range raw {
+		ip := fmt.Sprintf("%s[%d]", path, i)
+		p := f.abs(s)
+		if write {
+			if err := CheckAllowWrite(p); err != nil {
+				d.errf(ECodeAllowWrite, nodes[i], ip, "name a narrower folder that the step really must write (a cache or build folder)", "%s: %v", ip, err)
+				continue
+			}
+		}
+		if _, err := os.Stat(p); err != nil {
+			d.errf(ECodePathMissing, nodes[i], ip, "create it or remove the entry (relative paths start at the factory file's folder)", "%s: %s does not exist", ip, p)
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+func (d *decoder) inject(n *yaml.Node, path string) []InjectEntry {
+	n = resolve(n)
+	if n.Kind == yaml.ScalarNode {
+		if n.Tag == "!!null" {
+			return nil
+		}
+		if n.Value == "provider" {
+			return []InjectEntry{{Provider: true}}
+		}
+		d.errf(ECodeBadValue, n, path, `write inject: provider, or a list of {host, header, secret, base_url_env, key_env}`, "%s: %q is not \"provider\" or a list", path, n.Value)
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		d.errf(ECodeType, n, path, `write inject: provider, or a list of {host, header, secret, base_url_env, key_env}`, "%s must be \"provider\" or a list, not %s", path, kindName(n))
+		return nil
+	}
+	var out []InjectEntry
+	for i, c := range n.Content {
+		ip := fmt.Sprintf("%s[%d]", path, i)
+		c = resolve(c)
+		if c.Kind == yaml.ScalarNode && c.Value == "provider" {
+			out = append(out, InjectEntry{Provider: true})
+			continue
+		}
+		e := InjectEntry{}
+		for _, fl := range d.fields(c, ip, []string{"host", "header", "secret", "base_url", "base_url_env", "key_env"}) {
+			kp := join(ip, fl.key)
+			v := d.str(fl.value, kp)
+			switch fl.key {
+			case "host":
+				e.Host = v
+				if _, err := ParseHostPattern(v); err != nil || strings.HasPrefix(v, "*") {
+					d.errf(ECodeHostRefused, fl.value, kp, "name one exact host such as api.example.com", "%s: %q cannot be an inject host", kp, v)
+				}
+			case "header":
+				e.Header = v
+			case "secret":
+				e.Secret = v
+			case "base_url":
+				e.BaseURL = v
+				d.checkURL(fl.value, kp, v)
+			case "base_url_env", "key_env":
+				if !envNamePattern.MatchString(v) {
+					d.errf(ECodeBadName, fl.value, kp, "use an environment variable name such as API_BASE_URL", "%s: %q is not an environment variable name", kp, v)
+				}
+				if fl.key == "base_url_env" {
+					e.BaseURLEnv = v
+				} else {
+					e.KeyEnv = v
+				}
+			}
+		}
+		for _, req := range []struct{ k, v string }{{"host", e.Host}, {"header", e.Header}, {"secret", e.Secret}, {"base_url_env", e.BaseURLEnv}, {"key_env", e.KeyEnv}} {
+			if req.v == "" && c.Kind == yaml.MappingNode {
+				d.errf(ECodeMissing, c, join(ip, req.k), "add "+req.k+" to the inject entry", "%s is missing", join(ip, req.k))
+			}
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func (d *decoder) sandbox(f *Factory, n *yaml.Node) {
+	sp := &f.Sandbox
+	for _, fl := range d.fields(n, "sandbox", []string{"mode", "network", "allow_read", "allow_write", "egress"}) {
+		kp := join("sandbox", fl.key)
+		switch fl.key {
+		case "mode":
+			if m := d.enum(fl.value, kp, "off", "required"); m != "" {
+				sp.Mode = Mode(m)
+			}
+		case "network":
+			if m := d.enum(fl.value, kp, "open", "allowlist"); m != "" {
+				sp.Network = Network(m)
+			}
+		case "allow_read":
+			sp.AllowRead = d.pathList(f, fl.value, kp, false)
+		case "allow_write":
+			sp.AllowWrite = d.pathList(f, fl.value, kp, true)
+		case "egress":
+			d.egress(f, fl.value, kp)
+		}
+	}
+}
+
+func (d *decoder) egress(f *Factory, n *yaml.Node, path string) {
+	e := &f.Sandbox.Egress
+	for _, fl := range d.fields(n, path, []string{"allow", "provider_hosts", "inject", "allow_ranges", "resolver", "budgets"}) {
+		kp := join(path, fl.key)
+		switch fl.key {
+		case "allow":
+			e.Allow = d.hostList(fl.value, kp)
+		case "provider_hosts":
+			e.ProviderHosts = d.boolean(fl.value, kp)
+		case "inject":
+			e.Inject = d.inject(fl.value, kp)
+		case "allow_ranges":
+			raw, nodes := d.strList(fl.value, kp)
+			for i, s := range raw {
+				pfx, err := netip.ParsePrefix(s)
+				if err != nil {
+					d.errf(ECodeBadCIDR, nodes[i], fmt.Sprintf("%s[%d]", kp, i), "write a CIDR such as 10.20.0.0/16", "%s[%d]: %q is not a CIDR", kp, i, s)
+					continue
+				}
+				e.AllowRanges = append(e.AllowRanges, pfx.Masked())
+			}
+		case "resolver":
+			e.Resolver = d.str(fl.value, kp)
+			if _, port, err := net.SplitHostPort(e.Resolver); err != nil || port == "" {
+				d.errf(ECodeBadAddress, fl.value, kp, "write host:port, such as 127.0.0.1:53", "%s: %q is not host:port", kp, e.Resolver)
+			}
+		case "budgets":
+			for _, bf := range d.fields(fl.value, kp, []string{"per_host", "total", "enabled"}) {
+				bp := join(kp, bf.key)
+				switch bf.key {
+				case "per_host":
+					e.Budgets.PerHost = d.size(bf.value, bp)
+				case "total":
+					e.Budgets.Total = d.size(bf.value, bp)
+				case "enabled":
+					e.Budgets.Enabled = d.boolean(bf.value, bp)
+				}
+			}
+		}
+	}
+}
+
+func (d *decoder) serve(f *Factory, n *yaml.Node) {
+	for _, fl := range d.fields(n, "serve", []string{"max_parallel", "listen", "resume"}) {
+		kp := join("serve", fl.key)
+		switch fl.key {
+		case "max_parallel":
+			f.Serve.MaxParallel = d.integer(fl.value, kp)
+			if f.Serve.MaxParallel < 0 {
+				d.errf(ECodeBadValue, fl.value, kp, "use 0 for the number of cores, or a positive number", "%s must not be negative", kp)
+			}
+		case "listen":
+			f.Serve.Listen = d.str(fl.value, kp)
+			if _, _, err := net.SplitHostPort(f.Serve.Listen); f.Serve.Listen != "" && err != nil {
+				d.errf(ECodeBadAddress, fl.value, kp, "write host:port, such as 127.0.0.1:7300", "%s: %q is not host:port", kp, f.Serve.Listen)
+			}
+		case "resume":
+			f.Serve.Resume = d.boolean(fl.value, kp)
+		}
+	}
+}
+
+func (d *decoder) pipelines(f *Factory, n *yaml.Node) {
+	for _, fl := range d.fields(n, "pipelines", nil) {
+		p := join("pipelines", fl.key)
+		if !idPattern.MatchString(fl.key) {
+			d.errf(ECodeBadName, fl.keyN, p, "use letters, digits, '.', '_' and '-'", "pipeline name %q has characters it may not have", fl.key)
+			continue
+		}
+		ids, nodes := d.strList(fl.value, p)
+		if len(ids) == 0 {
+			d.errf(ECodeEmptyPipeline, fl.value, p, "list at least one step: [step-a, step-b]", "pipeline %s has no steps", fl.key)
+		}
+		for i, id := range ids {
+			if _, ok := f.Steps[id]; !ok {
+				fix := "define steps." + id + ", or fix the name"
+				if s := closest(id, f.StepOrder); s != "" {
+					fix = "did you mean " + s + "?"
+				}
+				d.errf(ECodeUnknownStep, nodes[i], fmt.Sprintf("%s[%d]", p, i), fix, "pipeline %s names unknown step %q", fl.key, id)
+			}
+		}
+		f.Pipelines[fl.key] = ids
+		f.PipelineOrder = append(f.PipelineOrder, fl.key)
+	}
+}
+
+var stepKeys = []string{"provider", "builtin", "run", "prompt", "prompt_file", "repos", "per_repo", "attempts", "timeout", "env", "sandbox", "requires"}
+
+func (d *decoder) steps(f *Factory, n *yaml.Node) {
+	for _, fl := range d.fields(n, "steps", nil) {
+		p := join("steps", fl.key)
+		if !idPattern.MatchString(fl.key) {
+			d.errf(ECodeBadName, fl.keyN, p, "use letters, digits, '.', '_' and '-'", "step id %q has characters it may not have", fl.key)
+			continue
+		}
+		s := &Step{ID: fl.key, Attempts: 1, Env: map[string]EnvValue{}}
+		kinds := 0
+		var kindNode *yaml.Node = fl.value
+		for _, sf := range d.fields(fl.value, p, stepKeys) {
+			kp := join(p, sf.key)
+			switch sf.key {
+			case "provider":
+				s.Provider = d.str(sf.value, kp)
+				if !contains(ProviderNames, s.Provider) {
+					d.errf(ECodeUnknownProvider, sf.value, kp, "known providers: "+strings.Join(ProviderNames, ", "), "unknown provider %q", s.Provider)
+				}
+			case "builtin":
+				kinds++
+				kindNode = sf.value
+				s.Builtin = d.str(sf.value, kp)
+				if !contains(BuiltinNames, s.Builtin) {
+					d.errf(ECodeUnknownBuiltin, sf.value, kp, "built-in steps: "+strings.Join(BuiltinNames, ", "), "unknown built-in step %q", s.Builtin)
+				}
+			case "run":
+				kinds++
+				kindNode = sf.value
+				s.Run, _ = d.strList(sf.value, kp)
+				if len(s.Run) == 0 && resolve(sf.value).Kind == yaml.SequenceNode {
+					d.errf(ECodeMissing, sf.value, kp, "write the command as [program, arg, ...]", "%s is empty", kp)
+				}
+			case "prompt":
+				s.Prompt = d.str(sf.value, kp)
+			case "prompt_file":
+				pf := d.str(sf.value, kp)
+				s.PromptFile = f.abs(pf)
+				if _, err := os.Stat(s.PromptFile); err != nil {
+					d.errf(ECodePathMissing, sf.value, kp, "create the file or fix the path (relative to the factory file's folder)", "%s: %s does not exist", kp, s.PromptFile)
+				}
+			case "repos":
+				var nodes []*yaml.Node
+				s.Repos, nodes = d.strList(sf.value, kp)
+				seen := map[string]bool{}
+				for i, r := range s.Repos {
+					ip := fmt.Sprintf("%s[%d]", kp, i)
+					if seen[r] {
+						d.errf(ECodeDuplicate, nodes[i], ip, "list each repo once", "%s names repo %s twice", kp, r)
+					}
+					seen[r] = true
+					if _, ok := f.Repos[r]; !ok {
+						fix := "define repos." + r + ", or fix the name"
+						if c := closest(r, f.RepoOrder); c != "" {
+							fix = "did you mean " + c + "?"
+						}
+						d.errf(ECodeUnknownRepo, nodes[i], ip, fix, "%s names unknown repo %q", kp, r)
+					}
+				}
+			case "per_repo":
+				s.PerRepo = d.boolean(sf.value, kp)
+			case "attempts":
+				s.Attempts = d.integer(sf.value, kp)
+				if s.Attempts < 1 || s.Attempts > 100 {
+					d.errf(ECodeBadValue, sf.value, kp, "use a number from 1 to 100", "%s must be from 1 to 100", kp)
+					s.Attempts = 1
+				}
+			case "timeout":
+				s.Timeout = d.duration(sf.value, kp)
+			case "env":
+				d.env(s, sf.value, kp)
+			case "sandbox":
+				s.Sandbox = d.stepSandbox(f, sf.value, kp)
+			case "requires":
+				var nodes []*yaml.Node
+				s.Requires, nodes = d.strList(sf.value, kp)
+				for i, c := range s.Requires {
+					if !contains(Capabilities, c) {
+						d.errf(ECodeUnknownCap, nodes[i], fmt.Sprintf("%s[%d]", kp, i), "capabilities: "+strings.Join(Capabilities, ", "), "unknown capability %q", c)
+					}
+				}
+			}
+		}
+		if kinds > 1 || (kinds == 1 && (s.Provider != "" || s.Prompt != "" || s.PromptFile != "")) {
+			d.errf(ECodeStepKind, kindNode, p, "keep one of: provider/prompt (agent step), builtin, run (command step)", "step %s is more than one kind of step", s.ID)
+		}
+		if s.Kind() == KindAgent && kinds == 0 {
+			if s.Provider == "" {
+				s.Provider = DefaultProvider
+			}
+			if (s.Prompt == "") == (s.PromptFile == "") && resolve(fl.value).Kind == yaml.MappingNode {
+				d.errf(ECodeNoPrompt, fl.value, p, "give an agent step exactly one of prompt or prompt_file (or make it a run: or builtin: step)", "agent step %s needs exactly one of prompt and prompt_file", s.ID)
+			}
+		}
+		f.Steps[s.ID] = s
+		f.StepOrder = append(f.StepOrder, s.ID)
+	}
+}
+
+var reservedSecretEnv = []string{"PATH", "HOME", "NODE_OPTIONS"}
+
+func (d *decoder) env(s *Step, n *yaml.Node, path string) {
+	for _, fl := range d.fields(n, path, nil) {
+		kp := join(path, fl.key)
+		if !envNamePattern.MatchString(fl.key) {
+			d.errf(ECodeBadName, fl.keyN, kp, "use letters, digits and '_', not starting with a digit", "%q is not an environment variable name", fl.key)
+			continue
+		}
+		v := resolve(fl.value)
+		if v.Kind == yaml.MappingNode {
+			ref := d.secretRef(v, kp)
+			if ref == nil {
+				continue
+			}
+			if contains(reservedSecretEnv, fl.key) || strings.HasPrefix(fl.key, "LD_") || strings.HasPrefix(fl.key, "DYLD_") {
+				d.errf(ECodeBadName, fl.keyN, kp, "use another variable name for the secret", "%s cannot hold a secret: it changes how programs start", fl.key)
+				continue
+			}
+			s.Env[fl.key] = EnvValue{Secret: ref}
+		} else {
+			s.Env[fl.key] = EnvValue{Value: d.str(v, kp)}
+		}
+		s.EnvOrder = append(s.EnvOrder, fl.key)
+	}
+}
+
+func (d *decoder) stepSandbox(f *Factory, n *yaml.Node, path string) *StepSandbox {
+	n = resolve(n)
+	ss := &StepSandbox{}
+	if n.Kind == yaml.ScalarNode {
+		ss.Mode = Mode(d.enum(n, path, "off", "required"))
+		return ss
+	}
+	for _, fl := range d.fields(n, path, []string{"mode", "network", "allow_read", "allow_write", "egress"}) {
+		kp := join(path, fl.key)
+		switch fl.key {
+		case "mode":
+			ss.Mode = Mode(d.enum(fl.value, kp, "off", "required"))
+		case "network":
+			ss.Network = Network(d.enum(fl.value, kp, "open", "allowlist"))
+		case "allow_read":
+			ss.AllowRead = d.pathList(f, fl.value, kp, false)
+		case "allow_write":
+			ss.AllowWrite = d.pathList(f, fl.value, kp, true)
+		case "egress":
+			for _, ef := range d.fields(fl.value, kp, []string{"allow", "inject"}) {
+				ep := join(kp, ef.key)
+				switch ef.key {
+				case "allow":
+					ss.Allow = d.hostList(ef.value, ep)
+				case "inject":
+					ss.Inject = d.inject(ef.value, ep)
+				}
+			}
+		}
+	}
+	return ss
+}
+
+// crossChecks are the rules that look at more than one key.
+func (d *decoder) crossChecks(f *Factory) {
+	for _, id := range f.StepOrder {
+		s := f.Steps[id]
+		p := join("steps", id)
+		net := f.StepNetwork(s)
+		hasInject := len(f.Sandbox.Egress.Inject) > 0 || (s.Sandbox != nil && len(s.Sandbox.Inject) > 0)
+		if hasInject && net != NetworkAllowlist {
+			at := f.posNode(join(p, "sandbox"), "sandbox.egress.inject")
+			d.errf(ECodeInjectNeedsList, at, p, "set network: allowlist for this step (sandbox.network or steps."+id+".sandbox.network)", "step %s injects a key but its network is not allowlist: there is no proxy to hold the key", id)
+		}
+		if contains(s.Requires, "network") && net != NetworkAllowlist {
+			d.errf(ECodeNetworkOpen, f.posNode(join(p, "requires"), p), join(p, "requires"), "set steps."+id+".sandbox: {mode: required, network: allowlist}", "step %s requires network, but its network is open: nothing restricts it", id)
+		}
+		if contains(s.Requires, "sandbox") {
+			for _, a := range f.Attempts(s) {
+				if m, _ := f.EffectiveMode(s, a); m != ModeRequired {
+					d.errf(ECodeCapMissing, f.posNode(join(p, "requires"), p), join(p, "requires"), "set steps."+id+".sandbox: required", "step %s requires sandbox, but its effective sandbox mode is off", id)
+					break
+				}
+			}
+		}
+		if net == NetworkAllowlist {
+			for _, a := range f.Attempts(s) {
+				if m, origin := f.EffectiveMode(s, a); m == ModeOff {
+					d.add(SevWarning, WCodeNoRestriction, f.posNode(join(p, "sandbox"), "sandbox.network"), p,
+						"set the step's sandbox to required, or its network to open", "step %s has network: allowlist but its sandbox is off (%s): the network is open", id, origin)
+					break
+				}
+			}
+		}
+	}
+	used := map[string]bool{}
+	for _, ids := range f.Pipelines {
+		for _, id := range ids {
+			used[id] = true
+		}
+	}
+	for _, id := range f.StepOrder {
+		if !used[id] {
+			d.add(SevWarning, WCodeUnusedStep, f.posNode("steps."+id, ""), "steps."+id, "add it to a pipeline or remove it", "step %s is in no pipeline", id)
+		}
+	}
+}
+
+// posNode makes a stand-in node carrying the position of the first key path
+// that has one.
+func (f *Factory) posNode(paths ...string) *yaml.Node {
+	for _, p := range paths {
+		if pos, ok := f.pos[p]; ok {
+			return &yaml.Node{Line: pos.Line, Column: pos.Column}
+		}
+	}
+	return nil
+}
+
+var yamlLineRE = regexp.MustCompile(`line (\d+)(?::(\d+))?`)
+
+func yamlErrPos(err error) (int, int) {
+	m := yamlLineRE.FindStringSubmatch(err.Error())
+	if m == nil {
+		return 0, 0
+	}
+	var l, c int
+	fmt.Sscan(m[1], &l)
+	if m[2] != "" {
+		fmt.Sscan(m[2], &c)
+	} else {
+		c = 1
+	}
+	return l, c
+}
+
+func yamlErrMsg(err error) string {
+	s := strings.TrimPrefix(err.Error(), "yaml: ")
+	s = yamlLineRE.ReplaceAllString(s, "")
+	s = strings.TrimLeft(s, ": ")
+	return strings.Join(strings.Fields(s), " ")
+}

@@ -1,0 +1,204 @@
+package config
+
+import (
+	"net/netip"
+	"time"
+)
+
+// Mode is a sandbox mode.
+type Mode string
+
+const (
+	ModeUnset    Mode = ""
+	ModeOff      Mode = "off"
+	ModeRequired Mode = "required"
+)
+
+// Network is a sandbox network mode. NetworkNone is never written in a file:
+// it is what a sandboxed attempt gets when it must have no network at all
+// (kusaw sandbox exec without a factory).
+type Network string
+
+const (
+	NetworkUnset     Network = ""
+	NetworkOpen      Network = "open"
+	NetworkAllowlist Network = "allowlist"
+	NetworkNone      Network = "none"
+)
+
+// StepKind says how a step is run.
+type StepKind string
+
+const (
+	KindAgent   StepKind = "agent"
+	KindBuiltin StepKind = "builtin"
+	KindCommand StepKind = "command"
+)
+
+// Schema values that are part of the file format.
+var (
+	ProviderNames = []string{"claude-code", "cursor"}
+	BuiltinNames  = []string{"checks", "diff"}
+	Capabilities  = []string{"sandbox", "network", "inject", "stream_events", "resume", "cost_reporting"}
+)
+
+// DefaultProvider is the provider of an agent step that names none.
+const DefaultProvider = "claude-code"
+
+// Factory is a loaded factory.yaml.
+type Factory struct {
+	Path     string // absolute path of the file
+	Dir      string // its directory; relative paths are resolved against it
+	Version  int
+	StateDir string // absolute
+
+	Repos     map[string]*Repo
+	RepoOrder []string
+
+	Providers map[string]*ProviderConfig
+	Setup     [][]string
+	Sandbox   SandboxPolicy
+	Serve     Serve
+
+	Pipelines     map[string][]string
+	PipelineOrder []string
+
+	Steps     map[string]*Step
+	StepOrder []string
+
+	pos map[string]Pos
+}
+
+// Pos is a line and column in the factory file (1-based).
+type Pos struct{ Line, Column int }
+
+// PosOf returns where the value at a key path (e.g. "steps.test.timeout")
+// stands in the file, or the zero Pos.
+func (f *Factory) PosOf(path string) Pos { return f.pos[path] }
+
+// Repo is one git repository the factory works on.
+type Repo struct {
+	Name    string
+	Path    string // absolute
+	Base    string // branch, tag or commit; "" means the repo's HEAD
+	Sandbox Mode
+}
+
+// SecretRef names a value in the secret store.
+type SecretRef struct{ Key string }
+
+// ProviderConfig overrides a built-in provider.
+type ProviderConfig struct {
+	Command string
+	Args    []string
+	BaseURL string
+	APIKey  *SecretRef
+}
+
+// EnvValue is a step environment value: a literal, or a reference to the
+// secret store that is resolved only when the step's process starts.
+type EnvValue struct {
+	Value  string
+	Secret *SecretRef
+}
+
+// HostEntry is one allowlist entry as written, with its parsed pattern.
+type HostEntry struct {
+	Raw     string
+	Pattern HostPattern
+	Path    string // key path in the file, for messages
+}
+
+// InjectEntry is one inject rule. Provider is true for the string "provider":
+// the step's provider's own inject spec.
+type InjectEntry struct {
+	Provider   bool
+	Host       string
+	Header     string
+	Secret     string
+	BaseURL    string
+	BaseURLEnv string
+	KeyEnv     string
+}
+
+// Budgets are egress byte limits; zero means no limit.
+type Budgets struct {
+	Enabled bool
+	PerHost int64
+	Total   int64
+}
+
+// Egress is the proxy policy.
+type Egress struct {
+	Allow         []HostEntry
+	ProviderHosts bool
+	Inject        []InjectEntry
+	AllowRanges   []netip.Prefix
+	Resolver      string
+	Budgets       Budgets
+}
+
+// SandboxPolicy is the factory-wide sandbox section.
+type SandboxPolicy struct {
+	Mode       Mode
+	Network    Network
+	AllowRead  []string
+	AllowWrite []string
+	Egress     Egress
+}
+
+// Serve holds the daemon's settings.
+type Serve struct {
+	MaxParallel int // 0: the number of cores
+	Listen      string
+	Resume      bool
+}
+
+// StepSandbox is a step's sandbox override: a string sets the mode, a map
+// sets the mode and network and adds to the factory's lists.
+type StepSandbox struct {
+	Mode       Mode
+	Network    Network
+	AllowRead  []string
+	AllowWrite []string
+	Allow      []HostEntry
+	Inject     []InjectEntry
+}
+
+// Step is one unit of work.
+type Step struct {
+	ID         string
+	Provider   string // agent steps (defaulted to DefaultProvider)
+	Builtin    string
+	Run        []string
+	Prompt     string
+	PromptFile string // absolute
+	Repos      []string
+	PerRepo    bool
+	Attempts   int
+	Timeout    time.Duration
+	Env        map[string]EnvValue
+	EnvOrder   []string
+	Sandbox    *StepSandbox
+	Requires   []string
+}
+
+// Kind says whether the step is an agent, built-in or command step.
+func (s *Step) Kind() StepKind {
+	switch {
+	case s.Builtin != "":
+		return KindBuiltin
+	case len(s.Run) > 0:
+		return KindCommand
+	default:
+		return KindAgent
+	}
+}
+
+// ActiveRepos returns the repos the step works on: its own list, or all.
+func (f *Factory) ActiveRepos(s *Step) []string {
+	if len(s.Repos) > 0 {
+		return s.Repos
+	}
+	return f.RepoOrder
+}
