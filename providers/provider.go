@@ -1,0 +1,177 @@
+package providers
+
+import (
+	"context"
+	"io"
+	"sort"
+
+	"github.com/kusaw/kusaw/status"
+)
+
+// Provider is one agent CLI kusaw can run as an agent step.
+type Provider interface {
+	// Name is the provider's name in factory.yaml (claude-code, cursor).
+	Name() string
+	// Spec is what kusaw knows about the CLI without running it.
+	Spec() Spec
+	// Probe runs `<command> --version` once per binary (path, size and
+	// mtime) and reports what the engine and the sandbox need to know.
+	// An empty command means Spec().DefaultCommand, then AltCommands.
+	Probe(ctx context.Context, command string) (Probe, error)
+	// Argv is the full argv (argv[0] is the command) of a headless run.
+	Argv(req RunRequest) ([]string, error)
+	// Env is what kusaw adds to the step's environment for this provider
+	// ("NAME=value"); the step's own env is applied after it and wins.
+	Env(req RunRequest) []string
+	// ParseStream reads the CLI's stdout (stream-json) until EOF, calls emit
+	// for each event worth recording and returns what the result said.
+	// It never fails: malformed lines are counted and skipped.
+	ParseStream(r io.Reader, emit func(Event)) Result
+	// Outcome classifies a finished process from its result and exit code.
+	// Timeouts and cancels are the engine's to classify before this.
+	Outcome(res Result, exitCode int) (status.Outcome, status.Reason)
+}
+
+// Spec is the static knowledge of one provider.
+type Spec struct {
+	Name           string
+	DefaultCommand string   // looked up on PATH when providers.<name>.command is unset
+	AltCommands    []string // older or alternative names tried after DefaultCommand
+	Env            EnvNames
+	// LoginPaths lists the CLI's own state folders and files (login,
+	// settings, sessions) for a home folder and an environment lookup.
+	// The Linux sandbox mounts them read/write; nothing else of the home.
+	LoginPaths func(home string, getenv func(string) string) []string
+	// EgressHosts are what the CLI needs to work; added to an allowlist
+	// when sandbox.egress.provider_hosts is true.
+	EgressHosts []string
+	// HandshakeHosts are login, telemetry and update hosts: listed for
+	// warning W3, never allowed automatically.
+	HandshakeHosts []string
+	// Inject is how the egress proxy can hold the API key outside the
+	// sandbox; nil when the CLI cannot be pointed at another endpoint.
+	Inject *InjectSpec
+	// ExtraDirsFlag is the flag that gives the agent more directories
+	// (Claude Code's --add-dir); empty when the CLI has none.
+	ExtraDirsFlag string
+	// SandboxOffArgs is what turns the CLI's own sandbox off when kusaw's
+	// sandbox wraps the step (nested sandboxes fail).
+	SandboxOffArgs []string
+	// Install is a one-line hint shown when the CLI is missing.
+	Install string
+}
+
+// EnvNames are the environment variables a provider's CLI reads.
+type EnvNames struct {
+	APIKey     string   // API key (the one inject replaces)
+	LoginToken []string // long-lived login tokens, any one signs in; API key included when it works alone
+	BaseURL    string   // API base URL (empty: the CLI has none)
+	ConfigDir  string   // moves the CLI's state folder
+}
+
+// InjectSpec tells the egress proxy how to hold a provider's key.
+type InjectSpec struct {
+	Host       string // upstream API host
+	Header     string // header the proxy sets to the real key
+	BaseURLEnv string // env the step gets, pointing at the lease's local endpoint
+	KeyEnv     string // env the step gets, set to the placeholder key
+	Upstream   string // default upstream base URL (providers.<name>.base_url overrides)
+	SecretKey  string // secret store key holding the real key
+	// StripHeaders are the client's credential headers the proxy removes
+	// before adding its own.
+	StripHeaders []string
+}
+
+// PlaceholderKey is the value key_env gets inside the sandbox when inject
+// holds the real key.
+const PlaceholderKey = "factory-egress-placeholder"
+
+// RunRequest is what the engine knows about one agent attempt.
+type RunRequest struct {
+	Command   string   // resolved command (a Probe's Path); empty: Spec().DefaultCommand
+	Args      []string // providers.<name>.args
+	Prompt    string   // the step's prompt (prompt_file already read)
+	ExtraDirs []string // the attempt's other worktrees
+	Sandboxed bool     // kusaw's sandbox wraps the process
+	Network   string   // effective network: open | allowlist
+	// UserSettings is extra Claude Code settings (a JSON object or a file
+	// path) merged into the one --settings kusaw passes.
+	UserSettings string
+}
+
+// Event types emitted while parsing a stream.
+const (
+	EventInit   = "provider.init"
+	EventTool   = "provider.tool"
+	EventText   = "provider.text"
+	EventResult = "provider.result"
+)
+
+// Event is one parsed stream event, ready to be written as an attempt event.
+type Event struct {
+	Type string
+	Data map[string]any
+}
+
+// Usage is token usage from a result event.
+type Usage struct {
+	InputTokens              int64 `json:"input_tokens"`
+	OutputTokens             int64 `json:"output_tokens"`
+	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens,omitempty"`
+	CacheReadInputTokens     int64 `json:"cache_read_input_tokens,omitempty"`
+}
+
+// Result is what the stream said about the run. Zero when no result event
+// was seen (Seen false).
+type Result struct {
+	Seen              bool     `json:"seen"`
+	IsError           bool     `json:"is_error"`
+	Subtype           string   `json:"subtype,omitempty"`
+	Turns             int      `json:"turns,omitempty"`
+	DurationMS        int64    `json:"duration_ms,omitempty"`
+	DurationAPIMS     int64    `json:"duration_api_ms,omitempty"`
+	CostUSD           *float64 `json:"cost_usd,omitempty"`
+	Usage             *Usage   `json:"usage,omitempty"`
+	SessionID         string   `json:"session_id,omitempty"`
+	Model             string   `json:"model,omitempty"`
+	Text              string   `json:"text,omitempty"` // truncated to ResultTextLimit
+	PermissionDenials int      `json:"permission_denials,omitempty"`
+	Tools             int      `json:"tools"`     // tool calls started
+	Lines             int      `json:"lines"`     // stream lines read
+	Malformed         int      `json:"malformed"` // lines that were not JSON objects
+}
+
+// Limits on text carried by events and results; the whole stream stays in
+// stdout.log.
+const (
+	EventTextLimit  = 2000
+	ResultTextLimit = 8000
+	// MaxLineBytes bounds one stream line held in memory; longer lines are
+	// skipped (counted as malformed), the stream goes on.
+	MaxLineBytes = 32 << 20
+	// MaxPromptBytes is below Linux's limit for one argv string (128 KiB).
+	MaxPromptBytes = 120 << 10
+)
+
+var registry = map[string]Provider{}
+
+func register(p Provider) { registry[p.Name()] = p }
+
+// Default is the provider of an agent step that names none.
+const Default = "claude-code"
+
+// Get returns the provider with that name.
+func Get(name string) (Provider, bool) {
+	p, ok := registry[name]
+	return p, ok
+}
+
+// Names lists the providers, sorted.
+func Names() []string {
+	out := make([]string, 0, len(registry))
+	for n := range registry {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
