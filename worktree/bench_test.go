@@ -1,0 +1,59 @@
+package worktree
+
+import (
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// BenchmarkAddAttempt measures creating an attempt's worktree with this
+// package against a plain `git worktree add -b` of the same commit on the
+// same repository, alternating the two in one run, and reports the ratio
+// (kusaw/git). Removal is not timed. Run: go test -run '^$' -bench AddAttempt ./worktree/
+func BenchmarkAddAttempt(b *testing.B) {
+	needGit(b)
+	dir := newRepo(b)
+	for i := range 500 {
+		write(b, filepath.Join(dir, "src", fmt.Sprintf("d%02d", i%20), fmt.Sprintf("f%03d.go", i)), fmt.Sprintf("package p\n\nconst X%d = %d\n", i, i))
+	}
+	tgit(b, dir, "add", "-A")
+	tgit(b, dir, "commit", "-q", "-m", "files")
+	r := open(b, dir)
+	run, head, err := r.CreateRunBranch("bench", "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	state := b.TempDir()
+	var tKusaw, tGit time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		plain := filepath.Join(state, fmt.Sprintf("plain-%d", i), "app")
+		start := time.Now()
+		cmd := exec.Command("git", "worktree", "add", "--quiet", "-b", fmt.Sprintf("plain/%d", i), plain, head)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("git worktree add: %v\n%s", err, out)
+		}
+		tGit += time.Since(start)
+
+		start = time.Now()
+		w, err := r.AddAttempt(run, AttemptBranch("bench", "s", i+1), filepath.Join(state, fmt.Sprintf("kusaw-%d", i), "app"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		tKusaw += time.Since(start)
+
+		b.StopTimer()
+		if err := r.RemoveWorktree(w); err != nil {
+			b.Fatal(err)
+		}
+		tgit(b, dir, "worktree", "remove", "--force", plain)
+		b.StartTimer()
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(tKusaw.Microseconds())/n/1000, "kusaw-ms/op")
+	b.ReportMetric(float64(tGit.Microseconds())/n/1000, "git-ms/op")
+	b.ReportMetric(float64(tKusaw)/float64(tGit), "ratio")
+}

@@ -1,0 +1,137 @@
+package worktree
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+)
+
+// gitRunner runs the git binary with an explicit environment. Nothing of
+// kusaw's own environment leaks into git except the few variables listed in
+// passEnv: a GIT_DIR or GIT_INDEX_FILE inherited from a hook or a shell would
+// make git act on the wrong repository.
+type gitRunner struct {
+	bin string
+	env []string
+}
+
+// passEnv are the variables git may see from kusaw's environment, and why:
+// PATH finds git's helpers and filter drivers, HOME and XDG_CONFIG_HOME find
+// the user's global config (identity, excludes, signing), USER/LOGNAME feed
+// git's identity fallback, TMPDIR is where git writes temporary files, and
+// GNUPGHOME/SSH_AUTH_SOCK let commit signing work when the user enabled it
+// (signing happens here, outside every sandbox).
+var passEnv = []string{"PATH", "HOME", "XDG_CONFIG_HOME", "USER", "LOGNAME", "TMPDIR", "GNUPGHOME", "SSH_AUTH_SOCK"}
+
+func newGitRunner() (*gitRunner, error) {
+	bin, err := exec.LookPath("git")
+	if err != nil {
+		return nil, errors.New("git is not installed or not on PATH (install git; kusaw uses it for worktrees and commits)")
+	}
+	env := []string{
+		"GIT_TERMINAL_PROMPT=0", // never wait for a password on a terminal nobody watches
+		"GIT_OPTIONAL_LOCKS=0",  // status must not take index.lock in the user's checkout
+		"LC_ALL=C",              // stable messages
+		"LANGUAGE=C",
+	}
+	for _, k := range passEnv {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	return &gitRunner{bin: bin, env: env}, nil
+}
+
+// safeConfig is passed to every git invocation. Hooks and the fsmonitor
+// command are programs named by repository config that a step may have
+// prepared; kusaw's own git (which runs outside the sandbox) must never start
+// them.
+var safeConfig = []string{"-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false"}
+
+type gitCmd struct {
+	dir   string
+	env   []string // added to the runner's environment
+	stdin io.Reader
+	args  []string
+}
+
+// run executes git and returns its stdout. A failure is an error whose text
+// names the git subcommand and git's own first line of complaint.
+func (g *gitRunner) run(c gitCmd) ([]byte, error) {
+	args := append(append([]string{}, safeConfig...), c.args...)
+	cmd := exec.Command(g.bin, args...)
+	cmd.Dir = c.dir
+	cmd.Env = append(append([]string{}, g.env...), c.env...)
+	cmd.Stdin = c.stdin
+	var out, errb bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = &errb
+	if err := cmd.Run(); err != nil {
+		return out.Bytes(), &gitError{args: c.args, stderr: errb.String(), err: err}
+	}
+	return out.Bytes(), nil
+}
+
+// gitError keeps git's stderr for the message and the exit status for
+// callers that treat some statuses as answers (merge-base --is-ancestor).
+type gitError struct {
+	args   []string
+	stderr string
+	err    error
+}
+
+func (e *gitError) Error() string {
+	sub := "git"
+	for _, a := range e.args {
+		if !strings.HasPrefix(a, "-") {
+			sub = "git " + a
+			break
+		}
+	}
+	msg := strings.TrimSpace(e.stderr)
+	// git prefixes its errors with fatal:/error:; keep the most specific line.
+	lines := strings.Split(msg, "\n")
+	pick := ""
+	for _, l := range lines {
+		l = strings.TrimSpace(l)
+		if strings.HasPrefix(l, "fatal:") || strings.HasPrefix(l, "error:") {
+			pick = l
+			break
+		}
+	}
+	if pick == "" && len(lines) > 0 {
+		pick = strings.TrimSpace(lines[0])
+	}
+	if pick == "" {
+		pick = e.err.Error()
+	}
+	return fmt.Sprintf("%s: %s", sub, pick)
+}
+
+func (e *gitError) exitCode() int {
+	var ee *exec.ExitError
+	if errors.As(e.err, &ee) {
+		return ee.ExitCode()
+	}
+	return -1
+}
+
+func exitCodeOf(err error) int {
+	var ge *gitError
+	if errors.As(err, &ge) {
+		return ge.exitCode()
+	}
+	return -1
+}
+
+func firstLine(b []byte) string {
+	s := string(b)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	return strings.TrimSpace(s)
+}

@@ -1,0 +1,418 @@
+package worktree
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Worktree is one linked git worktree of one attempt.
+type Worktree struct {
+	Repo      string // the repository's top level (or git dir when bare)
+	Path      string // the worktree's directory
+	Branch    string // its branch, without refs/heads/
+	GitDir    string // its administrative directory, <CommonDir>/worktrees/<x>
+	CommonDir string // the repository's git directory
+	BaseSHA   string // the commit it was created at (empty when listed)
+
+	repo *Repo
+}
+
+// AddAttempt creates branch attemptBranch at the current head of runBranch
+// and a linked worktree for it at dir (which must not exist or be empty).
+func (r *Repo) AddAttempt(runBranch, attemptBranch, dir string) (*Worktree, error) {
+	if err := checkBranch(runBranch); err != nil {
+		return nil, err
+	}
+	if err := checkBranch(attemptBranch); err != nil {
+		return nil, err
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("worktree %s: %v", dir, err)
+	}
+	if entries, err := os.ReadDir(abs); err == nil && len(entries) > 0 {
+		return nil, fmt.Errorf("worktree %s already exists and is not empty (fix: remove it, or use a new attempt directory)", abs)
+	}
+	head, err := r.Head(runBranch)
+	if err != nil {
+		return nil, fmt.Errorf("add worktree: run %v", err)
+	}
+	if _, ok, err := r.rd.ref("refs/heads/" + attemptBranch); err != nil {
+		return nil, fmt.Errorf("add worktree: %v", err)
+	} else if ok {
+		return nil, fmt.Errorf("branch %s already exists in %s (fix: use the next attempt number, or delete the branch)", attemptBranch, r)
+	}
+	if err := os.MkdirAll(filepath.Dir(abs), 0o755); err != nil {
+		return nil, fmt.Errorf("add worktree: %v", err)
+	}
+	// The hash, not the branch name, is the start point, so BaseSHA is
+	// exactly what was checked out even if the run branch moves meanwhile.
+	unlock := r.lockWorktrees()
+	_, err = r.git.run(gitCmd{dir: r.workDir(), args: []string{"worktree", "add", "--quiet", "-b", attemptBranch, "--", abs, head}})
+	unlock()
+	if err != nil {
+		r.undoAdd(abs, attemptBranch, head)
+		return nil, fmt.Errorf("add worktree %s in %s: %v", abs, r, err)
+	}
+	gitDir, err := readGitFile(abs)
+	if err == nil {
+		err = r.checkAdminDir(gitDir)
+	}
+	if err != nil {
+		r.undoAdd(abs, attemptBranch, head)
+		return nil, fmt.Errorf("add worktree %s: %v", abs, err)
+	}
+	return &Worktree{Repo: r.String(), Path: abs, Branch: attemptBranch, GitDir: gitDir, CommonDir: r.CommonDir, BaseSHA: head, repo: r}, nil
+}
+
+// undoAdd removes what a failed AddAttempt may have left. The branch is
+// deleted only while it still points at the start commit (AddAttempt checked
+// that it did not exist before).
+func (r *Repo) undoAdd(dir, branch, head string) {
+	unlock := r.lockWorktrees()
+	_, _ = r.git.run(gitCmd{dir: r.workDir(), args: []string{"worktree", "remove", "--force", "--force", "--", dir}})
+	_, _ = r.git.run(gitCmd{dir: r.workDir(), args: []string{"worktree", "prune"}})
+	unlock()
+	_, _ = r.git.run(gitCmd{dir: r.workDir(), args: []string{"update-ref", "-d", "refs/heads/" + branch, head}})
+}
+
+// readGitFile reads the "gitdir: ..." line git writes into a linked
+// worktree's .git file.
+func readGitFile(wt string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(wt, ".git"))
+	if err != nil {
+		return "", err
+	}
+	s := strings.TrimSpace(string(b))
+	p, ok := strings.CutPrefix(s, "gitdir: ")
+	if !ok {
+		return "", fmt.Errorf("%s/.git is not a worktree link", wt)
+	}
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(wt, p)
+	}
+	return filepath.Clean(p), nil
+}
+
+// checkAdminDir makes sure dir is one of this repository's worktree
+// administrative directories: kusaw runs git there outside the sandbox and
+// removes it on cleanup, so it must not be anything a record or a step could
+// point elsewhere.
+func (r *Repo) checkAdminDir(dir string) error {
+	base := filepath.Join(r.CommonDir, "worktrees")
+	rb, err1 := filepath.EvalSymlinks(base)
+	rd, err2 := filepath.EvalSymlinks(dir)
+	if err1 != nil || err2 != nil {
+		rb, rd = filepath.Clean(base), filepath.Clean(dir)
+	}
+	rel, err := filepath.Rel(rb, rd)
+	if err != nil || rel == "." || strings.Contains(rel, string(filepath.Separator)) || strings.HasPrefix(rel, "..") {
+		return fmt.Errorf("%s is not a worktree directory of %s", dir, r)
+	}
+	return nil
+}
+
+// CommitAll commits the worktree's whole content (untracked files included,
+// ignored files excluded) on the attempt branch, with kusaw's git outside any
+// sandbox. It returns the branch's resulting commit and whether the branch
+// moved beyond BaseSHA, by this commit or by commits the step made itself.
+//
+// It trusts nothing the step could have changed: git is pointed at the
+// worktree's administrative directory explicitly (not through the worktree's
+// own .git file), a private index is built from the branch's commit (so a
+// stale index.lock or a doctored index left by the step does not matter), and
+// the commit is made with plumbing on top of the attempt branch's head, not
+// HEAD, so a step that detached HEAD or switched branches still has its files
+// committed on its attempt branch. No hook runs.
+func (w *Worktree) CommitAll(msg string) (sha string, changed bool, err error) {
+	r, err := w.openRepo()
+	if err != nil {
+		return "", false, err
+	}
+	if err := checkBranch(w.Branch); err != nil {
+		return "", false, err
+	}
+	if err := r.checkAdminDir(w.GitDir); err != nil {
+		return "", false, fmt.Errorf("commit: %v", err)
+	}
+	if st, err := os.Lstat(w.Path); err != nil || !st.IsDir() {
+		return "", false, fmt.Errorf("commit: worktree %s is missing or not a directory", w.Path)
+	}
+	ref := "refs/heads/" + w.Branch
+	tip, ok, err := r.rd.ref(ref)
+	if err != nil {
+		return "", false, fmt.Errorf("commit on %s: %v", w.Branch, err)
+	}
+	parent, oldValue := tip, tip
+	if !ok {
+		// The step deleted its own branch: recreate it from the base so its
+		// files are still kept.
+		if w.BaseSHA == "" {
+			return "", false, fmt.Errorf("commit: branch %s no longer exists and the worktree's base commit is unknown", w.Branch)
+		}
+		parent, oldValue = w.BaseSHA, ""
+	}
+	if msg == "" {
+		msg = "kusaw: attempt " + w.Branch
+	}
+
+	tmp, err := os.MkdirTemp("", "kusaw-index-")
+	if err != nil {
+		return "", false, fmt.Errorf("commit: %v", err)
+	}
+	defer os.RemoveAll(tmp)
+	index := filepath.Join(tmp, "index")
+	env := []string{"GIT_DIR=" + w.GitDir, "GIT_WORK_TREE=" + w.Path, "GIT_INDEX_FILE=" + index}
+	run := func(args ...string) (string, error) {
+		out, err := r.git.run(gitCmd{dir: w.Path, env: env, args: args})
+		return strings.TrimSpace(string(out)), err
+	}
+	if _, err := run("read-tree", parent); err != nil {
+		return "", false, fmt.Errorf("commit on %s: %v", w.Branch, err)
+	}
+	if _, err := run("add", "--all"); err != nil {
+		return "", false, fmt.Errorf("commit on %s: %v", w.Branch, err)
+	}
+	tree, err := run("write-tree")
+	if err != nil {
+		return "", false, fmt.Errorf("commit on %s: %v", w.Branch, err)
+	}
+	parentTree, err := r.rd.treeOf(parent)
+	if err != nil {
+		return "", false, fmt.Errorf("commit on %s: %v", w.Branch, err)
+	}
+	result := parent
+	if tree != parentTree {
+		ident, err := r.identityArgs(env, w.Path)
+		if err != nil {
+			return "", false, fmt.Errorf("commit on %s: %v", w.Branch, err)
+		}
+		out, err := r.git.run(gitCmd{dir: w.Path, env: env, stdin: strings.NewReader(msg),
+			args: append(ident, "commit-tree", tree, "-p", parent)})
+		if err != nil {
+			return "", false, fmt.Errorf("commit on %s: %v", w.Branch, err)
+		}
+		result = strings.TrimSpace(string(out))
+	}
+	if result != tip {
+		if _, err := run("update-ref", "-m", "kusaw: commit attempt", ref, result, oldValue); err != nil {
+			return "", false, fmt.Errorf("commit on %s: %v", w.Branch, err)
+		}
+	}
+	w.syncIndex(index)
+	if w.BaseSHA == "" {
+		return result, tree != parentTree, nil
+	}
+	return result, result != w.BaseSHA, nil
+}
+
+// syncIndex puts the private index in place as the worktree's own when the
+// worktree's HEAD is the attempt branch, so `git status` there is clean
+// afterwards. It is a convenience for people who look at a kept worktree;
+// nothing depends on it, so failures are ignored.
+func (w *Worktree) syncIndex(index string) {
+	head, err := os.ReadFile(filepath.Join(w.GitDir, "HEAD"))
+	if err != nil || strings.TrimSpace(string(head)) != "ref: refs/heads/"+w.Branch {
+		return
+	}
+	_ = os.Rename(index, filepath.Join(w.GitDir, "index"))
+}
+
+// identityArgs supplies kusaw's own identity for whichever of user.name and
+// user.email the repository (and the user's global config) does not set.
+func (r *Repo) identityArgs(env []string, dir string) ([]string, error) {
+	out, err := r.git.run(gitCmd{dir: dir, env: env, args: []string{"config", "-z", "--get-regexp", `^user\.(name|email)$`}})
+	if err != nil && exitCodeOf(err) != 1 { // 1: no such key
+		return nil, err
+	}
+	have := map[string]bool{}
+	for _, kv := range bytes.Split(out, []byte{0}) {
+		k, v, _ := bytes.Cut(kv, []byte{'\n'})
+		if len(bytes.TrimSpace(v)) > 0 {
+			have[string(k)] = true
+		}
+	}
+	var args []string
+	if !have["user.name"] {
+		args = append(args, "-c", "user.name=kusaw")
+	}
+	if !have["user.email"] {
+		args = append(args, "-c", "user.email=kusaw@localhost")
+	}
+	return args, nil
+}
+
+func (w *Worktree) openRepo() (*Repo, error) {
+	if w.repo != nil {
+		return w.repo, nil
+	}
+	r, err := OpenRepo(w.Repo)
+	if err != nil {
+		return nil, err
+	}
+	w.repo = r
+	return r, nil
+}
+
+// RemoveWorktree removes an attempt's worktree (whatever the step left in
+// it) and its administrative directory, then prunes. The branch stays.
+func (r *Repo) RemoveWorktree(w *Worktree) error {
+	if w.Path == "" && w.GitDir == "" {
+		return errors.New("remove worktree: neither its path nor its git directory is known")
+	}
+	abs := ""
+	if w.Path != "" {
+		var err error
+		if abs, err = filepath.Abs(w.Path); err != nil {
+			return fmt.Errorf("remove worktree %q: %v", w.Path, err)
+		}
+	}
+	if abs != "" && abs == r.Path || abs == filepath.Dir(r.CommonDir) || abs == r.CommonDir {
+		return fmt.Errorf("remove worktree %s: that is the repository's main checkout, not an attempt worktree", abs)
+	}
+	if w.GitDir != "" {
+		if err := r.checkAdminDir(w.GitDir); err != nil {
+			return fmt.Errorf("remove worktree: %v", err)
+		}
+	}
+	unlock := r.lockWorktrees()
+	defer unlock()
+	var errs []error
+	if _, err := os.Lstat(abs); abs != "" && err == nil {
+		if _, gerr := r.git.run(gitCmd{dir: r.workDir(), args: []string{"worktree", "remove", "--force", "--force", "--", abs}}); gerr != nil {
+			// git refuses some worktrees (submodules inside, files the step
+			// made unwritable). Remove the files directly; prune then drops
+			// the registration whose directory is gone.
+			// Only a directory registered as one of this repository's
+			// worktrees is removed by hand; a wrong record must not delete
+			// anything else.
+			if !r.isRegistered(abs) {
+				return fmt.Errorf("remove worktree %s: it is not a worktree of %s (%v)", abs, r, gerr)
+			}
+			if err := forceRemoveAll(abs); err != nil {
+				errs = append(errs, fmt.Errorf("remove worktree %s: %v (after %v)", abs, err, gerr))
+			}
+		}
+	}
+	if err := r.prune(); err != nil {
+		errs = append(errs, err)
+	}
+	// A locked worktree survives prune; its directory is gone by now, so its
+	// registration is kusaw's to drop.
+	if w.GitDir != "" {
+		if _, err := os.Lstat(w.GitDir); err == nil {
+			if err := os.RemoveAll(w.GitDir); err != nil {
+				errs = append(errs, fmt.Errorf("remove worktree registration %s: %v", w.GitDir, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (r *Repo) isRegistered(dir string) bool {
+	all, err := r.listWorktrees()
+	if err != nil {
+		return false
+	}
+	for _, w := range all {
+		if w.GitDir != "" && w.Path == dir {
+			return true
+		}
+	}
+	return false
+}
+
+// forceRemoveAll removes a tree even where the step took away write
+// permission from its own directories. It never follows symlinks.
+func forceRemoveAll(dir string) error {
+	if err := os.RemoveAll(dir); err == nil {
+		return nil
+	}
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			_ = os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	return os.RemoveAll(dir)
+}
+
+// Prune drops the registrations of worktrees whose directories are gone
+// (after a crash, or a state directory removed by hand).
+func (r *Repo) Prune() error {
+	unlock := r.lockWorktrees()
+	defer unlock()
+	return r.prune()
+}
+
+func (r *Repo) prune() error {
+	if _, err := r.git.run(gitCmd{dir: r.workDir(), args: []string{"worktree", "prune"}}); err != nil {
+		return fmt.Errorf("prune worktrees of %s: %v", r, err)
+	}
+	return nil
+}
+
+// ListKusawWorktrees returns the worktrees of this repository that are on a
+// kusaw branch, including ones whose directory is gone, so a restart after a
+// crash can find and remove what the interrupted attempts left.
+func (r *Repo) ListKusawWorktrees() ([]*Worktree, error) {
+	all, err := r.listWorktrees()
+	if err != nil {
+		return nil, err
+	}
+	var out []*Worktree
+	for _, w := range all {
+		if w.GitDir != "" && IsKusawBranch(w.Branch) {
+			out = append(out, w)
+		}
+	}
+	return out, nil
+}
+
+// listWorktrees reads the main checkout's HEAD and each administrative
+// directory under <CommonDir>/worktrees (the same files `git worktree list`
+// reads), without starting a process.
+func (r *Repo) listWorktrees() ([]*Worktree, error) {
+	var out []*Worktree
+	if !r.Bare {
+		out = append(out, &Worktree{Repo: r.String(), Path: filepath.Dir(r.CommonDir), Branch: headBranch(r.CommonDir), CommonDir: r.CommonDir, repo: r})
+	}
+	base := filepath.Join(r.CommonDir, "worktrees")
+	entries, err := os.ReadDir(base)
+	if errors.Is(err, fs.ErrNotExist) {
+		return out, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list worktrees of %s: %v", r, err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		admin := filepath.Join(base, e.Name())
+		w := &Worktree{Repo: r.String(), GitDir: admin, CommonDir: r.CommonDir, Branch: headBranch(admin), repo: r}
+		if b, err := os.ReadFile(filepath.Join(admin, "gitdir")); err == nil {
+			w.Path = filepath.Dir(strings.TrimSpace(string(b)))
+		}
+		out = append(out, w)
+	}
+	return out, nil
+}
+
+// headBranch returns the branch a HEAD file names, or "" when detached.
+func headBranch(gitDir string) string {
+	b, err := os.ReadFile(filepath.Join(gitDir, "HEAD"))
+	if err != nil {
+		return ""
+	}
+	ref, ok := strings.CutPrefix(strings.TrimSpace(string(b)), "ref: refs/heads/")
+	if !ok {
+		return ""
+	}
+	return ref
+}
