@@ -1,0 +1,217 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kusaw/kusaw/status"
+)
+
+// trustedDirs are the only places bwrap is taken from; PATH is never used,
+// so a writable folder early in PATH cannot swap the sandbox for a fake.
+var trustedDirs = []string{"/usr/bin", "/usr/local/bin", "/bin"}
+
+// FindBwrap returns the path of a trusted bwrap: a regular file owned by
+// root and writable by nobody else, in a root-owned folder writable by
+// nobody else.
+func FindBwrap() (string, error) {
+	var why []string
+	for _, d := range trustedDirs {
+		p := filepath.Join(d, "bwrap")
+		if _, err := os.Lstat(p); err != nil {
+			continue
+		}
+		if err := trusted(p, trustedDirs); err != nil {
+			why = append(why, err.Error())
+			continue
+		}
+		return p, nil
+	}
+	if len(why) > 0 {
+		return "", &status.Error{Reason: status.ReasonSandboxUntrusted, Msg: strings.Join(why, "; "), Fix: status.ReasonSandboxUntrusted.Info().Fix}
+	}
+	return "", &status.Error{Reason: status.ReasonSandboxUnavailable,
+		Msg: "bubblewrap (bwrap) is not installed in /usr/bin, /usr/local/bin or /bin",
+		Fix: "install bubblewrap from the system's packages (apt-get install bubblewrap, dnf install bubblewrap)"}
+}
+
+// trusted checks a binary and its folder for ownership and permissions.
+func trusted(p string, allowed []string) error {
+	check := func(path, what string, wantDir bool) error {
+		var st unix.Stat_t
+		if err := unix.Lstat(path, &st); err != nil {
+			return fmt.Errorf("%s %s: %v", what, path, err)
+		}
+		mode := st.Mode & unix.S_IFMT
+		if wantDir && mode != unix.S_IFDIR {
+			return fmt.Errorf("%s %s is not a folder", what, path)
+		}
+		if !wantDir && mode != unix.S_IFREG {
+			return fmt.Errorf("%s %s is not a regular file (a link or something else)", what, path)
+		}
+		if st.Uid != 0 {
+			return fmt.Errorf("%s %s is owned by uid %d, not root", what, path, st.Uid)
+		}
+		if st.Mode&0o022 != 0 {
+			return fmt.Errorf("%s %s is writable by group or others (mode %o)", what, path, st.Mode&0o7777)
+		}
+		return nil
+	}
+	// The folder may itself be a link (/bin -> usr/bin on merged-/usr
+	// systems): check the folder it resolves to, which must be trusted too.
+	dir, err := filepath.EvalSymlinks(filepath.Dir(p))
+	if err != nil {
+		return err
+	}
+	ok := false
+	for _, a := range allowed {
+		ok = ok || dir == a
+	}
+	if !ok {
+		return fmt.Errorf("%s resolves to %s, not a system folder", filepath.Dir(p), dir)
+	}
+	if err := check(dir, "folder", true); err != nil {
+		return err
+	}
+	return check(filepath.Join(dir, filepath.Base(p)), "bwrap", false)
+}
+
+// Args returns bwrap's arguments for the plan, without the bwrap path and
+// without the command: [flags...] "--". The environment is not in it (see
+// Command).
+func (p *Plan) Args() []string {
+	a := []string{"--unshare-all"}
+	if p.Network == NetworkOpen {
+		a = append(a, "--share-net")
+	}
+	a = append(a, "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv")
+	for _, m := range p.Mounts {
+		switch m.Op {
+		case "ro-bind", "empty-file":
+			a = append(a, "--ro-bind", m.Src, m.Dst)
+		case "bind":
+			a = append(a, "--bind", m.Src, m.Dst)
+		case "tmpfs":
+			a = append(a, "--tmpfs", m.Dst)
+		case "dev":
+			a = append(a, "--dev", m.Dst)
+		case "proc":
+			a = append(a, "--proc", m.Dst)
+		case "remount-ro":
+			a = append(a, "--remount-ro", m.Dst)
+		}
+	}
+	a = append(a, "--chdir", p.Workdir)
+	return a
+}
+
+// envArgs are the --setenv pairs of the plan's environment.
+func (p *Plan) envArgs() []string {
+	var a []string
+	for _, kv := range p.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		a = append(a, "--setenv", k, v)
+	}
+	return a
+}
+
+// Prepare creates what the backend needs on disk before a start: the
+// read-only empty file for stand-ins and the temp subfolders.
+func (p *Plan) Prepare() error {
+	if p.EmptyFile != "" {
+		if fi, err := os.Lstat(p.EmptyFile); err != nil || !fi.Mode().IsRegular() || fi.Size() != 0 {
+			_ = os.Remove(p.EmptyFile)
+			f, err := os.OpenFile(p.EmptyFile, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o444)
+			if err != nil {
+				return fmt.Errorf("sandbox: creating %s: %w", p.EmptyFile, err)
+			}
+			f.Close()
+		}
+	}
+	for _, d := range p.mkdirs {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return fmt.Errorf("sandbox: creating %s: %w", d, err)
+		}
+	}
+	return nil
+}
+
+// GraceDelay is how long Command's process may take after SIGTERM before
+// it is killed.
+var GraceDelay = 5 * time.Second
+
+// Command returns the bwrap command that runs argv under the plan. The
+// caller sets Stdout/Stderr/Stdin, starts and waits for it, then calls
+// plan.Cleanup(). The process leads its own process group (Setpgid): on
+// ctx's end the group gets SIGTERM, then SIGKILL after GraceDelay. bwrap's
+// --die-with-parent ends the sandboxed tree when bwrap dies, and
+// --new-session puts the step in its own session, so a signal to the group
+// ends bwrap and with it the whole sandbox.
+//
+// The environment goes to bwrap through an in-memory file (--args FD) as
+// --clearenv and --setenv pairs, so no value shows in /proc/PID/cmdline.
+func Command(ctx context.Context, p *Plan, argv []string) (*exec.Cmd, error) {
+	if len(argv) == 0 {
+		return nil, errors.New("sandbox: no command to run")
+	}
+	bw, err := FindBwrap()
+	if err != nil {
+		return nil, err
+	}
+	if err := p.Prepare(); err != nil {
+		return nil, err
+	}
+	fd, err := argsFile(p.envArgs())
+	if err != nil {
+		return nil, err
+	}
+	// ExtraFiles[0] is fd 3 in bwrap.
+	args := append([]string{"--args", "3"}, p.Args()...)
+	args = append(args, "--")
+	args = append(args, p.WrapArgv...)
+	args = append(args, argv...)
+	cmd := exec.CommandContext(ctx, bw, args...)
+	cmd.Env = []string{} // empty, not inherited; the step's env comes through --args
+	cmd.ExtraFiles = []*os.File{fd}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error {
+		if cmd.Process == nil {
+			return nil
+		}
+		return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+	}
+	cmd.WaitDelay = GraceDelay
+	return cmd, nil
+}
+
+// argsFile returns a sealed in-memory file holding NUL-separated args.
+func argsFile(args []string) (*os.File, error) {
+	fd, err := unix.MemfdCreate("kusaw-bwrap-args", unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: memfd: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "kusaw-bwrap-args")
+	var sb strings.Builder
+	for _, a := range args {
+		sb.WriteString(a)
+		sb.WriteByte(0)
+	}
+	if _, err := f.WriteString(sb.String()); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("sandbox: memfd: %w", err)
+	}
+	if _, err := f.Seek(0, 0); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}

@@ -1,0 +1,113 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"os/exec"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/kusaw/kusaw/status"
+)
+
+// CheckResult says whether this machine can run the backend.
+type CheckResult struct {
+	Backend   string        `json:"backend"`
+	Path      string        `json:"path,omitempty"`
+	Version   string        `json:"version,omitempty"`
+	Available bool          `json:"available"`
+	Reason    status.Reason `json:"reason,omitempty"`
+	Msg       string        `json:"message,omitempty"`
+	Fix       string        `json:"fix,omitempty"`
+}
+
+// Err returns the result as a typed error, or nil when available: what a
+// required attempt is refused with.
+func (r CheckResult) Err() error {
+	if r.Available {
+		return nil
+	}
+	return &status.Error{Reason: r.Reason, Msg: r.Msg, Fix: r.Fix}
+}
+
+// Check finds a trusted bwrap, reads its version and starts it once with
+// the namespaces every plan uses, so a machine where user namespaces are
+// restricted (AppArmor, a container without them) is found before any
+// attempt starts. It takes a few milliseconds; callers may cache it.
+func Check() CheckResult {
+	if runtime.GOOS != "linux" {
+		return CheckResult{Backend: "none", Reason: status.ReasonSandboxUnavailable,
+			Msg: "no sandbox backend for " + runtime.GOOS + " in this build",
+			Fix: "run on Linux or WSL2 with bubblewrap, or set the step's sandbox to off"}
+	}
+	res := CheckResult{Backend: "bubblewrap"}
+	p, err := FindBwrap()
+	if err != nil {
+		se := err.(*status.Error)
+		res.Reason, res.Msg, res.Fix = se.Reason, se.Msg, se.Fix
+		return res
+	}
+	res.Path = p
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, p, "--version").Output()
+	if err != nil {
+		res.Reason, res.Msg, res.Fix = status.ReasonSandboxUnavailable, p+" --version failed: "+err.Error(), "reinstall bubblewrap from the system's packages"
+		return res
+	}
+	res.Version = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(out)), "bubblewrap"))
+	// The probe: the same namespaces and flags as a real plan.
+	probe := exec.CommandContext(ctx, p, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+		"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--", "/bin/true")
+	probe.Env = []string{}
+	var stderr bytes.Buffer
+	probe.Stderr = &stderr
+	if err := probe.Run(); err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if msg == "" {
+			msg = err.Error()
+		}
+		res.Reason = status.ReasonSandboxNoUserNS
+		res.Msg = "bubblewrap cannot create its namespaces here: " + firstLine(msg)
+		res.Fix = status.ReasonSandboxNoUserNS.Info().Fix
+		return res
+	}
+	res.Available = true
+	return res
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// Protections is what the Linux backend protects, in kusaw's words
+// (DESIGN §6); `kusaw sandbox check --verbose` prints it.
+var Protections = []string{
+	"Writes reach only the attempt's worktrees, the git folders they need (objects, the attempt branch's ref folder, the worktree's own git folder), artifacts/, the private temp folder (TMPDIR, XDG_CACHE_HOME, XDG_RUNTIME_DIR) and what allow_write names.",
+	"Git control files stay read-only: config, config.worktree, hooks/, info/, packed-refs, modules/, commondir, worktrees/*/gitdir, the linked worktree's .git file. kusaw's own git runs outside.",
+	"Settings that start programs later are read-only even inside a worktree: .claude/settings*.json, .claude/{hooks,commands,agents,skills}/, .cursor/, .mcp.json, .vscode/{tasks,settings}.json, .devcontainer/, .husky/, .codex/ and .gemini/ settings, and the folder core.hooksPath names. A missing one gets an empty read-only stand-in, removed after the step.",
+	"The folders leading to those settings are bound on themselves, so they cannot be moved, removed or replaced; a protected path that is a symlink refuses the attempt; a hard link to a protected file fails (it is another mount).",
+	"The real home, ~/.ssh, ~/.gnupg, ~/.aws and other credential folders, kusaw's secret store and key folders, and the repositories' own checkouts are not visible; only the agent's login folders are mounted into the home.",
+	"No SSH or GPG agent socket and no D-Bus session bus: /tmp and /run are private and empty, and SSH_AUTH_SOCK, GPG_AGENT_INFO and DBUS_SESSION_BUS_ADDRESS are never passed.",
+	"The environment is built, not inherited: a base set (PATH, HOME, USER, LOGNAME, LANG, LC_*, TERM, TZ), the step's own env, the temp variables and, in allowlist mode, the proxy variables.",
+	"New user, PID, IPC, UTS, cgroup and (unless network is open) network namespaces; no capability survives, even when kusaw runs as root; no new privileges (setuid bits do nothing); --die-with-parent and --new-session, so nothing outlives the step and the terminal cannot be driven.",
+	"A fresh /dev and /proc: host processes are invisible and cannot be signalled or traced.",
+	"On WSL, /mnt and /run/WSL are hidden and WSL_INTEROP is unset.",
+	"bwrap is taken only from a root-owned, not world-writable /usr/bin, /usr/local/bin or /bin, never through PATH.",
+}
+
+// NotProtected is what the sandbox does not protect (DESIGN §6).
+var NotProtected = []string{
+	"Kernel escapes: this is a shared-kernel sandbox, about as strong as a container.",
+	"The network when network is open: every host, including services on the host's localhost and abstract Unix sockets; the network capability is not_supported then.",
+	"Login tokens an agent CLI must hold itself, and the agent's own login folders, which are mounted read-write for it.",
+	"Tools that ignore HTTP(S)_PROXY: in allowlist mode they fail closed (sandbox doctor lists the known ones as W1).",
+	"Git objects and the attempt's branch are writable: a step can add objects to the repository (and, since git does not re-hash on read, replace a loose object), and move its own branch.",
+	"The rest of the system is readable (read-only): /etc, /usr, /opt and paths outside the home that the factory does not hide.",
+	"Whatever sandbox.allow_read and sandbox.allow_write name.",
+	"A process in the sandbox gets SIGKILL, not SIGTERM, when the attempt is canceled or times out.",
+}

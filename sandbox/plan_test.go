@@ -1,0 +1,362 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/kusaw/kusaw/status"
+)
+
+func rulePaths(rs []PathRule) []string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, r.Path)
+	}
+	return out
+}
+
+func mustPlan(t *testing.T, in Input) *Plan {
+	t.Helper()
+	p, err := BuildPlan(in)
+	if err != nil {
+		t.Fatalf("BuildPlan: %v", err)
+	}
+	return p
+}
+
+func wantRefused(t *testing.T, in Input, substr string) {
+	t.Helper()
+	_, err := BuildPlan(in)
+	if err == nil {
+		t.Fatalf("BuildPlan accepted a plan that must be refused (%s)", substr)
+	}
+	var se *status.Error
+	if !errors.As(err, &se) || se.Reason != status.ReasonSandboxPlanRefused {
+		t.Fatalf("error %v is not a %s status.Error", err, status.ReasonSandboxPlanRefused)
+	}
+	if !strings.Contains(err.Error(), substr) || se.Fix == "" {
+		t.Fatalf("error %q lacks %q or a fix", err, substr)
+	}
+}
+
+func TestPlanPaths(t *testing.T) {
+	f := newFixture(t)
+	p := mustPlan(t, f.input())
+	w, ro, hid := rulePaths(p.Writable), rulePaths(p.ReadOnly), rulePaths(p.Hidden)
+	for _, x := range []string{f.wt, filepath.Join(f.common, "objects"), filepath.Join(f.common, "refs", "heads", "kusaw", "r1", "build"),
+		filepath.Join(f.common, "logs", "refs", "heads", "kusaw", "r1", "build"), f.gitdir, f.artifacts, f.tmp,
+		filepath.Join(f.home, ".claude"), filepath.Join(f.home, ".claude.json"), filepath.Join(f.wt, ".claude")} {
+		if !slices.Contains(w, x) {
+			t.Errorf("%s is not writable; writable: %v", x, w)
+		}
+	}
+	for _, x := range []string{f.common, filepath.Join(f.gitdir, "commondir"), filepath.Join(f.gitdir, "gitdir"),
+		filepath.Join(f.wt, ".git"), filepath.Join(f.wt, ".claude", "settings.json"), filepath.Join(f.wt, ".claude", "settings.local.json"),
+		filepath.Join(f.wt, ".claude", "hooks"), filepath.Join(f.wt, ".claude", "skills"), filepath.Join(f.wt, ".vscode"),
+		filepath.Join(f.wt, ".devcontainer"), filepath.Join(f.wt, ".githooks"), filepath.Join(f.wt, ".mcp.json"),
+		filepath.Join(f.wt, ".cursor"), filepath.Join(f.wt, ".husky"), f.readonly} {
+		if !slices.Contains(ro, x) {
+			t.Errorf("%s is not read-only; read-only: %v", x, ro)
+		}
+	}
+	for _, x := range []string{f.home, f.repo, f.secretStore} {
+		if !slices.Contains(hid, x) {
+			t.Errorf("%s is not hidden; hidden: %v", x, hid)
+		}
+	}
+	// Every decision has a reason.
+	for _, m := range p.Mounts {
+		if m.Reason == "" {
+			t.Errorf("mount %+v has no reason", m)
+		}
+	}
+	// Never writable: the records, the common dir's control files, main's ref folder.
+	for _, x := range []string{f.attempt, filepath.Join(f.common, "refs", "heads"), filepath.Join(f.common, "hooks"), filepath.Join(f.common, "config")} {
+		if slices.Contains(w, x) {
+			t.Errorf("%s must not be writable", x)
+		}
+	}
+	// Missing protected paths become stand-ins, cleaned up afterwards.
+	for _, x := range []string{filepath.Join(f.wt, ".mcp.json"), filepath.Join(f.wt, ".cursor"), filepath.Join(f.wt, ".husky")} {
+		if !slices.Contains(p.StandIns, x) {
+			t.Errorf("%s is not a stand-in: %v", x, p.StandIns)
+		}
+	}
+	if slices.Contains(p.StandIns, filepath.Join(f.wt, ".claude")) {
+		t.Errorf(".claude exists and must not be a stand-in")
+	}
+	// Hidden tiers come before binds; protections after them.
+	idx := func(op, dst string) int {
+		for i, m := range p.Mounts {
+			if m.Op == op && m.Dst == dst {
+				return i
+			}
+		}
+		t.Fatalf("no %s mount of %s", op, dst)
+		return -1
+	}
+	if !(idx("tmpfs", f.home) < idx("bind", filepath.Join(f.home, ".claude")) &&
+		idx("bind", f.wt) < idx("ro-bind", filepath.Join(f.wt, ".claude", "settings.json")) &&
+		idx("ro-bind", f.common) < idx("bind", filepath.Join(f.common, "objects"))) {
+		t.Errorf("mount order is wrong: %v", p.Mounts)
+	}
+	if p.Workdir != f.wt {
+		t.Errorf("workdir %s, want %s", p.Workdir, f.wt)
+	}
+}
+
+func TestPlanEnv(t *testing.T) {
+	f := newFixture(t)
+	p := mustPlan(t, f.input())
+	env := map[string]string{}
+	for _, kv := range p.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	want := map[string]string{"HOME": f.home, "TMPDIR": f.tmp, "XDG_CACHE_HOME": filepath.Join(f.tmp, "cache"),
+		"XDG_RUNTIME_DIR": filepath.Join(f.tmp, "run"), "LANG": "C.UTF-8", "STEP_TOKEN": "declared-by-step", "PATH": os.Getenv("PATH")}
+	for k, v := range want {
+		if env[k] != v {
+			t.Errorf("env %s=%q, want %q", k, env[k], v)
+		}
+	}
+	for _, k := range []string{"AWS_SECRET_ACCESS_KEY", "SSH_AUTH_SOCK", "DBUS_SESSION_BUS_ADDRESS", "HTTPS_PROXY"} {
+		if _, ok := env[k]; ok {
+			t.Errorf("env has %s; the host's env must not be inherited", k)
+		}
+	}
+	if !slices.ContainsFunc(p.Dropped, func(e EnvVar) bool { return e.Name == "SSH_AUTH_SOCK" }) {
+		t.Errorf("SSH_AUTH_SOCK declared by the step is not reported as dropped: %v", p.Dropped)
+	}
+	// Printing never shows values.
+	for _, out := range []string{p.String(), string(p.JSON())} {
+		if strings.Contains(out, "declared-by-step") || strings.Contains(out, awsSecret) {
+			t.Errorf("plan output shows an env value:\n%s", out)
+		}
+		if !strings.Contains(out, "STEP_TOKEN") {
+			t.Errorf("plan output does not name STEP_TOKEN:\n%s", out)
+		}
+	}
+	var back map[string]any
+	if err := json.Unmarshal(p.JSON(), &back); err != nil {
+		t.Fatalf("plan JSON: %v", err)
+	}
+}
+
+func TestPlanNetwork(t *testing.T) {
+	f := newFixture(t)
+	in := f.input()
+	in.Network = NetworkOpen
+	if a := mustPlan(t, in).Args(); !slices.Contains(a, "--share-net") || !slices.Contains(a, "--unshare-all") {
+		t.Errorf("open network: %v", a)
+	}
+	in.Network = NetworkNone
+	if a := mustPlan(t, in).Args(); slices.Contains(a, "--share-net") {
+		t.Errorf("network none shares the network: %v", a)
+	}
+	in.Network = NetworkAllowlist
+	wantRefused(t, in, "proxy")
+	sock := filepath.Join(f.root, "lease.sock")
+	write(t, sock, "")
+	in.Proxy = &Proxy{SocketPath: sock, Env: []string{"HTTPS_PROXY=http://127.0.0.1:3128", "NO_PROXY=localhost"},
+		WrapArgv: []string{"/opt/kusaw", "__egress-bridge", "--"}, Binaries: []string{"/bin/sh"}}
+	p := mustPlan(t, in)
+	a := p.Args()
+	if slices.Contains(a, "--share-net") || !slices.Contains(rulePaths(p.Writable), sock) || p.WrapArgv[1] != "__egress-bridge" {
+		t.Errorf("allowlist plan: args %v writable %v wrap %v", a, p.Writable, p.WrapArgv)
+	}
+	if !slices.Contains(p.Env, "HTTPS_PROXY=http://127.0.0.1:3128") {
+		t.Errorf("proxy env missing: %v", p.Env)
+	}
+	in.Network = "wifi"
+	wantRefused(t, in, "unknown network mode")
+	for _, flag := range []string{"--die-with-parent", "--new-session", "--clearenv", "--cap-drop"} {
+		if !slices.Contains(a, flag) {
+			t.Errorf("args lack %s: %v", flag, a)
+		}
+	}
+}
+
+func TestPlanRefusals(t *testing.T) {
+	f := newFixture(t)
+	cases := []struct {
+		name  string
+		edit  func(*Input)
+		want  string
+		setup func()
+	}{
+		{"allow_write root", func(in *Input) { in.AllowWrite = []string{"/"} }, "disk root", nil},
+		{"allow_write system", func(in *Input) { in.AllowWrite = []string{"/usr/lib"} }, "system folder", nil},
+		{"allow_write home", func(in *Input) { in.AllowWrite = []string{f.home} }, "home or above", nil},
+		{"allow_write above home", func(in *Input) { in.AllowWrite = []string{f.root} }, "home or above", nil},
+		{"allow_write ssh", func(in *Input) { in.AllowWrite = []string{filepath.Join(f.home, ".ssh")} }, "credential", nil},
+		{"allow_write agent config", func(in *Input) { in.AllowWrite = []string{filepath.Join(f.home, ".codex")} }, "configuration folder", nil},
+		{"allow_write records", func(in *Input) { in.AllowWrite = []string{filepath.Dir(f.attempt)} }, "records", nil},
+		{"allow_write git", func(in *Input) { in.AllowWrite = []string{filepath.Join(f.common, "hooks")} }, "git folder", nil},
+		{"allow_write relative", func(in *Input) { in.AllowWrite = []string{"build"} }, "not an absolute path", nil},
+		{"allow_read home", func(in *Input) { in.AllowRead = []string{f.home} }, "whole home", nil},
+		{"allow_read ssh", func(in *Input) { in.AllowRead = []string{filepath.Join(f.home, ".ssh")} }, "credential", nil},
+		{"allow_read secret store", func(in *Input) { in.AllowRead = []string{filepath.Join(f.secretStore, "store.json")} }, "credential", nil},
+		{"hidden contains worktree", func(in *Input) { in.HiddenPaths = []string{filepath.Dir(f.attempt)} }, "contains", nil},
+		{"login path is home", func(in *Input) { in.LoginPaths = []string{f.home} }, "whole home", nil},
+		{"missing tmp", func(in *Input) { in.TmpDir = filepath.Join(f.attempt, "nope") }, "does not exist", nil},
+		{"incomplete worktree", func(in *Input) { in.Worktrees[0].GitDir = "" }, "incomplete", nil},
+		{"main checkout", func(in *Input) {
+			in.Worktrees = []Worktree{{Repo: "app", Path: f.repo, GitDir: f.common, CommonDir: f.common, Writable: true}}
+		}, "main checkout", nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			in := f.input()
+			c.edit(&in)
+			wantRefused(t, in, c.want)
+		})
+	}
+}
+
+func TestPlanSymlinkRefused(t *testing.T) {
+	for _, c := range []struct{ link, target, want string }{
+		{".claude/settings.json", "/etc/hostname", "outside the worktree"},
+		{".mcp.json", "README.md", "a protected path cannot be a link"},
+		{".cursor", "/tmp", "outside the worktree"},
+		{".githooks", "docs", "a protected path cannot be a link"},
+	} {
+		t.Run(c.link, func(t *testing.T) {
+			f := newFixture(t)
+			p := filepath.Join(f.wt, c.link)
+			os.RemoveAll(p)
+			if err := os.Symlink(c.target, p); err != nil {
+				t.Fatal(err)
+			}
+			_, err := BuildPlan(f.input())
+			if err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("symlinked %s: err %v, want a refusal naming the link and %q", c.link, err, c.want)
+			}
+		})
+	}
+}
+
+func TestPlanPerRepoAndWSL(t *testing.T) {
+	f := newFixture(t)
+	in := f.input()
+	in.Worktrees[0].Writable = false
+	in.Host.WSL = true
+	in.Env["WSL_INTEROP"] = "/run/WSL/1_interop"
+	p := mustPlan(t, in)
+	if slices.Contains(rulePaths(p.Writable), f.wt) || !slices.Contains(rulePaths(p.ReadOnly), f.wt) {
+		t.Errorf("a non-writable worktree must be read-only: %v", p.Writable)
+	}
+	if !slices.Contains(rulePaths(p.Hidden), "/mnt") || !slices.Contains(rulePaths(p.Hidden), "/run") {
+		t.Errorf("WSL: /mnt and /run must be hidden: %v", p.Hidden)
+	}
+	for _, kv := range p.Env {
+		if strings.HasPrefix(kv, "WSL_INTEROP=") {
+			t.Errorf("WSL_INTEROP passed: %s", kv)
+		}
+	}
+	in.Host.WSL = false
+	if slices.Contains(rulePaths(mustPlan(t, in).Hidden), "/mnt") {
+		t.Errorf("/mnt hidden off WSL")
+	}
+}
+
+func TestPlanHooksPathAndWorktreeConfig(t *testing.T) {
+	f := newFixture(t)
+	git(t, f.repo, "config", "core.hooksPath", "tools/hooks") // missing folder below an existing one? tools missing too
+	git(t, f.repo, "config", "extensions.worktreeConfig", "true")
+	p := mustPlan(t, f.input())
+	if !slices.Contains(p.StandIns, filepath.Join(f.wt, "tools")) {
+		t.Errorf("a missing hooksPath folder needs a stand-in at its first missing folder: %v", p.StandIns)
+	}
+	if !slices.Contains(p.StandIns, filepath.Join(f.gitdir, "config.worktree")) {
+		t.Errorf("missing config.worktree with worktreeConfig on needs a stand-in: %v", p.StandIns)
+	}
+	if err := os.MkdirAll(filepath.Join(f.wt, "tools", "hooks"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p = mustPlan(t, f.input())
+	if !slices.Contains(rulePaths(p.ReadOnly), filepath.Join(f.wt, "tools", "hooks")) || !slices.Contains(rulePaths(p.Writable), filepath.Join(f.wt, "tools")) {
+		t.Errorf("hooksPath tools/hooks: read-only %v writable %v", p.ReadOnly, p.Writable)
+	}
+	// Absolute hooksPath outside every writable place: nothing to protect.
+	git(t, f.repo, "config", "core.hooksPath", "/usr/share/hooks")
+	p = mustPlan(t, f.input())
+	if slices.Contains(rulePaths(p.ReadOnly), "/usr/share/hooks") {
+		t.Errorf("hooksPath outside writable places needs no mount")
+	}
+}
+
+func TestCleanupRemovesOnlyEmptyStandIns(t *testing.T) {
+	f := newFixture(t)
+	p := mustPlan(t, f.input())
+	mcp := filepath.Join(f.wt, ".mcp.json")
+	cursor := filepath.Join(f.wt, ".cursor")
+	husky := filepath.Join(f.wt, ".husky")
+	write(t, mcp, "")
+	os.MkdirAll(cursor, 0o755)
+	write(t, filepath.Join(husky, "pre-commit"), "kept") // not empty: left alone
+	if err := p.Cleanup(); err == nil {
+		t.Errorf("cleanup of a non-empty stand-in folder should report it")
+	}
+	if exists(mcp) || exists(cursor) || !exists(filepath.Join(husky, "pre-commit")) {
+		t.Errorf("cleanup: mcp %v cursor %v husky %v", exists(mcp), exists(cursor), exists(husky))
+	}
+}
+
+func TestTrustedBinary(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to make root-owned and foreign-owned files (runs as root in this project's CI)")
+	}
+	dir := t.TempDir()
+	os.Chmod(dir, 0o755)
+	bin := filepath.Join(dir, "bwrap")
+	write(t, bin, "#!/bin/sh\n")
+	os.Chmod(bin, 0o755)
+	allowed := []string{dir}
+	if err := trusted(bin, allowed); err != nil {
+		t.Fatalf("a root-owned 0755 file in a root-owned 0755 folder is trusted: %v", err)
+	}
+	if err := trusted(bin, []string{"/usr/bin"}); err == nil {
+		t.Errorf("a file outside the system folders is trusted")
+	}
+	os.Chmod(bin, 0o757)
+	if err := trusted(bin, allowed); err == nil || !strings.Contains(err.Error(), "writable") {
+		t.Errorf("world-writable file: %v", err)
+	}
+	os.Chmod(bin, 0o755)
+	os.Chown(bin, 65534, 65534)
+	if err := trusted(bin, allowed); err == nil || !strings.Contains(err.Error(), "not root") {
+		t.Errorf("file owned by nobody: %v", err)
+	}
+	os.Chown(bin, 0, 0)
+	os.Chmod(dir, 0o777)
+	if err := trusted(bin, allowed); err == nil || !strings.Contains(err.Error(), "folder") {
+		t.Errorf("world-writable folder: %v", err)
+	}
+	os.Chmod(dir, 0o755)
+	link := filepath.Join(dir, "bwrap-link")
+	os.Symlink(bin, link)
+	if err := trusted(link, allowed); err == nil {
+		t.Errorf("a symlink is trusted")
+	}
+}
+
+func TestFindBwrapIgnoresPath(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "bwrap"), "#!/bin/sh\necho fake\n")
+	os.Chmod(filepath.Join(dir, "bwrap"), 0o755)
+	t.Setenv("PATH", dir+":"+os.Getenv("PATH"))
+	p, err := FindBwrap()
+	if err != nil {
+		needTool(t, "/usr/bin/bwrap", "bubblewrap runs the sandbox")
+		t.Fatal(err)
+	}
+	if strings.HasPrefix(p, dir) {
+		t.Fatalf("FindBwrap took %s from PATH", p)
+	}
+}
