@@ -24,7 +24,7 @@ func needTool(t testing.TB, path, why string) {
 // with a linked worktree made by the git binary, an attempt folder.
 type fixture struct {
 	root, home, repo, common, wt, gitdir, attempt, artifacts, tmp string
-	secretStore, outside, readonly                                  string
+	secretStore, outside, readonly                                string
 }
 
 const (

@@ -211,7 +211,9 @@ func BuildPlan(in Input) (*Plan, error) {
 	return p, nil
 }
 
-func isHideReason(r string) bool { return strings.HasPrefix(r, "hidden") || strings.HasPrefix(r, "private") }
+func isHideReason(r string) bool {
+	return strings.HasPrefix(r, "hidden") || strings.HasPrefix(r, "private")
+}
 
 func (b *builder) build() error {
 	in := b.in
