@@ -7,7 +7,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -89,7 +92,10 @@ func trusted(p string, allowed []string) error {
 // without the command: [flags...] "--". The environment is not in it (see
 // Command).
 func (p *Plan) Args() []string {
-	a := []string{"--unshare-all"}
+	// --unshare-user (not only --unshare-all's "try") so that
+	// --disable-userns can forbid nested user namespaces: a step cannot
+	// regain capabilities in a namespace of its own.
+	a := []string{"--unshare-all", "--unshare-user", "--disable-userns"}
 	if p.Network == NetworkOpen {
 		a = append(a, "--share-net")
 	}
@@ -174,9 +180,13 @@ func Command(ctx context.Context, p *Plan, argv []string) (*exec.Cmd, error) {
 	if err != nil {
 		return nil, err
 	}
-	// ExtraFiles[0] is fd 3 in bwrap.
-	args := append([]string{"--args", "3"}, p.Args()...)
-	args = append(args, "--")
+	// ExtraFiles[0] is fd 3 in bwrap; --args comes after --clearenv, which
+	// would otherwise clear the variables it sets.
+	args := p.Args()
+	if !disableUsernsSupported(bw) {
+		args = slices.DeleteFunc(args, func(s string) bool { return s == "--unshare-user" || s == "--disable-userns" })
+	}
+	args = append(args, "--args", "3", "--")
 	args = append(args, p.WrapArgv...)
 	args = append(args, argv...)
 	cmd := exec.CommandContext(ctx, bw, args...)
@@ -214,4 +224,33 @@ func argsFile(args []string) (*os.File, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+var (
+	versionOnce sync.Once
+	versionMaj  int
+	versionMin  int
+)
+
+// bwrapVersion returns bwrap's major and minor version (0, 0 if unknown).
+func bwrapVersion(bw string) (int, int) {
+	versionOnce.Do(func() {
+		out, err := exec.Command(bw, "--version").Output()
+		if err != nil {
+			return
+		}
+		v := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(out)), "bubblewrap"))
+		parts := strings.Split(v, ".")
+		if len(parts) >= 2 {
+			versionMaj, _ = strconv.Atoi(parts[0])
+			versionMin, _ = strconv.Atoi(parts[1])
+		}
+	})
+	return versionMaj, versionMin
+}
+
+// disableUsernsSupported: --disable-userns appeared in bubblewrap 0.8.
+func disableUsernsSupported(bw string) bool {
+	maj, min := bwrapVersion(bw)
+	return maj > 0 || min >= 8
 }

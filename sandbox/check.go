@@ -20,6 +20,7 @@ type CheckResult struct {
 	Reason    status.Reason `json:"reason,omitempty"`
 	Msg       string        `json:"message,omitempty"`
 	Fix       string        `json:"fix,omitempty"`
+	Notes     []string      `json:"notes,omitempty"` // weaker protections on this machine
 }
 
 // Err returns the result as a typed error, or nil when available: what a
@@ -58,8 +59,14 @@ func Check() CheckResult {
 	}
 	res.Version = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(out)), "bubblewrap"))
 	// The probe: the same namespaces and flags as a real plan.
-	probe := exec.CommandContext(ctx, p, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-		"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--", "/bin/true")
+	args := []string{"--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+		"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--", "/bin/true"}
+	if disableUsernsSupported(p) {
+		args = append([]string{"--unshare-user", "--disable-userns"}, args...)
+	} else {
+		res.Notes = append(res.Notes, "bubblewrap "+res.Version+" is older than 0.8: nested user namespaces cannot be disabled inside the sandbox")
+	}
+	probe := exec.CommandContext(ctx, p, args...)
 	probe.Env = []string{}
 	var stderr bytes.Buffer
 	probe.Stderr = &stderr

@@ -46,7 +46,7 @@ func write(t testing.TB, p, content string) {
 
 func git(t testing.TB, dir string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command("/usr/bin/git", append([]string{"-C", dir}, args...)...)
+	cmd := exec.Command("/usr/bin/git", append([]string{"-c", "safe.directory=*", "-C", dir}, args...)...)
 	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.invalid",
 		"GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.invalid", "GIT_CONFIG_NOSYSTEM=1", "HOME="+dir)
 	out, err := cmd.CombinedOutput()

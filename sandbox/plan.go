@@ -267,14 +267,17 @@ func (b *builder) build() error {
 		Mount{Op: "ro-bind", Src: "/", Dst: "/", Reason: "the system, read-only"},
 		Mount{Op: "dev", Dst: "/dev", Reason: "a fresh /dev with only the basic devices"},
 		Mount{Op: "proc", Dst: "/proc", Reason: "a /proc of the sandbox's own process namespace"},
-		Mount{Op: "tmpfs", Dst: "/tmp", Reason: "private /tmp: empty, gone after the step (host sockets such as ssh-agent and X11 stay outside)"},
-		Mount{Op: "tmpfs", Dst: "/run", Reason: "private /run: the D-Bus session bus, agent sockets and /run/user stay outside"},
 	)
+	// /tmp and /run: empty and read-only (TMPDIR is the place to write), so
+	// the host's sockets stay outside and nothing is written to phantom
+	// folders that vanish.
+	b.addTmpfs(&b.base, "/tmp", "private /tmp, empty and read-only: host sockets such as ssh-agent and X11 stay outside; write to TMPDIR")
+	b.addTmpfs(&b.base, "/run", "private /run, empty and read-only: the D-Bus session bus, agent sockets and /run/user stay outside")
 	if fi, err := os.Lstat("/var/run"); err == nil && fi.IsDir() {
-		b.base = append(b.base, Mount{Op: "tmpfs", Dst: "/var/run", Reason: "private /var/run: host sockets stay outside"})
+		b.addTmpfs(&b.base, "/var/run", "private /var/run: host sockets stay outside")
 	}
 	if b.host.WSL {
-		b.base = append(b.base, Mount{Op: "tmpfs", Dst: "/mnt", Reason: "hidden: WSL's Windows drives (/mnt)"})
+		b.addTmpfs(&b.base, "/mnt", "hidden: WSL's Windows drives (/mnt)")
 		b.plan.Notes = append(b.plan.Notes, "WSL: /run/WSL is hidden by the private /run, WSL_INTEROP is unset")
 	}
 

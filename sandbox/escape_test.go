@@ -1,0 +1,590 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The escape suite runs real bwrap on a real repository with a linked
+// worktree. Every attack has a legitimate twin that must keep working.
+
+func TestMain(m *testing.M) {
+	if len(os.Args) > 2 && os.Args[1] == "__sandbox_helper" {
+		os.Exit(helperMain(os.Args[2:]))
+	}
+	os.Exit(m.Run())
+}
+
+// helperMain runs inside the sandbox (the test binary, bound read-only):
+// small probes that a shell cannot do.
+func helperMain(args []string) int {
+	fail := func(err error) int { fmt.Fprintln(os.Stderr, "helper:", err); return 1 }
+	switch args[0] {
+	case "connect": // connect PATH|@ABSTRACT
+		c, err := net.DialTimeout("unix", args[1], time.Second)
+		if err != nil {
+			return fail(err)
+		}
+		c.Close()
+		return 0
+	case "dial": // dial HOST:PORT
+		c, err := net.DialTimeout("tcp", args[1], time.Second)
+		if err != nil {
+			return fail(err)
+		}
+		c.Close()
+		return 0
+	case "selfsock": // listen and connect to our own Unix socket
+		l, err := net.Listen("unix", args[1])
+		if err != nil {
+			return fail(err)
+		}
+		defer l.Close()
+		go func() {
+			if c, err := l.Accept(); err == nil {
+				c.Close()
+			}
+		}()
+		c, err := net.Dial("unix", args[1])
+		if err != nil {
+			return fail(err)
+		}
+		c.Close()
+		return 0
+	case "selftcp": // listen on our own loopback and connect
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return fail(err)
+		}
+		defer l.Close()
+		go func() {
+			if c, err := l.Accept(); err == nil {
+				c.Close()
+			}
+		}()
+		c, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			return fail(err)
+		}
+		c.Close()
+		return 0
+	case "ptrace": // ptrace PID
+		pid, _ := strconv.Atoi(args[1])
+		return ptraceAttach(pid)
+	case "ptrace-child":
+		c := exec.Command("sleep", "5")
+		if err := c.Start(); err != nil {
+			return fail(err)
+		}
+		defer c.Process.Kill()
+		return ptraceAttach(c.Process.Pid)
+	}
+	return fail(fmt.Errorf("unknown helper %q", args[0]))
+}
+
+func ptraceAttach(pid int) int {
+	// ptrace requests must come from one thread.
+	done := make(chan int)
+	go func() {
+		runtime.LockOSThread()
+		if err := syscall.PtraceAttach(pid); err != nil {
+			fmt.Fprintln(os.Stderr, "helper: ptrace:", err)
+			done <- 1
+			return
+		}
+		var ws syscall.WaitStatus
+		syscall.Wait4(pid, &ws, 0, nil)
+		syscall.PtraceDetach(pid)
+		done <- 0
+	}()
+	return <-done
+}
+
+// suite is one run of the escape cases, as root or as an unprivileged user.
+type suite struct {
+	f       *fixture
+	uid     int
+	helper  string
+	hostPID int
+	vars    map[string]string
+}
+
+const prelude = `
+refused() { if "$@" >/dev/null 2>&1; then echo "ESCAPED: $*"; exit 1; fi; }
+`
+
+// run executes script under a fresh plan of the fixture; it returns the exit
+// code and the combined output.
+func (s *suite) run(t *testing.T, edit func(*Input), script string) (int, string) {
+	t.Helper()
+	in := s.f.input()
+	in.ExtraBinaries = []string{s.helper}
+	if s.uid != 0 {
+		in.Env["HOME_NOTE"] = "unprivileged"
+	}
+	if edit != nil {
+		edit(&in)
+	}
+	p, err := BuildPlan(in)
+	if err != nil {
+		t.Fatalf("BuildPlan: %v", err)
+	}
+	var sb strings.Builder
+	sb.WriteString(prelude)
+	keys := make([]string, 0, len(s.vars))
+	for k := range s.vars {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&sb, "export %s='%s'\n", k, s.vars[k])
+	}
+	sb.WriteString(script)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd, err := Command(ctx, p, []string{"/bin/sh", "-c", sb.String()})
+	if err != nil {
+		t.Fatalf("Command: %v", err)
+	}
+	if s.uid != os.Geteuid() {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(s.uid), Gid: uint32(s.uid), Groups: []uint32{}}
+		chownTree(t, s.f.root, s.uid)
+	}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = cmd.Run()
+	if cerr := p.Cleanup(); cerr != nil {
+		t.Errorf("cleanup: %v", cerr)
+	}
+	for _, st := range p.StandIns {
+		if exists(st) {
+			t.Errorf("stand-in %s left on disk after the step", st)
+		}
+	}
+	code := 0
+	if err != nil {
+		ee, ok := err.(*exec.ExitError)
+		if !ok {
+			t.Fatalf("running bwrap: %v\n%s", err, out.String())
+		}
+		code = ee.ExitCode()
+	}
+	return code, out.String()
+}
+
+func chownTree(t *testing.T, root string, uid int) {
+	t.Helper()
+	filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode()&os.ModeSetuid == 0 {
+			os.Lchown(p, uid, uid)
+		}
+		return nil
+	})
+}
+
+type escapeCase struct {
+	name     string
+	attack   string                         // must end by exit 42 with every operation refused
+	twin     string                         // the legitimate use: must exit 0
+	edit     func(*Input)                   // plan changes for both scripts
+	check    func(t *testing.T, f *fixture) // host-side check after the attack
+	twinHost func(t *testing.T, f *fixture) // host-side check after the twin
+	rootOnly string                         // non-empty: skipped for the unprivileged run, with why
+}
+
+func unchanged(path, want string) func(*testing.T, *fixture) {
+	return func(t *testing.T, f *fixture) {
+		b, err := os.ReadFile(strings.ReplaceAll(path, "$ROOT", f.root))
+		if err != nil || string(b) != want {
+			t.Errorf("%s changed on the host: %q %v", path, b, err)
+		}
+	}
+}
+
+func absent(paths ...string) func(*testing.T, *fixture) {
+	return func(t *testing.T, f *fixture) {
+		for _, p := range paths {
+			p = strings.ReplaceAll(p, "$ROOT", f.root)
+			if exists(p) {
+				t.Errorf("%s exists on the host", p)
+			}
+		}
+	}
+}
+
+func present(paths ...string) func(*testing.T, *fixture) {
+	return func(t *testing.T, f *fixture) {
+		for _, p := range paths {
+			p = strings.ReplaceAll(p, "$ROOT", f.root)
+			if !exists(p) {
+				t.Errorf("%s was not written on the host", p)
+			}
+		}
+	}
+}
+
+func escapeCases() []escapeCase {
+	netNone := func(in *Input) { in.Network = NetworkNone }
+	cs := []escapeCase{
+		{name: "write a read-only shared path",
+			attack: `refused sh -c "echo x > $SHARED/victim.txt"; exit 42`,
+			twin:   `cat $SHARED/victim.txt && echo ok > $WT/new.txt`,
+			check:  unchanged("$ROOT/shared/victim.txt", "original\n"), twinHost: present("$ROOT/state/runs/r1/steps/build/1/worktrees/app/new.txt")},
+		{name: "write a system folder",
+			attack: `refused sh -c "echo x > /etc/kusaw-escape"; refused sh -c "echo x > /usr/kusaw-escape"; exit 42`,
+			twin:   `echo ok > $ART/report.txt`,
+			check:  absent("/etc/kusaw-escape", "/usr/kusaw-escape"), twinHost: present("$ROOT/state/runs/r1/steps/build/1/artifacts/report.txt")},
+		{name: "write outside into the private /tmp",
+			attack: `refused mkdir -p $OUTSIDE; refused sh -c "echo x > $OUTSIDE/victim.txt"; refused sh -c "echo y > /tmp/planted"; refused sh -c "echo y > /run/planted"; exit 42`,
+			twin:   `echo ok > $TMP/scratch && test "$TMPDIR" = "$TMP"`,
+			check:  unchanged("$ROOT/outside/victim.txt", "original\n"), twinHost: present("$ROOT/state/runs/r1/steps/build/1/tmp/scratch")},
+		{name: "write the attempt's records",
+			attack: `refused sh -c "echo x >> $ATTEMPT/events.jsonl"; refused sh -c "echo x > $ATTEMPT/attempt.json"; exit 42`,
+			twin:   `echo ok > $ART/out.txt`,
+			check:  unchanged("$ROOT/state/runs/r1/steps/build/1/events.jsonl", "{}\n")},
+		{name: "write the real home",
+			attack: `refused sh -c "echo evil >> $HOME_/.bashrc"; refused mkdir -p $HOME_/go/pkg; refused sh -c "echo x > $HOME_/.profile"; exit 42`,
+			twin:   `echo ok > $HOME_/.claude/new-session.json`,
+			check:  unchanged("$ROOT/home/.bashrc", "# rc\n"), twinHost: present("$ROOT/home/.claude/new-session.json")},
+		{name: "write the user's own checkout",
+			attack: `refused sh -c "echo x > $REPO/README.md"; refused sh -c "echo x > $REPO/planted"; exit 42`,
+			twin:   `echo more >> $WT/README.md`,
+			check:  unchanged("$ROOT/repo/README.md", "hello\n")},
+		{name: "write .git/hooks",
+			attack: `refused sh -c "echo evil > $COMMON/hooks/pre-commit"; refused mkdir $COMMON/hooks/x; exit 42`,
+			twin:   `echo c > $WT/c.txt && git add c.txt && git commit -q -m twin && git log -1 --format=%s | grep -q twin`,
+			check:  absent("$ROOT/repo/.git/hooks/pre-commit"),
+			twinHost: func(t *testing.T, f *fixture) {
+				if git(t, f.repo, "log", "-1", "--format=%s", "kusaw/r1/build/1") != "twin" {
+					t.Errorf("the commit made inside is not on the attempt branch")
+				}
+			}},
+		{name: "write .git/config",
+			attack: `refused sh -c "echo '[core] hooksPath=/tmp' >> $COMMON/config"; refused git config core.hooksPath /tmp/evil; refused git config --worktree core.fsmonitor evil; exit 42`,
+			twin:   `test "$(git config --get core.hooksPath)" = .githooks`,
+			check: func(t *testing.T, f *fixture) {
+				if v := git(t, f.repo, "config", "--get", "core.hooksPath"); v != ".githooks" {
+					t.Errorf("core.hooksPath changed to %q", v)
+				}
+			}},
+		{name: "write .git/info and packed-refs",
+			attack: `refused sh -c "echo '* filter=evil' > $COMMON/info/attributes"; refused sh -c "echo x > $COMMON/packed-refs"; refused sh -c "echo x > $COMMON/commondir"; exit 42`,
+			twin:   `git status --porcelain >/dev/null && git branch --list >/dev/null`,
+			check:  absent("$ROOT/repo/.git/info/attributes", "$ROOT/repo/.git/commondir")},
+		{name: "move the user's branches and tags",
+			attack: `refused sh -c "git rev-parse HEAD > $COMMON/refs/heads/main"; refused git branch -f main HEAD; refused git tag evil; refused git update-ref refs/heads/main HEAD; exit 42`,
+			twin:   `git commit -q --allow-empty -m twin2 && git log -1 --format=%s | grep -q twin2`,
+			check: func(t *testing.T, f *fixture) {
+				if git(t, f.repo, "log", "-1", "--format=%s", "main") != "init" {
+					t.Errorf("main moved")
+				}
+			}},
+		{name: "redirect the worktree's git folder",
+			attack: `refused sh -c "echo /tmp > $GITDIR/commondir"; refused sh -c "echo x > $GITDIR/gitdir"; refused mkdir $COMMON/worktrees/evil; exit 42`,
+			twin:   `echo i > $WT/i.txt && git add i.txt && git reset -q i.txt`,
+			check:  unchanged("$ROOT/repo/.git/worktrees/app/commondir", "../..\n")},
+		{name: "replace the worktree's .git file",
+			attack: `refused sh -c "echo 'gitdir: /tmp/evil' > $WT/.git"; refused rm -f $WT/.git; refused mv $WT/.git $WT/.git-old; exit 42`,
+			twin:   `grep -q gitdir: $WT/.git && git rev-parse --git-dir >/dev/null`,
+			check: func(t *testing.T, f *fixture) {
+				b, _ := os.ReadFile(filepath.Join(f.wt, ".git"))
+				if !strings.Contains(string(b), f.gitdir) {
+					t.Errorf(".git file changed: %q", b)
+				}
+			}},
+		{name: "rename .claude away and plant a copy",
+			attack: `refused mv $WT/.claude $WT/.claude-old; refused rmdir $WT/.claude; exit 42`,
+			twin:   `mkdir $WT/movable && mv $WT/movable $WT/moved && rmdir $WT/moved`,
+			check:  present("$ROOT/state/runs/r1/steps/build/1/worktrees/app/.claude/settings.json")},
+		{name: "rename the worktree",
+			attack: `refused mv $WT $WT-x; exit 42`,
+			twin:   `cp -r $WT/docs $WT/docs2 && rm -rf $WT/docs2`},
+		{name: "write .claude/settings.json",
+			attack:   `refused sh -c "echo '{\"hooks\":1}' > $WT/.claude/settings.json"; refused rm $WT/.claude/settings.json; refused mv $WT/.claude/settings.json $WT/s; exit 42`,
+			twin:     `echo note > $WT/.claude/notes.md`,
+			check:    unchanged("$ROOT/state/runs/r1/steps/build/1/worktrees/app/.claude/settings.json", `{"hooks":{}}`),
+			twinHost: present("$ROOT/state/runs/r1/steps/build/1/worktrees/app/.claude/notes.md")},
+		{name: "write .claude/settings.local.json",
+			attack: `refused sh -c "echo x > $WT/.claude/settings.local.json"; exit 42`,
+			twin:   `cat $WT/.claude/settings.local.json`,
+			check:  unchanged("$ROOT/state/runs/r1/steps/build/1/worktrees/app/.claude/settings.local.json", `{}`)},
+		{name: ".mcp.json (missing) cannot be created",
+			attack: `refused sh -c "echo '{\"mcpServers\":{}}' > $WT/.mcp.json"; refused rm -f $WT/.mcp.json; exit 42`,
+			twin:   `echo '{}' > $WT/other.json`,
+			check:  absent("$ROOT/state/runs/r1/steps/build/1/worktrees/app/.mcp.json")},
+		{name: ".vscode/tasks.json (missing) cannot be created",
+			attack: `refused sh -c "echo x > $WT/.vscode/tasks.json"; refused sh -c "echo x > $WT/.vscode/settings.json"; exit 42`,
+			twin:   `cat $WT/.vscode/settings.json`,
+			check:  absent("$ROOT/state/runs/r1/steps/build/1/worktrees/app/.vscode/tasks.json")},
+		{name: ".cursor (missing) cannot be created",
+			attack: `refused mkdir -p $WT/.cursor/rules; refused sh -c "echo x > $WT/.cursor/hooks.json"; exit 42`,
+			twin:   `mkdir -p $WT/newdir/sub`,
+			check:  absent("$ROOT/state/runs/r1/steps/build/1/worktrees/app/.cursor")},
+		{name: "write .devcontainer",
+			attack: `refused sh -c "echo x > $WT/.devcontainer/devcontainer.json"; refused sh -c "echo x > $WT/.devcontainer/post.sh"; exit 42`,
+			twin:   `cat $WT/.devcontainer/devcontainer.json`,
+			check:  unchanged("$ROOT/state/runs/r1/steps/build/1/worktrees/app/.devcontainer/devcontainer.json", "{}")},
+		{name: ".husky (missing) cannot be created",
+			attack: `refused sh -c "mkdir -p $WT/.husky && echo x > $WT/.husky/pre-commit"; exit 42`,
+			twin:   `mkdir -p $WT/hooks-of-my-app && echo x > $WT/hooks-of-my-app/run`,
+			check:  absent("$ROOT/state/runs/r1/steps/build/1/worktrees/app/.husky")},
+		{name: "write the core.hooksPath folder",
+			attack: `refused sh -c "echo evil > $WT/.githooks/pre-commit"; refused sh -c "echo evil > $WT/.githooks/post-commit"; refused mv $WT/.githooks $WT/gh; exit 42`,
+			twin:   `cat $WT/.githooks/pre-commit >/dev/null`,
+			check:  absent("$ROOT/state/runs/r1/steps/build/1/worktrees/app/.githooks/post-commit")},
+		{name: "remove a protected folder",
+			attack: `refused rm -rf $WT/.claude/hooks; refused rm -rf $WT/.devcontainer; exit 42`,
+			twin:   `mkdir $WT/gone && touch $WT/gone/f && rm -rf $WT/gone`,
+			check:  present("$ROOT/state/runs/r1/steps/build/1/worktrees/app/.claude/hooks/keep.md")},
+		{name: "write .claude/hooks, commands, agents, skills",
+			attack: `for d in hooks commands agents skills; do refused sh -c "echo x > $WT/.claude/$d/evil.md"; done; exit 42`,
+			twin:   `for d in hooks commands agents skills; do cat $WT/.claude/$d/keep.md >/dev/null || exit 1; done`,
+			check:  absent("$ROOT/state/runs/r1/steps/build/1/worktrees/app/.claude/hooks/evil.md")},
+		{name: "hard-link a protected file",
+			attack: `refused ln $WT/.claude/settings.json $WT/s.json; refused ln $COMMON/config $WT/cfg; refused ln $GITDIR/commondir $GITDIR/cd2; refused ln $WT/.git $WT/g; exit 42`,
+			twin:   `ln $WT/README.md $WT/README.hard && rm $WT/README.hard`},
+		{name: "symlink out of the worktree",
+			attack: `ln -s $SHARED/victim.txt $WT/evil && refused sh -c "echo x > $WT/evil"; ln -s $HOME_/.ssh/id_ed25519 $WT/k && refused grep -q SSH-PRIVATE $WT/k; rm -f $WT/evil $WT/k; exit 42`,
+			twin:   `ln -s README.md $WT/r && echo more >> $WT/r && rm $WT/r`,
+			check:  unchanged("$ROOT/shared/victim.txt", "original\n")},
+		{name: "read ~/.ssh",
+			attack: `refused grep -rq SSH-PRIVATE $HOME_/.ssh; refused ls $HOME_/.ssh/id_ed25519; exit 42`,
+			twin:   `grep -q agent $HOME_/.claude/login.json && cat $HOME_/.claude.json >/dev/null`},
+		{name: "read ~/.aws",
+			attack: `refused grep -rq AWS-SECRET $HOME_/.aws; refused grep -rq AWS-SECRET $HOME_; exit 42`,
+			twin:   `ls $HOME_/.claude >/dev/null`},
+		{name: "read the secret store",
+			attack: `refused grep -rq STORE-SECRET $STORE; refused ls $STORE/store.json; exit 42`,
+			twin:   `cat /usr/local/go/VERSION >/dev/null 2>&1 || cat /etc/os-release >/dev/null`},
+		{name: "read the user's uncommitted .env",
+			attack: `refused grep -q ENV-FILE-SECRET $REPO/.env; refused grep -rq --exclude=helper ENV-FILE-SECRET /tmp; exit 42`,
+			twin:   `grep -q hello $WT/README.md`},
+		{name: "inherit secrets from kusaw's environment",
+			attack: `refused sh -c 'env | grep -q AWS-SECRET'; refused test -n "$AWS_SECRET_ACCESS_KEY"; refused test -n "$SSH_AUTH_SOCK"; refused test -n "$DBUS_SESSION_BUS_ADDRESS"; exit 42`,
+			twin:   `test "$STEP_TOKEN" = declared-by-step && test -n "$PATH" && test "$HOME" = "$HOME_"`},
+		{name: "reach an SSH agent socket",
+			attack: `refused $H connect $AGENTSOCK; exit 42`,
+			twin:   `$H selfsock $TMP/own.sock`},
+		{name: "reach the D-Bus session bus",
+			attack: `refused $H connect $BUSSOCK; refused ls /run/user; exit 42`,
+			twin:   `$H selfsock $XDG_RUNTIME_DIR/own.sock`},
+		{name: "reach a host abstract socket", edit: netNone,
+			attack: `refused $H connect $ABSTRACT; exit 42`,
+			twin:   `$H selfsock @kusaw-inside-$$`},
+		{name: "reach host loopback TCP", edit: netNone,
+			attack: `refused $H dial $HOSTTCP; exit 42`,
+			twin:   `$H selftcp`},
+		{name: "see or signal host processes",
+			attack: `refused kill -0 $HOSTPID; refused test -e /proc/$HOSTPID/cmdline; n=$(ls -d /proc/[0-9]* | wc -l); test $n -lt 10 || { echo "sees $n processes"; exit 1; }; exit 42`,
+			twin:   `sleep 5 & kill -0 $! && kill $!`},
+		{name: "ptrace a host process",
+			attack: `refused $H ptrace $HOSTPID; refused $H ptrace $PPID_HOST; exit 42`,
+			twin:   `$H ptrace-child`},
+		{name: "a background process outlives the step",
+			attack: `(sleep 1; echo late > $WT/late.txt) & exit 42`,
+			twin:   `(sleep 0.2; echo bg > $WT/bg.txt) & wait; test -f $WT/bg.txt`,
+			check: func(t *testing.T, f *fixture) {
+				time.Sleep(1500 * time.Millisecond)
+				absent("$ROOT/state/runs/r1/steps/build/1/worktrees/app/late.txt")(t, f)
+			}},
+		{name: "a detached daemon outlives the step",
+			attack: `setsid sh -c "sleep 1; echo late > $WT/late2.txt" >/dev/null 2>&1 & nohup sh -c "sleep 1; echo late > $WT/late3.txt" >/dev/null 2>&1 & exit 42`,
+			twin:   `setsid sh -c "echo d > $WT/daemon.txt" && sleep 0.2 && test -f $WT/daemon.txt`,
+			check: func(t *testing.T, f *fixture) {
+				time.Sleep(1500 * time.Millisecond)
+				absent("$ROOT/state/runs/r1/steps/build/1/worktrees/app/late2.txt", "$ROOT/state/runs/r1/steps/build/1/worktrees/app/late3.txt")(t, f)
+			}},
+		{name: "a setuid binary",
+			attack: `refused sh -c 'test "$($SUID -u)" != "$(id -u)"'; grep -q "^NoNewPrivs:[[:space:]]*1" /proc/self/status || exit 1; exit 42`,
+			twin:   `$PLAINID -u >/dev/null`},
+		{name: "mknod a device",
+			attack: `refused mknod $TMP/null c 1 3; refused mknod $TMP/sda b 8 0; refused mknod $WT/mem c 1 1; exit 42`,
+			twin:   `mkfifo $TMP/fifo && test -p $TMP/fifo`},
+		{name: "capabilities survive",
+			attack: `for p in self 1; do if grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb):' /proc/$p/status | grep -qv '0000000000000000'; then grep ^Cap /proc/$p/status; exit 1; fi; done; exit 42`,
+			twin:   `echo x > $WT/mine && chmod 600 $WT/mine && rm $WT/mine`},
+		{name: "mount or unmount",
+			attack: `refused mount -t tmpfs none $WT/docs; refused umount $WT/.claude/settings.json; refused umount -l $HOME_; refused unshare -r true; exit 42`,
+			twin:   `ls $WT/docs >/dev/null`},
+		{name: "write the Go caches in the home; go build with caches in TMPDIR",
+			attack: `refused mkdir -p $HOME_/go/pkg/mod; refused mkdir -p $HOME_/.cache/go-build; exit 42`,
+			twin:   `mkdir -p $WT/hello && cd $WT/hello && printf 'module hello\n\ngo 1.21\n' > go.mod && printf 'package main\n\nfunc main() { println("hi") }\n' > main.go && GOCACHE=$GOCACHE_DIR GOPATH=$TMP/gopath GOTOOLCHAIN=local go build -o $TMP/hello . && $TMP/hello`,
+			edit:   func(in *Input) { in.AllowWrite = append(in.AllowWrite, goCacheDir()) }},
+		{name: "a controlling terminal or leaked descriptor",
+			attack: `refused sh -c 'exec 3</dev/tty'; refused test -e /proc/self/fd/3; refused test -e /proc/self/fd/4; exit 42`,
+			twin:   `echo in | cat >/dev/null && test -e /proc/self/fd/0`},
+	}
+	return cs
+}
+
+func newSuite(t *testing.T, uid int) *suite {
+	needTool(t, "/usr/bin/bwrap", "the escape suite runs the real sandbox")
+	if r := Check(); !r.Available {
+		msg := "the sandbox cannot run here: " + r.Msg
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	f := newFixture(t)
+	s := &suite{f: f, uid: uid, hostPID: os.Getpid()}
+	// The helper: this test binary, copied where the sandbox binds it.
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.helper = filepath.Join(f.root, "bin", "helper")
+	copyFile(t, exe, s.helper, 0o755)
+	copyFile(t, "/usr/bin/id", filepath.Join(f.artifacts, "suid-id"), 0o755)
+	copyFile(t, "/usr/bin/id", filepath.Join(f.artifacts, "plain-id"), 0o755)
+	suid := filepath.Join(f.artifacts, "suid-id")
+	if uid == 0 {
+		os.Chown(suid, 65534, 65534) // root running it would become nobody
+	}
+	os.Chmod(suid, 0o4755)
+
+	// Sockets outside: an agent socket, a session bus, an abstract socket, loopback TCP.
+	agent := listenUnix(t, filepath.Join(f.root, "agent.sock"))
+	bus := listenUnix(t, filepath.Join(f.root, "run-user", "bus"))
+	abstract := fmt.Sprintf("@kusaw-test-%d", os.Getpid())
+	listenUnix(t, abstract)
+	tl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tl.Close() })
+	go acceptAll(tl)
+
+	if uid != 0 {
+		// Let the user reach the fixture: the temp folders above it are 0700.
+		for d := f.root; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+			os.Chmod(d, 0o755)
+		}
+		chownTree(t, f.root, uid)
+		os.Chown(filepath.Join(f.artifacts, "plain-id"), uid, uid)
+	}
+	s.vars = map[string]string{
+		"WT": f.wt, "COMMON": f.common, "GITDIR": f.gitdir, "HOME_": f.home, "STORE": f.secretStore,
+		"OUTSIDE": f.outside, "SHARED": f.readonly, "ATTEMPT": f.attempt, "ART": f.artifacts, "TMP": f.tmp,
+		"REPO": f.repo, "H": s.helper + " __sandbox_helper", "HOSTPID": strconv.Itoa(s.hostPID), "PPID_HOST": strconv.Itoa(os.Getppid()), "AGENTSOCK": agent, "BUSSOCK": bus,
+		"ABSTRACT": abstract, "HOSTTCP": tl.Addr().String(), "SUID": suid, "GOCACHE_DIR": goCacheDir(), "PLAINID": filepath.Join(f.artifacts, "plain-id"),
+	}
+	// The suite's own sockets must be reachable from the host (the attacks are real).
+	for _, p := range []string{agent, bus, abstract} {
+		c, err := net.Dial("unix", p)
+		if err != nil {
+			t.Fatalf("test socket %s: %v", p, err)
+		}
+		c.Close()
+	}
+	return s
+}
+
+func listenUnix(t *testing.T, p string) string {
+	t.Helper()
+	if !strings.HasPrefix(p, "@") {
+		os.MkdirAll(filepath.Dir(p), 0o755)
+	}
+	l, err := net.Listen("unix", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go acceptAll(l)
+	return p
+}
+
+func acceptAll(l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		c.Close()
+	}
+}
+
+func copyFile(t *testing.T, src, dst string, mode os.FileMode) {
+	t.Helper()
+	in, err := os.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	os.MkdirAll(filepath.Dir(dst), 0o755)
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, mode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		t.Fatal(err)
+	}
+	out.Close()
+	os.Chmod(dst, mode)
+}
+
+func runSuite(t *testing.T, uid int) {
+	s := newSuite(t, uid)
+	cases := escapeCases()
+	if len(cases) < 30 {
+		t.Fatalf("the escape suite has %d cases; at least 30 are required", len(cases))
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if uid != 0 && c.rootOnly != "" {
+				t.Skip(c.rootOnly)
+			}
+			code, out := s.run(t, c.edit, c.attack)
+			if code != 42 {
+				t.Errorf("attack was not refused (exit %d, want 42):\n%s", code, out)
+			}
+			if c.check != nil {
+				c.check(t, s.f)
+			}
+			code, out = s.run(t, c.edit, c.twin)
+			if code != 0 {
+				t.Errorf("the legitimate twin failed (exit %d):\n%s", code, out)
+			}
+			if c.twinHost != nil {
+				c.twinHost(t, s.f)
+			}
+		})
+	}
+}
+
+func TestEscapeAsRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("runs as root: kusaw is often started as root (CI, containers); the unprivileged run is TestEscapeUnprivileged")
+	}
+	runSuite(t, 0)
+}
+
+func TestEscapeUnprivileged(t *testing.T) {
+	if os.Geteuid() != 0 {
+		// Already unprivileged: run the suite as we are.
+		runSuite(t, os.Geteuid())
+		return
+	}
+	runSuite(t, 65534)
+}
+
+// goCacheDir is a Go build cache kept between test runs (per user), so the
+// go build twin does not rebuild the runtime each time.
+func goCacheDir() string {
+	d := filepath.Join(os.TempDir(), fmt.Sprintf("kusaw-sandbox-test-gocache-%d", os.Geteuid()))
+	os.MkdirAll(d, 0o755)
+	return d
+}
