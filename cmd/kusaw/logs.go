@@ -1,0 +1,193 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kusaw/kusaw/status"
+)
+
+func init() { addCommand(newLogsCmd) }
+
+func newLogsCmd(a *app) *cobra.Command {
+	var step string
+	var attempt int
+	var follow, events bool
+	cmd := &cobra.Command{
+		Use:   "logs RUN [--step S] [--attempt N] [-f] [--events]",
+		Short: "print a run's step output (stdout.log, stderr.log), or its events with --events; -f follows a running run",
+		// -f means follow here, while the root's -f is --file: the flags
+		// are parsed by hand (--file FILE still works).
+		DisableFlagParsing: true,
+		RunE: func(c *cobra.Command, raw []string) error {
+			var args []string
+			for i := 0; i < len(raw); i++ {
+				arg := raw[i]
+				name, val, hasVal := strings.Cut(arg, "=")
+				next := func() (string, error) {
+					if hasVal {
+						return val, nil
+					}
+					if i+1 >= len(raw) {
+						return "", exitf(status.ExitUsage, "%s needs a value (see 'kusaw logs --help')", name)
+					}
+					i++
+					return raw[i], nil
+				}
+				switch name {
+				case "-h", "--help":
+					return c.Help()
+				case "-f", "--follow":
+					follow = true
+				case "--events":
+					events = true
+				case "--step":
+					v, err := next()
+					if err != nil {
+						return err
+					}
+					step = v
+				case "--attempt":
+					v, err := next()
+					if err != nil {
+						return err
+					}
+					n, err := strconv.Atoi(v)
+					if err != nil || n < 1 {
+						return exitf(status.ExitUsage, "--attempt %q is not an attempt number (1, 2, ...)", v)
+					}
+					attempt = n
+				case "--file":
+					v, err := next()
+					if err != nil {
+						return err
+					}
+					a.file = v
+				default:
+					if strings.HasPrefix(arg, "-") {
+						return exitf(status.ExitUsage, "unknown flag %s (see 'kusaw logs --help')", arg)
+					}
+					args = append(args, arg)
+				}
+			}
+			if len(args) != 1 {
+				return exitf(status.ExitUsage, "kusaw logs takes one run id (list them with: kusaw runs)")
+			}
+			st, err := a.openState()
+			if err != nil {
+				return err
+			}
+			r, err := loadRun(st, args[0])
+			if err != nil {
+				return err
+			}
+			if step != "" {
+				found := false
+				for _, s := range r.Steps {
+					found = found || s.ID == step
+				}
+				if !found {
+					return exitf(status.ExitNotFound, "run %s has no step %q", r.ID, step)
+				}
+			}
+			l := &logPrinter{w: a.stdout, offsets: map[string]int64{}, headed: map[string]bool{}}
+			for {
+				if events {
+					l.copy(filepath.Join(st.RunDir(r.ID), "events.jsonl"), "")
+				}
+				atts, _ := st.Attempts(r)
+				matched := false
+				for _, at := range atts {
+					if (step != "" && at.Step != step) || (attempt > 0 && at.Number != attempt) {
+						continue
+					}
+					matched = true
+					dir := st.AttemptDir(r.ID, at.Step, at.Number)
+					head := fmt.Sprintf("== %s attempt %d", at.Step, at.Number)
+					if events {
+						l.copy(filepath.Join(dir, "events.jsonl"), head+" events ==")
+						continue
+					}
+					for _, p := range at.Processes {
+						l.copy(filepath.Join(dir, "setup.log"), head+" setup ==")
+						l.copy(filepath.Join(dir, p.Stdout), head+" "+p.Stdout+" ==")
+						l.copy(filepath.Join(dir, p.Stderr), head+" "+p.Stderr+" ==")
+					}
+				}
+				if !follow {
+					if !matched && attempt > 0 {
+						return exitf(status.ExitNotFound, "run %s has no attempt %d%s", r.ID, attempt, stepSuffix(step))
+					}
+					return nil
+				}
+				if r.State.Final() {
+					return nil
+				}
+				time.Sleep(200 * time.Millisecond)
+				if st, err = a.openState(); err != nil {
+					return err
+				}
+				cur, err := st.LoadRun(r.ID)
+				if err != nil {
+					return exitf(status.ExitInternal, "%v", err)
+				}
+				r = cur
+			}
+		},
+	}
+	cmd.SetHelpTemplate(`Usage: kusaw logs RUN [--step S] [--attempt N] [-f|--follow] [--events] [--file FACTORY]
+
+Prints the output of a run's attempts (setup.log, stdout.log, stderr.log), each
+file under a header. --step and --attempt narrow it; -f keeps printing new
+output until the run ends; --events prints the events files instead.
+`)
+	return cmd
+}
+
+func stepSuffix(step string) string {
+	if step == "" {
+		return ""
+	}
+	return " of step " + step
+}
+
+// logPrinter prints new bytes of files, once each, with a header before a
+// file's first bytes.
+type logPrinter struct {
+	w       io.Writer
+	offsets map[string]int64
+	headed  map[string]bool
+}
+
+func (l *logPrinter) copy(path, head string) {
+	f, err := os.Open(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	if _, err := f.Seek(l.offsets[path], io.SeekStart); err != nil {
+		return
+	}
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			if !l.headed[path] && head != "" {
+				fmt.Fprintln(l.w, head)
+			}
+			l.headed[path] = true
+			l.w.Write(buf[:n])
+			l.offsets[path] += int64(n)
+		}
+		if err != nil {
+			return
+		}
+	}
+}

@@ -1,0 +1,250 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kusaw/kusaw/factory"
+	"github.com/kusaw/kusaw/status"
+)
+
+func init() { addCommand(newRunCmd) }
+
+// KillGraceEnv overrides the time between SIGTERM and SIGKILL (tests use a
+// short one).
+const killGraceEnv = "KUSAW_KILL_GRACE"
+
+func newRunCmd(a *app) *cobra.Command {
+	var jsonOut bool
+	cmd := &cobra.Command{
+		Use:   "run [PIPELINE]",
+		Short: "run a pipeline in-process (default: the pipeline called default, or the only one)",
+		Long: "Runs each step of the pipeline as attempts in fresh git worktrees and records everything under\n" +
+			"state_dir/runs/<run-id>/. Exit status: 0 succeeded, 1 failed, 4 a required sandbox is unavailable,\n" +
+			"130 canceled (Ctrl-C or kusaw cancel).",
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			f, err := a.loadFactory()
+			if err != nil {
+				return err
+			}
+			opts := factory.Options{}
+			if v := os.Getenv(killGraceEnv); v != "" {
+				d, err := time.ParseDuration(v)
+				if err != nil || d <= 0 {
+					return exitf(status.ExitUsage, "%s=%q is not a duration (for example 10s)", killGraceEnv, v)
+				}
+				opts.KillGrace = d
+			}
+			pipeline := ""
+			if len(args) == 1 {
+				pipeline = args[0]
+			}
+			p := newProgress(a.stdout, jsonOut)
+			opts.OnEvent = p.event
+			e, err := factory.New(f, opts)
+			if e == nil {
+				return exitf(status.ExitInternal, "%v", err)
+			}
+			if err != nil {
+				fmt.Fprintf(a.stderr, "kusaw: warning: recovering interrupted runs: %v\n", err)
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			p.start()
+			run, err := e.Run(ctx, pipeline)
+			p.stop()
+			if err != nil {
+				if errors.Is(err, factory.ErrUnknownPipeline) {
+					return exitf(status.ExitUsage, "%s", strings.TrimPrefix(err.Error(), factory.ErrUnknownPipeline.Error()+": "))
+				}
+				return exitf(status.ExitInternal, "%v", err)
+			}
+			rec := run.Record
+			if !jsonOut {
+				fmt.Fprintf(a.stdout, "run %s %s in %s\n", rec.ID, rec.State, runDuration(rec))
+				for _, rr := range rec.Repos {
+					fmt.Fprintf(a.stdout, "  %s: %s at %s\n", rr.Name, rr.Branch, short(rr.HeadSHA))
+				}
+			}
+			if rec.State != status.RunSucceeded && rec.Message != "" {
+				fix := ""
+				if rec.Fix != "" {
+					fix = " (fix: " + rec.Fix + ")"
+				}
+				fmt.Fprintf(a.stderr, "kusaw: %s: %s%s\n", rec.Reason, rec.Message, fix)
+			}
+			if code := run.ExitCode(); code != status.ExitOK {
+				return silentExit(code)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&jsonOut, "json", false, "stream the run's events as JSON lines")
+	return cmd
+}
+
+// progress shows a run as it goes: a redrawn status line on a terminal,
+// one line per notable event otherwise, or every event as JSON.
+type progress struct {
+	w       io.Writer
+	json    bool
+	tty     bool
+	mu      sync.Mutex
+	step    string
+	attempt int
+	of      int
+	started time.Time
+	latest  string
+	drawn   bool
+	done    chan struct{}
+}
+
+func newProgress(w io.Writer, jsonOut bool) *progress {
+	p := &progress{w: w, json: jsonOut, done: make(chan struct{})}
+	if f, ok := w.(*os.File); ok && !jsonOut {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 && os.Getenv("TERM") != "dumb" {
+			p.tty = true
+		}
+	}
+	return p
+}
+
+func (p *progress) start() {
+	p.started = time.Now()
+	if !p.tty {
+		return
+	}
+	go func() {
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-p.done:
+				return
+			case <-t.C:
+				p.mu.Lock()
+				p.redraw()
+				p.mu.Unlock()
+			}
+		}
+	}()
+}
+
+func (p *progress) stop() {
+	close(p.done)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.clear()
+}
+
+func (p *progress) clear() {
+	if p.tty && p.drawn {
+		fmt.Fprint(p.w, "\r\033[K")
+		p.drawn = false
+	}
+}
+
+func (p *progress) redraw() {
+	if !p.tty || p.step == "" {
+		return
+	}
+	line := fmt.Sprintf("%s  attempt %d/%d  %s  %s", p.step, p.attempt, p.of, fmtDur(time.Since(p.started).Truncate(100*time.Millisecond)), p.latest)
+	if len(line) > 110 {
+		line = line[:110]
+	}
+	fmt.Fprintf(p.w, "\r\033[K%s", line)
+	p.drawn = true
+}
+
+func (p *progress) event(ev factory.Event) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.json {
+		b, _ := json.Marshal(ev)
+		fmt.Fprintf(p.w, "%s\n", b)
+		return
+	}
+	switch ev.Type {
+	case factory.EvAttemptStarted:
+		p.step, p.attempt = ev.Step, ev.Attempt
+		if of, ok := ev.Data["of"].(int); ok {
+			p.of = of
+		}
+	case factory.EvRunStarted:
+		p.latest = "run.started " + fmt.Sprint(ev.Data["pipeline"])
+	}
+	p.latest = ev.Type + summary(ev.Data)
+	line := ""
+	switch ev.Type {
+	case factory.EvRunStarted:
+		line = fmt.Sprintf("run %s: pipeline %v %v", ev.Run, ev.Data["pipeline"], ev.Data["steps"])
+	case factory.EvAttemptStarted:
+		line = fmt.Sprintf("%s: attempt %d/%v started (sandbox %v)", ev.Step, ev.Attempt, ev.Data["of"], ev.Data["mode"])
+	case factory.EvAttemptFinished:
+		line = fmt.Sprintf("%s: attempt %d %v in %s", ev.Step, ev.Attempt, ev.Data["outcome"], msDur(ev.Data["duration_ms"]))
+		if r, ok := ev.Data["reason"]; ok {
+			line += fmt.Sprintf(" (%v: %v)", r, ev.Data["message"])
+		}
+	case factory.EvStepFinished:
+		line = fmt.Sprintf("%v: %v after %v attempt(s)", ev.Data["step"], ev.Data["outcome"], ev.Data["attempts"])
+	case factory.EvEgressBlocked:
+		line = fmt.Sprintf("%s: egress blocked: %v", ev.Step, summary(ev.Data))
+	case factory.EvCancelRequested:
+		line = "cancel requested"
+	}
+	if line == "" {
+		p.redraw()
+		return
+	}
+	p.clear()
+	if p.tty {
+		fmt.Fprintf(p.w, "%s\n", line)
+		p.redraw()
+	} else {
+		fmt.Fprintf(p.w, "%s %s\n", ev.TS.Local().Format("15:04:05"), line)
+	}
+}
+
+func msDur(v any) string {
+	switch x := v.(type) {
+	case int64:
+		return fmtDur(time.Duration(x) * time.Millisecond)
+	case float64:
+		return fmtDur(time.Duration(x) * time.Millisecond)
+	}
+	return fmt.Sprint(v)
+}
+
+// summary renders an event's data as a few key=value pairs.
+func summary(d map[string]any) string {
+	if len(d) == 0 {
+		return ""
+	}
+	keys := make([]string, 0, len(d))
+	for k := range d {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		v := fmt.Sprint(d[k])
+		if len(v) > 40 {
+			v = v[:40] + "…"
+		}
+		fmt.Fprintf(&b, " %s=%s", k, v)
+	}
+	return b.String()
+}

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/kusaw/kusaw/factory"
+	"github.com/kusaw/kusaw/status"
+)
+
+// openState loads the factory file and opens its state directory, which
+// also marks runs whose kusaw died as interrupted.
+func (a *app) openState() (*factory.State, error) {
+	f, err := a.loadFactory()
+	if err != nil {
+		return nil, err
+	}
+	st, err := factory.OpenState(f.StateDir)
+	if st == nil {
+		return nil, exitf(status.ExitInternal, "%v", err)
+	}
+	if err != nil {
+		fmt.Fprintf(a.stderr, "kusaw: warning: recovering interrupted runs: %v\n", err)
+	}
+	return st, nil
+}
+
+// loadRun maps a missing run to exit 5.
+func loadRun(st *factory.State, id string) (*factory.RunRecord, error) {
+	r, err := st.LoadRun(id)
+	if errors.Is(err, factory.ErrNoRun) {
+		return nil, exitf(status.ExitNotFound, "%v", err)
+	}
+	if err != nil {
+		return nil, exitf(status.ExitInternal, "%v", err)
+	}
+	return r, nil
+}
+
+func fmtDur(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return fmt.Sprintf("%dms", d.Milliseconds())
+	case d < time.Minute:
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	default:
+		return d.Round(time.Second).String()
+	}
+}
+
+func runDuration(r *factory.RunRecord) string {
+	if r.Started == nil {
+		return "-"
+	}
+	end := time.Now()
+	if r.Finished != nil {
+		end = *r.Finished
+	}
+	return fmtDur(end.Sub(*r.Started))
+}
+
+func short(sha string) string {
+	if len(sha) > 10 {
+		return sha[:10]
+	}
+	return sha
+}

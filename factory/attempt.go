@@ -1,0 +1,607 @@
+package factory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/kusaw/kusaw/config"
+	"github.com/kusaw/kusaw/secretstore"
+	"github.com/kusaw/kusaw/status"
+	"github.com/kusaw/kusaw/steps"
+	"github.com/kusaw/kusaw/worktree"
+)
+
+func openSecretStore() (SecretSource, error) { return secretstore.Open() }
+
+// attemptRun is one attempt while it executes.
+type attemptRun struct {
+	e      *Engine
+	run    *Run
+	step   *config.Step
+	n      int
+	dir    string
+	rec    *AttemptRecord
+	events *sink
+	wts    map[string]*worktree.Worktree
+	repos  map[string]*worktree.Repo
+}
+
+func (a *attemptRun) save() { _ = writeJSON(filepath.Join(a.dir, attemptFile), a.rec) }
+
+// fail ends the attempt with an outcome and a reason before or after its
+// process.
+func (a *attemptRun) setOutcome(o status.Outcome, r status.Reason, msg string) {
+	a.rec.Outcome, a.rec.Reason, a.rec.Message = o, r, a.run.redact.String(msg)
+	if r != status.ReasonNone {
+		a.rec.Fix = r.Info().Fix
+	}
+}
+
+// attempt runs attempt n of a step (DESIGN §4, life of an attempt) and
+// returns its finished record.
+func (e *Engine) attempt(ctx context.Context, r *Run, s *config.Step, n int) *AttemptRecord {
+	dir := attemptDir(r.Dir, s.ID, n)
+	a := &attemptRun{e: e, run: r, step: s, n: n, dir: dir, wts: map[string]*worktree.Worktree{}, repos: map[string]*worktree.Repo{}}
+	a.rec = &AttemptRecord{Run: r.ID(), Step: s.ID, Number: n, Of: s.Attempts, Kind: s.Kind(), Builtin: s.Builtin,
+		Setup: e.F.Setup, Started: time.Now().UTC(), Worktrees: []WorktreeRecord{}, Processes: []ProcessRecord{}}
+	if s.Kind() == config.KindAgent {
+		a.rec.Provider = s.Provider
+	}
+	if s.Timeout > 0 {
+		a.rec.Timeout = s.Timeout.String()
+	}
+	procs := e.F.Attempts(s)
+	// The attempt's mode is the strictest of its processes'.
+	a.rec.Mode, a.rec.ModeOrigin = config.ModeOff, ""
+	for _, repos := range procs {
+		m, origin := e.F.EffectiveMode(s, repos)
+		if a.rec.ModeOrigin == "" || m == config.ModeRequired && a.rec.Mode != config.ModeRequired {
+			a.rec.Mode, a.rec.ModeOrigin = m, origin
+		}
+	}
+	a.rec.Network = e.F.EffectiveNetwork(s, a.rec.Mode)
+
+	for _, sub := range []string{artifactsDir, tmpDir, worktreesDir} {
+		perm := os.FileMode(0o755)
+		if sub == tmpDir {
+			perm = 0o700
+		}
+		if err := os.MkdirAll(filepath.Join(dir, sub), perm); err != nil {
+			a.events = &sink{run: r.ID(), step: s.ID, attempt: n, emit: e.opts.OnEvent}
+			a.setOutcome(status.OutcomeFailed, status.ReasonInternal, "cannot create the attempt folder: "+err.Error())
+			return a.finish()
+		}
+	}
+	a.events = e.openSink(filepath.Join(dir, eventsFile), r.ID(), s.ID, n, r.redact)
+	a.save()
+	a.events.Emit(EvAttemptStarted, map[string]any{"attempt": n, "of": s.Attempts, "kind": s.Kind(), "mode": a.rec.Mode, "mode_origin": a.rec.ModeOrigin, "network": a.rec.Network})
+
+	if err := a.createWorktrees(); err != nil {
+		a.setOutcome(status.OutcomeFailed, status.ReasonWorktreeFailed, err.Error())
+		return a.finish()
+	}
+	if err := a.setup(ctx); err != nil {
+		if ctx.Err() != nil {
+			a.setOutcome(status.OutcomeCanceled, status.ReasonStepCanceled, "canceled during setup")
+		} else {
+			a.setOutcome(status.OutcomeFailed, status.ReasonSetupFailed, err.Error())
+		}
+		return a.finish()
+	}
+	a.runProcesses(ctx, procs)
+	a.commit()
+	return a.finish()
+}
+
+// createWorktrees adds a worktree per active repo on the attempt branch,
+// from the run branch. The planned worktrees are recorded first, so a crash
+// in the middle leaves enough for recovery to remove them.
+func (a *attemptRun) createWorktrees() error {
+	runID := a.run.ID()
+	for _, name := range a.e.F.ActiveRepos(a.step) {
+		rr := a.run.repo(name)
+		a.rec.Worktrees = append(a.rec.Worktrees, WorktreeRecord{Repo: name, RepoPath: rr.Path,
+			Path: filepath.Join(a.dir, worktreesDir, name), Branch: worktree.AttemptBranch(runID, a.step.ID, a.n)})
+	}
+	a.save()
+	for i := range a.rec.Worktrees {
+		w := &a.rec.Worktrees[i]
+		repo, err := worktree.OpenRepo(w.RepoPath)
+		if err != nil {
+			return fmt.Errorf("repo %s: %v", w.Repo, err)
+		}
+		wt, err := repo.AddAttempt(a.run.repo(w.Repo).Branch, w.Branch, w.Path)
+		if err != nil {
+			return fmt.Errorf("repo %s: %v", w.Repo, err)
+		}
+		a.repos[w.Repo], a.wts[w.Repo] = repo, wt
+		w.GitDir, w.BaseSHA, w.Path = wt.GitDir, wt.BaseSHA, wt.Path
+		a.save()
+		a.events.Emit(EvWorktreeCreated, map[string]any{"repo": w.Repo, "path": w.Path, "branch": w.Branch, "base": w.BaseSHA})
+	}
+	return nil
+}
+
+// setup runs the factory's setup commands in each new worktree, outside
+// any sandbox, with the attempt's KUSAW_* variables but none of the step's
+// secrets. Output goes to setup.log.
+func (a *attemptRun) setup(ctx context.Context) error {
+	if len(a.e.F.Setup) == 0 {
+		return nil
+	}
+	logf, err := os.OpenFile(filepath.Join(a.dir, setupLogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	for _, w := range a.rec.Worktrees {
+		env := steps.HostEnv(os.Environ(), steps.TempEnv(filepath.Join(a.dir, tmpDir)), map[string]string{
+			steps.EnvRun: a.run.ID(), steps.EnvStep: a.step.ID, steps.EnvAttempt: fmt.Sprint(a.n),
+			steps.EnvArtifacts: filepath.Join(a.dir, artifactsDir), steps.EnvWorktreePrefix + steps.EnvName(w.Repo): w.Path,
+		})
+		for _, argv := range a.e.F.Setup {
+			fmt.Fprintf(logf, "== %s: %s\n", w.Repo, strings.Join(argv, " "))
+			start := time.Now()
+			res := a.e.runProcess(ctx, 0, &exec.Cmd{Path: lookPath(argv[0]), Args: argv, Dir: w.Path, Env: env}, logf, logf, nil, nil)
+			a.events.Emit(EvSetupFinished, map[string]any{"repo": w.Repo, "argv": argv, "exit_code": res.exit, "duration_ms": time.Since(start).Milliseconds()})
+			if res.startErr != nil {
+				return fmt.Errorf("setup %q in %s: %v", strings.Join(argv, " "), w.Repo, res.startErr)
+			}
+			if res.exit != 0 || res.signal != "" {
+				return fmt.Errorf("setup %q in %s exited with %s (see setup.log)", strings.Join(argv, " "), w.Repo, res.describe())
+			}
+		}
+	}
+	return nil
+}
+
+func lookPath(name string) string {
+	if strings.ContainsRune(name, '/') {
+		return name
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	return name
+}
+
+// runProcesses starts the attempt's processes (one, or one per repo with
+// per_repo) and classifies the attempt from how they ended.
+func (a *attemptRun) runProcesses(ctx context.Context, procs [][]string) {
+	actx := ctx
+	var cancel context.CancelFunc
+	if a.step.Timeout > 0 {
+		actx, cancel = context.WithTimeout(ctx, a.step.Timeout)
+		defer cancel()
+	}
+	results := make([]procResult, len(procs))
+	a.rec.Processes = make([]ProcessRecord, len(procs))
+	// Prepare every process first: a refusal refuses the whole attempt
+	// before anything starts.
+	cmds := make([]*preparedProc, len(procs))
+	for i, repos := range procs {
+		p, err := a.prepare(i, repos, len(procs) > 1)
+		if err != nil {
+			var se *status.Error
+			if errors.As(err, &se) {
+				a.setOutcome(status.OutcomeRefused, se.Reason, se.Msg)
+				a.rec.Fix = se.Fix
+				if isSandboxReason(se.Reason) {
+					a.run.mu.Lock()
+					a.run.refused = se
+					a.run.mu.Unlock()
+				}
+			} else {
+				a.setOutcome(status.OutcomeFailed, status.ReasonStepStartFailed, err.Error())
+			}
+			return
+		}
+		cmds[i] = p
+	}
+	a.save()
+	var wg sync.WaitGroup
+	for i, p := range cmds {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = a.execute(actx, i, p)
+		}()
+	}
+	wg.Wait()
+
+	// The attempt's outcome: canceled and timed out win, then the first
+	// process that did not pass.
+	a.setOutcome(status.OutcomePassed, status.ReasonNone, "")
+	for i, res := range results {
+		pr := &a.rec.Processes[i]
+		switch {
+		case ctx.Err() != nil:
+			pr.Outcome, pr.Reason, pr.Message = status.OutcomeCanceled, status.ReasonStepCanceled, "the run was canceled"
+		case actx.Err() != nil && res.startErr == nil:
+			pr.Outcome, pr.Reason, pr.Message = status.OutcomeTimedOut, status.ReasonStepTimeout, fmt.Sprintf("the step ran longer than its timeout (%s)", a.step.Timeout)
+		case res.startErr != nil:
+			pr.Outcome, pr.Reason, pr.Message = status.OutcomeFailed, status.ReasonStepStartFailed, res.startErr.Error()
+		default:
+			pr.Outcome, pr.Reason, pr.Message = res.classify()
+		}
+		if pr.Outcome != status.OutcomePassed && (a.rec.Outcome == status.OutcomePassed || rank(pr.Outcome) > rank(a.rec.Outcome)) {
+			a.setOutcome(pr.Outcome, pr.Reason, pr.Message)
+			if res.hasExit {
+				x := res.exit
+				a.rec.ExitCode = &x
+			}
+		}
+	}
+	if a.rec.Outcome == status.OutcomePassed && len(results) > 0 {
+		x := 0
+		a.rec.ExitCode = &x
+	}
+}
+
+func rank(o status.Outcome) int {
+	switch o {
+	case status.OutcomeCanceled:
+		return 4
+	case status.OutcomeTimedOut:
+		return 3
+	case status.OutcomeRefused:
+		return 2
+	case status.OutcomeFailed:
+		return 1
+	}
+	return 0
+}
+
+func isSandboxReason(r status.Reason) bool { return strings.HasPrefix(string(r), "sandbox.") }
+
+// preparedProc is a process ready to start.
+type preparedProc struct {
+	cmd     *exec.Cmd
+	stdout  string
+	stderr  string
+	cleanup func()
+	parse   func(io.Reader) procParse // agent steps: reads the stream
+}
+
+// procParse is what an agent's stream said.
+type procParse struct {
+	outcome status.Outcome
+	reason  status.Reason
+	message string
+	result  any
+	ok      bool // the parser classified the outcome
+}
+
+// prepare builds process i: the step's spec, its environment with secrets
+// resolved, and (when required) the sandbox around it.
+func (a *attemptRun) prepare(i int, repos []string, many bool) (*preparedProc, error) {
+	var wts []steps.Worktree
+	for _, w := range a.rec.Worktrees {
+		wts = append(wts, steps.Worktree{Repo: w.Repo, Path: w.Path, BaseSHA: a.run.repo(w.Repo).BaseSHA})
+	}
+	at := steps.Attempt{Run: a.run.ID(), Step: a.step, Number: a.n, Repos: repos, Worktrees: wts,
+		Artifacts: filepath.Join(a.dir, artifactsDir), Tmp: filepath.Join(a.dir, tmpDir), Kusaw: a.e.opts.Kusaw}
+	spec, err := steps.Build(at)
+	if err != nil {
+		return nil, err
+	}
+	p := &preparedProc{stdout: stdoutFile, stderr: stderrFile}
+	if many {
+		p.stdout, p.stderr = "stdout-"+repos[0]+".log", "stderr-"+repos[0]+".log"
+	}
+	if spec.Kind == config.KindAgent {
+		if err := a.agentSpec(spec, at, p); err != nil {
+			return nil, err
+		}
+	}
+	pr := &a.rec.Processes[i]
+	pr.Repos, pr.Dir, pr.Argv, pr.Stdout, pr.Stderr = repos, spec.Dir, spec.Argv, p.stdout, p.stderr
+	pr.Env = map[string]string{}
+	for k, v := range spec.Env {
+		pr.Env[k] = v
+	}
+	for k := range spec.Secrets {
+		pr.Env[k] = secretRedacted
+	}
+	// Secrets are resolved only now, just before the start, and go only to
+	// the process's environment and the redactor.
+	env := map[string]string{}
+	for k, v := range spec.Env {
+		env[k] = v
+	}
+	if len(spec.Secrets) > 0 {
+		src, err := a.e.secretSource()
+		if err != nil {
+			return nil, &status.Error{Reason: status.ReasonSecretMissing, Msg: "cannot open the secret store: " + err.Error(), Fix: status.ReasonSecretMissing.Info().Fix}
+		}
+		for name, key := range spec.Secrets {
+			v, err := src.Get(key)
+			if err != nil {
+				return nil, &status.Error{Reason: status.ReasonSecretMissing, Msg: fmt.Sprintf("env %s: secret %s is not in the secret store", name, key),
+					Fix: "kusaw config set " + key + " --secret"}
+			}
+			a.run.redact.Add(v)
+			env[name] = v
+		}
+	}
+	m, _ := a.e.F.EffectiveMode(a.step, repos)
+	if m == config.ModeRequired {
+		if err := a.sandboxed(i, repos, spec, env, p); err != nil {
+			return nil, err
+		}
+		return p, nil
+	}
+	cmd := &exec.Cmd{Path: lookPath(spec.Argv[0]), Args: spec.Argv, Dir: spec.Dir,
+		Env: steps.HostEnv(os.Environ(), steps.TempEnv(at.Tmp), env)}
+	for _, d := range []string{"cache", "run"} {
+		_ = os.MkdirAll(filepath.Join(at.Tmp, d), 0o700)
+	}
+	p.cmd = cmd
+	return p, nil
+}
+
+// execute runs one prepared process and records how it ended.
+func (a *attemptRun) execute(ctx context.Context, i int, p *preparedProc) procResult {
+	pr := &a.rec.Processes[i]
+	outf, err1 := os.OpenFile(filepath.Join(a.dir, p.stdout), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	errf, err2 := os.OpenFile(filepath.Join(a.dir, p.stderr), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err := errors.Join(err1, err2); err != nil {
+		return procResult{startErr: err}
+	}
+	defer outf.Close()
+	defer errf.Close()
+	if p.cleanup != nil {
+		defer p.cleanup()
+	}
+	var stdout io.Writer = outf
+	var parsed chan procParse
+	var pw *io.PipeWriter
+	if p.parse != nil {
+		var pipeR *io.PipeReader
+		pipeR, pw = io.Pipe()
+		stdout = io.MultiWriter(outf, pw)
+		parsed = make(chan procParse, 1)
+		go func() {
+			res := p.parse(pipeR)
+			_, _ = io.Copy(io.Discard, pipeR)
+			parsed <- res
+		}()
+	}
+	started := func(pid int) {
+		pr.PID = pid
+		a.save()
+		a.events.Emit(EvProcessStarted, map[string]any{"pid": pid, "argv": pr.Argv, "dir": pr.Dir, "repos": pr.Repos})
+	}
+	res := a.e.runProcess(ctx, a.e.opts.KillGrace, p.cmd, stdout, errf, started, a.run.redact)
+	if pw != nil {
+		pw.Close()
+		res.parsed = <-parsed
+		pr.Result = res.parsed.result
+	}
+	if res.hasExit {
+		x := res.exit
+		pr.Exit = &x
+	}
+	pr.Signal = res.signal
+	data := map[string]any{"exit_code": res.exit, "duration_ms": res.dur.Milliseconds()}
+	if res.signal != "" {
+		data["signal"] = res.signal
+	}
+	if res.startErr != nil {
+		data["error"] = res.startErr.Error()
+	}
+	a.events.Emit(EvProcessExited, data)
+	return res
+}
+
+// procResult is how one process ended.
+type procResult struct {
+	startErr error
+	hasExit  bool
+	exit     int
+	signal   string
+	dur      time.Duration
+	parsed   procParse
+}
+
+func (r procResult) describe() string {
+	if r.signal != "" {
+		return "signal " + r.signal
+	}
+	return fmt.Sprintf("exit code %d", r.exit)
+}
+
+func (r procResult) classify() (status.Outcome, status.Reason, string) {
+	if r.parsed.ok {
+		return r.parsed.outcome, r.parsed.reason, r.parsed.message
+	}
+	if r.exit == 0 && r.signal == "" {
+		return status.OutcomePassed, status.ReasonNone, ""
+	}
+	return status.OutcomeFailed, status.ReasonStepExitNonzero, "the process ended with " + r.describe()
+}
+
+// runProcess starts cmd as the leader of its own process group, copies its
+// output (redacting secrets) and waits. When ctx ends, the group gets
+// SIGTERM, then SIGKILL after grace. Whatever is left of the group when the
+// leader exits is killed: nothing outlives its step.
+func (e *Engine) runProcess(ctx context.Context, grace time.Duration, cmd *exec.Cmd, stdout, stderr io.Writer, started func(int), red *redactor) procResult {
+	if grace <= 0 {
+		grace = e.opts.KillGrace
+	}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
+	cmd.Stdin = nil
+	// Our own pipes, not exec's: Wait then returns when the process exits,
+	// even if something it started still holds the pipe.
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return procResult{startErr: err}
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return procResult{startErr: err}
+	}
+	cmd.Stdout, cmd.Stderr = outW, errW
+	start := time.Now()
+	if ctx.Err() != nil {
+		outR.Close()
+		outW.Close()
+		errR.Close()
+		errW.Close()
+		return procResult{startErr: ctx.Err()}
+	}
+	err = cmd.Start()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		return procResult{startErr: err}
+	}
+	if started != nil {
+		started(cmd.Process.Pid)
+	}
+	var copies sync.WaitGroup
+	copies.Add(2)
+	go func() { defer copies.Done(); _ = red.copyRedacted(stdout, outR) }()
+	go func() { defer copies.Done(); _ = red.copyRedacted(stderr, errR) }()
+
+	pgid := cmd.Process.Pid
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	var werr error
+	select {
+	case werr = <-waited:
+	case <-ctx.Done():
+		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		t := time.NewTimer(grace)
+		select {
+		case werr = <-waited:
+			t.Stop()
+		case <-t.C:
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			werr = <-waited
+		}
+	}
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	// A process that left the group (setsid) may still hold the pipes:
+	// give the copies a moment, then cut them off.
+	done := make(chan struct{})
+	go func() { copies.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		outR.Close()
+		errR.Close()
+		<-done
+	}
+	outR.Close()
+	errR.Close()
+	res := procResult{dur: time.Since(start)}
+	st := cmd.ProcessState
+	if st == nil {
+		res.startErr = werr
+		return res
+	}
+	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		res.signal = ws.Signal().String()
+		res.exit = 128 + int(ws.Signal())
+	} else {
+		res.exit = st.ExitCode()
+		res.hasExit = true
+	}
+	return res
+}
+
+// commit commits each worktree's changes on the attempt branch (whatever the
+// outcome: failed attempts keep their branch) and, when the attempt passed,
+// advances the run branch to it.
+func (a *attemptRun) commit() {
+	if len(a.wts) == 0 {
+		return
+	}
+	msg := fmt.Sprintf("kusaw: run %s, step %s, attempt %d (%s)", a.run.ID(), a.step.ID, a.n, a.rec.Outcome)
+	for i := range a.rec.Worktrees {
+		w := &a.rec.Worktrees[i]
+		wt := a.wts[w.Repo]
+		if wt == nil {
+			continue
+		}
+		sha, changed, err := wt.CommitAll(msg)
+		if err != nil {
+			a.events.Emit(EvCommitted, map[string]any{"repo": w.Repo, "error": err.Error()})
+			if a.rec.Outcome == status.OutcomePassed {
+				a.setOutcome(status.OutcomeFailed, status.ReasonCommitFailed, err.Error())
+			}
+			continue
+		}
+		w.HeadSHA, w.Changed = sha, changed
+		a.events.Emit(EvCommitted, map[string]any{"repo": w.Repo, "branch": w.Branch, "sha": sha, "changed": changed})
+	}
+	if a.rec.Outcome != status.OutcomePassed {
+		return
+	}
+	for i := range a.rec.Worktrees {
+		w := &a.rec.Worktrees[i]
+		rr := a.run.repo(w.Repo)
+		if w.HeadSHA == "" || w.HeadSHA == rr.HeadSHA {
+			continue
+		}
+		if err := a.repos[w.Repo].AdvanceBranch(rr.Branch, w.HeadSHA); err != nil {
+			a.setOutcome(status.OutcomeFailed, status.ReasonCommitFailed, err.Error())
+			return
+		}
+		rr.HeadSHA = w.HeadSHA
+		a.events.Emit(EvBranchAdvanced, map[string]any{"repo": w.Repo, "branch": rr.Branch, "sha": w.HeadSHA})
+	}
+	a.run.save()
+}
+
+// finish removes the worktrees (their branches stay) and tmp/, writes the
+// final record and event, and seals the attempt's events.
+func (a *attemptRun) finish() *AttemptRecord {
+	for i := range a.rec.Worktrees {
+		w := &a.rec.Worktrees[i]
+		if repo := a.repos[w.Repo]; repo != nil {
+			if err := repo.RemoveWorktree(a.wts[w.Repo]); err != nil {
+				a.events.Emit("worktree.remove_failed", map[string]any{"repo": w.Repo, "error": err.Error()})
+			} else {
+				w.Removed = true
+			}
+		} else if _, err := os.Stat(w.Path); err == nil {
+			_ = removeWorktree(w)
+		}
+	}
+	_ = os.RemoveAll(filepath.Join(a.dir, tmpDir))
+	_ = os.Remove(filepath.Join(a.dir, worktreesDir))
+	if a.rec.Outcome == "" {
+		a.setOutcome(status.OutcomeFailed, status.ReasonInternal, "the attempt ended without an outcome")
+	}
+	a.rec.Finished = ptrTime(time.Now().UTC())
+	a.save()
+	data := map[string]any{"outcome": a.rec.Outcome, "duration_ms": a.rec.Finished.Sub(a.rec.Started).Milliseconds()}
+	if a.rec.Reason != status.ReasonNone {
+		data["reason"], data["message"], data["fix"] = a.rec.Reason, a.rec.Message, a.rec.Fix
+	}
+	if a.rec.ExitCode != nil {
+		data["exit_code"] = *a.rec.ExitCode
+	}
+	a.events.Emit(EvAttemptFinished, data)
+	_ = a.events.Close()
+	return a.rec
+}
+

@@ -1,0 +1,388 @@
+package factory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/kusaw/kusaw/config"
+	"github.com/kusaw/kusaw/status"
+	"github.com/kusaw/kusaw/worktree"
+)
+
+// SecretSource resolves secret references when a step's process starts.
+type SecretSource interface {
+	Get(key string) (string, error)
+}
+
+// Options configure an Engine.
+type Options struct {
+	// Kusaw is the kusaw binary built-in steps run as (`kusaw __builtin
+	// NAME`). Default: os.Executable().
+	Kusaw string
+	// KillGrace is how long a process has between SIGTERM and SIGKILL when
+	// it times out or its run is canceled. Default 10s.
+	KillGrace time.Duration
+	// OnEvent is called for every event of every run, after it is written.
+	// It must not block for long.
+	OnEvent func(Event)
+	// Secrets resolves {secret: KEY} env values. Default: the user's
+	// secret store, opened on first use.
+	Secrets SecretSource
+	// CancelPoll is how often a running run looks for a cancel request
+	// (kusaw cancel). Default 100ms.
+	CancelPoll time.Duration
+}
+
+// DefaultKillGrace is the time between SIGTERM and SIGKILL.
+const DefaultKillGrace = 10 * time.Second
+
+// Engine executes pipelines of one factory. It is safe for concurrent use:
+// serve runs several runs on one engine.
+type Engine struct {
+	F     *config.Factory
+	State *State
+	opts  Options
+
+	secretsOnce sync.Once
+	secrets     SecretSource
+	secretsErr  error
+}
+
+// New opens the factory's state directory (recovering abandoned runs) and
+// returns an engine.
+func New(f *config.Factory, opts Options) (*Engine, error) {
+	st, err := OpenState(f.StateDir)
+	if st == nil {
+		return nil, err
+	}
+	if opts.Kusaw == "" {
+		exe, xerr := os.Executable()
+		if xerr != nil {
+			return nil, fmt.Errorf("cannot find the kusaw binary for built-in steps: %v", xerr)
+		}
+		opts.Kusaw = exe
+	}
+	if opts.KillGrace <= 0 {
+		opts.KillGrace = DefaultKillGrace
+	}
+	if opts.CancelPoll <= 0 {
+		opts.CancelPoll = 100 * time.Millisecond
+	}
+	e := &Engine{F: f, State: st, opts: opts}
+	if opts.Secrets != nil {
+		e.secretsOnce.Do(func() { e.secrets = opts.Secrets })
+	}
+	// A recovery error (a worktree git refused to remove) must not stop new
+	// runs; it is returned with a usable engine.
+	return e, err
+}
+
+// Run is one execution of a pipeline.
+type Run struct {
+	Record *RunRecord
+	Dir    string
+
+	e       *Engine
+	steps   []*config.Step
+	lock    *runLock
+	events  *sink
+	redact  *redactor
+	mu      sync.Mutex
+	refused *status.Error // set when a required attempt was refused: sandbox unavailable
+}
+
+// ID is the run's id.
+func (r *Run) ID() string { return r.Record.ID }
+
+// ExitCode is kusaw run's exit status for the run (DESIGN §5).
+func (r *Run) ExitCode() status.ExitCode {
+	switch r.Record.State {
+	case status.RunSucceeded:
+		return status.ExitOK
+	case status.RunCanceled, status.RunInterrupted:
+		return status.ExitInterrupted
+	}
+	if r.refused != nil {
+		return status.ExitSandboxUnavailable
+	}
+	return status.ExitRunFailed
+}
+
+// Refusal is the sandbox refusal that failed the run, if one did.
+func (r *Run) Refusal() *status.Error { return r.refused }
+
+// Pipeline resolves a pipeline name: "" means "default", or the only one.
+func (e *Engine) Pipeline(name string) (string, []*config.Step, error) {
+	if name == "" {
+		if _, ok := e.F.Pipelines["default"]; ok {
+			name = "default"
+		} else if len(e.F.PipelineOrder) == 1 {
+			name = e.F.PipelineOrder[0]
+		} else {
+			return "", nil, fmt.Errorf("name a pipeline: there is no pipeline called default (pipelines: %v)", e.F.PipelineOrder)
+		}
+	}
+	ids, ok := e.F.Pipelines[name]
+	if !ok {
+		return "", nil, fmt.Errorf("no pipeline %q in %s (pipelines: %v)", name, e.F.Path, e.F.PipelineOrder)
+	}
+	var steps []*config.Step
+	for _, id := range ids {
+		s := e.F.Steps[id]
+		if s == nil {
+			return "", nil, fmt.Errorf("pipeline %s names unknown step %q", name, id)
+		}
+		steps = append(steps, s)
+	}
+	return name, steps, nil
+}
+
+// ErrUnknownPipeline wraps Pipeline's errors for callers that map it to a
+// usage exit code.
+var ErrUnknownPipeline = errors.New("unknown pipeline")
+
+// Prepare creates a queued run of a pipeline: its id, folder, record and
+// lock. Execute runs it.
+func (e *Engine) Prepare(pipeline string) (*Run, error) {
+	name, steps, err := e.Pipeline(pipeline)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnknownPipeline, err)
+	}
+	var id, dir string
+	for i := 0; ; i++ {
+		id = NewRunID(time.Now())
+		dir = e.State.RunDir(id)
+		if err := os.Mkdir(dir, 0o755); err == nil {
+			break
+		} else if !errors.Is(err, os.ErrExist) || i > 20 {
+			return nil, fmt.Errorf("cannot create the run folder %s: %v", dir, err)
+		}
+	}
+	l, ok, err := tryLock(filepath.Join(dir, lockFile))
+	if err != nil || !ok {
+		return nil, fmt.Errorf("cannot lock %s: %v", dir, err)
+	}
+	host, _ := os.Hostname()
+	rec := &RunRecord{ID: id, Pipeline: name, Factory: e.F.Path, State: status.RunQueued, Created: time.Now().UTC(),
+		Owner: &Owner{PID: os.Getpid(), Host: host, Start: processStart}}
+	for _, s := range steps {
+		rec.Steps = append(rec.Steps, StepResult{ID: s.ID})
+	}
+	r := &Run{Record: rec, Dir: dir, e: e, steps: steps, lock: l, redact: &redactor{}}
+	if err := writeJSON(filepath.Join(dir, runFile), rec); err != nil {
+		l.Unlock()
+		return nil, err
+	}
+	// The marker tells the next kusaw to check this run's lock.
+	if err := os.WriteFile(filepath.Join(e.State.Dir, activeDir, id), nil, 0o644); err != nil {
+		l.Unlock()
+		return nil, err
+	}
+	return r, nil
+}
+
+var processStart = time.Now().UTC()
+
+// Run prepares and executes a pipeline. The error is non-nil only when the
+// run could not be created; a run that fails is returned with its state.
+func (e *Engine) Run(ctx context.Context, pipeline string) (*Run, error) {
+	r, err := e.Prepare(pipeline)
+	if err != nil {
+		return nil, err
+	}
+	e.Execute(ctx, r)
+	return r, nil
+}
+
+// errCanceled is the cause of a run's context when it is canceled on
+// request (kusaw cancel or the caller's context).
+var errCanceled = errors.New("run canceled")
+
+// Execute runs a prepared run to its end. Canceling ctx cancels the run
+// (recorded canceled).
+func (e *Engine) Execute(ctx context.Context, r *Run) {
+	defer r.finish()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go e.watchCancel(ctx, r, cancel)
+
+	rec := r.Record
+	rec.State = status.RunRunning
+	rec.Started = ptrTime(time.Now().UTC())
+	r.events = e.openSink(filepath.Join(r.Dir, eventsFile), rec.ID, "", 0, r.redact)
+	r.save()
+	r.events.Emit(EvRunStarted, map[string]any{"pipeline": rec.Pipeline, "steps": stepIDs(r.steps), "factory": e.F.Path})
+
+	if err := e.createRunBranches(r); err != nil {
+		r.end(status.RunFailed, status.ReasonWorktreeFailed, err.Error())
+		return
+	}
+	for i, s := range r.steps {
+		if ctx.Err() != nil {
+			r.end(status.RunCanceled, status.ReasonRunCanceled, "the run was canceled")
+			return
+		}
+		sr := &rec.Steps[i]
+		sr.Started = ptrTime(time.Now().UTC())
+		r.save()
+		r.events.Emit(EvStepStarted, map[string]any{"step": s.ID, "attempts": s.Attempts})
+		var last *AttemptRecord
+		for n := 1; n <= s.Attempts; n++ {
+			last = e.attempt(ctx, r, s, n)
+			sr.Attempts = n
+			if last.Outcome == status.OutcomePassed || last.Outcome == status.OutcomeCanceled || last.Outcome == status.OutcomeRefused {
+				break
+			}
+			if ctx.Err() != nil {
+				break
+			}
+		}
+		sr.Outcome, sr.Reason = last.Outcome, last.Reason
+		sr.Finished = ptrTime(time.Now().UTC())
+		r.save()
+		r.events.Emit(EvStepFinished, map[string]any{"step": s.ID, "outcome": sr.Outcome, "reason": sr.Reason, "attempts": sr.Attempts})
+		switch {
+		case last.Outcome == status.OutcomePassed:
+			continue
+		case last.Outcome == status.OutcomeCanceled || ctx.Err() != nil:
+			r.end(status.RunCanceled, status.ReasonRunCanceled, "the run was canceled during step "+s.ID)
+			return
+		default:
+			r.end(status.RunFailed, last.Reason, fmt.Sprintf("step %s %s after %d attempt(s): %s", s.ID, last.Outcome, sr.Attempts, last.Message))
+			return
+		}
+	}
+	r.end(status.RunSucceeded, status.ReasonNone, "")
+}
+
+func stepIDs(steps []*config.Step) []string {
+	out := make([]string, len(steps))
+	for i, s := range steps {
+		out[i] = s.ID
+	}
+	return out
+}
+
+// watchCancel turns a cancel file (written by kusaw cancel) into a cancel
+// of the run's context.
+func (e *Engine) watchCancel(ctx context.Context, r *Run, cancel context.CancelCauseFunc) {
+	t := time.NewTicker(e.opts.CancelPoll)
+	defer t.Stop()
+	p := filepath.Join(r.Dir, cancelFile)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := os.Stat(p); err == nil {
+				r.events.Emit(EvCancelRequested, map[string]any{"by": "kusaw cancel"})
+				cancel(errCanceled)
+				return
+			}
+		}
+	}
+}
+
+// createRunBranches creates kusaw/<run-id> in every repo the pipeline
+// uses, from each repo's base.
+func (e *Engine) createRunBranches(r *Run) error {
+	seen := map[string]bool{}
+	for _, s := range r.steps {
+		for _, name := range e.F.ActiveRepos(s) {
+			if seen[name] {
+				continue
+			}
+			seen[name] = true
+			cr := e.F.Repos[name]
+			repo, err := worktree.OpenRepo(cr.Path)
+			if err != nil {
+				return fmt.Errorf("repo %s: %v", name, err)
+			}
+			dirty, _ := repo.DirtyPaths()
+			branch, sha, err := repo.CreateRunBranch(r.Record.ID, cr.Base)
+			if err != nil {
+				return fmt.Errorf("repo %s: %v", name, err)
+			}
+			r.Record.Repos = append(r.Record.Repos, RunRepo{Name: name, Path: repo.String(), Base: cr.Base, BaseSHA: sha, Branch: branch, HeadSHA: sha, Dirty: dirty})
+			if len(dirty) > 0 {
+				// The main checkout is never read or written: the run starts
+				// from the committed base and leaves these changes alone.
+				r.events.Emit(EvRepoDirty, map[string]any{"repo": name, "paths": dirty, "note": "uncommitted changes in the main checkout are not part of the run"})
+			}
+		}
+	}
+	r.save()
+	return nil
+}
+
+func (r *Run) repo(name string) *RunRepo {
+	for i := range r.Record.Repos {
+		if r.Record.Repos[i].Name == name {
+			return &r.Record.Repos[i]
+		}
+	}
+	return nil
+}
+
+// save writes run.json atomically.
+func (r *Run) save() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_ = writeJSON(filepath.Join(r.Dir, runFile), r.Record)
+}
+
+func (r *Run) end(st status.RunState, reason status.Reason, msg string) {
+	rec := r.Record
+	rec.State, rec.Reason, rec.Message = st, reason, r.redact.String(msg)
+	if reason != status.ReasonNone {
+		rec.Fix = reason.Info().Fix
+	}
+	if r.refused != nil {
+		rec.Fix = r.refused.Fix
+	}
+	rec.Finished = ptrTime(time.Now().UTC())
+	r.save()
+	data := map[string]any{"state": rec.State, "duration_ms": rec.Finished.Sub(*rec.Started).Milliseconds()}
+	if reason != status.ReasonNone {
+		data["reason"], data["message"], data["fix"] = reason, rec.Message, rec.Fix
+	}
+	r.events.Emit(EvRunFinished, data)
+}
+
+// finish releases the run: closes (seals) its events, drops the active
+// marker and the lock.
+func (r *Run) finish() {
+	if !r.Record.State.Final() {
+		r.end(status.RunFailed, status.ReasonInternal, "the run ended without a result")
+	}
+	if r.events != nil {
+		_ = r.events.Close()
+	}
+	os.Remove(filepath.Join(r.Dir, cancelFile))
+	os.Remove(filepath.Join(r.e.State.Dir, activeDir, r.Record.ID))
+	r.lock.Unlock()
+}
+
+// openSink opens an events file.
+func (e *Engine) openSink(path, run, step string, attempt int, red *redactor) *sink {
+	s := &sink{run: run, step: step, attempt: attempt, emit: e.opts.OnEvent, redact: red, last: time.Now()}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		s.err = err
+		return s
+	}
+	s.log = &plainLog{f: f}
+	return s
+}
+
+func (e *Engine) secretSource() (SecretSource, error) {
+	e.secretsOnce.Do(func() {
+		e.secrets, e.secretsErr = openSecretStore()
+	})
+	return e.secrets, e.secretsErr
+}

@@ -1,0 +1,158 @@
+package factory
+
+import (
+	"encoding/json"
+	"os"
+	"sync"
+	"time"
+)
+
+// Event types (DESIGN §4).
+const (
+	EvRunStarted      = "run.started"
+	EvRunFinished     = "run.finished"
+	EvStepStarted     = "step.started"
+	EvStepFinished    = "step.finished"
+	EvAttemptStarted  = "attempt.started"
+	EvAttemptFinished = "attempt.finished"
+	EvWorktreeCreated = "worktree.created"
+	EvSetupFinished   = "setup.finished"
+	EvProcessStarted  = "process.started"
+	EvProcessExited   = "process.exited"
+	EvSandboxPlan     = "sandbox.plan"
+	EvCommitted       = "worktree.committed"
+	EvBranchAdvanced  = "branch.advanced"
+	EvEgressBlocked   = "egress.blocked"
+	EvEgressSummary   = "egress.summary"
+	EvRepoDirty       = "repo.dirty"
+	EvCancelRequested = "run.cancel_requested"
+)
+
+// Event is one line of an events.jsonl file.
+type Event struct {
+	Seq     int64          `json:"seq"`
+	TS      time.Time      `json:"ts"`
+	Run     string         `json:"run"`
+	Step    string         `json:"step,omitempty"`
+	Attempt int            `json:"attempt,omitempty"`
+	Type    string         `json:"type"`
+	Data    map[string]any `json:"data,omitempty"`
+}
+
+// lineLog is an append-only JSON-lines file. The tamper-evident
+// implementation chains and seals each line.
+type lineLog interface {
+	Append(v any) error
+	Seal() error
+	Close() error
+}
+
+// plainLog writes JSON lines without a chain; used only where no key is
+// available.
+type plainLog struct{ f *os.File }
+
+func (p *plainLog) Append(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = p.f.Write(append(b, '\n'))
+	return err
+}
+func (p *plainLog) Seal() error  { return nil }
+func (p *plainLog) Close() error { return p.f.Close() }
+
+// sink numbers and writes the events of one file and passes each to the
+// engine's callback.
+type sink struct {
+	mu      sync.Mutex
+	log     lineLog
+	seq     int64
+	run     string
+	step    string
+	attempt int
+	emit    func(Event)
+	last    time.Time
+	err     error
+	redact  *redactor
+}
+
+// sealEvery bounds how much a crash can leave unsealed.
+const sealEvery = 2 * time.Second
+
+func (s *sink) Emit(typ string, data map[string]any) {
+	s.mu.Lock()
+	s.seq++
+	ev := Event{Seq: s.seq, TS: time.Now().UTC(), Run: s.run, Step: s.step, Attempt: s.attempt, Type: typ, Data: data}
+	if s.redact != nil && data != nil {
+		ev.Data = redactData(data, s.redact.String)
+	}
+	if s.log != nil {
+		// The marshalled line is redacted too: data may hold values that
+		// are not plain strings.
+		b, err := json.Marshal(ev)
+		if err == nil {
+			err = s.log.Append(json.RawMessage(s.redact.Bytes(b)))
+		}
+		if err != nil && s.err == nil {
+			s.err = err
+		}
+		if time.Since(s.last) > sealEvery {
+			s.last = time.Now()
+			_ = s.log.Seal()
+		}
+	}
+	emit := s.emit
+	s.mu.Unlock()
+	if emit != nil {
+		emit(ev)
+	}
+}
+
+func (s *sink) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.log == nil {
+		return s.err
+	}
+	err := s.log.Close()
+	s.log = nil
+	if s.err != nil {
+		return s.err
+	}
+	return err
+}
+
+// redactData replaces secret values in every string of an event's data.
+func redactData(d map[string]any, r func(string) string) map[string]any {
+	out := make(map[string]any, len(d))
+	for k, v := range d {
+		out[k] = redactValue(v, r)
+	}
+	return out
+}
+
+func redactValue(v any, r func(string) string) any {
+	switch x := v.(type) {
+	case string:
+		return r(x)
+	case []string:
+		o := make([]string, len(x))
+		for i, s := range x {
+			o[i] = r(s)
+		}
+		return o
+	case map[string]any:
+		return redactData(x, r)
+	case []any:
+		o := make([]any, len(x))
+		for i, e := range x {
+			o[i] = redactValue(e, r)
+		}
+		return o
+	case json.RawMessage:
+		return json.RawMessage(r(string(x)))
+	default:
+		return v
+	}
+}

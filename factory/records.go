@@ -1,0 +1,178 @@
+package factory
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/kusaw/kusaw/config"
+	"github.com/kusaw/kusaw/status"
+)
+
+// File and folder names of the state directory (DESIGN §4).
+const (
+	runsDir        = "runs"
+	activeDir      = "active" // runs/active/<id>: runs whose owner may still be alive
+	runFile        = "run.json"
+	eventsFile     = "events.jsonl"
+	attemptFile    = "attempt.json"
+	egressLogFile  = "egress.log"
+	stdoutFile     = "stdout.log"
+	stderrFile     = "stderr.log"
+	setupLogFile   = "setup.log"
+	artifactsDir   = "artifacts"
+	tmpDir         = "tmp"
+	worktreesDir   = "worktrees"
+	lockFile       = "lock"
+	cancelFile     = "cancel"
+	stepsDir       = "steps"
+	secretRedacted = "<secret>"
+)
+
+// Owner identifies the process that executes a run; it holds an exclusive
+// flock on the run's lock file for as long as it lives.
+type Owner struct {
+	PID   int       `json:"pid"`
+	Host  string    `json:"host,omitempty"`
+	Start time.Time `json:"start"`
+}
+
+// RunRepo is one repo of a run: where it started and its run branch.
+type RunRepo struct {
+	Name    string   `json:"name"`
+	Path    string   `json:"path"`
+	Base    string   `json:"base,omitempty"`
+	BaseSHA string   `json:"base_sha"`
+	Branch  string   `json:"branch"`
+	HeadSHA string   `json:"head_sha,omitempty"`
+	Dirty   []string `json:"uncommitted_in_checkout,omitempty"`
+}
+
+// StepResult is one step's line in run.json.
+type StepResult struct {
+	ID       string         `json:"id"`
+	Outcome  status.Outcome `json:"outcome,omitempty"`
+	Reason   status.Reason  `json:"reason,omitempty"`
+	Attempts int            `json:"attempts"`
+	Started  *time.Time     `json:"started,omitempty"`
+	Finished *time.Time     `json:"finished,omitempty"`
+}
+
+// RunRecord is run.json.
+type RunRecord struct {
+	ID       string          `json:"id"`
+	Pipeline string          `json:"pipeline"`
+	Factory  string          `json:"factory"`
+	State    status.RunState `json:"state"`
+	Reason   status.Reason   `json:"reason,omitempty"`
+	Message  string          `json:"message,omitempty"`
+	Fix      string          `json:"fix,omitempty"`
+	Created  time.Time       `json:"created"`
+	Started  *time.Time      `json:"started,omitempty"`
+	Finished *time.Time      `json:"finished,omitempty"`
+	Owner    *Owner          `json:"owner,omitempty"`
+	Repos    []RunRepo       `json:"repos"`
+	Steps    []StepResult    `json:"steps"`
+	// Refusals counts egress refusals over the run, for the end of kusaw run.
+	EgressBlocked int `json:"egress_blocked,omitempty"`
+}
+
+// WorktreeRecord is one worktree of an attempt.
+type WorktreeRecord struct {
+	Repo     string `json:"repo"`
+	RepoPath string `json:"repo_path"`
+	Path     string `json:"path"`
+	GitDir   string `json:"git_dir,omitempty"`
+	Branch   string `json:"branch"`
+	BaseSHA  string `json:"base_sha,omitempty"`
+	HeadSHA  string `json:"head_sha,omitempty"`
+	Changed  bool   `json:"changed,omitempty"`
+	Removed  bool   `json:"removed,omitempty"`
+}
+
+// ProcessRecord is one process of an attempt (per_repo: one per repo).
+type ProcessRecord struct {
+	Repos   []string          `json:"repos"`
+	Dir     string            `json:"dir"`
+	Argv    []string          `json:"argv"`
+	Env     map[string]string `json:"env"` // the step's own env; secrets as <secret>
+	Sandbox json.RawMessage   `json:"sandbox_plan,omitempty"`
+	PID     int               `json:"pid,omitempty"`
+	Exit    *int              `json:"exit_code,omitempty"`
+	Signal  string            `json:"signal,omitempty"`
+	Outcome status.Outcome    `json:"outcome,omitempty"`
+	Reason  status.Reason     `json:"reason,omitempty"`
+	Message string            `json:"message,omitempty"`
+	Stdout  string            `json:"stdout"`
+	Stderr  string            `json:"stderr"`
+	Result  any               `json:"provider_result,omitempty"`
+}
+
+// AttemptRecord is attempt.json: the resolved configuration of one attempt
+// and how it ended.
+type AttemptRecord struct {
+	Run        string           `json:"run"`
+	Step       string           `json:"step"`
+	Number     int              `json:"attempt"`
+	Of         int              `json:"of"`
+	Kind       config.StepKind  `json:"kind"`
+	Provider   string           `json:"provider,omitempty"`
+	Builtin    string           `json:"builtin,omitempty"`
+	Mode       config.Mode      `json:"mode"`
+	ModeOrigin string           `json:"mode_origin"`
+	Network    config.Network   `json:"network"`
+	Allowlist  []AllowedHost    `json:"allowlist,omitempty"`
+	Timeout    string           `json:"timeout,omitempty"`
+	Setup      [][]string       `json:"setup,omitempty"`
+	Worktrees  []WorktreeRecord `json:"worktrees"`
+	Processes  []ProcessRecord  `json:"processes"`
+	Outcome    status.Outcome   `json:"outcome,omitempty"`
+	Reason     status.Reason    `json:"reason,omitempty"`
+	Message    string           `json:"message,omitempty"`
+	Fix        string           `json:"fix,omitempty"`
+	ExitCode   *int             `json:"exit_code,omitempty"`
+	Started    time.Time        `json:"started"`
+	Finished   *time.Time       `json:"finished,omitempty"`
+}
+
+// AllowedHost is one allowlist entry of an attempt with its origin.
+type AllowedHost struct {
+	Host   string `json:"host"`
+	Origin string `json:"origin"`
+}
+
+// Duration is how long the attempt took (or has taken so far).
+func (a *AttemptRecord) Duration() time.Duration {
+	if a.Finished != nil {
+		return a.Finished.Sub(a.Started)
+	}
+	return time.Since(a.Started)
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return config.WriteFileAtomic(path, append(b, '\n'), 0o644)
+}
+
+func readJSON(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%s is damaged: %v", path, err)
+	}
+	return nil
+}
+
+// attemptDir is steps/<step>/<n> under a run's folder.
+func attemptDir(runDir, step string, n int) string {
+	return filepath.Join(runDir, stepsDir, step, fmt.Sprint(n))
+}
+
+func ptrTime(t time.Time) *time.Time { return &t }

@@ -1,0 +1,121 @@
+package factory
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// redactor replaces secret values with <secret> wherever kusaw writes: logs,
+// events, records. A step that prints its own token does not leak it into
+// the run's files.
+type redactor struct {
+	mu   sync.RWMutex
+	vals []string // longest first, so a secret containing another is replaced whole
+}
+
+// minSecretLen: shorter values would garble unrelated text; config
+// validation is the place to refuse secrets that short.
+const minSecretLen = 4
+
+func (r *redactor) Add(v string) {
+	if len(v) < minSecretLen {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	forms := []string{v}
+	if b, err := json.Marshal(v); err == nil {
+		if e := string(b[1 : len(b)-1]); e != v {
+			forms = append(forms, e) // as it appears inside JSON
+		}
+	}
+	for _, f := range forms {
+		dup := false
+		for _, x := range r.vals {
+			if x == f {
+				dup = true
+			}
+		}
+		if !dup {
+			r.vals = append(r.vals, f)
+		}
+	}
+	sort.Slice(r.vals, func(i, j int) bool { return len(r.vals[i]) > len(r.vals[j]) })
+}
+
+func (r *redactor) list() []string {
+	if r == nil {
+		return nil
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.vals
+}
+
+func (r *redactor) String(s string) string {
+	for _, v := range r.list() {
+		if strings.Contains(s, v) {
+			s = strings.ReplaceAll(s, v, secretRedacted)
+		}
+	}
+	return s
+}
+
+func (r *redactor) Bytes(b []byte) []byte {
+	for _, v := range r.list() {
+		if bytes.Contains(b, []byte(v)) {
+			b = bytes.ReplaceAll(b, []byte(v), []byte(secretRedacted))
+		}
+	}
+	return b
+}
+
+func (r *redactor) maxLen() int {
+	m := 0
+	for _, v := range r.list() {
+		if len(v) > m {
+			m = len(v)
+		}
+	}
+	return m
+}
+
+// copyRedacted copies src to dst replacing secrets, holding back enough of
+// each chunk's tail that a secret split across two reads is still found.
+func (r *redactor) copyRedacted(dst io.Writer, src io.Reader) error {
+	keep := r.maxLen() - 1
+	if keep <= 0 {
+		_, err := io.Copy(dst, src)
+		return err
+	}
+	buf := make([]byte, 32<<10)
+	var pending []byte
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			pending = r.Bytes(append(pending, buf[:n]...))
+			if len(pending) > keep {
+				cut := len(pending) - keep
+				if _, werr := dst.Write(pending[:cut]); werr != nil {
+					return werr
+				}
+				pending = append([]byte{}, pending[cut:]...)
+			}
+		}
+		if err != nil {
+			if len(pending) > 0 {
+				if _, werr := dst.Write(r.Bytes(pending)); werr != nil {
+					return werr
+				}
+			}
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+	}
+}

@@ -1,0 +1,315 @@
+package factory
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/kusaw/kusaw/status"
+	"github.com/kusaw/kusaw/worktree"
+)
+
+// State is a factory's state directory.
+type State struct {
+	Dir string
+	// Recovered lists the runs this Open found abandoned and marked
+	// interrupted.
+	Recovered []string
+}
+
+// ErrNoRun is returned for a run id that does not exist.
+var ErrNoRun = errors.New("no such run")
+
+// OpenState opens (creating) a state directory and recovers runs whose
+// owner died: each is marked interrupted with its running attempts, and
+// their worktrees are removed.
+func OpenState(dir string) (*State, error) {
+	if err := os.MkdirAll(filepath.Join(dir, runsDir), 0o755); err != nil {
+		return nil, fmt.Errorf("cannot create the state directory %s: %v (fix: check state_dir in the factory file)", dir, err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, activeDir), 0o755); err != nil {
+		return nil, fmt.Errorf("cannot create %s: %v", filepath.Join(dir, activeDir), err)
+	}
+	s := &State{Dir: dir}
+	if err := s.recover(); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+// RunDir is the folder of one run.
+func (s *State) RunDir(id string) string { return filepath.Join(s.Dir, runsDir, id) }
+
+// NewRunID returns a sortable run id: UTC time and 4 random hex digits.
+func NewRunID(now time.Time) string {
+	var b [2]byte
+	_, _ = rand.Read(b[:])
+	return now.UTC().Format("20060102-150405") + "-" + hex.EncodeToString(b[:])
+}
+
+// Runs lists the run records, newest first.
+func (s *State) Runs() ([]*RunRecord, error) {
+	entries, err := os.ReadDir(filepath.Join(s.Dir, runsDir))
+	if err != nil {
+		return nil, err
+	}
+	var out []*RunRecord
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		r, err := s.LoadRun(e.Name())
+		if err != nil {
+			continue // a run folder without a record yet
+		}
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID > out[j].ID })
+	return out, nil
+}
+
+// LoadRun reads a run's record. A unique prefix of an id is accepted.
+func (s *State) LoadRun(id string) (*RunRecord, error) {
+	full, err := s.resolveID(id)
+	if err != nil {
+		return nil, err
+	}
+	var r RunRecord
+	if err := readJSON(filepath.Join(s.RunDir(full), runFile), &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+func (s *State) resolveID(id string) (string, error) {
+	if id == "" || strings.ContainsAny(id, "/\\") || id == "." || id == ".." {
+		return "", fmt.Errorf("%w %q", ErrNoRun, id)
+	}
+	if _, err := os.Stat(filepath.Join(s.RunDir(id), runFile)); err == nil {
+		return id, nil
+	}
+	entries, _ := os.ReadDir(filepath.Join(s.Dir, runsDir))
+	var match []string
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), id) {
+			match = append(match, e.Name())
+		}
+	}
+	if len(match) == 1 {
+		return match[0], nil
+	}
+	if len(match) > 1 {
+		return "", fmt.Errorf("run id %q is ambiguous: %s", id, strings.Join(match, ", "))
+	}
+	return "", fmt.Errorf("%w %q (list runs with: kusaw runs)", ErrNoRun, id)
+}
+
+// Attempts reads every attempt record of a run, in pipeline order of the
+// run's steps, then attempt number.
+func (s *State) Attempts(r *RunRecord) ([]*AttemptRecord, error) {
+	var out []*AttemptRecord
+	for _, st := range r.Steps {
+		dir := filepath.Join(s.RunDir(r.ID), stepsDir, st.ID)
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		var recs []*AttemptRecord
+		for _, e := range entries {
+			var a AttemptRecord
+			if err := readJSON(filepath.Join(dir, e.Name(), attemptFile), &a); err != nil {
+				continue
+			}
+			recs = append(recs, &a)
+		}
+		sort.Slice(recs, func(i, j int) bool { return recs[i].Number < recs[j].Number })
+		out = append(out, recs...)
+	}
+	return out, nil
+}
+
+// AttemptDir is the folder of one attempt.
+func (s *State) AttemptDir(run, step string, n int) string {
+	return attemptDir(s.RunDir(run), step, n)
+}
+
+// RequestCancel asks the run's owner to cancel it: the owner watches for the
+// cancel file. It fails for a run that already ended.
+func (s *State) RequestCancel(id string) (*RunRecord, error) {
+	r, err := s.LoadRun(id)
+	if err != nil {
+		return nil, err
+	}
+	if r.State.Final() {
+		return r, fmt.Errorf("run %s already ended (%s)", r.ID, r.State)
+	}
+	if err := os.WriteFile(filepath.Join(s.RunDir(r.ID), cancelFile), []byte(time.Now().UTC().Format(time.RFC3339Nano)+"\n"), 0o644); err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+// runLock is an exclusive flock on a run's lock file. The kernel drops it
+// when its holder dies however it dies, which is what recovery relies on.
+type runLock struct{ f *os.File }
+
+func tryLock(path string) (*runLock, bool, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, false, nil
+		}
+		return nil, false, err
+	}
+	return &runLock{f: f}, true, nil
+}
+
+func (l *runLock) Unlock() {
+	if l != nil && l.f != nil {
+		_ = syscall.Flock(int(l.f.Fd()), syscall.LOCK_UN)
+		l.f.Close()
+		l.f = nil
+	}
+}
+
+// recover marks every active run whose owner is gone as interrupted.
+func (s *State) recover() error {
+	entries, err := os.ReadDir(filepath.Join(s.Dir, activeDir))
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		id := e.Name()
+		marker := filepath.Join(s.Dir, activeDir, id)
+		runDir := s.RunDir(id)
+		if _, err := os.Stat(runDir); err != nil {
+			os.Remove(marker)
+			continue
+		}
+		l, ok, err := tryLock(filepath.Join(runDir, lockFile))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("run %s: %v", id, err))
+			continue
+		}
+		if !ok {
+			continue // its owner is alive
+		}
+		if err := s.interrupt(id); err != nil {
+			errs = append(errs, err)
+		} else {
+			s.Recovered = append(s.Recovered, id)
+			os.Remove(marker)
+		}
+		l.Unlock()
+	}
+	return errors.Join(errs...)
+}
+
+// interrupt records an abandoned run as interrupted and removes what its
+// attempts left in the repositories.
+func (s *State) interrupt(id string) error {
+	runDir := s.RunDir(id)
+	var r RunRecord
+	if err := readJSON(filepath.Join(runDir, runFile), &r); err != nil {
+		return fmt.Errorf("recover run %s: %v", id, err)
+	}
+	now := time.Now().UTC()
+	var errs []error
+	attempts, _ := s.Attempts(&r)
+	for _, a := range attempts {
+		if a.Finished != nil {
+			continue
+		}
+		a.Outcome = status.OutcomeInterrupted
+		a.Reason = status.ReasonRunInterrupted
+		a.Message = "kusaw stopped while the attempt ran"
+		a.Fix = status.ReasonRunInterrupted.Info().Fix
+		a.Finished = &now
+		for i := range a.Processes {
+			if a.Processes[i].Outcome == "" {
+				a.Processes[i].Outcome = status.OutcomeInterrupted
+			}
+		}
+		for i := range a.Worktrees {
+			w := &a.Worktrees[i]
+			if err := removeWorktree(w); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		dir := s.AttemptDir(r.ID, a.Step, a.Number)
+		os.RemoveAll(filepath.Join(dir, tmpDir))
+		if err := writeJSON(filepath.Join(dir, attemptFile), a); err != nil {
+			errs = append(errs, err)
+		}
+		for i := range r.Steps {
+			if r.Steps[i].ID == a.Step && r.Steps[i].Outcome == "" {
+				r.Steps[i].Outcome = status.OutcomeInterrupted
+				r.Steps[i].Reason = status.ReasonRunInterrupted
+				r.Steps[i].Finished = &now
+			}
+		}
+	}
+	// Worktrees the records may not name (a crash between git worktree add
+	// and the record's update): every kusaw worktree inside this run's
+	// folder goes.
+	for _, rr := range r.Repos {
+		repo, err := worktree.OpenRepo(rr.Path)
+		if err != nil {
+			continue
+		}
+		wts, err := repo.ListKusawWorktrees()
+		if err == nil {
+			for _, w := range wts {
+				if within(runDir, w.Path) {
+					if err := repo.RemoveWorktree(w); err != nil {
+						errs = append(errs, err)
+					}
+				}
+			}
+		}
+		_ = repo.Prune()
+	}
+	r.State = status.RunInterrupted
+	r.Reason = status.ReasonRunInterrupted
+	r.Message = "kusaw stopped while the run was running"
+	r.Fix = status.ReasonRunInterrupted.Info().Fix
+	r.Finished = &now
+	if err := writeJSON(filepath.Join(runDir, runFile), &r); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// removeWorktree removes an attempt's worktree from its repository; the
+// branch stays.
+func removeWorktree(w *WorktreeRecord) error {
+	if w.Removed || w.Path == "" {
+		return nil
+	}
+	repo, err := worktree.OpenRepo(w.RepoPath)
+	if err != nil {
+		return err
+	}
+	if err := repo.RemoveWorktree(&worktree.Worktree{Repo: repo.String(), Path: w.Path, GitDir: w.GitDir, Branch: w.Branch, CommonDir: repo.CommonDir}); err != nil {
+		return err
+	}
+	w.Removed = true
+	return nil
+}
+
+func within(dir, p string) bool {
+	rel, err := filepath.Rel(dir, p)
+	return err == nil && rel != "." && !strings.HasPrefix(rel, "..")
+}
