@@ -604,4 +604,3 @@ func (a *attemptRun) finish() *AttemptRecord {
 	_ = a.events.Close()
 	return a.rec
 }
-
