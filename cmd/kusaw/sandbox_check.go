@@ -1,0 +1,87 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kusaw/kusaw/sandbox"
+	"github.com/kusaw/kusaw/status"
+)
+
+func init() { sandboxSubcommands = append(sandboxSubcommands, newSandboxCheckCmd) }
+
+// sandboxCheck is swappable so tests can show the unavailable case.
+var sandboxCheck = sandbox.Check
+
+func newSandboxCheckCmd(a *app) *cobra.Command {
+	var verbose, asJSON bool
+	c := &cobra.Command{
+		Use:   "check [--verbose] [--json]",
+		Short: "can this machine run the sandbox backend; --verbose prints what is and is not protected",
+		Long: `Finds the backend (bubblewrap from a root-owned /usr/bin, /usr/local/bin or
+/bin, never through PATH), reads its version and starts it once with the
+namespaces every sandboxed step uses.
+
+Exit status: 0 when the backend is available, 4 when it is not (the reason
+and the fix are printed).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r := sandboxCheck()
+			if asJSON {
+				out := struct {
+					sandbox.CheckResult
+					Protects     []string `json:"protects,omitempty"`
+					NotProtected []string `json:"not_protected,omitempty"`
+				}{CheckResult: r}
+				if verbose {
+					out.Protects, out.NotProtected = sandbox.Protections, sandbox.NotProtected
+				}
+				b, _ := json.MarshalIndent(out, "", "  ")
+				fmt.Fprintln(a.stdout, string(b))
+			} else {
+				printCheck(a, r, verbose)
+			}
+			if !r.Available {
+				return silentExit(status.ExitSandboxUnavailable)
+			}
+			return nil
+		},
+	}
+	c.Flags().BoolVarP(&verbose, "verbose", "v", false, "also print what the sandbox protects and what it does not")
+	c.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
+	return c
+}
+
+func printCheck(a *app, r sandbox.CheckResult, verbose bool) {
+	w := a.stdout
+	fmt.Fprintf(w, "backend:   %s\n", r.Backend)
+	if r.Path != "" {
+		fmt.Fprintf(w, "path:      %s\n", r.Path)
+	}
+	if r.Version != "" {
+		fmt.Fprintf(w, "version:   %s\n", r.Version)
+	}
+	if r.Available {
+		fmt.Fprintf(w, "available: yes\n")
+	} else {
+		fmt.Fprintf(w, "available: no\n")
+		fmt.Fprintf(w, "reason:    %s: %s\n", r.Reason, r.Msg)
+		fmt.Fprintf(w, "fix:       %s\n", r.Fix)
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "note:      %s\n", n)
+	}
+	if !verbose {
+		return
+	}
+	fmt.Fprintf(w, "\nWhat the sandbox protects:\n")
+	for _, p := range sandbox.Protections {
+		fmt.Fprintf(w, "  - %s\n", p)
+	}
+	fmt.Fprintf(w, "\nWhat it does not protect:\n")
+	for _, p := range sandbox.NotProtected {
+		fmt.Fprintf(w, "  - %s\n", p)
+	}
+}
