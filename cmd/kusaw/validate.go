@@ -1,0 +1,84 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kusaw/kusaw/config"
+	"github.com/kusaw/kusaw/factory"
+	"github.com/kusaw/kusaw/status"
+)
+
+func init() { addCommand(newValidateCmd) }
+
+func newValidateCmd(a *app) *cobra.Command {
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "validate [--json]",
+		Short: "check factory.yaml: errors and warnings with codes, positions and fixes",
+		Long: `Checks the factory file: its keys and types, references between repos,
+steps and pipelines, paths, allowlist entries, and the combinations that
+cannot do what they say. Each problem has a stable code (see
+docs/reference/validation.md), a file:line:column, and a fix.
+
+Exit codes: 0 valid (warnings allowed), 3 invalid, 2 usage.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := a.factoryPath()
+			if err != nil {
+				return err
+			}
+			f, fs, err := config.Load(p)
+			if err != nil {
+				return exitf(status.ExitInvalidConfig, "%v", err)
+			}
+			for i := range fs {
+				fs[i].File = relPath(fs[i].File)
+			}
+			r := factory.NewValidator().Validate(f, fs)
+			r.File = relPath(r.File)
+			for _, l := range [][]config.Finding{r.Errors, r.Warnings} {
+				for i := range l {
+					l[i].File = relPath(l[i].File)
+				}
+			}
+			if asJSON {
+				enc := json.NewEncoder(a.stdout)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(r); err != nil {
+					return err
+				}
+			} else {
+				printReport(a, r)
+			}
+			if !r.OK {
+				return silentExit(status.ExitInvalidConfig)
+			}
+			return nil
+		},
+	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
+	return c
+}
+
+func printReport(a *app, r factory.Report) {
+	for _, f := range r.Errors {
+		fmt.Fprintln(a.stdout, f.String())
+	}
+	for _, f := range r.Warnings {
+		fmt.Fprintln(a.stdout, f.String())
+	}
+	if r.Sandbox != nil && !r.Sandbox.Available {
+		fmt.Fprintf(a.stdout, "%s: sandbox: %s is not available here: %s (fix: %s)\n", r.File, r.Sandbox.Backend, r.Sandbox.Reason, r.Sandbox.Fix)
+	}
+	switch {
+	case !r.OK:
+		fmt.Fprintf(a.stdout, "%s: invalid: %d error(s), %d warning(s)\n", r.File, len(r.Errors), len(r.Warnings))
+	case len(r.Warnings) > 0:
+		fmt.Fprintf(a.stdout, "%s: valid, %d warning(s)\n", r.File, len(r.Warnings))
+	default:
+		fmt.Fprintf(a.stdout, "%s: valid\n", r.File)
+	}
+}

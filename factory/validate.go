@@ -1,0 +1,361 @@
+package factory
+
+import (
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+
+	"github.com/kusaw/kusaw/config"
+	"github.com/kusaw/kusaw/providers"
+	"github.com/kusaw/kusaw/sandbox"
+	"github.com/kusaw/kusaw/secretstore"
+)
+
+// Report is what kusaw validate prints: the findings, each step's resolved
+// sandbox, and the backend's availability when any attempt could be
+// sandboxed.
+type Report struct {
+	OK       bool             `json:"ok"`
+	File     string           `json:"file"`
+	Errors   []config.Finding `json:"errors"`
+	Warnings []config.Finding `json:"warnings"`
+	Steps    []StepReport     `json:"steps"`
+	Sandbox  *SandboxReport   `json:"sandbox,omitempty"`
+}
+
+// StepReport is one step's effective sandbox.
+type StepReport struct {
+	ID         string          `json:"id"`
+	Kind       string          `json:"kind"`
+	Provider   string          `json:"provider,omitempty"`
+	Mode       string          `json:"mode"`
+	ModeOrigin string          `json:"mode_origin"`
+	Network    string          `json:"network"`
+	Allowlist  []HostReport    `json:"allowlist"`
+	Inject     []string        `json:"inject"`
+	Attempts   []AttemptReport `json:"attempts,omitempty"`
+}
+
+// AttemptReport is the effective mode of one per_repo attempt process.
+type AttemptReport struct {
+	Repos      []string `json:"repos"`
+	Mode       string   `json:"mode"`
+	ModeOrigin string   `json:"mode_origin"`
+	Network    string   `json:"network"`
+}
+
+// HostReport is one allowlist entry and where it came from.
+type HostReport struct {
+	Host   string `json:"host"`
+	Origin string `json:"origin"`
+}
+
+// SandboxReport is the backend's availability on this machine.
+type SandboxReport struct {
+	Backend   string `json:"backend"`
+	Available bool   `json:"available"`
+	Reason    string `json:"reason,omitempty"`
+	Fix       string `json:"fix,omitempty"`
+}
+
+// Validator runs the checks that need more than the file: providers, the
+// secret store, the repos' remotes, the sandbox backend. Fields are
+// replaceable for tests.
+type Validator struct {
+	Secrets      *secretstore.Store
+	SandboxCheck func() sandbox.CheckResult
+	GOOS         string
+}
+
+// NewValidator uses the real secret store, backend check and OS.
+func NewValidator() *Validator {
+	v := &Validator{SandboxCheck: sandbox.Check, GOOS: runtime.GOOS}
+	if s, err := secretstore.Open(); err == nil {
+		v.Secrets = s
+	}
+	return v
+}
+
+// Validate completes the loader's findings into a Report.
+func (v *Validator) Validate(f *config.Factory, fs config.Findings) Report {
+	r := Report{File: f.Path, Steps: []StepReport{}}
+	fs = append(fs, v.providerChecks(f)...)
+	fs = append(fs, v.secretChecks(f)...)
+	fs.Sort()
+	r.Errors = fs.Errors()
+	r.Warnings = fs.Warnings()
+	r.OK = len(r.Errors) == 0
+	anySandboxed := false
+	for _, id := range f.StepOrder {
+		s := f.Steps[id]
+		sr := stepReport(f, s)
+		for _, a := range sr.Attempts {
+			if a.Mode == string(config.ModeRequired) {
+				anySandboxed = true
+			}
+		}
+		if !s.PerRepo {
+			sr.Attempts = nil
+		}
+		r.Steps = append(r.Steps, sr)
+	}
+	if anySandboxed && v.SandboxCheck != nil {
+		c := v.SandboxCheck()
+		r.Sandbox = &SandboxReport{Backend: c.Backend, Available: c.Available, Reason: string(c.Reason), Fix: c.Fix}
+		if !c.Available && c.Msg != "" {
+			r.Sandbox.Reason = string(c.Reason) + ": " + c.Msg
+		}
+	}
+	return r
+}
+
+func providerHosts(s *config.Step) []string {
+	if s.Kind() != config.KindAgent {
+		return nil
+	}
+	if p, ok := providers.Get(s.Provider); ok {
+		return p.Spec().EgressHosts
+	}
+	return nil
+}
+
+func stepReport(f *config.Factory, s *config.Step) StepReport {
+	sr := StepReport{ID: s.ID, Kind: string(s.Kind()), Allowlist: []HostReport{}, Inject: []string{}}
+	if s.Kind() == config.KindAgent {
+		sr.Provider = s.Provider
+	}
+	for i, repos := range f.Attempts(s) {
+		m, origin := f.EffectiveMode(s, repos)
+		n := f.EffectiveNetwork(s, m)
+		sr.Attempts = append(sr.Attempts, AttemptReport{Repos: repos, Mode: string(m), ModeOrigin: origin, Network: string(n)})
+		// The step's headline is its strictest attempt.
+		if i == 0 || m == config.ModeRequired && sr.Mode != string(config.ModeRequired) {
+			sr.Mode, sr.ModeOrigin, sr.Network = string(m), origin, string(n)
+		}
+	}
+	if sr.Network == string(config.NetworkAllowlist) {
+		for _, h := range f.Allowlist(s, providerHosts(s)) {
+			sr.Allowlist = append(sr.Allowlist, HostReport{Host: h.Pattern.String(), Origin: h.Origin})
+		}
+		sr.Inject = InjectedEnvNames(f, s)
+	}
+	return sr
+}
+
+// InjectedEnvNames are the env names an attempt gets from inject (never
+// the values): each entry's base URL and key variables.
+func InjectedEnvNames(f *config.Factory, s *config.Step) []string {
+	names := []string{}
+	for _, e := range f.Inject(s) {
+		if e.Provider {
+			if p, ok := providers.Get(s.Provider); ok && s.Kind() == config.KindAgent && p.Spec().Inject != nil {
+				in := p.Spec().Inject
+				names = append(names, in.BaseURLEnv, in.KeyEnv)
+			}
+			continue
+		}
+		names = append(names, e.BaseURLEnv, e.KeyEnv)
+	}
+	return names
+}
+
+// Programs known to ignore HTTP(S)_PROXY: under an allowlist they cannot
+// reach anything (they fail closed), which W1 says before a run does.
+var proxyIgnorers = map[string]string{
+	"ssh": "ssh", "scp": "ssh", "sftp": "ssh", "rsync": "rsync over ssh", "ping": "ICMP", "ping6": "ICMP",
+	"nc": "raw sockets", "ncat": "raw sockets", "netcat": "raw sockets", "socat": "raw sockets", "telnet": "raw sockets",
+	"ftp": "FTP", "dig": "DNS", "nslookup": "DNS", "host": "DNS", "traceroute": "raw sockets",
+	"node": "Node 20's fetch ignores proxy variables", "nodejs": "Node 20's fetch ignores proxy variables",
+	"deno": "raw sockets", "mosh": "UDP",
+}
+
+func (v *Validator) providerChecks(f *config.Factory) config.Findings {
+	var out config.Findings
+	add := func(sev config.Severity, code, path, fix, format string, args ...any) {
+		pos := f.PosOf(path)
+		out = append(out, config.Finding{Code: code, Severity: sev, Path: path, Line: pos.Line, Column: pos.Column,
+			Message: fmt.Sprintf(format, args...), Fix: fix, File: f.Path})
+	}
+	sshRemotes := map[string]string{}
+	for _, name := range f.RepoOrder {
+		if u := sshRemote(f.Repos[name].Path); u != "" {
+			sshRemotes[name] = u
+		}
+	}
+	for _, id := range f.StepOrder {
+		s := f.Steps[id]
+		sp := "steps." + id
+		for _, repos := range f.Attempts(s) {
+			mode, _ := f.EffectiveMode(s, repos)
+			netw := f.EffectiveNetwork(s, mode)
+			if netw != config.NetworkAllowlist {
+				continue
+			}
+			// W1: tools that bypass the proxy.
+			if s.Kind() == config.KindCommand {
+				prog := filepath.Base(s.Run[0])
+				if why, ok := proxyIgnorers[prog]; ok {
+					add(config.SevWarning, config.WCodeProxyIgnored, sp+".run", "use a client that honours HTTPS_PROXY, or run it in setup (outside the sandbox)",
+						"step %s runs %s (%s), which ignores HTTP(S)_PROXY: under the allowlist it cannot connect", id, prog, why)
+				}
+			}
+			for _, r := range repos {
+				if u, ok := sshRemotes[r]; ok {
+					add(config.SevWarning, config.WCodeProxyIgnored, sp, "use an https:// remote, or fetch and push outside the sandbox (kusaw does its own git outside)",
+						"repo %s has an ssh remote (%s): git over ssh ignores the proxy and fails inside step %s", r, u, id)
+				}
+			}
+			if s.Kind() != config.KindAgent {
+				break
+			}
+			p, ok := providers.Get(s.Provider)
+			if !ok {
+				break
+			}
+			// W3: handshake hosts are never added automatically.
+			allowed := f.Allowlist(s, providerHosts(s))
+			var missing []string
+			for _, h := range p.Spec().HandshakeHosts {
+				if !hostAllowed(allowed, h) {
+					missing = append(missing, h)
+				}
+			}
+			if len(missing) > 0 {
+				add(config.SevWarning, config.WCodeHandshake, sp, "add the ones the CLI needs to steps."+id+".sandbox.egress.allow (login and telemetry are refused until listed)",
+					"%s's handshake hosts are not allowed for step %s: %s", s.Provider, id, strings.Join(missing, ", "))
+			}
+			break
+		}
+		// E062: capabilities the provider or mode lacks.
+		for _, repos := range f.Attempts(s) {
+			mode, _ := f.EffectiveMode(s, repos)
+			netw := f.EffectiveNetwork(s, mode)
+			injects := false
+			for _, e := range f.Inject(s) {
+				if e.Provider {
+					injects = true
+				}
+			}
+			if s.Kind() == config.KindAgent {
+				if p, ok := providers.Get(s.Provider); ok && injects && p.Spec().Inject == nil {
+					add(config.SevError, config.ECodeCapMissing, sp, "remove inject: provider for this step, or use an explicit inject entry",
+						"step %s: provider %s cannot take an injected key (its CLI has no custom endpoint)", id, s.Provider)
+				}
+				mx := providers.CapabilitiesOf(s.Provider, providers.Mode{Sandboxed: mode == config.ModeRequired, Network: string(netw),
+					Inject: injects, FreshHome: providers.FreshHome(v.GOOS, mode == config.ModeRequired)})
+				for _, err := range mx.Unmet(s.Requires) {
+					if strings.Contains(err.Error(), "requires network") || strings.Contains(err.Error(), "requires sandbox") {
+						continue // the loader already said it, with its own code
+					}
+					add(config.SevError, config.ECodeCapMissing, sp+".requires", "remove it from requires, or change the step's provider or sandbox", "step %s %v", id, err)
+				}
+				// W4: a fresh HOME needs a login token.
+				need := providers.NeedsToken(s.Provider, id, providers.FreshHome(v.GOOS, mode == config.ModeRequired), injects)
+				var names []string
+				for n := range s.Env {
+					names = append(names, n+"=")
+				}
+				if !need.Satisfied(names) {
+					add(config.SevWarning, config.WCodeTokenMissing, sp, need.Fix, "%s", need.Err(names).Msg)
+				}
+			} else {
+				for _, c := range s.Requires {
+					switch c {
+					case "inject", "stream_events", "resume", "cost_reporting":
+						add(config.SevError, config.ECodeCapMissing, sp+".requires", "remove it from requires: only agent steps have it",
+							"step %s requires %s, which only agent steps have", id, c)
+					}
+				}
+			}
+			break
+		}
+	}
+	return out
+}
+
+func hostAllowed(allowed []config.AllowedHost, host string) bool {
+	for _, a := range allowed {
+		if a.Pattern.Matches(host, 443, 443) {
+			return true
+		}
+	}
+	return false
+}
+
+// sshRemote returns the first remote URL of a repo that uses ssh.
+func sshRemote(repo string) string {
+	out, err := exec.Command("git", "-C", repo, "config", "--get-regexp", `^remote\..*\.url$`).Output()
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		_, u, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		if strings.HasPrefix(u, "ssh://") || strings.HasPrefix(u, "git+ssh://") ||
+			(!strings.Contains(u, "://") && strings.Contains(u, "@") && strings.Contains(u, ":")) {
+			return u
+		}
+	}
+	return ""
+}
+
+func (v *Validator) secretChecks(f *config.Factory) config.Findings {
+	if v.Secrets == nil {
+		return nil
+	}
+	type ref struct{ key, path string }
+	var refs []ref
+	for _, id := range f.StepOrder {
+		s := f.Steps[id]
+		for _, n := range s.EnvOrder {
+			if e := s.Env[n]; e.Secret != nil {
+				refs = append(refs, ref{e.Secret.Key, "steps." + id + ".env." + n})
+			}
+		}
+		if s.Sandbox != nil {
+			for _, e := range s.Sandbox.Inject {
+				if e.Secret != "" {
+					refs = append(refs, ref{e.Secret, "steps." + id + ".sandbox.egress.inject"})
+				}
+			}
+		}
+	}
+	names := make([]string, 0, len(f.Providers))
+	for n := range f.Providers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if k := f.Providers[n].APIKey; k != nil {
+			refs = append(refs, ref{k.Key, "providers." + n + ".api_key"})
+		}
+	}
+	for _, e := range f.Sandbox.Egress.Inject {
+		if e.Secret != "" {
+			refs = append(refs, ref{e.Secret, "sandbox.egress.inject"})
+		}
+	}
+	var out config.Findings
+	keys, err := v.Secrets.Keys()
+	if err != nil {
+		return out
+	}
+	have := map[string]bool{}
+	for _, k := range keys {
+		have[k] = true
+	}
+	for _, r := range refs {
+		if !have[r.key] {
+			pos := f.PosOf(r.path)
+			out = append(out, config.Finding{Code: config.WCodeSecretMissing, Severity: config.SevWarning, Path: r.path, Line: pos.Line, Column: pos.Column,
+				Message: fmt.Sprintf("secret %s is not in the secret store; the step will be refused", r.key),
+				Fix:     "kusaw config set " + r.key + " --secret", File: f.Path})
+		}
+	}
+	return out
+}
