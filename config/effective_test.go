@@ -1,0 +1,155 @@
+package config
+
+import (
+	"testing"
+)
+
+func modeFactory(factoryMode Mode, repos map[string]Mode) *Factory {
+	f := &Factory{Repos: map[string]*Repo{}, Sandbox: SandboxPolicy{Mode: factoryMode, Network: NetworkOpen}}
+	for _, n := range []string{"a", "b", "c"} {
+		if m, ok := repos[n]; ok {
+			f.Repos[n] = &Repo{Name: n, Sandbox: m}
+			f.RepoOrder = append(f.RepoOrder, n)
+		}
+	}
+	return f
+}
+
+// Each rule of DESIGN §3, in order; the first that applies wins.
+func TestEffectiveMode(t *testing.T) {
+	tests := []struct {
+		name       string
+		factory    Mode
+		repos      map[string]Mode
+		step       *StepSandbox
+		active     []string
+		want       Mode
+		wantOrigin string
+	}{
+		// rule 1: the step's own setting wins over everything
+		{"step off beats required repo", ModeRequired, map[string]Mode{"a": ModeRequired}, &StepSandbox{Mode: ModeOff}, []string{"a"}, ModeOff, "step:s"},
+		{"step required beats off repos", ModeOff, map[string]Mode{"a": ModeOff}, &StepSandbox{Mode: ModeRequired}, []string{"a"}, ModeRequired, "step:s"},
+		{"step map without mode falls through", ModeRequired, map[string]Mode{"a": ModeUnset}, &StepSandbox{Network: NetworkAllowlist}, []string{"a"}, ModeRequired, "factory"},
+		// rule 2: any active repo requiring it
+		{"one required repo among off", ModeOff, map[string]Mode{"a": ModeOff, "b": ModeRequired}, nil, []string{"a", "b"}, ModeRequired, "repo:b"},
+		{"required repo not active is ignored", ModeOff, map[string]Mode{"a": ModeUnset, "b": ModeRequired}, nil, []string{"a"}, ModeOff, "factory"},
+		// rule 3: every active repo off
+		{"all active repos off beat factory required", ModeRequired, map[string]Mode{"a": ModeOff, "b": ModeOff}, nil, []string{"a", "b"}, ModeOff, "repos"},
+		{"one unset repo stops rule 3", ModeRequired, map[string]Mode{"a": ModeOff, "b": ModeUnset}, nil, []string{"a", "b"}, ModeRequired, "factory"},
+		// rule 4: sandbox.mode
+		{"factory required", ModeRequired, map[string]Mode{"a": ModeUnset}, nil, []string{"a"}, ModeRequired, "factory"},
+		{"factory off", ModeOff, map[string]Mode{"a": ModeUnset}, nil, []string{"a"}, ModeOff, "factory"},
+		{"factory unset means off", ModeUnset, map[string]Mode{"a": ModeUnset}, nil, []string{"a"}, ModeOff, "factory"},
+		{"no active repos", ModeRequired, map[string]Mode{}, nil, nil, ModeRequired, "factory"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := modeFactory(tc.factory, tc.repos)
+			s := &Step{ID: "s", Sandbox: tc.step}
+			got, origin := f.EffectiveMode(s, tc.active)
+			if got != tc.want || origin != tc.wantOrigin {
+				t.Fatalf("got %s (%s), want %s (%s)", got, origin, tc.want, tc.wantOrigin)
+			}
+		})
+	}
+}
+
+func TestEffectiveNetworkNeedsSandbox(t *testing.T) {
+	f := modeFactory(ModeOff, map[string]Mode{"a": ModeUnset})
+	s := &Step{ID: "s", Sandbox: &StepSandbox{Network: NetworkAllowlist}}
+	if n := f.EffectiveNetwork(s, ModeOff); n != NetworkOpen {
+		t.Fatalf("allowlist with mode off must be open, got %s", n)
+	}
+	if n := f.EffectiveNetwork(s, ModeRequired); n != NetworkAllowlist {
+		t.Fatalf("got %s", n)
+	}
+	f.Sandbox.Network = NetworkAllowlist
+	if n := f.EffectiveNetwork(&Step{ID: "t"}, ModeRequired); n != NetworkAllowlist {
+		t.Fatalf("factory network not inherited: %s", n)
+	}
+}
+
+func TestPerRepoAttempts(t *testing.T) {
+	f := modeFactory(ModeOff, map[string]Mode{"a": ModeRequired, "b": ModeOff})
+	s := &Step{ID: "s", PerRepo: true}
+	at := f.Attempts(s)
+	if len(at) != 2 || at[0][0] != "a" || at[1][0] != "b" {
+		t.Fatalf("attempts %v", at)
+	}
+	if m, _ := f.EffectiveMode(s, at[0]); m != ModeRequired {
+		t.Fatal("repo a's attempt must be required")
+	}
+	if m, _ := f.EffectiveMode(s, at[1]); m != ModeOff {
+		t.Fatal("repo b's attempt must be off")
+	}
+	if at := f.Attempts(&Step{ID: "x"}); len(at) != 1 || len(at[0]) != 2 {
+		t.Fatalf("one attempt with all repos expected: %v", at)
+	}
+}
+
+func TestAllowlistOrigins(t *testing.T) {
+	must := func(s string) HostPattern {
+		p, err := ParseHostPattern(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	f := modeFactory(ModeRequired, map[string]Mode{"a": ModeUnset})
+	f.Sandbox.Egress.ProviderHosts = true
+	f.Sandbox.Egress.Allow = []HostEntry{{Raw: "registry.npmjs.org", Pattern: must("registry.npmjs.org")}}
+	s := &Step{ID: "impl", Provider: "claude-code", Prompt: "x", Sandbox: &StepSandbox{Allow: []HostEntry{
+		{Raw: "proxy.golang.org", Pattern: must("proxy.golang.org")},
+		{Raw: "registry.npmjs.org", Pattern: must("registry.npmjs.org")},
+	}}}
+	got := f.Allowlist(s, []string{"api.anthropic.com"})
+	want := []struct{ host, origin string }{
+		{"registry.npmjs.org", "factory"}, {"proxy.golang.org", "step:impl"}, {"api.anthropic.com", "provider:claude-code"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %+v", got)
+	}
+	for i, w := range want {
+		if got[i].Pattern.String() != w.host || got[i].Origin != w.origin {
+			t.Errorf("entry %d = %s (%s), want %s (%s)", i, got[i].Pattern, got[i].Origin, w.host, w.origin)
+		}
+	}
+	f.Sandbox.Egress.ProviderHosts = false
+	if got := f.Allowlist(s, []string{"api.anthropic.com"}); len(got) != 2 {
+		t.Fatalf("provider_hosts: false must not add provider hosts: %+v", got)
+	}
+	cmd := &Step{ID: "test", Run: []string{"go"}}
+	f.Sandbox.Egress.ProviderHosts = true
+	if got := f.Allowlist(cmd, []string{"api.anthropic.com"}); len(got) != 1 {
+		t.Fatalf("a command step gets no provider hosts: %+v", got)
+	}
+}
+
+func TestCheckAllowWrite(t *testing.T) {
+	home := "/home/u"
+	refused := []string{"/", "/etc", "/usr/local/bin", "/home", "/home/u", "/home/u/.ssh", "/home/u/.ssh/keys", "/home/u/.bashrc", "/home/u/.config", "/home/u/.claude", "/home/u/.config/kusaw", "/var/lib"}
+	for _, p := range refused {
+		if err := checkAllowWrite(p, home); err == nil {
+			t.Errorf("%s must be refused", p)
+		}
+	}
+	allowed := []string{"/home/u/.cache/go-build", "/home/u/src/cache", "/tmp", "/work/cache", "/home/u/.npm"}
+	for _, p := range allowed {
+		if err := checkAllowWrite(p, home); err != nil {
+			t.Errorf("%s must be allowed: %v", p, err)
+		}
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{"512MiB": 512 << 20, "2GiB": 2 << 30, "100MB": 100e6, "4096": 4096, "1.5KiB": 1536, "10 MiB": 10 << 20} {
+		if got, err := ParseSize(in); err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "lots", "-1MiB", "MiB", "1XB"} {
+		if _, err := ParseSize(bad); err == nil {
+			t.Errorf("ParseSize(%q) must fail", bad)
+		}
+	}
+}
