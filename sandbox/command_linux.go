@@ -90,4 +90,3 @@ func argsFile(args []string) (*os.File, error) {
 	}
 	return f, nil
 }
-
