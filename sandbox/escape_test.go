@@ -396,17 +396,17 @@ func escapeCases() []escapeCase {
 			attack: `refused $H ptrace $HOSTPID; refused $H ptrace $PPID_HOST; exit 42`,
 			twin:   `$H ptrace-child`},
 		{name: "a background process outlives the step",
-			attack: `(sleep 1; echo late > $WT/late.txt) & exit 42`,
+			attack: `(sleep 0.4; echo late > $WT/late.txt) & exit 42`,
 			twin:   `(sleep 0.2; echo bg > $WT/bg.txt) & wait; test -f $WT/bg.txt`,
 			check: func(t *testing.T, f *fixture) {
-				time.Sleep(1500 * time.Millisecond)
+				time.Sleep(900 * time.Millisecond)
 				absent("$ROOT/state/runs/r1/steps/build/1/worktrees/app/late.txt")(t, f)
 			}},
 		{name: "a detached daemon outlives the step",
-			attack: `setsid sh -c "sleep 1; echo late > $WT/late2.txt" >/dev/null 2>&1 & nohup sh -c "sleep 1; echo late > $WT/late3.txt" >/dev/null 2>&1 & exit 42`,
+			attack: `setsid sh -c "sleep 0.4; echo late > $WT/late2.txt" >/dev/null 2>&1 & nohup sh -c "sleep 0.4; echo late > $WT/late3.txt" >/dev/null 2>&1 & exit 42`,
 			twin:   `setsid sh -c "echo d > $WT/daemon.txt" && sleep 0.2 && test -f $WT/daemon.txt`,
 			check: func(t *testing.T, f *fixture) {
-				time.Sleep(1500 * time.Millisecond)
+				time.Sleep(900 * time.Millisecond)
 				absent("$ROOT/state/runs/r1/steps/build/1/worktrees/app/late2.txt", "$ROOT/state/runs/r1/steps/build/1/worktrees/app/late3.txt")(t, f)
 			}},
 		{name: "a setuid binary",
