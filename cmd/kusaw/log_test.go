@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kusaw/kusaw/chainlog"
+	"github.com/kusaw/kusaw/secretstore"
+)
+
+// writeLog writes n records with the store's key; closed says whether the
+// writer closes (final seal) or stops as after a crash.
+func writeLog(t *testing.T, storeDir string, n int, closed bool) string {
+	t.Helper()
+	key, err := chainlog.LoadOrCreateKey(storeDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "events.jsonl")
+	w, err := chainlog.Create(path, key, chainlog.Options{SealEvery: 3, SealInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		if err := w.Append(map[string]any{"seq": i, "type": "x"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if closed {
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+	} else if err := w.Seal(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func runKusaw(args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	code := run(args, strings.NewReader(""), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestLogVerify(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "store")
+	t.Setenv(secretstore.DirEnv, store)
+	good := writeLog(t, store, 5, true)
+
+	code, out, errs := runKusaw("log", "verify", good)
+	if code != 0 || !strings.Contains(out, "OK: 7 lines (5 records, 2 seals)") || !strings.Contains(out, "final seal") {
+		t.Fatalf("good log: %d %q %q", code, out, errs)
+	}
+
+	// Edit line 2.
+	b, _ := os.ReadFile(good)
+	bad := filepath.Join(t.TempDir(), "bad.jsonl")
+	os.WriteFile(bad, bytes.Replace(b, []byte(`"seq":1`), []byte(`"seq":9`), 1), 0o600)
+	code, out, _ = runKusaw("log", "verify", bad)
+	if code != 7 || !strings.Contains(out, "BROKEN at line 3") {
+		t.Fatalf("edited log: %d %q", code, out)
+	}
+	// Several files: one bad one fails the command, each gets its line.
+	code, out, _ = runKusaw("log", "verify", good, bad)
+	if code != 7 || !strings.Contains(out, good+": OK") || !strings.Contains(out, bad+": BROKEN") {
+		t.Fatalf("two files: %d %q", code, out)
+	}
+
+	// A log whose writer stopped: the unsealed tail is named.
+	crashed := writeLog(t, store, 4, false) // r r r S r S -> sealed
+	b, _ = os.ReadFile(crashed)
+	os.WriteFile(crashed, append(b, []byte(`{"prev":"x"}`+"\n")...), 0o600)
+	code, out, _ = runKusaw("log", "verify", crashed)
+	if code != 7 {
+		// the appended line has a wrong prev: that is a break, not a tail
+		t.Fatalf("bad tail: %d %q", code, out)
+	}
+	os.WriteFile(crashed, b[:bytes.LastIndex(b[:len(b)-1], []byte("\n"))+1], 0o600) // drop the last seal
+	code, out, _ = runKusaw("log", "verify", crashed)
+	if code != 0 || !strings.Contains(out, "OK up to line 4") || !strings.Contains(out, "line 5 is NOT sealed") {
+		t.Fatalf("unsealed tail: %d %q", code, out)
+	}
+	code, _, _ = runKusaw("log", "verify", "--strict", crashed)
+	if code != 7 {
+		t.Fatalf("--strict on an unclosed log: %d", code)
+	}
+
+	// Verifying against another factory's key fails.
+	other := filepath.Join(t.TempDir(), "other")
+	if _, err := chainlog.LoadOrCreateKey(other); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = runKusaw("log", "verify", "--key", filepath.Join(other, chainlog.PublicKeyFile), good)
+	if code != 7 || !strings.Contains(out, "not with the factory's key") {
+		t.Fatalf("other key: %d %q", code, out)
+	}
+	// --key with the right public key works.
+	code, _, _ = runKusaw("log", "verify", "--key", filepath.Join(store, chainlog.PublicKeyFile), good)
+	if code != 0 {
+		t.Fatalf("--key: %d", code)
+	}
+
+	// Bad input: one line, documented codes.
+	for _, c := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"log", "verify", filepath.Join(t.TempDir(), "missing")}, 5, "does not exist"},
+		{[]string{"log", "verify", "--key", good, good}, 2, "PEM"},
+		{[]string{"log", "verify", "--key", filepath.Join(store, "nope.pub"), good}, 5, "does not exist"},
+		{[]string{"log", "verify"}, 2, "arg"},
+	} {
+		code, _, errs := runKusaw(c.args...)
+		if code != c.code || !strings.Contains(errs, c.msg) || strings.Count(errs, "\n") != 1 {
+			t.Errorf("%v: %d %q; want %d with %q on one line", c.args, code, errs, c.code, c.msg)
+		}
+	}
+}
+
+func TestLogVerifyWithoutKey(t *testing.T) {
+	t.Setenv(secretstore.DirEnv, filepath.Join(t.TempDir(), "empty-store"))
+	f := filepath.Join(t.TempDir(), "x.jsonl")
+	os.WriteFile(f, nil, 0o600)
+	code, _, errs := runKusaw("log", "verify", f)
+	if code != 5 || !strings.Contains(errs, "no log-signing key") || !strings.Contains(errs, "--key") {
+		t.Fatalf("%d %q", code, errs)
+	}
+}
