@@ -122,13 +122,14 @@ func AllowPolicyKey(stepID string) string {
 	return "steps." + stepID + ".sandbox.egress.allow"
 }
 
-// Inject returns the step's inject entries: the factory's then the step's.
+// Inject returns the step's inject entries: the step's own when it names
+// egress.inject (an empty list turns the factory's off for it), else the
+// factory's.
 func (f *Factory) Inject(s *Step) []InjectEntry {
-	out := append([]InjectEntry{}, f.Sandbox.Egress.Inject...)
-	if s.Sandbox != nil {
-		out = append(out, s.Sandbox.Inject...)
+	if s.Sandbox != nil && s.Sandbox.InjectSet {
+		return append([]InjectEntry{}, s.Sandbox.Inject...)
 	}
-	return out
+	return append([]InjectEntry{}, f.Sandbox.Egress.Inject...)
 }
 
 // AllowRead and AllowWrite merge the factory's lists with the step's.

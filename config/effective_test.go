@@ -153,3 +153,15 @@ func TestParseSize(t *testing.T) {
 		}
 	}
 }
+
+func TestStepInjectReplacesFactory(t *testing.T) {
+	f := modeFactory(ModeRequired, map[string]Mode{"a": ModeUnset})
+	f.Sandbox.Egress.Inject = []InjectEntry{{Provider: true}}
+	if got := f.Inject(&Step{ID: "x"}); len(got) != 1 || !got[0].Provider {
+		t.Fatalf("factory inject not inherited: %+v", got)
+	}
+	off := &Step{ID: "y", Sandbox: &StepSandbox{InjectSet: true}}
+	if got := f.Inject(off); len(got) != 0 {
+		t.Fatalf("inject: [] on the step must turn it off: %+v", got)
+	}
+}

@@ -639,6 +639,7 @@ func (d *decoder) stepSandbox(f *Factory, n *yaml.Node, path string) *StepSandbo
 					ss.Allow = d.hostList(ef.value, ep)
 				case "inject":
 					ss.Inject = d.inject(ef.value, ep)
+					ss.InjectSet = true
 				}
 			}
 		}
@@ -652,7 +653,7 @@ func (d *decoder) crossChecks(f *Factory) {
 		s := f.Steps[id]
 		p := join("steps", id)
 		net := f.StepNetwork(s)
-		hasInject := len(f.Sandbox.Egress.Inject) > 0 || (s.Sandbox != nil && len(s.Sandbox.Inject) > 0)
+		hasInject := len(f.Inject(s)) > 0
 		if hasInject && net != NetworkAllowlist {
 			at := f.posNode(join(p, "sandbox"), "sandbox.egress.inject")
 			d.errf(ECodeInjectNeedsList, at, p, "set network: allowlist for this step (sandbox.network or steps."+id+".sandbox.network)", "step %s injects a key but its network is not allowlist: there is no proxy to hold the key", id)

@@ -163,6 +163,9 @@ type StepSandbox struct {
 	AllowWrite []string
 	Allow      []HostEntry
 	Inject     []InjectEntry
+	// InjectSet is true when the step names egress.inject itself (even
+	// as an empty list): then it replaces the factory's inject.
+	InjectSet bool
 }
 
 // Step is one unit of work.
