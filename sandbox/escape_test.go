@@ -83,6 +83,18 @@ func helperMain(args []string) int {
 		}
 		c.Close()
 		return 0
+	case "bridge": // bridge SOCKET -- ARGV...: stands in for the egress bridge
+		c, err := net.DialTimeout("unix", args[1], time.Second)
+		if err != nil {
+			return fail(err)
+		}
+		c.Close()
+		rest := args[3:]
+		path, err := exec.LookPath(rest[0])
+		if err != nil {
+			return fail(err)
+		}
+		return fail(syscall.Exec(path, rest, append(os.Environ(), "BRIDGED=1")))
 	case "ptrace": // ptrace PID
 		pid, _ := strconv.Atoi(args[1])
 		return ptraceAttach(pid)
@@ -294,6 +306,14 @@ func escapeCases() []escapeCase {
 					t.Errorf("main moved")
 				}
 			}},
+		{name: "switch the worktree to the user's branch",
+			attack: `refused sh -c "echo 'ref: refs/heads/main' > $GITDIR/HEAD"; refused git checkout -q -b other; refused git checkout -q --detach; exit 42`,
+			twin:   `git commit -q --allow-empty -m amendme && git commit -q --amend --allow-empty -m amended && git reset -q --soft HEAD`,
+			check: func(t *testing.T, f *fixture) {
+				if h, _ := os.ReadFile(filepath.Join(f.gitdir, "HEAD")); string(h) != "ref: refs/heads/kusaw/r1/build/1\n" {
+					t.Errorf("HEAD changed: %q", h)
+				}
+			}},
 		{name: "redirect the worktree's git folder",
 			attack: `refused sh -c "echo /tmp > $GITDIR/commondir"; refused sh -c "echo x > $GITDIR/gitdir"; refused mkdir $COMMON/worktrees/evil; exit 42`,
 			twin:   `echo i > $WT/i.txt && git add i.txt && git reset -q i.txt`,
@@ -389,6 +409,15 @@ func escapeCases() []escapeCase {
 		{name: "reach host loopback TCP", edit: netNone,
 			attack: `refused $H dial $HOSTTCP; exit 42`,
 			twin:   `$H selftcp`},
+		{name: "allowlist: bypass the lease socket", edit: func(in *Input) {
+			in.Network = NetworkAllowlist
+			h := in.ExtraBinaries[0]
+			lease := filepath.Join(filepath.Dir(filepath.Dir(h)), "lease.sock")
+			in.Proxy = &Proxy{SocketPath: lease, Env: []string{"HTTPS_PROXY=http://127.0.0.1:3128"},
+				WrapArgv: []string{h, "__sandbox_helper", "bridge", lease, "--"}, Binaries: []string{h}}
+		},
+			attack: `test "$BRIDGED" = 1 || { echo "the bridge did not run first"; exit 1; }; refused $H dial $HOSTTCP; refused $H connect $AGENTSOCK; refused $H connect $ABSTRACT; exit 42`,
+			twin:   `$H connect $LEASE && test "$HTTPS_PROXY" = http://127.0.0.1:3128 && $H selftcp`},
 		{name: "see or signal host processes",
 			attack: `refused kill -0 $HOSTPID; refused test -e /proc/$HOSTPID/cmdline; n=$(ls -d /proc/[0-9]* | wc -l); test $n -lt 10 || { echo "sees $n processes"; exit 1; }; exit 42`,
 			twin:   `sleep 5 & kill -0 $! && kill $!`},
@@ -460,6 +489,7 @@ func newSuite(t *testing.T, uid int) *suite {
 
 	// Sockets outside: an agent socket, a session bus, an abstract socket, loopback TCP.
 	agent := listenUnix(t, filepath.Join(f.root, "agent.sock"))
+	lease := listenUnix(t, filepath.Join(f.root, "lease.sock"))
 	bus := listenUnix(t, filepath.Join(f.root, "run-user", "bus"))
 	abstract := fmt.Sprintf("@kusaw-test-%d", os.Getpid())
 	listenUnix(t, abstract)
@@ -481,7 +511,7 @@ func newSuite(t *testing.T, uid int) *suite {
 	s.vars = map[string]string{
 		"WT": f.wt, "COMMON": f.common, "GITDIR": f.gitdir, "HOME_": f.home, "STORE": f.secretStore,
 		"OUTSIDE": f.outside, "SHARED": f.readonly, "ATTEMPT": f.attempt, "ART": f.artifacts, "TMP": f.tmp,
-		"REPO": f.repo, "H": s.helper + " __sandbox_helper", "HOSTPID": strconv.Itoa(s.hostPID), "PPID_HOST": strconv.Itoa(os.Getppid()), "AGENTSOCK": agent, "BUSSOCK": bus,
+		"REPO": f.repo, "H": s.helper + " __sandbox_helper", "HOSTPID": strconv.Itoa(s.hostPID), "PPID_HOST": strconv.Itoa(os.Getppid()), "AGENTSOCK": agent, "LEASE": lease, "BUSSOCK": bus,
 		"ABSTRACT": abstract, "HOSTTCP": tl.Addr().String(), "SUID": suid, "GOCACHE_DIR": goCacheDir(), "PLAINID": filepath.Join(f.artifacts, "plain-id"),
 	}
 	// The suite's own sockets must be reachable from the host (the attacks are real).
@@ -589,4 +619,47 @@ func goCacheDir() string {
 	d := filepath.Join(os.TempDir(), fmt.Sprintf("kusaw-sandbox-test-gocache-%d", os.Geteuid()))
 	os.MkdirAll(d, 0o755)
 	return d
+}
+
+// Cancel: SIGTERM to the group ends bwrap, and --die-with-parent ends the
+// whole sandbox; nothing the step started keeps running.
+func TestCommandCancelEndsSandbox(t *testing.T) {
+	needTool(t, "/usr/bin/bwrap", "runs the real sandbox")
+	f := newFixture(t)
+	p, err := BuildPlan(f.input())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	late := filepath.Join(f.wt, "late.txt")
+	cmd, err := Command(ctx, p, []string{"/bin/sh", "-c", "(sleep 0.6; echo late > " + late + ") & sleep 30"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cmd.SysProcAttr == nil || !cmd.SysProcAttr.Setpgid {
+		t.Fatal("the sandbox must lead its own process group")
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	t0 := time.Now()
+	cancel()
+	cmd.Wait()
+	if d := time.Since(t0); d > 3*time.Second {
+		t.Errorf("cancel took %v", d)
+	}
+	time.Sleep(900 * time.Millisecond)
+	if exists(late) {
+		t.Errorf("a process of the canceled step kept running and wrote %s", late)
+	}
+	p.Cleanup()
+}
+
+func TestCheckHere(t *testing.T) {
+	needTool(t, "/usr/bin/bwrap", "checks the real backend")
+	r := Check()
+	if !r.Available || r.Path != "/usr/bin/bwrap" || r.Version == "" || r.Err() != nil {
+		t.Fatalf("check: %+v", r)
+	}
 }

@@ -490,7 +490,15 @@ func (b *builder) worktree(w Worktree) error {
 	} else {
 		b.plan.Notes = append(b.plan.Notes, fmt.Sprintf("repo %s: HEAD is detached; commits inside move only HEAD", w.Repo))
 	}
-	b.addBind(&b.writes, "bind", gd, gd, "the worktree's own git folder: HEAD, index, logs/, ORIG_HEAD")
+	b.addBind(&b.writes, "bind", gd, gd, "the worktree's own git folder: index, logs/, ORIG_HEAD")
+	if headRef(gd) != "" {
+		// The worktree stays on the attempt's branch: kusaw's own commit
+		// outside follows HEAD, so a HEAD moved to main would land there.
+		// Commits, amends and resets still work; checkout of another branch
+		// does not.
+		h := filepath.Join(gd, "HEAD")
+		b.addBind(&b.protect, "ro-bind", h, h, "HEAD of the worktree: it stays on the attempt's branch, which kusaw commits outside")
+	}
 	for _, f := range []string{"commondir", "gitdir"} {
 		p := filepath.Join(gd, f)
 		if exists(p) {

@@ -1,0 +1,95 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"context"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// BenchmarkSandboxTrue runs `true` three ways in the same run, interleaved
+// so machine load hits all alike, and reports median ratios:
+//
+//	x-bwrap: the full sandbox path (BuildPlan, Command, Run, Cleanup) over
+//	         the same bwrap argv (mounts, flags, env as --setenv) run directly;
+//	bwrap-x-true: that bare bwrap over bare /bin/true.
+//
+// Target (DESIGN §12): x-bwrap ≤ 1.5.
+// Run: go test -run '^$' -bench SandboxTrue -benchtime 100x ./sandbox/
+func BenchmarkSandboxTrue(b *testing.B) {
+	needTool(b, "/usr/bin/bwrap", "the benchmark runs the real sandbox")
+	f := newFixture(b)
+	in := f.input()
+	p, err := BuildPlan(in)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := p.Prepare(); err != nil {
+		b.Fatal(err)
+	}
+	bw, err := FindBwrap()
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The same argv, run directly: env inline, no memfd, no plan building.
+	direct := append(p.Args(), p.envArgs()...)
+	if !disableUsernsSupported(bw) {
+		direct = slices.DeleteFunc(direct, func(s string) bool { return s == "--unshare-user" || s == "--disable-userns" })
+	}
+	direct = append(direct, "--", "/bin/true")
+	runDirect := func() {
+		cmd := exec.Command(bw, direct...)
+		cmd.Env = []string{}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("bare bwrap: %v %s", err, out)
+		}
+		p.Cleanup()
+	}
+	runSandbox := func() {
+		pl, err := BuildPlan(in)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cmd, err := Command(context.Background(), pl, []string{"/bin/true"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("sandbox: %v %s", err, out)
+		}
+		pl.Cleanup()
+	}
+	runTrue := func() {
+		if err := exec.Command("/bin/true").Run(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// Warm up caches once each.
+	runDirect()
+	runSandbox()
+	runTrue()
+	var tTrue, tDirect, tSandbox []time.Duration
+	timeIt := func(f func()) time.Duration { t0 := time.Now(); f(); return time.Since(t0) }
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		tTrue = append(tTrue, timeIt(runTrue))
+		tDirect = append(tDirect, timeIt(runDirect))
+		tSandbox = append(tSandbox, timeIt(runSandbox))
+	}
+	b.StopTimer()
+	med := func(d []time.Duration) float64 {
+		s := slices.Clone(d)
+		slices.Sort(s)
+		return float64(s[len(s)/2])
+	}
+	b.ReportMetric(med(tSandbox)/med(tDirect), "x-bwrap")
+	b.ReportMetric(med(tDirect)/med(tTrue), "bwrap-x-true")
+	b.ReportMetric(med(tSandbox)/1e6, "ms-sandbox")
+	b.ReportMetric(med(tDirect)/1e6, "ms-bwrap")
+	b.ReportMetric(med(tTrue)/1e6, "ms-true")
+	b.Logf("%d mounts: %s", len(p.Mounts), strings.Join(p.Args()[:6], " "))
+}
