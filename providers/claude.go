@@ -283,7 +283,21 @@ func (claudeCode) ParseStream(r io.Reader, emit func(Event)) Result {
 		}
 		switch str(m, "type") {
 		case "system":
-			if str(m, "subtype") != "init" {
+			switch str(m, "subtype") {
+			case "api_retry":
+				// The CLI retries failed API calls with backoff (ten
+				// times for a refused key): say so, or the attempt looks hung.
+				res.Retries++
+				d := map[string]any{"error": str(m, "error")}
+				for k, dk := range map[string]string{"attempt": "attempt", "max_retries": "max_retries", "retry_delay_ms": "delay_ms", "error_status": "status"} {
+					if n, ok := integer(m, k); ok {
+						d[dk] = n
+					}
+				}
+				emit(Event{Type: EventRetry, Data: d})
+				return
+			case "init":
+			default:
 				return
 			}
 			res.SessionID = str(m, "session_id")
@@ -373,7 +387,11 @@ func (claudeCode) ParseStream(r io.Reader, emit func(Event)) Result {
 				res.PermissionDenials = len(d)
 			}
 			res.Text = resultText(str(m, "result"))
-			emit(Event{Type: EventResult, Data: resultData(res)})
+			d := resultData(res)
+			if tr := str(m, "terminal_reason"); tr != "" {
+				d["terminal_reason"] = tr
+			}
+			emit(Event{Type: EventResult, Data: d})
 		}
 	}, func() { res.Lines++; res.Malformed++ })
 	return res

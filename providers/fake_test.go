@@ -25,6 +25,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if job := os.Getenv(helperEnv); job != "" {
+		os.Exit(runHelper(job))
+	}
 	code := m.Run()
 	if fakesDir != "" {
 		os.RemoveAll(fakesDir)

@@ -105,6 +105,7 @@ const (
 	EventTool   = "provider.tool"
 	EventText   = "provider.text"
 	EventResult = "provider.result"
+	EventRetry  = "provider.retry" // the CLI retries a failed API call
 )
 
 // Event is one parsed stream event, ready to be written as an attempt event.
@@ -136,9 +137,10 @@ type Result struct {
 	Model             string   `json:"model,omitempty"`
 	Text              string   `json:"text,omitempty"` // truncated to ResultTextLimit
 	PermissionDenials int      `json:"permission_denials,omitempty"`
-	Tools             int      `json:"tools"`     // tool calls started
-	Lines             int      `json:"lines"`     // stream lines read
-	Malformed         int      `json:"malformed"` // lines that were not JSON objects
+	Tools             int      `json:"tools"`             // tool calls started
+	Retries           int      `json:"retries,omitempty"` // API retries the CLI reported
+	Lines             int      `json:"lines"`             // stream lines read
+	Malformed         int      `json:"malformed"`         // lines that were not JSON objects
 }
 
 // Limits on text carried by events and results; the whole stream stays in

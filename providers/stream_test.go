@@ -235,3 +235,20 @@ func FuzzParseStream(f *testing.F) {
 		}
 	})
 }
+
+func TestClaudeRetryEvents(t *testing.T) {
+	// Shape printed by Claude Code 2.1.332 while it retries a refused key.
+	stream := `{"type":"system","subtype":"api_retry","attempt":1,"max_retries":10,"retry_delay_ms":520,"error_status":401,"error":"authentication_failed","session_id":"s"}
+{"type":"system","subtype":"api_retry","attempt":2,"max_retries":10,"retry_delay_ms":1100,"error_status":401,"error":"authentication_failed","session_id":"s"}
+{"type":"result","subtype":"success","is_error":true,"result":"Invalid API key","terminal_reason":"api_error","session_id":"s"}`
+	res, evs := parse(t, "claude-code", stream)
+	if types(evs) != "retry,retry,result" || res.Retries != 2 || !res.IsError {
+		t.Fatalf("events %s result %+v", types(evs), res)
+	}
+	if d := evs[1].Data; d["attempt"] != int64(2) || d["status"] != int64(401) || d["delay_ms"] != int64(1100) || d["error"] != "authentication_failed" {
+		t.Fatalf("retry event %v", d)
+	}
+	if evs[2].Data["terminal_reason"] != "api_error" {
+		t.Fatalf("result event %v", evs[2].Data)
+	}
+}

@@ -97,6 +97,7 @@ type MessagesAPI struct {
 	Text string
 	// WantKey, when set, makes requests whose x-api-key differs fail
 	// with 401, as the real API does (inject tests check the proxy's key).
+	// Set it before requests arrive.
 	WantKey string
 
 	srv  *httptest.Server
@@ -107,12 +108,21 @@ type MessagesAPI struct {
 // NewMessagesAPI starts the fake on 127.0.0.1 and stops it when t ends.
 func NewMessagesAPI(t testing.TB, text string) *MessagesAPI {
 	t.Helper()
+	m := StartMessagesAPI(text)
+	t.Cleanup(m.Close)
+	return m
+}
+
+// StartMessagesAPI starts the fake on 127.0.0.1; Close stops it.
+func StartMessagesAPI(text string) *MessagesAPI {
 	m := &MessagesAPI{Text: text}
 	m.srv = httptest.NewServer(http.HandlerFunc(m.serve))
 	m.URL = m.srv.URL
-	t.Cleanup(m.srv.Close)
 	return m
 }
+
+// Close stops the server.
+func (m *MessagesAPI) Close() { m.srv.Close() }
 
 // Requests returns the requests received so far.
 func (m *MessagesAPI) Requests() []Request {
@@ -134,7 +144,10 @@ func (m *MessagesAPI) serve(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, `{"type":"error","error":{"type":"not_found_error","message":"not found"}}`)
 		return
 	}
-	if m.WantKey != "" && r.Header.Get("x-api-key") != m.WantKey {
+	m.mu.Lock()
+	want := m.WantKey
+	m.mu.Unlock()
+	if want != "" && r.Header.Get("x-api-key") != want {
 		w.Header().Set("content-type", "application/json")
 		w.WriteHeader(http.StatusUnauthorized)
 		fmt.Fprint(w, `{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}`)
