@@ -57,3 +57,43 @@ func BenchmarkAddAttempt(b *testing.B) {
 	b.ReportMetric(float64(tGit.Microseconds())/n/1000, "git-ms/op")
 	b.ReportMetric(float64(tKusaw)/float64(tGit), "ratio")
 }
+
+// BenchmarkAttemptCycle measures everything the engine does with git for one
+// attempt that changes a file: open, add the worktree, commit, advance the
+// run branch, remove the worktree. It is the worktree share of a no-op
+// pipeline's time, reported in ms per attempt.
+func BenchmarkAttemptCycle(b *testing.B) {
+	needGit(b)
+	dir := newRepo(b)
+	r := open(b, dir)
+	run, _, err := r.CreateRunBranch("cycle", "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	state := b.TempDir()
+	runs0 := gitRuns.Load()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		r, err := OpenRepo(dir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		w, err := r.AddAttempt(run, AttemptBranch("cycle", "s", i+1), filepath.Join(state, fmt.Sprint(i), "app"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		write(b, filepath.Join(w.Path, "out.txt"), fmt.Sprint(i))
+		sha, _, err := w.CommitAll("m")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := r.AdvanceBranch(run, sha); err != nil {
+			b.Fatal(err)
+		}
+		if err := r.RemoveWorktree(w); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/1000, "ms/attempt")
+	b.ReportMetric(float64(gitRuns.Load()-runs0)/float64(b.N), "git-procs/attempt")
+}

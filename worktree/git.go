@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 )
 
 // gitRunner runs the git binary with an explicit environment. Nothing of
@@ -52,6 +53,9 @@ func newGitRunner() (*gitRunner, error) {
 // them.
 var safeConfig = []string{"-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false"}
 
+// gitRuns counts git processes started, for the benchmarks.
+var gitRuns atomic.Int64
+
 type gitCmd struct {
 	dir   string
 	env   []string // added to the runner's environment
@@ -62,6 +66,7 @@ type gitCmd struct {
 // run executes git and returns its stdout. A failure is an error whose text
 // names the git subcommand and git's own first line of complaint.
 func (g *gitRunner) run(c gitCmd) ([]byte, error) {
+	gitRuns.Add(1)
 	args := append(append([]string{}, safeConfig...), c.args...)
 	cmd := exec.Command(g.bin, args...)
 	cmd.Dir = c.dir

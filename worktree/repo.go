@@ -48,7 +48,12 @@ func OpenRepo(path string) (*Repo, error) {
 	if err != nil {
 		return nil, err
 	}
-	out, err := g.run(gitCmd{dir: abs, args: []string{"rev-parse", "--is-bare-repository", "--absolute-git-dir", "--git-common-dir"}})
+	// One process in the common case; --show-toplevel fails in a bare
+	// repository, which is then asked again without it.
+	out, err := g.run(gitCmd{dir: abs, args: []string{"rev-parse", "--is-bare-repository", "--absolute-git-dir", "--git-common-dir", "--show-toplevel"}})
+	if err != nil && !strings.Contains(err.Error(), "not a git repository") {
+		out, err = g.run(gitCmd{dir: abs, args: []string{"rev-parse", "--is-bare-repository", "--absolute-git-dir", "--git-common-dir"}})
+	}
 	if err != nil {
 		if strings.Contains(err.Error(), "not a git repository") {
 			return nil, fmt.Errorf("%s is not a git repository (fix: run `git init` there, or point the repo's path at a git checkout)", abs)
@@ -56,7 +61,7 @@ func OpenRepo(path string) (*Repo, error) {
 		return nil, fmt.Errorf("repository %s: %v", abs, err)
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(lines) != 3 {
+	if len(lines) < 3 {
 		return nil, fmt.Errorf("repository %s: unexpected answer from git rev-parse: %q", abs, out)
 	}
 	r := &Repo{Bare: lines[0] == "true", git: g}
@@ -66,11 +71,10 @@ func OpenRepo(path string) (*Repo, error) {
 	}
 	r.CommonDir = filepath.Clean(common)
 	if !r.Bare {
-		top, err := g.run(gitCmd{dir: abs, args: []string{"rev-parse", "--show-toplevel"}})
-		if err != nil {
-			return nil, fmt.Errorf("repository %s: %v", abs, err)
+		if len(lines) != 4 {
+			return nil, fmt.Errorf("repository %s: git did not name the checkout's top level", abs)
 		}
-		r.Path = strings.TrimSpace(string(top))
+		r.Path = lines[3]
 	}
 	gg := goGitReader{path: r.workDir()}
 	if _, err := gg.open(); err != nil {

@@ -283,8 +283,13 @@ func (r *Repo) RemoveWorktree(w *Worktree) error {
 	unlock := r.lockWorktrees()
 	defer unlock()
 	var errs []error
+	needPrune := true
 	if _, err := os.Lstat(abs); abs != "" && err == nil {
-		if _, gerr := r.git.run(gitCmd{dir: r.workDir(), args: []string{"worktree", "remove", "--force", "--force", "--", abs}}); gerr != nil {
+		_, gerr := r.git.run(gitCmd{dir: r.workDir(), args: []string{"worktree", "remove", "--force", "--force", "--", abs}})
+		// git's remove deletes the registration too; prune is then only
+		// needed if something was left.
+		needPrune = gerr != nil || (w.GitDir != "" && exists(w.GitDir))
+		if gerr != nil {
 			// git refuses some worktrees (submodules inside, files the step
 			// made unwritable). Remove the files directly; prune then drops
 			// the registration whose directory is gone.
@@ -299,8 +304,10 @@ func (r *Repo) RemoveWorktree(w *Worktree) error {
 			}
 		}
 	}
-	if err := r.prune(); err != nil {
-		errs = append(errs, err)
+	if needPrune {
+		if err := r.prune(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	// A locked worktree survives prune; its directory is gone by now, so its
 	// registration is kusaw's to drop.
@@ -312,6 +319,11 @@ func (r *Repo) RemoveWorktree(w *Worktree) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+func exists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
 }
 
 func (r *Repo) isRegistered(dir string) bool {

@@ -691,3 +691,40 @@ func TestConcurrentAttempts(t *testing.T) {
 	}
 	assertClean(t, dir)
 }
+
+func TestBareRepository(t *testing.T) {
+	src := newRepo(t)
+	bare := filepath.Join(t.TempDir(), "app.git")
+	tgit(t, "", "clone", "-q", "--bare", src, bare)
+	tgit(t, bare, "config", "user.name", "Repo Owner")
+	tgit(t, bare, "config", "user.email", "owner@example.test")
+	r := open(t, bare)
+	if !r.Bare || r.Path != "" {
+		t.Fatalf("bare repo opened as %+v", r)
+	}
+	if d, err := r.Dirty(); d || err != nil {
+		t.Fatalf("bare Dirty = %v, %v", d, err)
+	}
+	run, _, err := r.CreateRunBranch("r", "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := r.AddAttempt(run, AttemptBranch("r", "s", 1), filepath.Join(t.TempDir(), "wt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(w.Path, "f"), "x\n")
+	sha, changed, err := w.CommitAll("m")
+	if err != nil || !changed {
+		t.Fatal(err, changed)
+	}
+	if err := r.AdvanceBranch(run, sha); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.RemoveWorktree(w); err != nil {
+		t.Fatal(err)
+	}
+	if list := tgit(t, bare, "worktree", "list", "--porcelain"); strings.Count(list, "worktree ") != 1 {
+		t.Fatalf("worktrees left:\n%s", list)
+	}
+}
