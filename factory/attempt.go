@@ -270,6 +270,8 @@ type preparedProc struct {
 	stderr  string
 	cleanup func()
 	parse   func(io.Reader) procParse // agent steps: reads the stream
+	// loginPaths are the agent's own state folders, mounted in the sandbox.
+	loginPaths []string
 }
 
 // procParse is what an agent's stream said.
@@ -472,6 +474,11 @@ func (e *Engine) runProcess(ctx context.Context, grace time.Duration, cmd *exec.
 	err = cmd.Start()
 	outW.Close()
 	errW.Close()
+	for _, f := range cmd.ExtraFiles {
+		if f != nil {
+			f.Close() // the child has its copy (the sandbox's --args memfd)
+		}
+	}
 	if err != nil {
 		outR.Close()
 		errR.Close()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kusaw/kusaw/config"
+	"github.com/kusaw/kusaw/sandbox"
 	"github.com/kusaw/kusaw/status"
 	"github.com/kusaw/kusaw/worktree"
 )
@@ -33,6 +34,8 @@ type Options struct {
 	// Secrets resolves {secret: KEY} env values. Default: the user's
 	// secret store, opened on first use.
 	Secrets SecretSource
+	// SandboxCheck replaces sandbox.Check (tests: an unavailable backend).
+	SandboxCheck func() sandbox.CheckResult
 	// CancelPoll is how often a running run looks for a cancel request
 	// (kusaw cancel). Default 100ms.
 	CancelPoll time.Duration
@@ -48,6 +51,7 @@ type Engine struct {
 	State *State
 	opts  Options
 
+	sbCheck     sandboxCheck
 	secretsOnce sync.Once
 	secrets     SecretSource
 	secretsErr  error

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -252,8 +253,29 @@ func worktreeDiff(dir, base, tmp string) (patch, stat []byte, err error) {
 	if _, err := git("read-tree", "HEAD"); err != nil {
 		return nil, nil, err
 	}
-	if _, err := git("add", "--all"); err != nil {
+	// Tracked changes, then untracked files except the sandbox's stand-ins
+	// (empty read-only files it mounts over missing protected paths such as
+	// .mcp.json; they vanish after the step).
+	if _, err := git("add", "--update"); err != nil {
 		return nil, nil, err
+	}
+	others, err := git("ls-files", "--others", "--exclude-standard", "-z")
+	if err != nil {
+		return nil, nil, err
+	}
+	var add []string
+	mounts := mountPoints()
+	for _, f := range strings.Split(string(others), "\x00") {
+		if f != "" && !isStandIn(filepath.Join(dir, f), mounts) {
+			add = append(add, f)
+		}
+	}
+	for len(add) > 0 {
+		n := min(len(add), 500)
+		if _, err := git(append([]string{"add", "--"}, add[:n]...)...); err != nil {
+			return nil, nil, err
+		}
+		add = add[n:]
 	}
 	if patch, err = git("diff", "--cached", "--binary", base); err != nil {
 		return nil, nil, err
@@ -262,6 +284,54 @@ func worktreeDiff(dir, base, tmp string) (patch, stat []byte, err error) {
 		return nil, nil, err
 	}
 	return patch, stat, nil
+}
+
+// isStandIn reports an empty file that is a mount point: what the sandbox
+// binds over a missing protected file.
+func isStandIn(p string, mounts map[string]bool) bool {
+	fi, err := os.Lstat(p)
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() != 0 {
+		return false
+	}
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		p = r
+	}
+	return mounts[p]
+}
+
+// mountPoints reads this process's mount points (field 5 of mountinfo,
+// with its octal escapes undone).
+func mountPoints() map[string]bool {
+	out := map[string]bool{}
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return out
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 {
+			out[unescapeMount(f[4])] = true
+		}
+	}
+	return out
+}
+
+func unescapeMount(s string) string {
+	if !strings.Contains(s, "\\") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 func firstLine(s string, err error) string {

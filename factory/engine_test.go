@@ -1,0 +1,301 @@
+package factory
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"testing/iotest"
+	"time"
+
+	"github.com/kusaw/kusaw/config"
+	"github.com/kusaw/kusaw/sandbox"
+	"github.com/kusaw/kusaw/status"
+	"github.com/kusaw/kusaw/worktree"
+)
+
+func needGit(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("git"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("git is not installed")
+		}
+		t.Skip("git is not installed")
+	}
+}
+
+func gitRun(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// testFactory writes repos and a factory file into a temp folder and loads it.
+func testFactory(t *testing.T, yaml string, repos ...string) *config.Factory {
+	t.Helper()
+	needGit(t)
+	dir := t.TempDir()
+	for _, r := range repos {
+		p := filepath.Join(dir, r)
+		os.MkdirAll(p, 0o755)
+		gitRun(t, p, "init", "-q", "-b", "main")
+		gitRun(t, p, "config", "user.email", "t@example.invalid")
+		gitRun(t, p, "config", "user.name", "t")
+		os.WriteFile(filepath.Join(p, "README"), []byte(r), 0o644)
+		gitRun(t, p, "add", ".")
+		gitRun(t, p, "commit", "-qm", "init")
+	}
+	path := filepath.Join(dir, "factory.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, fs, err := config.Load(path)
+	if err != nil || len(fs.Errors()) > 0 {
+		t.Fatalf("load: %v %v", err, fs.Errors())
+	}
+	return f
+}
+
+type fakeSecrets map[string]string
+
+func (f fakeSecrets) Get(k string) (string, error) {
+	v, ok := f[k]
+	if !ok {
+		return "", os.ErrNotExist
+	}
+	return v, nil
+}
+
+func TestRequiredAttemptRefusedWhenSandboxUnavailable(t *testing.T) {
+	marker := filepath.Join(t.TempDir(), "ran")
+	f := testFactory(t, `version: 1
+repos:
+  app: {path: ./app}
+pipelines:
+  default: [boxed]
+steps:
+  boxed:
+    sandbox: required
+    attempts: 3
+    run: [touch, `+marker+`]
+`, "app")
+	var events []Event
+	e, err := New(f, Options{Kusaw: "/bin/false", OnEvent: func(ev Event) { events = append(events, ev) },
+		SandboxCheck: func() sandbox.CheckResult {
+			return sandbox.CheckResult{Backend: "bubblewrap", Reason: status.ReasonSandboxNoUserNS, Msg: "no user namespaces here", Fix: "allow them"}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.Run(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ExitCode() != status.ExitSandboxUnavailable {
+		t.Errorf("exit code %d, want %d", r.ExitCode(), status.ExitSandboxUnavailable)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("a required attempt ran although the sandbox is unavailable")
+	}
+	atts, _ := e.State.Attempts(r.Record)
+	if len(atts) != 1 || atts[0].Outcome != status.OutcomeRefused || atts[0].Reason != status.ReasonSandboxNoUserNS || atts[0].Fix != "allow them" {
+		t.Fatalf("attempts: %+v (a refusal is not retried)", atts)
+	}
+	if r.Record.State != status.RunFailed || r.Record.Fix != "allow them" {
+		t.Errorf("run: %+v", r.Record)
+	}
+}
+
+func TestSandboxOffStepRunsWhenBackendUnavailable(t *testing.T) {
+	f := testFactory(t, `version: 1
+repos:
+  app: {path: ./app}
+pipelines:
+  default: [plain]
+steps:
+  plain:
+    run: ["true"]
+`, "app")
+	e, _ := New(f, Options{SandboxCheck: func() sandbox.CheckResult { return sandbox.CheckResult{Reason: status.ReasonSandboxUnavailable} }})
+	r, _ := e.Run(context.Background(), "")
+	if r.ExitCode() != status.ExitOK {
+		t.Fatalf("exit %d: %+v", r.ExitCode(), r.Record)
+	}
+}
+
+func TestSecretsResolvedAndRedacted(t *testing.T) {
+	const secret = "tok-9f8e7d6c5b4a"
+	f := testFactory(t, `version: 1
+repos:
+  app: {path: ./app}
+pipelines:
+  default: [leaky]
+steps:
+  leaky:
+    env:
+      TOKEN: {secret: steps.leaky.env.TOKEN}
+      PLAIN: visible
+    attempts: 2
+    run: [sh, -c, 'case "$TOKEN" in tok-9f8e*) ;; *) exit 9;; esac; echo "out $TOKEN"; echo "err $TOKEN" >&2; exit 4']
+`, "app")
+	var streamed bytes.Buffer
+	e, _ := New(f, Options{Secrets: fakeSecrets{"steps.leaky.env.TOKEN": secret}, OnEvent: func(ev Event) {
+		b, _ := json.Marshal(ev)
+		streamed.Write(b)
+	}})
+	r, _ := e.Run(context.Background(), "")
+	atts, _ := e.State.Attempts(r.Record)
+	if len(atts) != 2 || atts[0].ExitCode == nil || *atts[0].ExitCode != 4 {
+		t.Fatalf("the step did not get its secret: %+v", atts[0])
+	}
+	if atts[0].Processes[0].Env["TOKEN"] != secretRedacted || atts[0].Processes[0].Env["PLAIN"] != "visible" {
+		t.Errorf("recorded env: %v", atts[0].Processes[0].Env)
+	}
+	out, _ := os.ReadFile(filepath.Join(e.State.AttemptDir(r.ID(), "leaky", 1), stdoutFile))
+	if string(out) != "out <secret>\n" {
+		t.Errorf("stdout.log = %q", out)
+	}
+	leaks := grepTree(t, r.Dir, secret)
+	if len(leaks) > 0 {
+		t.Errorf("the secret appears in %v", leaks)
+	}
+	if strings.Contains(streamed.String(), secret) {
+		t.Errorf("the secret reached the event callback")
+	}
+}
+
+func TestSecretMissingRefuses(t *testing.T) {
+	f := testFactory(t, `version: 1
+repos:
+  app: {path: ./app}
+pipelines:
+  default: [s]
+steps:
+  s:
+    env:
+      TOKEN: {secret: steps.s.env.TOKEN}
+    run: ["true"]
+`, "app")
+	e, _ := New(f, Options{Secrets: fakeSecrets{}})
+	r, _ := e.Run(context.Background(), "")
+	atts, _ := e.State.Attempts(r.Record)
+	if len(atts) != 1 || atts[0].Outcome != status.OutcomeRefused || atts[0].Reason != status.ReasonSecretMissing || !strings.Contains(atts[0].Fix, "kusaw config set steps.s.env.TOKEN --secret") {
+		t.Fatalf("attempt: %+v", atts)
+	}
+	if r.ExitCode() != status.ExitRunFailed {
+		t.Errorf("exit %d, want 1 (a missing secret is not a sandbox refusal)", r.ExitCode())
+	}
+}
+
+// grepTree lists the files under dir that contain s.
+func grepTree(t *testing.T, dir, s string) []string {
+	t.Helper()
+	var hits []string
+	filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil || !fi.Mode().IsRegular() {
+			return nil
+		}
+		b, _ := os.ReadFile(p)
+		if bytes.Contains(b, []byte(s)) {
+			hits = append(hits, p)
+		}
+		return nil
+	})
+	return hits
+}
+
+func TestRedactorAcrossReads(t *testing.T) {
+	r := &redactor{}
+	r.Add("abcdefgh")
+	r.Add(`q"uote`)
+	r.Add("ab") // too short to redact: left alone
+	in := strings.Repeat("x", 100) + "abcdefgh" + strings.Repeat("y", 7) + `q"uote` + " ab abcdefg"
+	var out bytes.Buffer
+	// One byte per read: every possible split of a secret.
+	if err := r.copyRedacted(&out, iotest.OneByteReader(strings.NewReader(in))); err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Repeat("x", 100) + "<secret>" + strings.Repeat("y", 7) + "<secret>" + " ab abcdefg"
+	if out.String() != want {
+		t.Errorf("got %q\nwant %q", out.String(), want)
+	}
+	// Inside JSON the escaped form is found too.
+	if got := r.String(`{"v":"q\"uote"}`); got != `{"v":"<secret>"}` {
+		t.Errorf("json form: %q", got)
+	}
+}
+
+func TestRunIDsSortByTime(t *testing.T) {
+	a := NewRunID(time.Date(2026, 11, 30, 3, 15, 0, 0, time.UTC))
+	b := NewRunID(time.Date(2026, 11, 30, 3, 15, 1, 0, time.UTC))
+	if !(a < b) || !strings.HasPrefix(a, "20261130-031500-") || len(a) != len("20261130-031500-ab12") {
+		t.Errorf("ids %q %q", a, b)
+	}
+}
+
+func TestRecoveryMarksAbandonedRunInterrupted(t *testing.T) {
+	f := testFactory(t, `version: 1
+repos:
+  app: {path: ./app}
+pipelines:
+  default: [s]
+steps:
+  s:
+    run: ["true"]
+`, "app")
+	e, _ := New(f, Options{})
+	r, err := e.Prepare("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The owner is alive (this process holds the lock): not recovered.
+	st, _ := OpenState(f.StateDir)
+	if len(st.Recovered) != 0 {
+		t.Fatalf("a live run was recovered: %v", st.Recovered)
+	}
+	// Simulate a dead owner mid-attempt: a worktree exists, the lock is gone.
+	r.Record.State = status.RunRunning
+	if err := e.createRunBranches(r); err != nil {
+		t.Fatal(err)
+	}
+	a := &attemptRun{e: e, run: r, step: r.steps[0], n: 1, dir: attemptDir(r.Dir, "s", 1), wts: nil}
+	a.rec = &AttemptRecord{Run: r.ID(), Step: "s", Number: 1, Started: time.Now()}
+	a.wts, a.repos = map[string]*worktree.Worktree{}, map[string]*worktree.Repo{}
+	a.events = &sink{}
+	os.MkdirAll(a.dir, 0o755)
+	if err := a.createWorktrees(); err != nil {
+		t.Fatal(err)
+	}
+	r.lock.Unlock()
+	st, err = OpenState(f.StateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Recovered) != 1 || st.Recovered[0] != r.ID() {
+		t.Fatalf("recovered %v", st.Recovered)
+	}
+	rec, _ := st.LoadRun(r.ID())
+	if rec.State != status.RunInterrupted {
+		t.Errorf("state %s", rec.State)
+	}
+	atts, _ := st.Attempts(rec)
+	if len(atts) != 1 || atts[0].Outcome != status.OutcomeInterrupted {
+		t.Errorf("attempts %+v", atts)
+	}
+	app := filepath.Join(f.Dir, "app")
+	if out := gitRun(t, app, "worktree", "list"); strings.Count(out, "\n") != 0 {
+		t.Errorf("worktrees left:\n%s", out)
+	}
+	if again, _ := OpenState(f.StateDir); len(again.Recovered) != 0 {
+		t.Errorf("recovered twice")
+	}
+}
