@@ -515,3 +515,26 @@ func TestEmptyLogClose(t *testing.T) {
 		t.Fatalf("empty log's seal does not sign Genesis: %s", b)
 	}
 }
+
+func TestVerifyFileAndIsSeal(t *testing.T) {
+	key := newKey(t)
+	path := filepath.Join(t.TempDir(), "log")
+	os.WriteFile(path, sample(t, key, 4), 0o600)
+	res, err := VerifyFile(path, pubOf(key))
+	if err != nil || !res.Final || res.Records != 4 {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if _, err := VerifyFile(path+".missing", pubOf(key)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("missing file: %v", err)
+	}
+	b, _ := os.ReadFile(path)
+	seals := 0
+	for _, l := range splitLines(b) {
+		if IsSeal(l) {
+			seals++
+		}
+	}
+	if seals != res.Seals {
+		t.Fatalf("IsSeal counted %d seals, Verify %d", seals, res.Seals)
+	}
+}

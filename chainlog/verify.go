@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 )
 
 // Result is what Verify found. On a break it describes the lines before the
@@ -180,3 +181,17 @@ func (v *verifier) advance(line []byte, isSeal bool) {
 	v.lastSeal = isSeal
 	v.res.Lines++
 }
+
+// VerifyFile is Verify on the file at path.
+func VerifyFile(path string, pub ed25519.PublicKey) (Result, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Result{}, err
+	}
+	defer f.Close()
+	return Verify(f, pub)
+}
+
+// IsSeal reports whether a line (with or without its newline) is a seal
+// rather than a record, for readers that show records and skip seals.
+func IsSeal(line []byte) bool { return bytes.HasPrefix(line, []byte(`{"seal":`)) }
