@@ -362,3 +362,63 @@ func TestProbeFakes(t *testing.T) {
 		t.Fatalf("failing --version: %v", err)
 	}
 }
+
+func TestPrepare(t *testing.T) {
+	f := buildFakes(t)
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	t.Setenv("CLAUDE_CONFIG_DIR", "")
+	os.Mkdir(filepath.Join(home, ".claude"), 0o700)
+	link := filepath.Join(t.TempDir(), "claude")
+	if err := os.Symlink(f.Claude, link); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	in := PrepareInput{Step: "plan", Command: link, Prompt: "p", Sandboxed: true, Network: "allowlist", ExtraDirs: []string{"/w/docs"}}
+	got, err := Prepare(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Argv[0] != f.Claude || got.Probe.Path != link || len(got.ReadPaths) != 1 || got.ReadPaths[0] != f.Dir {
+		t.Fatalf("sandboxed runs exec the real path and read its folder: argv0 %q read %q", got.Argv[0], got.ReadPaths)
+	}
+	if len(got.LoginPaths) != 1 || got.LoginPaths[0] != filepath.Join(home, ".claude") {
+		t.Fatalf("login paths %q (only existing ones)", got.LoginPaths)
+	}
+	if indexOf(got.Argv, "--add-dir") < 0 || indexOf(got.Env, "IS_SANDBOX=1") < 0 || got.Token.Required {
+		t.Fatalf("argv %q env %q token %+v", got.Argv, got.Env, got.Token)
+	}
+	// Unsandboxed: the configured path, no read paths.
+	in.Sandboxed = false
+	got, err = Prepare(ctx, in)
+	if err != nil || got.Argv[0] != link || got.ReadPaths != nil {
+		t.Fatalf("unsandboxed: %v %q %q", err, got.Argv, got.ReadPaths)
+	}
+
+	var se *status.Error
+	// A fresh HOME without a token is refused before anything runs.
+	fresh := PrepareInput{Step: "plan", Command: "/nonexistent", Prompt: "p", Sandboxed: true, FreshHome: true}
+	_, err = Prepare(ctx, fresh)
+	if !errors.As(err, &se) || se.Reason != status.ReasonSandboxTokenMissing || !strings.Contains(se.Fix, "steps.plan.env.CLAUDE_CODE_OAUTH_TOKEN --secret") {
+		t.Fatalf("fresh HOME without a token: %v", err)
+	}
+	fresh.Command, fresh.StepEnv = f.Claude, []string{"CLAUDE_CODE_OAUTH_TOKEN"}
+	got, err = Prepare(ctx, fresh)
+	if err != nil || got.LoginPaths != nil {
+		t.Fatalf("fresh HOME with a token: %v, login paths %q", err, got.LoginPaths)
+	}
+	for _, tc := range []struct {
+		in     PrepareInput
+		reason status.Reason
+	}{
+		{PrepareInput{Provider: "codex", Prompt: "p"}, status.ReasonProviderMissing},
+		{PrepareInput{Command: "/nonexistent/claude", Prompt: "p"}, status.ReasonProviderMissing},
+		{PrepareInput{Command: f.Claude, Prompt: "p", Args: []string{"--output-format", "json"}}, status.ReasonStepStartFailed},
+		{PrepareInput{Provider: "cursor", Command: f.Cursor, Prompt: ""}, status.ReasonStepStartFailed},
+	} {
+		_, err := Prepare(ctx, tc.in)
+		if !errors.As(err, &se) || se.Reason != tc.reason || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%+v: %v, want %s", tc.in, err, tc.reason)
+		}
+	}
+}

@@ -1,0 +1,88 @@
+package providers
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/kusaw/kusaw/status"
+)
+
+// PrepareInput is what the engine knows about one agent process before it
+// starts, as plain data.
+type PrepareInput struct {
+	Provider  string   // steps.<id>.provider ("" = Default)
+	Step      string   // step id, for messages and fixes
+	Command   string   // providers.<name>.command ("" = the default names)
+	Args      []string // providers.<name>.args
+	Prompt    string   // the prompt (prompt_file already read)
+	ExtraDirs []string // the attempt's other worktrees
+	Sandboxed bool     // kusaw's sandbox wraps the process
+	Network   string   // effective network: open | allowlist
+	FreshHome bool     // the sandbox gives a fresh HOME (FreshHome(goos, sandboxed))
+	Inject    bool     // the proxy injects this provider's key
+	StepEnv   []string // names (NAME or NAME=...) the step's env sets, secrets included
+}
+
+// Prepared is everything needed to start the process.
+type Prepared struct {
+	Probe Probe
+	Argv  []string
+	// Env goes into the process environment before the step's own env
+	// (which wins).
+	Env []string
+	// LoginPaths are the CLI's state folders and files that exist; the
+	// Linux sandbox mounts them read/write. Empty with a fresh HOME.
+	LoginPaths []string
+	// ReadPaths must be readable inside the sandbox: the CLI's install
+	// folder (it may live under the hidden home).
+	ReadPaths []string
+	Token     TokenNeed
+}
+
+// Prepare probes the provider's CLI, checks the login token and builds argv
+// and env. Errors are *status.Error: provider.missing for an unknown
+// provider or a missing CLI, sandbox.token_missing for a fresh HOME without
+// a token, step.start_failed for args or a prompt kusaw cannot pass.
+func Prepare(ctx context.Context, in PrepareInput) (Prepared, error) {
+	name := in.Provider
+	if name == "" {
+		name = Default
+	}
+	p, ok := Get(name)
+	if !ok {
+		return Prepared{}, &status.Error{Reason: status.ReasonProviderMissing,
+			Msg: fmt.Sprintf("step %s: unknown provider %q", stepName(in.Step), name), Fix: "use one of: claude-code, cursor"}
+	}
+	var out Prepared
+	out.Token = NeedsToken(name, in.Step, in.FreshHome, in.Inject)
+	if err := out.Token.Err(in.StepEnv); err != nil {
+		return Prepared{}, err
+	}
+	pr, err := p.Probe(ctx, in.Command)
+	if err != nil {
+		return Prepared{}, err
+	}
+	out.Probe = pr
+	req := RunRequest{Command: pr.Path, Args: in.Args, Prompt: in.Prompt, ExtraDirs: in.ExtraDirs, Sandboxed: in.Sandboxed, Network: in.Network}
+	if in.Sandboxed {
+		// The folder of a PATH symlink (~/.local/bin) may be hidden in the
+		// sandbox; the binary itself is in ReadPaths.
+		req.Command = pr.RealPath
+		out.ReadPaths = []string{pr.InstallDir}
+	}
+	out.Argv, err = p.Argv(req)
+	if err != nil {
+		return Prepared{}, &status.Error{Reason: status.ReasonStepStartFailed, Msg: fmt.Sprintf("step %s: %v", stepName(in.Step), err),
+			Fix: fmt.Sprintf("fix steps.%s or providers.%s.args as the message says", stepName(in.Step), name)}
+	}
+	out.Env = p.Env(req)
+	if !in.FreshHome {
+		for _, lp := range pr.LoginPaths {
+			if _, err := os.Lstat(lp); err == nil {
+				out.LoginPaths = append(out.LoginPaths, lp)
+			}
+		}
+	}
+	return out, nil
+}
