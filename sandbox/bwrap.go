@@ -44,7 +44,7 @@ func FindBwrap() (string, error) {
 
 // trusted checks a binary and its folder for ownership and permissions.
 func trusted(p string, allowed []string) error {
-	check := func(path, what string, wantDir bool) error {
+	check := func(path, what string, wantDir, stickyOK bool) error {
 		var st unix.Stat_t
 		if err := unix.Lstat(path, &st); err != nil {
 			return fmt.Errorf("%s %s: %v", what, path, err)
@@ -59,7 +59,9 @@ func trusted(p string, allowed []string) error {
 		if st.Uid != 0 {
 			return fmt.Errorf("%s %s is owned by uid %d, not root", what, path, st.Uid)
 		}
-		if st.Mode&0o022 != 0 {
+		// A sticky world-writable folder above (/tmp) is fine: nobody else
+		// can rename or remove the root-owned folder below it.
+		if st.Mode&0o022 != 0 && !(stickyOK && st.Mode&unix.S_ISVTX != 0) {
 			return fmt.Errorf("%s %s is writable by group or others (mode %o)", what, path, st.Mode&0o7777)
 		}
 		return nil
@@ -77,10 +79,17 @@ func trusted(p string, allowed []string) error {
 	if !ok {
 		return fmt.Errorf("%s resolves to %s, not a system folder", filepath.Dir(p), dir)
 	}
-	if err := check(dir, "folder", true); err != nil {
-		return err
+	// The folder and every folder above it: whoever can write one of them
+	// can swap the binary.
+	for d := dir; ; d = filepath.Dir(d) {
+		if err := check(d, "folder", true, d != dir); err != nil {
+			return err
+		}
+		if d == "/" || d == filepath.Dir(d) {
+			break
+		}
 	}
-	return check(filepath.Join(dir, filepath.Base(p)), "bwrap", false)
+	return check(filepath.Join(dir, filepath.Base(p)), "bwrap", false, false)
 }
 
 // Args returns bwrap's arguments for the plan, without the bwrap path and

@@ -595,6 +595,16 @@ func runSuite(t *testing.T, uid int) {
 			}
 		})
 	}
+	// Nothing is left in the user's repository: its checkout has only the
+	// user's own untracked .env, its git folder no stand-in.
+	if st := git(t, s.f.repo, "status", "--porcelain", "--ignored"); st != "?? .env" {
+		t.Errorf("the user's checkout changed: %q", st)
+	}
+	for _, p := range []string{"config.worktree", "commondir", "worktrees/app/config.worktree", "hooks/pre-commit", "info/attributes"} {
+		if exists(filepath.Join(s.f.common, p)) {
+			t.Errorf("%s left in the user's .git", p)
+		}
+	}
 }
 
 func TestEscapeAsRoot(t *testing.T) {

@@ -176,6 +176,7 @@ type builder struct {
 	remount []Mount
 	mounted map[string]bool // destinations already given a mount
 	wtRoots []string        // writable worktree roots (resolved)
+	home    string          // the resolved home
 	visible []string        // every bind destination (for conflict checks)
 }
 
@@ -256,10 +257,20 @@ func (b *builder) build() error {
 	if err != nil {
 		return err
 	}
-	home, err := abs("home", in.Home)
+	// No home given: hide the one kusaw runs with, never show it by omission.
+	homeIn := in.Home
+	if homeIn == "" {
+		for _, kv := range b.host.Env {
+			if v, ok := strings.CutPrefix(kv, "HOME="); ok {
+				homeIn = v
+			}
+		}
+	}
+	home, err := abs("home", homeIn)
 	if err != nil {
 		return err
 	}
+	b.home = home
 	b.plan.EmptyFile = filepath.Join(attempt, ".sandbox-empty")
 
 	// Base: the system read-only, fresh /dev and /proc, private /tmp and /run.
@@ -506,8 +517,8 @@ func (b *builder) worktree(w Worktree) error {
 		}
 	}
 	cfgs := []string{"/etc/gitconfig", filepath.Join(cd, "config"), filepath.Join(gd, "config.worktree")}
-	if b.in.Home != "" {
-		cfgs = append([]string{filepath.Join(b.in.Home, ".gitconfig"), filepath.Join(b.in.Home, ".config", "git", "config")}, cfgs...)
+	if b.home != "" {
+		cfgs = append([]string{filepath.Join(b.home, ".gitconfig"), filepath.Join(b.home, ".config", "git", "config")}, cfgs...)
 	}
 	if wc := filepath.Join(gd, "config.worktree"); exists(wc) {
 		b.addBind(&b.protect, "ro-bind", wc, wc, "git control file config.worktree")
@@ -529,8 +540,8 @@ func (b *builder) worktree(w Worktree) error {
 	// outside reads the same files).
 	hp := gitConfigLast(cfgs, "core", "hookspath")
 	if hp != "" {
-		if strings.HasPrefix(hp, "~/") && b.in.Home != "" {
-			hp = filepath.Join(b.in.Home, hp[2:])
+		if strings.HasPrefix(hp, "~/") && b.home != "" {
+			hp = filepath.Join(b.home, hp[2:])
 		}
 		if !filepath.IsAbs(hp) {
 			hp = filepath.Join(wt, hp)

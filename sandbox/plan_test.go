@@ -241,6 +241,17 @@ func TestPlanSymlinkRefused(t *testing.T) {
 	}
 }
 
+func TestPlanHomeDefaultsToHostHome(t *testing.T) {
+	f := newFixture(t)
+	in := f.input()
+	in.Home = ""
+	in.Host.Env = append(in.Host.Env, "HOME="+f.home)
+	p := mustPlan(t, in)
+	if !slices.Contains(rulePaths(p.Hidden), f.home) {
+		t.Errorf("without Input.Home the host's HOME must still be hidden: %v", p.Hidden)
+	}
+}
+
 func TestPlanPerRepoAndWSL(t *testing.T) {
 	f := newFixture(t)
 	in := f.input()
@@ -282,6 +293,13 @@ func TestPlanHooksPathAndWorktreeConfig(t *testing.T) {
 	p = mustPlan(t, f.input())
 	if !slices.Contains(rulePaths(p.ReadOnly), filepath.Join(f.wt, "tools", "hooks")) || !slices.Contains(rulePaths(p.Writable), filepath.Join(f.wt, "tools")) {
 		t.Errorf("hooksPath tools/hooks: read-only %v writable %v", p.ReadOnly, p.Writable)
+	}
+	// The user's global config counts too: kusaw's git outside reads it.
+	git(t, f.repo, "config", "--unset", "core.hooksPath")
+	write(t, filepath.Join(f.home, ".gitconfig"), "[core]\n\thooksPath = .myhooks # global\n")
+	p = mustPlan(t, f.input())
+	if !slices.Contains(p.StandIns, filepath.Join(f.wt, ".myhooks")) {
+		t.Errorf("hooksPath from ~/.gitconfig is not protected: %v", p.StandIns)
 	}
 	// Absolute hooksPath outside every writable place: nothing to protect.
 	git(t, f.repo, "config", "core.hooksPath", "/usr/share/hooks")
@@ -339,6 +357,13 @@ func TestTrustedBinary(t *testing.T) {
 		t.Errorf("world-writable folder: %v", err)
 	}
 	os.Chmod(dir, 0o755)
+	// A folder above that others can write (not sticky) lets them swap it.
+	parent := filepath.Dir(dir)
+	os.Chmod(parent, 0o777)
+	if err := trusted(bin, allowed); err == nil || !strings.Contains(err.Error(), parent) {
+		t.Errorf("world-writable parent folder: %v", err)
+	}
+	os.Chmod(parent, 0o755)
 	link := filepath.Join(dir, "bwrap-link")
 	os.Symlink(bin, link)
 	if err := trusted(link, allowed); err == nil {
