@@ -377,3 +377,54 @@ func TestPipelineKill9IsInterrupted(t *testing.T) {
 		t.Errorf("kusaw show: %d %s %s", again.code, again.stdout, again.stderr)
 	}
 }
+
+func TestPipelineLogsVerify(t *testing.T) {
+	dir := factoryDir(t, `version: 1
+repos:
+  app: {path: ./app}
+pipelines:
+  default: [a, b]
+steps:
+  a:
+    attempts: 2
+    run: [sh, -c, 'test "$KUSAW_ATTEMPT" = 2']
+  b:
+    run: [sh, -c, 'echo b > b.txt']
+`, "app")
+	if res := runKusaw(t, dir, "run"); res.code != 0 {
+		t.Fatalf("kusaw run: %d %s%s", res.code, res.stdout, res.stderr)
+	}
+	id := onlyRun(t, dir)
+	var files []string
+	filepath.Walk(filepath.Join(dir, ".kusaw", "runs", id), func(p string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Name() == "events.jsonl" {
+			files = append(files, p)
+		}
+		return nil
+	})
+	if len(files) != 4 { // the run's and three attempts'
+		t.Fatalf("events files: %v", files)
+	}
+	res := runKusaw(t, dir, append([]string{"log", "verify", "--strict"}, files...)...)
+	if res.code != 0 {
+		t.Fatalf("kusaw log verify on the run's events: %d\n%s%s", res.code, res.stdout, res.stderr)
+	}
+	lines := strings.SplitAfter(readFile(t, files[0]), "\n")
+	lines = lines[:len(lines)-1] // the empty string after the last newline
+	if len(lines) < 4 {
+		t.Fatalf("too few lines: %d", len(lines))
+	}
+	tampered := map[string][]string{
+		"edited":    append(append(append([]string{}, lines[:1]...), strings.Replace(lines[1], `"type":"`, `"type":"x`, 1)), lines[2:]...),
+		"removed":   append(append([]string{}, lines[:1]...), lines[2:]...),
+		"reordered": append([]string{lines[0], lines[2], lines[1]}, lines[3:]...),
+	}
+	for name, ls := range tampered {
+		p := filepath.Join(t.TempDir(), name+".jsonl")
+		writeFile(t, p, strings.Join(ls, ""))
+		res := runKusaw(t, dir, "log", "verify", p)
+		if res.code != 7 || !strings.Contains(res.stdout+res.stderr, "line 2") {
+			t.Errorf("%s line: kusaw log verify exit %d, want 7 naming line 2\n%s%s", name, res.code, res.stdout, res.stderr)
+		}
+	}
+}

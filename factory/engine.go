@@ -2,6 +2,7 @@ package factory
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"os"
@@ -9,8 +10,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kusaw/kusaw/chainlog"
 	"github.com/kusaw/kusaw/config"
 	"github.com/kusaw/kusaw/sandbox"
+	"github.com/kusaw/kusaw/secretstore"
 	"github.com/kusaw/kusaw/status"
 	"github.com/kusaw/kusaw/worktree"
 )
@@ -34,6 +37,9 @@ type Options struct {
 	// Secrets resolves {secret: KEY} env values. Default: the user's
 	// secret store, opened on first use.
 	Secrets SecretSource
+	// Key signs the seals of events and egress logs. Default: the
+	// factory's key in the secret-store folder, created on first use.
+	Key ed25519.PrivateKey
 	// SandboxCheck replaces sandbox.Check (tests: an unavailable backend).
 	SandboxCheck func() sandbox.CheckResult
 	// CancelPoll is how often a running run looks for a cancel request
@@ -76,6 +82,15 @@ func New(f *config.Factory, opts Options) (*Engine, error) {
 	}
 	if opts.CancelPoll <= 0 {
 		opts.CancelPoll = 100 * time.Millisecond
+	}
+	if opts.Key == nil {
+		dir, kerr := secretstore.Dir()
+		if kerr == nil {
+			opts.Key, kerr = chainlog.LoadOrCreateKey(dir)
+		}
+		if kerr != nil {
+			return nil, fmt.Errorf("cannot load the log-signing key: %v", kerr)
+		}
 	}
 	e := &Engine{F: f, State: st, opts: opts}
 	if opts.Secrets != nil {
@@ -374,13 +389,13 @@ func (r *Run) finish() {
 
 // openSink opens an events file.
 func (e *Engine) openSink(path, run, step string, attempt int, red *redactor) *sink {
-	s := &sink{run: run, step: step, attempt: attempt, emit: e.opts.OnEvent, redact: red, last: time.Now()}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	s := &sink{run: run, step: step, attempt: attempt, emit: e.opts.OnEvent, redact: red}
+	w, err := chainlog.Create(path, e.opts.Key, chainlog.Options{Perm: 0o644})
 	if err != nil {
 		s.err = err
 		return s
 	}
-	s.log = &plainLog{f: f}
+	s.log = w
 	return s
 }
 

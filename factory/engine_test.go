@@ -44,6 +44,7 @@ func testFactory(t *testing.T, yaml string, repos ...string) *config.Factory {
 	t.Helper()
 	needGit(t)
 	dir := t.TempDir()
+	t.Setenv("KUSAW_SECRETS_DIR", filepath.Join(dir, "secrets"))
 	for _, r := range repos {
 		p := filepath.Join(dir, r)
 		os.MkdirAll(p, 0o755)

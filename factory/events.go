@@ -2,7 +2,6 @@ package factory
 
 import (
 	"encoding/json"
-	"os"
 	"sync"
 	"time"
 )
@@ -39,28 +38,14 @@ type Event struct {
 	Data    map[string]any `json:"data,omitempty"`
 }
 
-// lineLog is an append-only JSON-lines file. The tamper-evident
-// implementation chains and seals each line.
+// lineLog is an append-only JSON-lines file: a chainlog.Writer, which
+// chains each line to the one before and seals periodically (every 100
+// lines or 2s) and on Close, so a crash loses at most the unsealed tail.
 type lineLog interface {
 	Append(v any) error
 	Seal() error
 	Close() error
 }
-
-// plainLog writes JSON lines without a chain; used only where no key is
-// available.
-type plainLog struct{ f *os.File }
-
-func (p *plainLog) Append(v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	_, err = p.f.Write(append(b, '\n'))
-	return err
-}
-func (p *plainLog) Seal() error  { return nil }
-func (p *plainLog) Close() error { return p.f.Close() }
 
 // sink numbers and writes the events of one file and passes each to the
 // engine's callback.
@@ -72,13 +57,9 @@ type sink struct {
 	step    string
 	attempt int
 	emit    func(Event)
-	last    time.Time
 	err     error
 	redact  *redactor
 }
-
-// sealEvery bounds how much a crash can leave unsealed.
-const sealEvery = 2 * time.Second
 
 func (s *sink) Emit(typ string, data map[string]any) {
 	s.mu.Lock()
@@ -96,10 +77,6 @@ func (s *sink) Emit(typ string, data map[string]any) {
 		}
 		if err != nil && s.err == nil {
 			s.err = err
-		}
-		if time.Since(s.last) > sealEvery {
-			s.last = time.Now()
-			_ = s.log.Seal()
 		}
 	}
 	emit := s.emit
