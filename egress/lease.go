@@ -1,0 +1,400 @@
+package egress
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kusaw/kusaw/config"
+)
+
+// Lease is one attempt's handle on the proxy: its listener, allowlist,
+// budgets, inject endpoints and decision log.
+type Lease struct {
+	p          *Proxy
+	c          LeaseConfig
+	listenAddr string
+	sockPath   string
+	unixLn     *net.UnixListener
+	srv        *http.Server
+	injects    map[string]*injector
+	budget     budget
+
+	mu        sync.Mutex
+	closed    bool
+	listeners []net.Listener
+	conns     map[io.Closer]struct{}
+	wg        sync.WaitGroup
+	handed    chan struct{}
+	handOnce  sync.Once
+
+	recMu     sync.Mutex
+	hosts     map[string]*HostSummary
+	decisions int
+	refusals  int
+	done      bool
+	summary   Summary
+}
+
+var injectNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// Lease opens a lease. With SocketDir (Linux) it waits on a Unix socket
+// for the bridge to hand over the listener it bound inside the sandbox;
+// with Listen it listens itself.
+func (p *Proxy) Lease(c LeaseConfig) (*Lease, error) {
+	if c.ID == "" {
+		return nil, errors.New("egress lease: an ID is required")
+	}
+	if c.PolicyKey == "" {
+		c.PolicyKey = "sandbox.egress.allow"
+	}
+	if c.RangesKey == "" {
+		c.RangesKey = "sandbox.egress.allow_ranges"
+	}
+	if c.BudgetKey == "" {
+		c.BudgetKey = "sandbox.egress.budgets"
+	}
+	if c.Budgets.PerHost < 0 || c.Budgets.Total < 0 {
+		return nil, errors.New("egress lease: budgets cannot be negative")
+	}
+	l := &Lease{
+		p:      p,
+		c:      c,
+		conns:  map[io.Closer]struct{}{},
+		handed: make(chan struct{}),
+		hosts:  map[string]*HostSummary{},
+		budget: budget{perHost: c.Budgets.PerHost, total: c.Budgets.Total, used: map[string]int64{}},
+	}
+	l.srv = &http.Server{
+		Handler:           l,
+		ReadHeaderTimeout: p.o.HandshakeTimeout,
+		IdleTimeout:       p.o.IdleTimeout,
+		ErrorLog:          log.New(io.Discard, "", 0),
+	}
+	l.injects = map[string]*injector{}
+	for _, in := range c.Inject {
+		ij, err := l.newInjector(in)
+		if err != nil {
+			return nil, err
+		}
+		if l.injects[in.Name] != nil {
+			return nil, fmt.Errorf("egress lease: inject %q is listed twice", in.Name)
+		}
+		l.injects[in.Name] = ij
+	}
+
+	switch {
+	case c.Listen != "":
+		ln, err := net.Listen("tcp", c.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("egress lease: cannot listen on %s: %v", c.Listen, err)
+		}
+		l.listenAddr = ln.Addr().String()
+		l.addListener(ln)
+	case c.SocketDir != "":
+		// Any port will do: the listener lives in the sandbox's own
+		// network namespace, where nothing else is bound.
+		l.listenAddr = "127.0.0.1:" + strconv.Itoa(20000+rand.IntN(40000))
+		if err := l.listenHandOver(); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, errors.New("egress lease: set SocketDir (bridge) or Listen (direct)")
+	}
+
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		l.Close()
+		return nil, errProxyClosed
+	}
+	p.leases[l] = struct{}{}
+	p.mu.Unlock()
+	return l, nil
+}
+
+// SocketPath is the Unix socket the bridge hands its listener to; "" for
+// a lease that listens itself. The sandbox must be able to reach it.
+func (l *Lease) SocketPath() string { return l.sockPath }
+
+// ListenAddr is the proxy address the step uses: inside the sandbox's
+// namespace for a bridged lease, on the host's loopback otherwise.
+func (l *Lease) ListenAddr() string { return l.listenAddr }
+
+// ProxyURL is the value of the step's proxy variables.
+func (l *Lease) ProxyURL() string { return "http://" + l.listenAddr }
+
+// Ready is closed once the lease serves a listener (for a bridged lease:
+// after the bridge's hand-over succeeded).
+func (l *Lease) Ready() <-chan struct{} { return l.handed }
+
+// HandedOver reports whether the lease has a listener in service. When
+// the step's process has ended and this is false, the bridge failed
+// (reason egress.bridge_failed) and the step never ran.
+func (l *Lease) HandedOver() bool {
+	select {
+	case <-l.handed:
+		return true
+	default:
+		return false
+	}
+}
+
+// Env is what the step's environment gets: the proxy variables, NO_PROXY,
+// NODE_USE_ENV_PROXY and, per inject, the local base URL and the
+// placeholder key. No value in it is secret.
+func (l *Lease) Env() []string {
+	u := l.ProxyURL()
+	env := []string{
+		"HTTPS_PROXY=" + u, "https_proxy=" + u,
+		"HTTP_PROXY=" + u, "http_proxy=" + u,
+		"ALL_PROXY=" + u, "all_proxy=" + u,
+		"NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1",
+		"NODE_USE_ENV_PROXY=1",
+	}
+	for _, in := range l.c.Inject {
+		if in.BaseURLEnv != "" {
+			env = append(env, in.BaseURLEnv+"="+l.InjectURL(in.Name))
+		}
+		if in.KeyEnv != "" {
+			env = append(env, in.KeyEnv+"="+Placeholder)
+		}
+	}
+	return env
+}
+
+// InjectURL is the lease-local base URL of the named inject.
+func (l *Lease) InjectURL(name string) string {
+	return "http://" + l.listenAddr + injectPrefix + name
+}
+
+// BridgeArgv is the argv prefix that runs the step through the bridge
+// inside the sandbox; append the step's own argv.
+func (l *Lease) BridgeArgv(kusawBinary string) []string {
+	return []string{kusawBinary, "__egress-bridge", "--lease", l.sockPath, "--listen", l.listenAddr, "--"}
+}
+
+// Allowlist returns the lease's rules (for doctor).
+func (l *Lease) Allowlist() []Rule { return append([]Rule(nil), l.c.Allow...) }
+
+func (l *Lease) addListener(ln net.Listener) bool {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		ln.Close()
+		return false
+	}
+	l.listeners = append(l.listeners, ln)
+	l.wg.Add(1)
+	l.mu.Unlock()
+	go func() {
+		defer l.wg.Done()
+		l.srv.Serve(ln)
+	}()
+	l.handOnce.Do(func() { close(l.handed) })
+	return true
+}
+
+// enter registers a running handler; false once the lease is closed.
+func (l *Lease) enter() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.wg.Add(1)
+	return true
+}
+
+func (l *Lease) track(c io.Closer) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.conns[c] = struct{}{}
+	return true
+}
+
+func (l *Lease) untrack(c io.Closer) {
+	l.mu.Lock()
+	delete(l.conns, c)
+	l.mu.Unlock()
+}
+
+// Close stops the lease: its listeners, the hand-over socket, every open
+// connection. Connections still open are reported (reason lease.closed)
+// before the summary is made. Close may be called more than once.
+func (l *Lease) Close() Summary {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		l.wg.Wait()
+		return l.finish()
+	}
+	l.closed = true
+	conns := make([]io.Closer, 0, len(l.conns))
+	for c := range l.conns {
+		conns = append(conns, c)
+	}
+	l.mu.Unlock()
+
+	if l.unixLn != nil {
+		l.unixLn.Close()
+		os.Remove(l.sockPath)
+	}
+	l.srv.Close()
+	for _, c := range conns {
+		if mc, ok := c.(*meteredConn); ok {
+			mc.end(Allow, ReasonLeaseClosed, "")
+		}
+		c.Close()
+	}
+	l.wg.Wait()
+	// Conns registered between the snapshot and the wait are closed by
+	// their own handlers, which have now returned.
+	for _, ij := range l.injects {
+		ij.tr.CloseIdleConnections()
+	}
+	l.p.mu.Lock()
+	delete(l.p.leases, l)
+	l.p.mu.Unlock()
+	return l.finish()
+}
+
+func (l *Lease) finish() Summary {
+	l.recMu.Lock()
+	defer l.recMu.Unlock()
+	if l.done {
+		return l.summary
+	}
+	l.done = true
+	s := Summary{Lease: l.c.ID, Refusals: l.refusals, Decisions: l.decisions}
+	for _, h := range l.hosts {
+		s.Hosts = append(s.Hosts, *h)
+		s.BytesUp += h.BytesUp
+		s.BytesDown += h.BytesDown
+	}
+	sort.Slice(s.Hosts, func(i, j int) bool { return s.Hosts[i].Host < s.Hosts[j].Host })
+	l.summary = s
+	return s
+}
+
+// record counts a decision and hands it to the observer.
+func (l *Lease) record(d Decision) {
+	d.Lease = l.c.ID
+	if d.Time.IsZero() {
+		d.Time = time.Now()
+	}
+	l.recMu.Lock()
+	defer l.recMu.Unlock()
+	if l.done {
+		return
+	}
+	l.decisions++
+	h := l.hosts[d.Host]
+	if h == nil {
+		h = &HostSummary{Host: d.Host}
+		l.hosts[d.Host] = h
+	}
+	if d.Blocked() {
+		h.Refusals++
+		l.refusals++
+	}
+	if d.Decision == Allow || d.Decision == Close {
+		h.Connections++
+	}
+	h.BytesUp += d.BytesUp
+	h.BytesDown += d.BytesDown
+	if l.c.Observer != nil {
+		l.c.Observer.Decision(d)
+	}
+}
+
+// budget counts bytes sent upstream per host and in total.
+type budget struct {
+	perHost, total int64
+	mu             sync.Mutex
+	used           map[string]int64
+	usedTotal      int64
+}
+
+// take admits up to n bytes to host and says which limit stopped the
+// rest, if any.
+func (b *budget) take(host string, n int) (int, string) {
+	if b.perHost == 0 && b.total == 0 {
+		return n, ""
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	allow, why := int64(n), ""
+	if b.perHost > 0 {
+		if rem := b.perHost - b.used[host]; rem < allow {
+			allow, why = max(rem, 0), ReasonBudgetHost
+		}
+	}
+	if b.total > 0 {
+		if rem := b.total - b.usedTotal; rem < allow {
+			allow, why = max(rem, 0), ReasonBudgetTotal
+		}
+	}
+	b.used[host] += allow
+	b.usedTotal += allow
+	return int(allow), why
+}
+
+// exhausted says whether a new connection to host must be refused.
+func (b *budget) exhausted(host string) string {
+	if b.perHost == 0 && b.total == 0 {
+		return ""
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.perHost > 0 && b.used[host] >= b.perHost {
+		return ReasonBudgetHost
+	}
+	if b.total > 0 && b.usedTotal >= b.total {
+		return ReasonBudgetTotal
+	}
+	return ""
+}
+
+func (l *Lease) budgetLine(host string, why string) string {
+	if why == ReasonBudgetTotal {
+		return fmt.Sprintf("kusaw: the egress budget of this attempt (%d bytes sent) is used up; raise %s.total", l.c.Budgets.Total, l.c.BudgetKey)
+	}
+	return fmt.Sprintf("kusaw: the egress budget for %s (%d bytes sent) is used up; raise %s.per_host", host, l.c.Budgets.PerHost, l.c.BudgetKey)
+}
+
+func validUpstream(raw string) (*url.URL, string, int, error) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return nil, "", 0, fmt.Errorf("base URL %q must be an https:// URL without credentials, query or fragment", raw)
+	}
+	host, err := config.NormalizeHostName(u.Hostname())
+	if err != nil {
+		return nil, "", 0, fmt.Errorf("base URL %q: %v", raw, err)
+	}
+	port := 443
+	if ps := u.Port(); ps != "" {
+		port, err = strconv.Atoi(ps)
+		if err != nil || port < 1 || port > 65535 {
+			return nil, "", 0, fmt.Errorf("base URL %q has a bad port", raw)
+		}
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	u.RawPath = ""
+	return u, host, port, nil
+}

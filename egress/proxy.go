@@ -1,0 +1,86 @@
+package egress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+)
+
+// Proxy is the egress proxy of one process. It owns the DNS resolver and
+// its leases; each lease has its own listener and policy.
+type Proxy struct {
+	o   Options
+	res *net.Resolver
+
+	mu     sync.Mutex
+	leases map[*Lease]struct{}
+	closed bool
+}
+
+// NewProxy checks the options and returns a proxy with no lease yet.
+func NewProxy(o Options) (*Proxy, error) {
+	o.defaults()
+	p := &Proxy{o: o, leases: map[*Lease]struct{}{}}
+	if o.Resolver == "" {
+		p.res = &net.Resolver{PreferGo: true}
+	} else {
+		ap, err := netip.ParseAddrPort(o.Resolver)
+		if err != nil {
+			return nil, fmt.Errorf("egress resolver %q is not an IP:port (for example 127.0.0.53:53)", o.Resolver)
+		}
+		server := ap.String()
+		d := net.Dialer{Timeout: o.ResolveTimeout}
+		p.res = &net.Resolver{
+			PreferGo: true,
+			// Every query goes to the configured server, whatever
+			// resolv.conf says.
+			Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+				return d.DialContext(ctx, network, server)
+			},
+		}
+	}
+	return p, nil
+}
+
+// Close closes every lease.
+func (p *Proxy) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	ls := make([]*Lease, 0, len(p.leases))
+	for l := range p.leases {
+		ls = append(ls, l)
+	}
+	p.mu.Unlock()
+	for _, l := range ls {
+		l.Close()
+	}
+	return nil
+}
+
+var errProxyClosed = errors.New("egress proxy is closed")
+
+// lookup resolves a name with the proxy's resolver. IPv4 answers come
+// first: sandboxes and CI hosts often have no IPv6 route.
+func (p *Proxy) lookup(ctx context.Context, host string) ([]netip.Addr, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.o.ResolveTimeout)
+	defer cancel()
+	addrs, err := p.res.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]netip.Addr, 0, len(addrs))
+	for _, a := range addrs {
+		if a.Unmap().Is4() {
+			out = append(out, a.Unmap())
+		}
+	}
+	for _, a := range addrs {
+		if !a.Unmap().Is4() {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
