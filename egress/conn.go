@@ -163,6 +163,9 @@ func (l *Lease) dial(ctx context.Context, t *target) (*meteredConn, *refusal) {
 				if !t.loopback && checkAddr(ap.Addr(), l.c.AllowRanges) != "" {
 					return errAddrChanged
 				}
+				if l.p.dialCheck != nil {
+					return l.p.dialCheck(ap.Addr())
+				}
 				return nil
 			},
 		}

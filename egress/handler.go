@@ -292,7 +292,7 @@ func (l *Lease) tunnel(client net.Conn, br *bufio.Reader, up *meteredConn, t *ta
 		l.relay(client, br, up, up)
 		return
 	}
-	if t.port == 80 && looksLikeHTTP(br) {
+	if t.port == l.p.plainTunnelPort && looksLikeHTTP(br) {
 		l.httpInTunnel(client, br, up, t)
 		return
 	}

@@ -18,12 +18,18 @@ type Proxy struct {
 	mu     sync.Mutex
 	leases map[*Lease]struct{}
 	closed bool
+
+	// dialCheck, when set by tests, vets every address before connect.
+	dialCheck func(netip.Addr) error
+	// plainTunnelPort is the CONNECT port whose tunnels may carry plain
+	// HTTP: 80, changed only by tests that cannot bind port 80.
+	plainTunnelPort int
 }
 
 // NewProxy checks the options and returns a proxy with no lease yet.
 func NewProxy(o Options) (*Proxy, error) {
 	o.defaults()
-	p := &Proxy{o: o, leases: map[*Lease]struct{}{}}
+	p := &Proxy{o: o, leases: map[*Lease]struct{}{}, plainTunnelPort: 80}
 	if o.Resolver == "" {
 		p.res = &net.Resolver{PreferGo: true}
 	} else {
