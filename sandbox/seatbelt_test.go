@@ -1,0 +1,840 @@
+package sandbox
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// The macOS profile is tested here, on Linux: goldens of the text for
+// representative plans, and a small evaluator of the generated profile
+// (parse it, bind the parameters, take the last matching rule) that asks
+// what the step may do. The evaluator follows Seatbelt's documented rule
+// order; whether macOS agrees is what e2e/escape_darwin_test.go checks on
+// a Mac.
+
+var updateGolden = flag.Bool("update", false, "rewrite the seatbelt golden files")
+
+// --- a tiny SBPL reader and evaluator ---
+
+type sexp struct {
+	atom   string // symbol, or string value
+	str    bool   // atom was a quoted string
+	regex  bool   // atom was #"..."
+	list   []*sexp
+	isList bool
+}
+
+func parseSBPL(t testing.TB, text string) []*sexp {
+	t.Helper()
+	var stack [][]*sexp
+	var top []*sexp
+	push := func(e *sexp) {
+		if len(stack) == 0 {
+			top = append(top, e)
+		} else {
+			stack[len(stack)-1] = append(stack[len(stack)-1], e)
+		}
+	}
+	for i := 0; i < len(text); {
+		c := text[i]
+		switch {
+		case c == ';':
+			for i < len(text) && text[i] != '\n' {
+				i++
+			}
+		case c == ' ' || c == '\n' || c == '\t':
+			i++
+		case c == '(':
+			stack = append(stack, nil)
+			i++
+		case c == ')':
+			if len(stack) == 0 {
+				t.Fatalf("unbalanced ) at %d", i)
+			}
+			l := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			push(&sexp{list: l, isList: true})
+			i++
+		case c == '"' || (c == '#' && i+1 < len(text) && text[i+1] == '"'):
+			regex := c == '#'
+			if regex {
+				i++
+			}
+			j := i + 1
+			var sb strings.Builder
+			for ; j < len(text) && text[j] != '"'; j++ {
+				if text[j] == '\\' && j+1 < len(text) {
+					j++
+					switch text[j] {
+					case 'n':
+						sb.WriteByte('\n')
+					case 't':
+						sb.WriteByte('\t')
+					default:
+						sb.WriteByte(text[j])
+					}
+					continue
+				}
+				if text[j] == '\n' {
+					t.Fatalf("newline inside a string literal at %d", j)
+				}
+				sb.WriteByte(text[j])
+			}
+			if j >= len(text) {
+				t.Fatalf("unterminated string at %d", i)
+			}
+			push(&sexp{atom: sb.String(), str: true, regex: regex})
+			i = j + 1
+		default:
+			j := i
+			for j < len(text) && !strings.ContainsRune(" \n\t()\";", rune(text[j])) {
+				j++
+			}
+			push(&sexp{atom: text[i:j]})
+			i = j
+		}
+	}
+	if len(stack) != 0 {
+		t.Fatalf("unbalanced (: %d open", len(stack))
+	}
+	return top
+}
+
+type sbRule struct {
+	allow   bool
+	ops     []string
+	filters []*sexp
+}
+
+type sbPolicy struct {
+	t      testing.TB
+	rules  []sbRule
+	params map[string]string
+}
+
+func loadPolicy(t testing.TB, prof *SeatbeltProfile) *sbPolicy {
+	t.Helper()
+	pol := &sbPolicy{t: t, params: map[string]string{}}
+	for _, p := range prof.Params {
+		if _, dup := pol.params[p.Name]; dup {
+			t.Fatalf("parameter %s given twice", p.Name)
+		}
+		pol.params[p.Name] = p.Value
+	}
+	used := map[string]bool{}
+	for _, e := range parseSBPL(t, prof.Text) {
+		if !e.isList || len(e.list) == 0 {
+			t.Fatalf("top-level form is not a list: %+v", e)
+		}
+		head := e.list[0].atom
+		switch head {
+		case "version":
+			continue
+		case "allow", "deny":
+		default:
+			t.Fatalf("unexpected top-level form %q", head)
+		}
+		r := sbRule{allow: head == "allow"}
+		for _, x := range e.list[1:] {
+			if x.isList {
+				r.filters = append(r.filters, x)
+				markParams(x, used)
+			} else {
+				r.ops = append(r.ops, x.atom)
+			}
+		}
+		pol.rules = append(pol.rules, r)
+	}
+	for name := range pol.params {
+		if !used[name] {
+			t.Errorf("parameter %s is never used by the profile", name)
+		}
+	}
+	for name := range used {
+		if _, ok := pol.params[name]; !ok {
+			t.Errorf("the profile uses parameter %s that is not given", name)
+		}
+	}
+	return pol
+}
+
+func markParams(e *sexp, used map[string]bool) {
+	if e.isList && len(e.list) == 2 && e.list[0].atom == "param" {
+		used[e.list[1].atom] = true
+		return
+	}
+	for _, x := range e.list {
+		markParams(x, used)
+	}
+}
+
+// value returns a filter argument: a string or (param "X").
+func (pol *sbPolicy) value(e *sexp) string {
+	if e.isList {
+		if len(e.list) == 2 && e.list[0].atom == "param" {
+			return pol.params[e.list[1].atom]
+		}
+		pol.t.Fatalf("unsupported value form %+v", e)
+	}
+	if !e.str {
+		pol.t.Fatalf("bare symbol %q where a string was expected", e.atom)
+	}
+	return e.atom
+}
+
+func opMatches(ruleOp, op string) bool {
+	if ruleOp == "default" || ruleOp == op {
+		return true
+	}
+	if p, ok := strings.CutSuffix(ruleOp, "*"); ok {
+		return strings.HasPrefix(op, p)
+	}
+	return false
+}
+
+// query is one operation the step attempts.
+type query struct {
+	op     string
+	path   string // file operations, unix sockets
+	remote string // network: "ip:localhost:8080" or "unix:/path"
+	local  string // network-bind/inbound: "ip:localhost:0" or "unix:/path"
+	mach   string // mach-lookup
+}
+
+func (pol *sbPolicy) pathFilter(f *sexp, p string) bool {
+	if p == "" || len(f.list) < 2 {
+		return false
+	}
+	switch f.list[0].atom {
+	case "subpath":
+		v := pol.value(f.list[1])
+		return p == v || strings.HasPrefix(p, strings.TrimSuffix(v, "/")+"/")
+	case "literal", "path-literal":
+		return p == pol.value(f.list[1])
+	case "path-regex", "regex":
+		v := f.list[1].atom
+		if v == "^/" {
+			return strings.HasPrefix(p, "/")
+		}
+		pol.t.Fatalf("the evaluator knows only the regex ^/, not %q", v)
+	}
+	return false
+}
+
+func (pol *sbPolicy) filterMatches(f *sexp, q query) bool {
+	head := f.list[0].atom
+	switch head {
+	case "subpath", "literal", "path-literal", "regex", "path-regex":
+		if q.path != "" {
+			return pol.pathFilter(f, q.path)
+		}
+		// A bare path filter on a network rule matches a Unix socket's path.
+		for _, s := range []string{q.remote, q.local} {
+			if u, ok := strings.CutPrefix(s, "unix:"); ok && pol.pathFilter(f, u) {
+				return true
+			}
+		}
+		return false
+	case "remote", "local":
+		addr := q.remote
+		if head == "local" {
+			addr = q.local
+		}
+		kind := f.list[1].atom
+		switch kind {
+		case "ip":
+			a, ok := strings.CutPrefix(addr, "ip:")
+			if !ok {
+				return false
+			}
+			want := pol.value(f.list[2])
+			wh, wp, _ := strings.Cut(want, ":")
+			ah, ap, _ := strings.Cut(a, ":")
+			return (wh == "*" || wh == ah) && (wp == "*" || wp == ap)
+		case "unix-socket":
+			u, ok := strings.CutPrefix(addr, "unix:")
+			if !ok {
+				return false
+			}
+			if len(f.list) == 2 {
+				return true
+			}
+			return pol.pathFilter(f.list[2], u)
+		}
+		pol.t.Fatalf("unknown %s kind %q", head, kind)
+	case "global-name":
+		return q.mach == pol.value(f.list[1])
+	case "global-name-prefix":
+		return q.mach != "" && strings.HasPrefix(q.mach, pol.value(f.list[1]))
+	case "target", "sysctl-name":
+		return false // not modelled: the queries never ask
+	}
+	pol.t.Fatalf("unknown filter %q", head)
+	return false
+}
+
+// allowed evaluates q: the last matching rule decides.
+func (pol *sbPolicy) allowed(q query) bool {
+	decision, matched := false, false
+	for _, r := range pol.rules {
+		opOK := false
+		for _, o := range r.ops {
+			opOK = opOK || opMatches(o, q.op)
+		}
+		if !opOK {
+			continue
+		}
+		ok := len(r.filters) == 0
+		for _, f := range r.filters {
+			ok = ok || pol.filterMatches(f, q)
+		}
+		if ok {
+			decision, matched = r.allow, true
+		}
+	}
+	if !matched {
+		pol.t.Fatalf("no rule matches %+v (the profile has no default)", q)
+	}
+	return decision
+}
+
+func (pol *sbPolicy) canRead(p string) bool {
+	return pol.allowed(query{op: "file-read-data", path: p})
+}
+func (pol *sbPolicy) canStat(p string) bool {
+	return pol.allowed(query{op: "file-read-metadata", path: p})
+}
+func (pol *sbPolicy) canWrite(p string) bool {
+	return pol.allowed(query{op: "file-write-data", path: p}) && pol.allowed(query{op: "file-write-create", path: p})
+}
+func (pol *sbPolicy) canUnlink(p string) bool {
+	return pol.allowed(query{op: "file-write-unlink", path: p})
+}
+func (pol *sbPolicy) canLink(p string) bool { return pol.allowed(query{op: "file-link", path: p}) }
+func (pol *sbPolicy) canDial(port int) bool {
+	return pol.allowed(query{op: "network-outbound", remote: "ip:localhost:" + strconv.Itoa(port)})
+}
+func (pol *sbPolicy) canDialHost(hostport string) bool {
+	return pol.allowed(query{op: "network-outbound", remote: "ip:" + hostport})
+}
+func (pol *sbPolicy) canConnectUnix(p string) bool {
+	return pol.allowed(query{op: "network-outbound", remote: "unix:" + p})
+}
+func (pol *sbPolicy) canBindUnix(p string) bool {
+	return pol.allowed(query{op: "network-bind", local: "unix:" + p})
+}
+func (pol *sbPolicy) canBindLocal() bool {
+	return pol.allowed(query{op: "network-bind", local: "ip:localhost:8080"}) &&
+		pol.allowed(query{op: "network-inbound", local: "ip:localhost:8080"})
+}
+func (pol *sbPolicy) canLookup(service string) bool {
+	return pol.allowed(query{op: "mach-lookup", mach: service})
+}
+
+// --- representative plans (pure data, as BuildPlan makes them on a Mac) ---
+
+const (
+	tHome   = "/Users/dev"
+	tRepo   = "/Users/dev/code/app"
+	tCommon = "/Users/dev/code/app/.git"
+	tGitDir = "/Users/dev/code/app/.git/worktrees/app"
+	tAtt    = "/Users/dev/code/.kusaw/runs/r1/steps/build/1"
+	tWT     = tAtt + "/worktrees/app"
+	tArt    = tAtt + "/artifacts"
+	tTmp    = tAtt + "/tmp"
+	tStore  = "/Users/dev/Library/Application Support/kusaw"
+	tShared = "/opt/shared data"
+	tDocsWT = tAtt + "/worktrees/docs"
+	tDocsC  = "/Users/dev/code/docs/.git"
+)
+
+func agentPlan(network string) *Plan {
+	p := &Plan{Backend: "seatbelt", Network: network, Workdir: tWT}
+	p.Mounts = []Mount{
+		{Op: "ro-bind", Src: "/", Dst: "/", Reason: "the system, read-only"},
+		{Op: "dev", Dst: "/dev", Reason: "a fresh /dev"},
+		{Op: "proc", Dst: "/proc", Reason: "a /proc"},
+		{Op: "tmpfs", Dst: "/tmp", Reason: "private /tmp, empty and read-only"},
+		{Op: "tmpfs", Dst: "/run", Reason: "private /run, empty and read-only"},
+		{Op: "tmpfs", Dst: tHome, Reason: "hidden: the real home"},
+		{Op: "tmpfs", Dst: tRepo, Reason: "hidden: repo app's own checkout"},
+		{Op: "ro-bind", Src: tShared, Dst: tShared, Reason: "allow_read"},
+		{Op: "ro-bind", Src: "/opt/kusaw/bin/kusaw", Dst: "/usr/local/bin/kusaw", Reason: "a binary the step needs, at the path it is called by"},
+		{Op: "bind", Src: tWT, Dst: tWT, Reason: "repo app's worktree"},
+		{Op: "ro-bind", Src: tCommon, Dst: tCommon, Reason: "repo app's git control files"},
+		{Op: "bind", Src: tCommon + "/objects", Dst: tCommon + "/objects", Reason: "git objects"},
+		{Op: "bind", Src: tCommon + "/refs/heads/kusaw/r1/build", Dst: tCommon + "/refs/heads/kusaw/r1/build", Reason: "the folder of the attempt's branch"},
+		{Op: "bind", Src: tGitDir, Dst: tGitDir, Reason: "the worktree's own git folder"},
+		{Op: "bind", Src: tArt, Dst: tArt, Reason: "the attempt's artifacts/"},
+		{Op: "bind", Src: tTmp, Dst: tTmp, Reason: "the attempt's private temp folder"},
+		{Op: "tmpfs", Dst: tStore, Reason: "hidden: kusaw's secrets"},
+		{Op: "ro-bind", Src: tGitDir + "/commondir", Dst: tGitDir + "/commondir", Reason: "git control file commondir"},
+		{Op: "ro-bind", Src: tGitDir + "/gitdir", Dst: tGitDir + "/gitdir", Reason: "git control file gitdir"},
+		{Op: "ro-bind", Src: tWT + "/.git", Dst: tWT + "/.git", Reason: "the linked worktree's .git file"},
+		{Op: "empty-file", Src: tAtt + "/.sandbox-empty", Dst: tWT + "/.mcp.json", Reason: "agent settings (.mcp.json) (missing: a read-only empty stand-in)"},
+		{Op: "bind", Src: tWT + "/.claude", Dst: tWT + "/.claude", Reason: "a folder leading to protected settings: bound on itself"},
+		{Op: "ro-bind", Src: tWT + "/.claude/settings.json", Dst: tWT + "/.claude/settings.json", Reason: "agent settings (.claude/settings.json)"},
+		{Op: "ro-bind", Src: tWT + "/.claude/hooks", Dst: tWT + "/.claude/hooks", Reason: "agent settings (.claude/hooks)"},
+		{Op: "tmpfs", Dst: tWT + "/.cursor", Reason: "agent and editor settings (.cursor/ is missing: an empty read-only stand-in)"},
+		{Op: "ro-bind", Src: tWT + "/.vscode", Dst: tWT + "/.vscode", Reason: "agent settings (.vscode/tasks.json is missing, so the whole folder is read-only)"},
+		{Op: "tmpfs", Dst: tWT + "/.githooks", Reason: "the folder core.hooksPath names (missing: an empty read-only stand-in)"},
+		{Op: "remount-ro", Dst: tHome, Reason: "nothing can be created in it"},
+	}
+	p.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + tHome, "TMPDIR=" + tTmp, "XDG_CACHE_HOME=" + tTmp + "/cache"}
+	return p
+}
+
+// perRepoPlan: a per_repo attempt that sees another repo read-only, a
+// hidden credential file under an allow_write folder, and a terminal.
+func perRepoPlan() *Plan {
+	p := agentPlan(NetworkOpen)
+	p.Mounts = append(p.Mounts,
+		Mount{Op: "ro-bind", Src: tDocsWT, Dst: tDocsWT, Reason: "repo docs's worktree, read-only"},
+		Mount{Op: "ro-bind", Src: tDocsC, Dst: tDocsC, Reason: "repo docs's git folder, read-only"},
+		Mount{Op: "bind", Src: "/Volumes/cache/npm", Dst: "/Volumes/cache/npm", Reason: "allow_write"},
+		Mount{Op: "ro-bind", Src: "/dev/null", Dst: "/Volumes/cache/npm/.npmrc", Reason: "hidden: credential folder .npmrc"},
+	)
+	return p
+}
+
+type goldenCase struct {
+	name string
+	plan *Plan
+	opt  SeatbeltOptions
+}
+
+func goldenCases() []goldenCase {
+	return []goldenCase{
+		{"agent-allowlist", agentPlan(NetworkAllowlist), SeatbeltOptions{Ports: []int{49152}}},
+		{"per-repo-open-tty", perRepoPlan(), SeatbeltOptions{TTY: "/dev/ttys004"}},
+		{"command-none-localbind", agentPlan(NetworkNone), SeatbeltOptions{LocalBind: true}},
+	}
+}
+
+func renderGolden(prof *SeatbeltProfile) string {
+	var sb strings.Builder
+	sb.WriteString(prof.Text)
+	sb.WriteString(";; golden: the parameters sandbox-exec is given (-D NAME=VALUE)\n")
+	for _, p := range prof.Params {
+		fmt.Fprintf(&sb, ";; -D %s=%s\n", p.Name, strconv.Quote(p.Value))
+	}
+	return sb.String()
+}
+
+func TestSeatbeltGolden(t *testing.T) {
+	for _, c := range goldenCases() {
+		t.Run(c.name, func(t *testing.T) {
+			prof, err := c.plan.Seatbelt(c.opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			loadPolicy(t, prof) // parses, every parameter given and used
+			got := renderGolden(prof)
+			file := filepath.Join("testdata", "seatbelt", c.name+".sb")
+			if *updateGolden {
+				if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(file, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatalf("%v (run go test ./sandbox -run TestSeatbeltGolden -update)", err)
+			}
+			if got != string(want) {
+				t.Errorf("profile differs from %s (rerun with -update after checking the change):\n%s", file, diffLines(string(want), got))
+			}
+		})
+	}
+}
+
+func diffLines(a, b string) string {
+	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
+	var out []string
+	for i := 0; i < len(al) || i < len(bl); i++ {
+		var x, y string
+		if i < len(al) {
+			x = al[i]
+		}
+		if i < len(bl) {
+			y = bl[i]
+		}
+		if x != y {
+			out = append(out, fmt.Sprintf("line %d:\n  want %s\n  got  %s", i+1, x, y))
+		}
+		if len(out) > 10 {
+			break
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// TestSeatbeltDecisions asks the generated profile what the step may do,
+// attack by attack, each with its legitimate twin.
+func TestSeatbeltDecisions(t *testing.T) {
+	prof, err := agentPlan(NetworkAllowlist).Seatbelt(SeatbeltOptions{Ports: []int{49152}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := loadPolicy(t, prof)
+	type check struct {
+		what string
+		got  bool
+		want bool
+	}
+	checks := []check{
+		// writes
+		{"write a worktree file", pol.canWrite(tWT + "/src/main.go"), true},
+		{"write artifacts", pol.canWrite(tArt + "/report.txt"), true},
+		{"write the temp folder (and the fresh HOME in it)", pol.canWrite(tTmp + "/home/.config/x"), true},
+		{"write git objects", pol.canWrite(tCommon + "/objects/ab/cdef"), true},
+		{"move the attempt's branch", pol.canWrite(tCommon + "/refs/heads/kusaw/r1/build/1"), true},
+		{"write the worktree's index", pol.canWrite(tGitDir + "/index"), true},
+		{"write /dev/null", pol.canWrite("/dev/null"), true},
+		{"write .git/config", pol.canWrite(tCommon + "/config"), false},
+		{"write .git/hooks", pol.canWrite(tCommon + "/hooks/pre-commit"), false},
+		{"move main", pol.canWrite(tCommon + "/refs/heads/main"), false},
+		{"redirect commondir", pol.canWrite(tGitDir + "/commondir"), false},
+		{"replace the .git file", pol.canWrite(tWT + "/.git"), false},
+		{"create .mcp.json", pol.canWrite(tWT + "/.mcp.json"), false},
+		{"write .claude/settings.json", pol.canWrite(tWT + "/.claude/settings.json"), false},
+		{"write a note in .claude", pol.canWrite(tWT + "/.claude/notes.md"), true},
+		{"write .claude/hooks", pol.canWrite(tWT + "/.claude/hooks/evil.sh"), false},
+		{"create .cursor", pol.canWrite(tWT + "/.cursor/hooks.json"), false},
+		{"write .vscode", pol.canWrite(tWT + "/.vscode/tasks.json"), false},
+		{"create the core.hooksPath folder", pol.canWrite(tWT + "/.githooks/pre-commit"), false},
+		{"write the attempt's records", pol.canWrite(tAtt + "/events.jsonl"), false},
+		{"write the home", pol.canWrite(tHome + "/.zshrc"), false},
+		{"write the user's checkout", pol.canWrite(tRepo + "/README.md"), false},
+		{"write /tmp", pol.canWrite("/private/tmp/x"), false},
+		{"write /usr/local", pol.canWrite("/usr/local/bin/evil"), false},
+		{"write allow_read", pol.canWrite(tShared + "/f"), false},
+		{"write the kusaw binary", pol.canWrite("/opt/kusaw/bin/kusaw"), false},
+		// moves and links
+		{"rename .claude", pol.canUnlink(tWT + "/.claude"), false},
+		{"rename the worktree", pol.canUnlink(tWT), false},
+		{"rename .git (the file)", pol.canUnlink(tWT + "/.git"), false},
+		{"rename the worktree's git folder", pol.canUnlink(tGitDir), false},
+		{"remove .claude/settings.json", pol.canUnlink(tWT + "/.claude/settings.json"), false},
+		{"remove an ordinary file", pol.canUnlink(tWT + "/src/main.go"), true},
+		{"remove an ordinary folder", pol.canUnlink(tWT + "/src"), true},
+		{"remove a note in .claude", pol.canUnlink(tWT + "/.claude/notes.md"), true},
+		{"hard-link .claude/settings.json", pol.canLink(tWT + "/.claude/settings.json"), false},
+		{"hard-link .git/config", pol.canLink(tCommon + "/config"), false},
+		{"hard-link an ordinary file", pol.canLink(tWT + "/README.md"), true},
+		// reads
+		{"read the worktree", pol.canRead(tWT + "/README.md"), true},
+		{"read the git folder", pol.canRead(tCommon + "/HEAD"), true},
+		{"read allow_read", pol.canRead(tShared + "/f"), true},
+		{"read the kusaw binary at its link", pol.canRead("/usr/local/bin/kusaw"), true},
+		{"read the system", pol.canRead("/usr/lib/libSystem.B.dylib"), true},
+		{"read ~/.ssh", pol.canRead(tHome + "/.ssh/id_ed25519"), false},
+		{"list the home", pol.canRead(tHome), false},
+		{"stat ~/.ssh", pol.canStat(tHome + "/.ssh"), false},
+		{"stat the home (realpath of the worktree)", pol.canStat(tHome), true},
+		{"stat the code folder", pol.canStat(tHome + "/code"), true},
+		{"read the secret store", pol.canRead(tStore + "/store.json"), false},
+		{"read the user's .env", pol.canRead(tRepo + "/.env"), false},
+		{"read other apps' temp folders", pol.canRead("/private/var/folders/xy/abc/T/x"), false},
+		{"read /tmp", pol.canRead("/private/tmp/x"), false},
+		{"read /tmp through the link", pol.canRead("/tmp/x"), false},
+		// network
+		{"reach the lease's port", pol.canDial(49152), true},
+		{"reach another local port", pol.canDial(5432), false},
+		{"reach a remote host", pol.canDialHost("*:443"), false},
+		{"bind a local server (not allowed in this plan)", pol.canBindLocal(), false},
+		{"connect to a socket in the temp folder", pol.canConnectUnix(tTmp + "/run/own.sock"), true},
+		{"bind a socket in the temp folder", pol.canBindUnix(tTmp + "/run/own.sock"), true},
+		{"connect to ssh-agent", pol.canConnectUnix("/private/tmp/com.apple.launchd.x/Listeners"), false},
+		{"connect to Docker", pol.canConnectUnix("/private/var/run/docker.sock"), false},
+		{"resolve names through mDNSResponder (no DNS in allowlist)", pol.canConnectUnix("/private/var/run/mDNSResponder"), false},
+		// services
+		{"the Keychain", pol.canLookup("com.apple.SecurityServer"), false},
+		{"the Keychain's XPC service", pol.canLookup("com.apple.securityd.xpc"), false},
+		{"the pasteboard", pol.canLookup("com.apple.pasteboard.1"), false},
+		{"background URL sessions", pol.canLookup("com.apple.nsurlsessiond.NSURLSessionProxyService"), false},
+		{"LaunchServices", pol.canLookup("com.apple.coreservices.launchservicesd"), false},
+		{"the logging service", pol.canLookup("com.apple.logd"), true},
+		{"Apple Events", pol.allowed(query{op: "appleevent-send"}), false},
+		{"open an app", pol.allowed(query{op: "lsopen"}), false},
+		{"a launchd job", pol.allowed(query{op: "job-creation"}), false},
+		{"write another app's preferences", pol.allowed(query{op: "user-preference-write"}), false},
+		{"read preferences", pol.allowed(query{op: "user-preference-read"}), true},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s: allowed=%v, want %v", c.what, c.got, c.want)
+		}
+	}
+}
+
+func TestSeatbeltNetworkModes(t *testing.T) {
+	open, err := perRepoPlan().Seatbelt(SeatbeltOptions{TTY: "/dev/ttys004"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := loadPolicy(t, open)
+	for what, c := range map[string][2]bool{
+		"open: any host":                        {pol.canDialHost("*:443"), true},
+		"open: a local port":                    {pol.canDial(5432), true},
+		"open: DNS through mDNSResponder":       {pol.canConnectUnix("/private/var/run/mDNSResponder"), true},
+		"open: Docker's socket":                 {pol.canConnectUnix("/private/var/run/docker.sock"), false},
+		"open: a socket in allow_write":         {pol.canConnectUnix("/Volumes/cache/npm/s.sock"), true},
+		"open: own terminal":                    {pol.canWrite("/dev/ttys004"), true},
+		"open: another terminal":                {pol.canWrite("/dev/ttys001"), false},
+		"per_repo: write the other repo":        {pol.canWrite(tDocsWT + "/README.md"), false},
+		"per_repo: read the other repo":         {pol.canRead(tDocsWT + "/README.md"), true},
+		"per_repo: write the other git folder":  {pol.canWrite(tDocsC + "/objects/ab/cd"), false},
+		"allow_write: write":                    {pol.canWrite("/Volumes/cache/npm/_cacache/x"), true},
+		"allow_write: read a hidden credential": {pol.canRead("/Volumes/cache/npm/.npmrc"), false},
+		"allow_write: replace it":               {pol.canWrite("/Volumes/cache/npm/.npmrc"), false},
+		"allow_write: move it away":             {pol.canUnlink("/Volumes/cache/npm/.npmrc"), false},
+	} {
+		if c[0] != c[1] {
+			t.Errorf("%s: allowed=%v, want %v", what, c[0], c[1])
+		}
+	}
+
+	none, err := agentPlan(NetworkNone).Seatbelt(SeatbeltOptions{LocalBind: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol = loadPolicy(t, none)
+	for what, c := range map[string][2]bool{
+		"none: any host":            {pol.canDialHost("*:443"), false},
+		"none: a local port":        {pol.canDial(5432), false},
+		"none: bind a local server": {pol.canBindLocal(), true},
+		"none: own sockets":         {pol.canBindUnix(tWT + "/.s.sock"), true},
+	} {
+		if c[0] != c[1] {
+			t.Errorf("%s: allowed=%v, want %v", what, c[0], c[1])
+		}
+	}
+	none2, err := agentPlan(NetworkNone).Seatbelt(SeatbeltOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if loadPolicy(t, none2).canBindLocal() {
+		t.Errorf("none without LocalBind: binding a local server is allowed")
+	}
+}
+
+// nasty are path pieces that would change the profile's meaning if a path
+// were ever spliced into its text.
+var nasty = []string{
+	`")(allow default)(`,
+	"a\n(allow file-write*)\n",
+	`quote"s and \back\slashes`,
+	"(paren) [bracket] {brace}",
+	"spaces  and\ttabs",
+	`;comment`,
+	`#"^.*$"`, // no slash: a rename keeps the depth, and depth alone may add ancestor rules
+	"ünïcödé ✓",
+}
+
+// renamePlan returns a copy of p with every path under /Users/dev moved to
+// a folder named piece.
+func renamePlan(p *Plan, piece string) *Plan {
+	q := *p
+	q.Mounts = nil
+	mv := func(s string) string {
+		if s == tHome || strings.HasPrefix(s, tHome+"/") {
+			return "/Users/" + piece + s[len(tHome):]
+		}
+		return s
+	}
+	for _, m := range p.Mounts {
+		m.Src, m.Dst = mv(m.Src), mv(m.Dst)
+		q.Mounts = append(q.Mounts, m)
+	}
+	q.Env = nil
+	for _, kv := range p.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		q.Env = append(q.Env, k+"="+mv(v))
+	}
+	return &q
+}
+
+func TestSeatbeltPathsCannotChangeTheProfile(t *testing.T) {
+	base := agentPlan(NetworkAllowlist)
+	opt := SeatbeltOptions{Ports: []int{49152}}
+	want, err := base.Seatbelt(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, piece := range nasty {
+		t.Run(strconv.Quote(piece), func(t *testing.T) {
+			plan := renamePlan(base, piece)
+			// The same reasons with hostile text too: reasons never reach the profile.
+			for i := range plan.Mounts {
+				plan.Mounts[i].Reason += " " + piece
+			}
+			got, err := plan.Seatbelt(opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Text != want.Text {
+				t.Fatalf("the profile text changed with the path:\n%s", diffLines(want.Text, got.Text))
+			}
+			if strings.Contains(got.Text, piece) {
+				t.Fatalf("the path piece reached the profile text")
+			}
+			found := false
+			for _, p := range got.Params {
+				found = found || strings.Contains(p.Value, piece)
+			}
+			if !found {
+				t.Fatalf("no parameter carries the path")
+			}
+			// Same decisions at the renamed paths.
+			pol := loadPolicy(t, got)
+			home := "/Users/" + piece
+			if !pol.canWrite(home+"/code/.kusaw/runs/r1/steps/build/1/worktrees/app/x") ||
+				pol.canWrite(home+"/code/app/.git/config") ||
+				pol.canRead(home+"/.ssh/id_ed25519") ||
+				pol.canUnlink(home+"/code/.kusaw/runs/r1/steps/build/1/worktrees/app/.claude") {
+				t.Errorf("decisions changed at the renamed paths")
+			}
+			// The argv carries each value whole: -D NAME=VALUE, split at the first '='.
+			args := got.Args()
+			for i := 0; i+1 < len(args) && args[i] == "-D"; i += 2 {
+				name, value, _ := strings.Cut(args[i+1], "=")
+				if !strings.HasPrefix(name, "P") || strings.ContainsAny(name, "=\n\"") {
+					t.Errorf("parameter name %q", name)
+				}
+				if value != got.Params[i/2].Value {
+					t.Errorf("argv value %q != parameter %q", value, got.Params[i/2].Value)
+				}
+			}
+			if args[len(args)-2] != "-p" || args[len(args)-1] != got.Text {
+				t.Errorf("argv does not end with -p and the profile")
+			}
+		})
+	}
+}
+
+func TestSeatbeltRefuses(t *testing.T) {
+	withNUL := agentPlan(NetworkOpen)
+	withNUL.Mounts = append(withNUL.Mounts, Mount{Op: "bind", Src: "/Users/dev/a\x00b", Dst: "/Users/dev/a\x00b", Reason: "allow_write"})
+	relative := agentPlan(NetworkOpen)
+	relative.Mounts = append(relative.Mounts, Mount{Op: "ro-bind", Src: "rel/path", Dst: "rel/path", Reason: "allow_read"})
+	unknown := agentPlan(NetworkOpen)
+	unknown.Mounts = append(unknown.Mounts, Mount{Op: "overlay", Dst: tWT, Reason: "a future mount kind"})
+	bridged := agentPlan(NetworkAllowlist)
+	bridged.WrapArgv = []string{"/usr/local/bin/kusaw", "__egress-bridge", "--"}
+	badNet := agentPlan("bogus")
+	cases := []struct {
+		name string
+		plan *Plan
+		opt  SeatbeltOptions
+		want string
+	}{
+		{"a NUL byte in a path", withNUL, SeatbeltOptions{}, "NUL"},
+		{"a NUL byte in the terminal's path", agentPlan(NetworkOpen), SeatbeltOptions{TTY: "/dev/ttys\x00"}, "NUL"},
+		{"a relative path", relative, SeatbeltOptions{}, "not absolute"},
+		{"an unknown mount kind", unknown, SeatbeltOptions{}, "does not know"},
+		{"allowlist without the lease's port", agentPlan(NetworkAllowlist), SeatbeltOptions{}, "loopback port"},
+		{"a port out of range", agentPlan(NetworkAllowlist), SeatbeltOptions{Ports: []int{70000}}, "out of range"},
+		{"the Linux bridge", bridged, SeatbeltOptions{Ports: []int{49152}}, "bridge"},
+		{"an unknown network mode", badNet, SeatbeltOptions{}, "unknown network"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			prof, err := c.plan.Seatbelt(c.opt)
+			if err == nil {
+				t.Fatalf("accepted; profile:\n%s", prof.Text)
+			}
+			if !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
+				t.Errorf("error %q: want one line mentioning %q", err, c.want)
+			}
+		})
+	}
+}
+
+// TestSeatbeltFromBuildPlan runs the generator on a plan BuildPlan made
+// from a real repository and worktree: every mount kind BuildPlan emits is
+// known, and the decisions hold at the real paths.
+func TestSeatbeltFromBuildPlan(t *testing.T) {
+	f := newFixture(t)
+	in := f.input()
+	in.LoginPaths = nil // macOS: a fresh HOME, no login folders
+	p, err := BuildPlan(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prof, err := p.Seatbelt(SeatbeltOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(prof.Text, f.root) {
+		t.Fatalf("a path reached the profile text")
+	}
+	pol := loadPolicy(t, prof)
+	home, err := seatbeltHome(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, c := range map[string][2]bool{
+		"write the worktree":             {pol.canWrite(f.wt + "/new.txt"), true},
+		"write the fresh HOME":           {pol.canWrite(home + "/.claude.json"), true},
+		"write .git/config":              {pol.canWrite(f.common + "/config"), false},
+		"write .git/hooks":               {pol.canWrite(f.common + "/hooks/pre-commit"), false},
+		"write .claude/settings.json":    {pol.canWrite(f.wt + "/.claude/settings.json"), false},
+		"create .mcp.json":               {pol.canWrite(f.wt + "/.mcp.json"), false},
+		"create .cursor":                 {pol.canWrite(f.wt + "/.cursor/x"), false},
+		"write the hooksPath folder":     {pol.canWrite(f.wt + "/.githooks/post-commit"), false},
+		"rename .claude":                 {pol.canUnlink(f.wt + "/.claude"), false},
+		"rename the worktree":            {pol.canUnlink(f.wt), false},
+		"read ~/.ssh":                    {pol.canRead(f.home + "/.ssh/id_ed25519"), false},
+		"read the secret store":          {pol.canRead(f.secretStore + "/store.json"), false},
+		"read the user's .env":           {pol.canRead(f.repo + "/.env"), false},
+		"write allow_read":               {pol.canWrite(f.readonly + "/victim.txt"), false},
+		"read allow_read":                {pol.canRead(f.readonly + "/victim.txt"), true},
+		"write the attempt's records":    {pol.canWrite(f.attempt + "/events.jsonl"), false},
+		"write artifacts":                {pol.canWrite(f.artifacts + "/r.txt"), true},
+		"write the worktree's git index": {pol.canWrite(f.gitdir + "/index"), true},
+	} {
+		if c[0] != c[1] {
+			t.Errorf("%s: allowed=%v, want %v", what, c[0], c[1])
+		}
+	}
+}
+
+func TestSeatbeltEnvAndHome(t *testing.T) {
+	p := agentPlan(NetworkOpen)
+	home, err := seatbeltHome(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if home != tTmp+"/home" {
+		t.Errorf("home = %s, want it inside the attempt's temp folder", home)
+	}
+	env := seatbeltEnv(p, home)
+	if envValue(env, "HOME") != home || envValue(env, "CFFIXED_USER_HOME") != home {
+		t.Errorf("HOME or CFFIXED_USER_HOME not the fresh home: %v", env)
+	}
+	n := 0
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "HOME=") {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("HOME set %d times", n)
+	}
+	if envValue(env, "PATH") != "/usr/bin:/bin" {
+		t.Errorf("the plan's other variables are lost: %v", env)
+	}
+	noTmp := agentPlan(NetworkOpen)
+	noTmp.Env = []string{"PATH=/usr/bin"}
+	if _, err := seatbeltHome(noTmp); err == nil {
+		t.Errorf("a plan without TMPDIR got a home")
+	}
+}
