@@ -533,3 +533,40 @@ var SeatbeltNotProtected = []string{
 	"Whatever sandbox.allow_read and sandbox.allow_write name.",
 	"sandbox-exec is deprecated by Apple; it still works and Apple's own tools use the same engine.",
 }
+
+// seatbeltProbePlan is a small plan that uses every rule kind the
+// generator writes (hidden, read-only, writable, missing file and folder,
+// allowlist): `sandbox check` runs /usr/bin/true under its profile, so a
+// macOS release that rejects one of kusaw's operations or filters is found
+// before any attempt starts. dir is an existing, empty temp folder.
+func seatbeltProbePlan(dir string) *Plan {
+	home := filepath.Join(dir, "home")
+	wt := filepath.Join(dir, "wt")
+	tmp := filepath.Join(dir, "tmp")
+	return &Plan{
+		Backend: "seatbelt",
+		Network: NetworkAllowlist,
+		Workdir: wt,
+		Mounts: []Mount{
+			{Op: "ro-bind", Src: "/", Dst: "/", Reason: "the system, read-only"},
+			{Op: "tmpfs", Dst: "/tmp", Reason: "private /tmp"},
+			{Op: "tmpfs", Dst: home, Reason: "hidden: a home"},
+			{Op: "ro-bind", Src: "/dev/null", Dst: filepath.Join(home, ".netrc"), Reason: "hidden: a credential file"},
+			{Op: "bind", Src: wt, Dst: wt, Reason: "a worktree"},
+			{Op: "bind", Src: tmp, Dst: tmp, Reason: "the temp folder"},
+			{Op: "ro-bind", Src: filepath.Join(wt, ".git"), Dst: filepath.Join(wt, ".git"), Reason: "a control file"},
+			{Op: "empty-file", Src: filepath.Join(dir, ".sandbox-empty"), Dst: filepath.Join(wt, ".mcp.json"), Reason: "a missing file"},
+			{Op: "tmpfs", Dst: filepath.Join(wt, ".cursor"), Reason: "a missing folder"},
+		},
+		Env: []string{"PATH=/usr/bin:/bin", "TMPDIR=" + tmp},
+	}
+}
+
+// ProtectionLists returns what the named backend protects and what it does
+// not, for `kusaw sandbox check --verbose` and `kusaw sandbox doctor`.
+func ProtectionLists(backend string) (protects, notProtected []string) {
+	if backend == "seatbelt" {
+		return SeatbeltProtections, SeatbeltNotProtected
+	}
+	return Protections, NotProtected
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -838,3 +839,90 @@ func TestSeatbeltEnvAndHome(t *testing.T) {
 		t.Errorf("a plan without TMPDIR got a home")
 	}
 }
+
+func TestSeatbeltProbePlan(t *testing.T) {
+	dir := "/private/var/folders/xy/probe/T/kusaw-check"
+	prof, err := seatbeltProbePlan(dir).Seatbelt(SeatbeltOptions{Ports: []int{1}, TTY: "/dev/ttys000"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := loadPolicy(t, prof)
+	// Every rule kind a real plan makes is in the probe's profile.
+	for _, want := range []string{"hidden", "read-only", "writable", "missing file", "missing folder", "remote ip", "unix-socket",
+		"file-read-metadata", "file-write-unlink", "global-name-prefix", "target same-sandbox", "sysctl-name", "file-ioctl"} {
+		if !strings.Contains(prof.Text, want) {
+			t.Errorf("the probe's profile has no %q: sandbox check would not try it", want)
+		}
+	}
+	if !pol.canWrite(dir+"/wt/x") || pol.canWrite(dir+"/wt/.git") || pol.canRead(dir+"/home/.netrc") {
+		t.Errorf("the probe plan's decisions are wrong")
+	}
+}
+
+func TestCheckSystemBinary(t *testing.T) {
+	dir := t.TempDir()
+	fake := filepath.Join(dir, "sandbox-exec")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if os.Geteuid() != 0 {
+		if err := checkSystemBinary(fake); err == nil || !strings.Contains(err.Error(), "not root") {
+			t.Errorf("a file owned by the user was trusted: %v", err)
+		}
+	} else {
+		// As root the temp folder is root's: its mode decides.
+		os.Chmod(dir, 0o777)
+		if err := checkSystemBinary(fake); err == nil || !strings.Contains(err.Error(), "writable by group or others") {
+			t.Errorf("a file in a world-writable folder was trusted: %v", err)
+		}
+		os.Chmod(dir, 0o755)
+		os.Chmod(fake, 0o777)
+		if err := checkSystemBinary(fake); err == nil || !strings.Contains(err.Error(), "writable by group or others") {
+			t.Errorf("a world-writable file was trusted: %v", err)
+		}
+		os.Chmod(fake, 0o755)
+		if err := checkSystemBinary(fake); err != nil {
+			t.Errorf("a root-owned 0755 file in a 0755 folder was refused: %v", err)
+		}
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink("/bin/sh", link); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkSystemBinary(link); err == nil {
+		t.Errorf("a symlink was trusted")
+	}
+	// The twin: a real system binary is trusted.
+	for _, p := range []string{"/usr/bin/env", "/bin/sh"} {
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			if err := checkSystemBinary(r); err != nil {
+				t.Errorf("%s: %v", r, err)
+			}
+			return
+		}
+	}
+}
+
+func TestSeatbeltOffMacOS(t *testing.T) {
+	if runtime.GOOS == "darwin" {
+		t.Skip("runs off macOS: on a Mac CheckSeatbelt is the real check (e2e/escape_darwin_test.go)")
+	}
+	if r := CheckSeatbelt(); r.Available || r.Err() == nil || r.Backend != "seatbelt" {
+		t.Errorf("CheckSeatbelt off macOS: %+v", r)
+	}
+	if _, err := SeatbeltCommand(t.Context(), agentPlan(NetworkOpen), []string{"true"}, SeatbeltOptions{}, nil); err == nil {
+		t.Errorf("SeatbeltCommand ran off macOS")
+	}
+	p, n := ProtectionLists("seatbelt")
+	lp, ln := ProtectionLists("bubblewrap")
+	if len(p) == 0 || len(n) == 0 || p[0] == lp[0] || n[0] == ln[0] {
+		t.Errorf("the macOS lists are missing or the Linux ones")
+	}
+	joined := strings.Join(n, "\n")
+	for _, limit := range []string{"Process listing", "Detached processes", "deny list"} {
+		if !strings.Contains(joined, limit) {
+			t.Errorf("the macOS limits do not mention %q", limit)
+		}
+	}
+}
+
