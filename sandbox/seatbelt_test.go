@@ -925,4 +925,3 @@ func TestSeatbeltOffMacOS(t *testing.T) {
 		}
 	}
 }
-
