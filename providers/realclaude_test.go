@@ -132,6 +132,7 @@ type helperJob struct {
 	Env    []string
 	Dir    string
 	Direct bool // skip the inject stand-in: the CLI's key reaches the API as is
+	Tools  []providertest.ToolUse
 	Report string
 }
 
@@ -177,6 +178,7 @@ func runHelper(jobFile string) int {
 	}
 	api := providertest.StartMessagesAPI(apiText)
 	api.WantKey = realKey
+	api.Tools = job.Tools
 	defer api.Close()
 	spec := claudeSpec.Inject
 	base := api.URL
@@ -316,6 +318,58 @@ func TestRealClaudeCode(t *testing.T) {
 			}
 			if posts == 0 || !strings.Contains(strings.Join(bodies(rep.Requests), ""), "reply with the word pong") {
 				t.Fatalf("the prompt never reached the API: %d posts", posts)
+			}
+		})
+	}
+
+	// Tool calls in the real stream shape, and the permission modes kusaw
+	// picks: inside the sandbox (bypassPermissions) the agent edits another
+	// worktree given with --add-dir and runs a command; outside it
+	// (acceptEdits) the edit goes through and the command is refused.
+	for _, tc := range []struct {
+		name      string
+		sandboxed bool
+	}{{"tools sandboxed", true}, {"tools unsandboxed", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cwd, other := t.TempDir(), t.TempDir()
+			note, ran := filepath.Join(other, "NOTE.md"), filepath.Join(cwd, "ran.txt")
+			if !tc.sandboxed {
+				note = filepath.Join(cwd, "NOTE.md")
+			}
+			req := RunRequest{Command: bin, Prompt: "write the note, then run the command", Sandboxed: tc.sandboxed, ExtraDirs: []string{other}}
+			argv, err := p.Argv(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			env := append([]string{"PATH=/usr/bin:/bin", "HOME=" + t.TempDir(), "DISABLE_TELEMETRY=1", "DISABLE_ERROR_REPORTING=1",
+				"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1"}, p.Env(req)...)
+			rep := runIsolated(t, bwrap, helperJob{Argv: argv, Env: env, Dir: cwd, Tools: []providertest.ToolUse{
+				{Name: "Write", Input: map[string]any{"file_path": note, "content": "# note\n"}},
+				{Name: "Bash", Input: map[string]any{"command": "sh -c 'echo ran > " + ran + "'", "description": "write ran.txt"}},
+			}})
+			var tools []Event
+			res := p.ParseStream(strings.NewReader(rep.Stdout), func(e Event) {
+				if e.Type == EventTool {
+					tools = append(tools, e)
+				}
+			})
+			if o, reason := p.Outcome(res, rep.Code); o != status.OutcomePassed || res.Text != apiText {
+				t.Fatalf("exit %d %s %s %+v\nstderr %s\nstdout %s", rep.Code, o, reason, res, tail([]byte(rep.Stderr), 800), tail([]byte(rep.Stdout), 3000))
+			}
+			if b, err := os.ReadFile(note); err != nil || string(b) != "# note\n" {
+				t.Fatalf("Write did not happen: %q %v\nstdout %s", b, err, tail([]byte(rep.Stdout), 3000))
+			}
+			if len(tools) != 4 || tools[0].Data["name"] != "Write" || tools[0].Data["phase"] != "started" ||
+				tools[1].Data["phase"] != "completed" || tools[1].Data["is_error"] != false || tools[2].Data["name"] != "Bash" || res.Tools != 2 {
+				t.Fatalf("tool events %v", tools)
+			}
+			_, err = os.Stat(ran)
+			if tc.sandboxed {
+				if err != nil || tools[3].Data["is_error"] != false || res.PermissionDenials != 0 {
+					t.Fatalf("bypassPermissions did not run the command: %v %v denials %d", err, tools[3].Data, res.PermissionDenials)
+				}
+			} else if err == nil || tools[3].Data["is_error"] != true || res.PermissionDenials != 1 {
+				t.Fatalf("acceptEdits ran a command without approval: %v %v denials %d", err, tools[3].Data, res.PermissionDenials)
 			}
 		})
 	}

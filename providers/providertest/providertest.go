@@ -9,6 +9,7 @@ package providertest
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -99,10 +100,21 @@ type MessagesAPI struct {
 	// with 401, as the real API does (inject tests check the proxy's key).
 	// Set it before requests arrive.
 	WantKey string
+	// Tools, when set, are answered first, one per request, as tool_use
+	// blocks: a request carrying n tool_result blocks gets Tools[n], and
+	// once every tool has its result the answer is Text. Set it before
+	// requests arrive.
+	Tools []ToolUse
 
 	srv  *httptest.Server
 	mu   sync.Mutex
 	reqs []Request
+}
+
+// ToolUse is a tool call the fake API asks the client to make.
+type ToolUse struct {
+	Name  string
+	Input map[string]any
 }
 
 // NewMessagesAPI starts the fake on 127.0.0.1 and stops it when t ends.
@@ -153,6 +165,17 @@ func (m *MessagesAPI) serve(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, `{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}`)
 		return
 	}
+	done := bytes.Count(body, []byte(`"type":"tool_result"`))
+	m.mu.Lock()
+	var tool *ToolUse
+	if done < len(m.Tools) {
+		tool = &m.Tools[done]
+	}
+	m.mu.Unlock()
+	if tool != nil {
+		m.serveTool(w, body, *tool, done)
+		return
+	}
 	text := jsonString(m.Text)
 	if !bytes.Contains(body, []byte(`"stream":true`)) {
 		w.Header().Set("content-type", "application/json")
@@ -166,6 +189,24 @@ func (m *MessagesAPI) serve(w http.ResponseWriter, r *http.Request) {
 	ev("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":`+text+`}}`)
 	ev("content_block_stop", `{"type":"content_block_stop","index":0}`)
 	ev("message_delta", `{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":5}}`)
+	ev("message_stop", `{"type":"message_stop"}`)
+}
+
+func (m *MessagesAPI) serveTool(w http.ResponseWriter, body []byte, t ToolUse, n int) {
+	id := fmt.Sprintf("toolu_fake%02d", n)
+	input, _ := json.Marshal(t.Input)
+	if !bytes.Contains(body, []byte(`"stream":true`)) {
+		w.Header().Set("content-type", "application/json")
+		fmt.Fprintf(w, `{"id":"msg_fake","type":"message","role":"assistant","model":"claude-fake-1","content":[{"type":"tool_use","id":%q,"name":%q,"input":%s}],"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":10,"output_tokens":5}}`, id, t.Name, input)
+		return
+	}
+	w.Header().Set("content-type", "text/event-stream")
+	ev := func(name, data string) { fmt.Fprintf(w, "event: %s\ndata: %s\n\n", name, data) }
+	ev("message_start", `{"type":"message_start","message":{"id":"msg_fake","type":"message","role":"assistant","model":"claude-fake-1","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":10,"output_tokens":1}}}`)
+	ev("content_block_start", fmt.Sprintf(`{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":%q,"name":%q,"input":{}}}`, id, t.Name))
+	ev("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":`+jsonString(string(input))+`}}`)
+	ev("content_block_stop", `{"type":"content_block_stop","index":0}`)
+	ev("message_delta", `{"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":5}}`)
 	ev("message_stop", `{"type":"message_stop"}`)
 }
 
