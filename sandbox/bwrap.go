@@ -156,26 +156,29 @@ func (p *Plan) Prepare() error {
 }
 
 var (
-	versionOnce sync.Once
-	versionMaj  int
-	versionMin  int
+	versionMu    sync.Mutex
+	versionCache = map[string][2]int{}
 )
 
-// bwrapVersion returns bwrap's major and minor version (0, 0 if unknown).
+// bwrapVersion returns bwrap's major and minor version (0, 0 if unknown),
+// asked once per binary path.
 func bwrapVersion(bw string) (int, int) {
-	versionOnce.Do(func() {
-		out, err := exec.Command(bw, "--version").Output()
-		if err != nil {
-			return
-		}
-		v := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(out)), "bubblewrap"))
-		parts := strings.Split(v, ".")
+	versionMu.Lock()
+	defer versionMu.Unlock()
+	if v, ok := versionCache[bw]; ok {
+		return v[0], v[1]
+	}
+	var v [2]int
+	if out, err := exec.Command(bw, "--version").Output(); err == nil {
+		s := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(out)), "bubblewrap"))
+		parts := strings.Split(s, ".")
 		if len(parts) >= 2 {
-			versionMaj, _ = strconv.Atoi(parts[0])
-			versionMin, _ = strconv.Atoi(parts[1])
+			v[0], _ = strconv.Atoi(parts[0])
+			v[1], _ = strconv.Atoi(parts[1])
 		}
-	})
-	return versionMaj, versionMin
+	}
+	versionCache[bw] = v
+	return v[0], v[1]
 }
 
 // disableUsernsSupported: --disable-userns appeared in bubblewrap 0.8.

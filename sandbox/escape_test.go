@@ -451,9 +451,10 @@ func escapeCases() []escapeCase {
 			attack: `refused mount -t tmpfs none $WT/docs; refused umount $WT/.claude/settings.json; refused umount -l $HOME_; refused unshare -r true; exit 42`,
 			twin:   `ls $WT/docs >/dev/null`},
 		{name: "write the Go caches in the home; go build with caches in TMPDIR",
-			attack: `refused mkdir -p $HOME_/go/pkg/mod; refused mkdir -p $HOME_/.cache/go-build; exit 42`,
-			twin:   `mkdir -p $WT/hello && cd $WT/hello && printf 'module hello\n\ngo 1.21\n' > go.mod && printf 'package main\n\nfunc main() { println("hi") }\n' > main.go && GOCACHE=$GOCACHE_DIR GOPATH=$TMP/gopath GOTOOLCHAIN=local go build -o $TMP/hello . && $TMP/hello`,
-			edit:   func(in *Input) { in.AllowWrite = append(in.AllowWrite, goCacheDir()) }},
+			attack:   `refused mkdir -p $HOME_/go/pkg/mod; refused mkdir -p $HOME_/.cache/go-build; exit 42`,
+			twin:     `mkdir -p $WT/hello && cd $WT/hello && printf 'module hello\n\ngo 1.21\n' > go.mod && printf 'package main\n\nfunc main() { println("hi") }\n' > main.go && GOCACHE=$GOCACHE_DIR GOPATH=$TMP/gopath GOTOOLCHAIN=local go build -o $TMP/hello . && $TMP/hello`,
+			edit:     func(in *Input) { in.AllowWrite = append(in.AllowWrite, goCacheDir()) },
+			rootOnly: "the Go build cache is kept per user between runs; building the runtime again as a second user would double the suite's time"},
 		{name: "a controlling terminal or leaked descriptor",
 			attack: `refused sh -c 'exec 3</dev/tty'; refused test -e /proc/self/fd/3; refused test -e /proc/self/fd/4; exit 42`,
 			twin:   `echo in | cat >/dev/null && test -e /proc/self/fd/0`},
@@ -491,7 +492,7 @@ func newSuite(t *testing.T, uid int) *suite {
 	agent := listenUnix(t, filepath.Join(f.root, "agent.sock"))
 	lease := listenUnix(t, filepath.Join(f.root, "lease.sock"))
 	bus := listenUnix(t, filepath.Join(f.root, "run-user", "bus"))
-	abstract := fmt.Sprintf("@kusaw-test-%d", os.Getpid())
+	abstract := fmt.Sprintf("@kusaw-test-%d-%d", os.Getpid(), uid)
 	listenUnix(t, abstract)
 	tl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -608,6 +609,7 @@ func runSuite(t *testing.T, uid int) {
 }
 
 func TestEscapeAsRoot(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("runs as root: kusaw is often started as root (CI, containers); the unprivileged run is TestEscapeUnprivileged")
 	}
@@ -615,6 +617,7 @@ func TestEscapeAsRoot(t *testing.T) {
 }
 
 func TestEscapeUnprivileged(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		// Already unprivileged: run the suite as we are.
 		runSuite(t, os.Geteuid())

@@ -385,3 +385,36 @@ func TestFindBwrapIgnoresPath(t *testing.T) {
 		t.Fatalf("FindBwrap took %s from PATH", p)
 	}
 }
+
+// Check's typed reasons, with stand-in binaries in a trusted-for-the-test folder.
+func TestCheckReasons(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to make a root-owned stand-in bwrap (runs as root in this project's CI)")
+	}
+	dir := t.TempDir()
+	os.Chmod(dir, 0o755)
+	old := trustedDirs
+	defer func() { trustedDirs = old }()
+	trustedDirs = []string{dir}
+
+	r := Check()
+	if r.Available || r.Reason != status.ReasonSandboxUnavailable || !strings.Contains(r.Fix, "install bubblewrap") || r.Err() == nil {
+		t.Errorf("missing bwrap: %+v", r)
+	}
+	bin := filepath.Join(dir, "bwrap")
+	// A fake bwrap whose namespaces fail, as under an AppArmor restriction.
+	write(t, bin, "#!/bin/sh\nif [ \"$1\" = --version ]; then echo bubblewrap 0.9.0; exit 0; fi\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n")
+	os.Chmod(bin, 0o755)
+	r = Check()
+	if r.Available || r.Reason != status.ReasonSandboxNoUserNS || !strings.Contains(r.Msg, "uid map") || r.Version != "0.9.0" || !strings.Contains(r.Fix, "sysctl") {
+		t.Errorf("namespaces refused: %+v", r)
+	}
+	os.Chmod(bin, 0o777)
+	r = Check()
+	if r.Available || r.Reason != status.ReasonSandboxUntrusted || !strings.Contains(r.Msg, "writable") {
+		t.Errorf("world-writable bwrap: %+v", r)
+	}
+	if _, err := Command(t.Context(), &Plan{}, []string{"true"}); err == nil {
+		t.Errorf("Command ran an untrusted bwrap")
+	}
+}
