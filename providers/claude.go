@@ -62,6 +62,7 @@ var claudeSpec = Spec{
 	ExtraDirsFlag:  "--add-dir",
 	SandboxOffArgs: []string{"--settings", `{"sandbox":{"enabled":false}}`},
 	Install:        "npm install -g @anthropic-ai/claude-code (or Anthropic's native installer), then `claude` once to sign in",
+	Recognize:      func(line string) bool { return strings.Contains(line, "Claude Code") },
 }
 
 func (claudeCode) Spec() Spec { return claudeSpec }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 
@@ -55,7 +56,11 @@ var cursorSpec = Spec{
 	Inject:         nil,
 	SandboxOffArgs: []string{"--sandbox", "disabled"},
 	Install:        "install Cursor's CLI (`agent`; older releases call it cursor-agent) and run `agent login`, or create a Cursor API key",
+	// Cursor's CLI versions are dated builds: 2025.11.25-abc1234.
+	Recognize: cursorVersionRE.MatchString,
 }
+
+var cursorVersionRE = regexp.MustCompile(`^\d{4}\.\d{1,2}\.\d{1,2}-[0-9a-zA-Z]+`)
 
 func (cursor) Spec() Spec { return cursorSpec }
 

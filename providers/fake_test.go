@@ -422,3 +422,31 @@ func TestPrepare(t *testing.T) {
 		}
 	}
 }
+
+func TestProbeSkipsForeignAgent(t *testing.T) {
+	f := buildFakes(t)
+	dir := t.TempDir()
+	foreign := filepath.Join(dir, "agent")
+	if err := os.WriteFile(foreign, []byte("#!/bin/sh\necho 'agent 0.4.1 (another vendor)'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir)
+	ctx := context.Background()
+	p := mustGet(t, "cursor")
+	_, err := p.Probe(ctx, "")
+	var se *status.Error
+	if !errors.As(err, &se) || se.Reason != status.ReasonProviderMissing || !strings.Contains(se.Msg, "another vendor") || !strings.Contains(se.Fix, "providers.cursor.command") {
+		t.Fatalf("only a foreign agent: %v", err)
+	}
+	if err := os.Link(f.CursorAgent, filepath.Join(dir, "cursor-agent")); err != nil {
+		t.Fatal(err)
+	}
+	pr, err := p.Probe(ctx, "")
+	if err != nil || filepath.Base(pr.Path) != "cursor-agent" {
+		t.Fatalf("foreign agent not passed over: %+v %v", pr, err)
+	}
+	// A command the user names is taken as it is.
+	if pr, err := p.Probe(ctx, foreign); err != nil || pr.Path != foreign {
+		t.Fatalf("explicit command: %+v %v", pr, err)
+	}
+}

@@ -50,11 +50,43 @@ var versionRE = regexp.MustCompile(`\d+\.\d+(?:\.\d+)?(?:[-+][0-9A-Za-z.-]+)?`)
 
 // probe resolves command (or the spec's names), runs `--version` unless
 // this binary was probed before, and fills in the spec's static data.
+// Found under a default name, a binary whose version line the spec does
+// not recognise is passed over: `agent` is a common name, and another
+// vendor's CLI must not get Cursor's flags.
 func probe(ctx context.Context, spec Spec, command string) (Probe, error) {
-	path, err := resolveCommand(spec, command)
+	paths, err := resolveCommand(spec, command)
 	if err != nil {
 		return Probe{}, err
 	}
+	var foreign []string
+	for _, path := range paths {
+		p, err := probeBinary(ctx, spec, path)
+		if err != nil {
+			return Probe{}, err
+		}
+		if command == "" && spec.Recognize != nil && !spec.Recognize(p.VersionLine) {
+			foreign = append(foreign, fmt.Sprintf("%s (--version: %q)", path, p.VersionLine))
+			continue
+		}
+		p.Command = command
+		if p.Command == "" {
+			p.Command = filepath.Base(path)
+		}
+		p.Path = path
+		p.Env = spec.Env
+		home, _ := os.UserHomeDir()
+		p.LoginPaths = spec.LoginPaths(home, os.Getenv)
+		p.EgressHosts = append([]string(nil), spec.EgressHosts...)
+		p.Handshake = append([]string(nil), spec.HandshakeHosts...)
+		return p, nil
+	}
+	return Probe{}, &status.Error{Reason: status.ReasonProviderMissing,
+		Msg: fmt.Sprintf("%s: found only other programs of the same name: %s", spec.Name, strings.Join(foreign, "; ")),
+		Fix: fmt.Sprintf("%s; or set providers.%s.command to its path", spec.Install, spec.Name)}
+}
+
+// probeBinary runs `--version` once per binary (resolved path, size, mtime).
+func probeBinary(ctx context.Context, spec Spec, path string) (Probe, error) {
 	real, err := filepath.EvalSymlinks(path)
 	if err != nil {
 		real = path
@@ -67,61 +99,56 @@ func probe(ctx context.Context, spec Spec, command string) (Probe, error) {
 	probeMu.Lock()
 	p, ok := probeCache[key]
 	probeMu.Unlock()
-	if !ok {
-		line, err := runVersion(ctx, spec.Name, path)
-		if err != nil {
-			return Probe{}, err
-		}
-		p = Probe{
-			Provider:    spec.Name,
-			Path:        path,
-			RealPath:    real,
-			InstallDir:  filepath.Dir(real),
-			VersionLine: line,
-			Version:     versionRE.FindString(line),
-		}
-		probeMu.Lock()
-		probeCache[key] = p
-		probeRuns++
-		probeMu.Unlock()
+	if ok {
+		return p, nil
 	}
-	p.Command = command
-	if p.Command == "" {
-		p.Command = filepath.Base(path)
+	line, err := runVersion(ctx, spec.Name, path)
+	if err != nil {
+		return Probe{}, err
 	}
-	p.Path = path
-	p.Env = spec.Env
-	home, _ := os.UserHomeDir()
-	p.LoginPaths = spec.LoginPaths(home, os.Getenv)
-	p.EgressHosts = append([]string(nil), spec.EgressHosts...)
-	p.Handshake = append([]string(nil), spec.HandshakeHosts...)
+	p = Probe{
+		Provider:    spec.Name,
+		RealPath:    real,
+		InstallDir:  filepath.Dir(real),
+		VersionLine: line,
+		Version:     versionRE.FindString(line),
+	}
+	probeMu.Lock()
+	probeCache[key] = p
+	probeRuns++
+	probeMu.Unlock()
 	return p, nil
 }
 
-// resolveCommand finds the CLI: a configured name or path, else the
-// default name, then the alternative names, on PATH.
-func resolveCommand(spec Spec, command string) (string, error) {
+// resolveCommand finds the CLI: a configured name or path, else every
+// default and alternative name found on PATH, in order.
+func resolveCommand(spec Spec, command string) ([]string, error) {
 	names := []string{command}
 	if command == "" {
 		names = append([]string{spec.DefaultCommand}, spec.AltCommands...)
 	}
 	fix := fmt.Sprintf("%s; or set providers.%s.command to its path", spec.Install, spec.Name)
+	var found []string
 	for _, n := range names {
 		p, err := exec.LookPath(n)
 		if err == nil {
 			abs, err := filepath.Abs(p)
 			if err != nil {
-				return "", err
+				return nil, err
 			}
-			return abs, nil
+			found = append(found, abs)
+			continue
 		}
 		if command != "" {
-			return "", &status.Error{Reason: status.ReasonProviderMissing,
+			return nil, &status.Error{Reason: status.ReasonProviderMissing,
 				Msg: fmt.Sprintf("%s: command %q not found or not executable (%v)", spec.Name, command, unwrapExec(err)), Fix: fix}
 		}
 	}
-	return "", &status.Error{Reason: status.ReasonProviderMissing,
-		Msg: fmt.Sprintf("%s: none of %s is on PATH", spec.Name, strings.Join(names, ", ")), Fix: fix}
+	if len(found) == 0 {
+		return nil, &status.Error{Reason: status.ReasonProviderMissing,
+			Msg: fmt.Sprintf("%s: none of %s is on PATH", spec.Name, strings.Join(names, ", ")), Fix: fix}
+	}
+	return found, nil
 }
 
 func unwrapExec(err error) error {

@@ -59,6 +59,9 @@ type Spec struct {
 	SandboxOffArgs []string
 	// Install is a one-line hint shown when the CLI is missing.
 	Install string
+	// Recognize tells this CLI's --version line from another program's
+	// of the same name (nil: any).
+	Recognize func(versionLine string) bool
 }
 
 // EnvNames are the environment variables a provider's CLI reads.
