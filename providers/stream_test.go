@@ -252,3 +252,23 @@ func TestClaudeRetryEvents(t *testing.T) {
 		t.Fatalf("result event %v", evs[2].Data)
 	}
 }
+
+// BenchmarkParseStream measures parsing a long Claude Code session (tool
+// calls, results, texts) from memory; b.SetBytes makes it report MB/s.
+func BenchmarkParseStream(b *testing.B) {
+	lines := strings.SplitAfter(claudeToolStream, "\n")
+	var sb strings.Builder
+	for i := 0; i < 500; i++ {
+		for _, l := range lines[1:6] {
+			sb.WriteString(l)
+		}
+	}
+	sb.WriteString(lines[6])
+	stream := sb.String()
+	p := claudeCode{}
+	b.SetBytes(int64(len(stream)))
+	b.ReportAllocs()
+	for b.Loop() {
+		p.ParseStream(strings.NewReader(stream), func(Event) {})
+	}
+}
