@@ -43,6 +43,8 @@ bench: deps build
 docs:
 	$(GO) test ./status -run TestStatusesPageFresh -update >/dev/null
 	$(GO) test ./config -run TestValidationPageFresh -update >/dev/null
+	$(GO) test ./cmd/kusaw -run TestCLIPageFresh -update >/dev/null
+	$(GO) test ./providers -run TestCapabilitiesPageFresh -update >/dev/null
 
 clean:
 	rm -rf bin
