@@ -446,9 +446,7 @@ func (e *Engine) runProcess(ctx context.Context, grace time.Duration, cmd *exec.
 	cmd.SysProcAttr.Setpgid = true
 	// If kusaw dies (kill -9), the step dies with it instead of running on
 	// unrecorded.
-	if cmd.SysProcAttr.Pdeathsig == 0 {
-		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-	}
+	setDeathSignal(cmd.SysProcAttr)
 	cmd.Stdin = nil
 	// Our own pipes, not exec's: Wait then returns when the process exits,
 	// even if something it started still holds the pipe.
