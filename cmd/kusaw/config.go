@@ -137,13 +137,13 @@ func (a *app) setSecret(key string) error {
 // readSecret reads one line from stdin; on a terminal it turns echo off.
 func readSecret(in io.Reader, prompt io.Writer, key string) (string, error) {
 	if f, ok := in.(*os.File); ok {
-		if t, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS); err == nil {
+		if t, err := unix.IoctlGetTermios(int(f.Fd()), ioctlGetTermios); err == nil {
 			fmt.Fprintf(prompt, "value for %s (not echoed): ", key)
 			off := *t
 			off.Lflag &^= unix.ECHO
-			if err := unix.IoctlSetTermios(int(f.Fd()), unix.TCSETS, &off); err == nil {
+			if err := unix.IoctlSetTermios(int(f.Fd()), ioctlSetTermios, &off); err == nil {
 				defer func() {
-					unix.IoctlSetTermios(int(f.Fd()), unix.TCSETS, t)
+					unix.IoctlSetTermios(int(f.Fd()), ioctlSetTermios, t)
 					fmt.Fprintln(prompt)
 				}()
 			}
