@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# make bench: every overhead kusaw adds, measured against its baseline in
+# the same run (bare bwrap, a direct connection, plain git), as ratios.
+# The figures and the machine they ran on go in docs/benchmarks.md.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${BENCH_OUT:-bench-results.txt}
+: > "$out"
+say() { printf '%s\n' "$*" | tee -a "$out"; }
+bench() { # name, then the go test arguments
+  local name=$1; shift
+  say ""
+  say "== $name"
+  if ! go test -run '^$' "$@" 2>&1 | grep -vE '^(goos|goarch|pkg|cpu|PASS|ok )' | tee -a "$out"; then
+    say "!! $name failed"
+    failed=1
+  fi
+}
+failed=0
+say "kusaw benchmarks, $(date -u +%Y-%m-%dT%H:%MZ)"
+say "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(uname -sr)"
+say "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+say "go: $(go version | cut -d' ' -f3), bwrap: $(/usr/bin/bwrap --version 2>/dev/null | cut -d' ' -f2), git: $(git --version | cut -d' ' -f3)"
+
+bench "sandbox: true under the plan vs the same bwrap argv vs bare true" -bench SandboxTrue -benchtime 100x ./sandbox/
+bench "worktree: AddAttempt vs plain git worktree add; whole attempt cycle" -bench 'AddAttempt|AttemptCycle' -benchtime 10x ./worktree/
+bench "chainlog: Append vs a plain JSON line" -bench Append ./chainlog/
+bench "providers: stream parsing" -bench ParseStream ./providers/
+for extra in scripts/bench.d/*.sh; do
+  [ -x "$extra" ] || continue
+  say ""
+  say "== $(basename "$extra" .sh)"
+  "$extra" 2>&1 | tee -a "$out" || { say "!! $extra failed"; failed=1; }
+done
+say ""
+say "results in $out"
+exit $failed
