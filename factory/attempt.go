@@ -272,15 +272,15 @@ type preparedProc struct {
 	parse   func(io.Reader) procParse // agent steps: reads the stream
 	// loginPaths are the agent's own state folders, mounted in the sandbox.
 	loginPaths []string
+	// readPaths must be readable in the sandbox (the agent CLI's install).
+	readPaths []string
 }
 
-// procParse is what an agent's stream said.
+// procParse is what an agent's stream said, and how to turn it and the
+// exit status into an outcome.
 type procParse struct {
-	outcome status.Outcome
-	reason  status.Reason
-	message string
 	result  any
-	ok      bool // the parser classified the outcome
+	outcome func(exit int) (status.Outcome, status.Reason, string)
 }
 
 // prepare builds process i: the step's spec, its environment with secrets
@@ -300,8 +300,9 @@ func (a *attemptRun) prepare(i int, repos []string, many bool) (*preparedProc, e
 	if many {
 		p.stdout, p.stderr = "stdout-"+repos[0]+".log", "stderr-"+repos[0]+".log"
 	}
+	m, _ := a.e.F.EffectiveMode(a.step, repos)
 	if spec.Kind == config.KindAgent {
-		if err := a.agentSpec(spec, at, p); err != nil {
+		if err := a.agentSpec(spec, at, p, m == config.ModeRequired); err != nil {
 			return nil, err
 		}
 	}
@@ -335,7 +336,6 @@ func (a *attemptRun) prepare(i int, repos []string, many bool) (*preparedProc, e
 			env[name] = v
 		}
 	}
-	m, _ := a.e.F.EffectiveMode(a.step, repos)
 	if m == config.ModeRequired {
 		if err := a.sandboxed(i, repos, spec, env, p); err != nil {
 			return nil, err
@@ -423,8 +423,8 @@ func (r procResult) describe() string {
 }
 
 func (r procResult) classify() (status.Outcome, status.Reason, string) {
-	if r.parsed.ok {
-		return r.parsed.outcome, r.parsed.reason, r.parsed.message
+	if r.parsed.outcome != nil {
+		return r.parsed.outcome(r.exit)
 	}
 	if r.exit == 0 && r.signal == "" {
 		return status.OutcomePassed, status.ReasonNone, ""

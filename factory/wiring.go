@@ -3,20 +3,104 @@ package factory
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/kusaw/kusaw/config"
+	"github.com/kusaw/kusaw/providers"
 	"github.com/kusaw/kusaw/sandbox"
 	"github.com/kusaw/kusaw/secretstore"
 	"github.com/kusaw/kusaw/status"
 	"github.com/kusaw/kusaw/steps"
 )
 
-// agentSpec fills an agent step's argv through its provider.
-func (a *attemptRun) agentSpec(spec *steps.Spec, at steps.Attempt, p *preparedProc) error {
-	return &status.Error{Reason: status.ReasonProviderMissing, Msg: "agent steps need the providers package, which this build lacks", Fix: "use a build of kusaw with providers"}
+// agentSpec fills an agent step's argv and env through its provider, and
+// sets up the parsing of its stream into provider.* events; the result
+// event, not the exit status, decides the outcome.
+func (a *attemptRun) agentSpec(spec *steps.Spec, at steps.Attempt, p *preparedProc, sandboxed bool) error {
+	s := a.step
+	prompt := s.Prompt
+	if s.PromptFile != "" {
+		b, err := os.ReadFile(s.PromptFile)
+		if err != nil {
+			return &status.Error{Reason: status.ReasonStepStartFailed, Msg: fmt.Sprintf("step %s: cannot read prompt_file: %v", s.ID, err), Fix: "fix steps." + s.ID + ".prompt_file"}
+		}
+		prompt = string(b)
+	}
+	in := providers.PrepareInput{Provider: s.Provider, Step: s.ID, Prompt: prompt, Sandboxed: sandboxed,
+		Network: string(a.e.F.EffectiveNetwork(s, modeOf(sandboxed))), FreshHome: providers.FreshHome(runtime.GOOS, sandboxed)}
+	if pc := a.e.F.Providers[s.Provider]; pc != nil {
+		in.Command, in.Args = pc.Command, pc.Args
+	}
+	for _, w := range at.Worktrees {
+		if w.Path != spec.Dir {
+			in.ExtraDirs = append(in.ExtraDirs, w.Path)
+		}
+	}
+	for _, e := range a.e.F.Inject(s) {
+		if e.Provider {
+			in.Inject = in.Network == string(config.NetworkAllowlist)
+		}
+	}
+	in.StepEnv = append(in.StepEnv, s.EnvOrder...)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	prep, err := providers.Prepare(ctx, in)
+	if err != nil {
+		return asRefusal(err, status.ReasonProviderMissing)
+	}
+	spec.Argv = prep.Argv
+	// The provider's env goes under the step's own, which wins.
+	for _, kv := range prep.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			if _, set := spec.Env[k]; !set {
+				if _, secret := spec.Secrets[k]; !secret {
+					spec.Env[k] = v
+				}
+			}
+		}
+	}
+	p.loginPaths, p.readPaths = prep.LoginPaths, prep.ReadPaths
+	prov, _ := providers.Get(prep.Probe.Provider)
+	if prov == nil {
+		prov, _ = providers.Get(s.Provider)
+	}
+	a.events.Emit("provider.probe", map[string]any{"provider": s.Provider, "path": prep.Probe.Path, "version": prep.Probe.Version})
+	p.parse = func(r io.Reader) procParse {
+		res := prov.ParseStream(r, func(ev providers.Event) { a.events.Emit(ev.Type, ev.Data) })
+		return procParse{result: res, outcome: func(exit int) (status.Outcome, status.Reason, string) {
+			o, reason := prov.Outcome(res, exit)
+			msg := ""
+			if reason != status.ReasonNone {
+				msg = reason.Info().Message
+				if res.Text != "" && res.IsError {
+					msg += ": " + clip(res.Text, 300)
+				}
+			}
+			return o, reason, msg
+		}}
+	}
+	return nil
+}
+
+func modeOf(sandboxed bool) config.Mode {
+	if sandboxed {
+		return config.ModeRequired
+	}
+	return config.ModeOff
+}
+
+func clip(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
 }
 
 // sandboxCheck runs sandbox.Check once per engine: it starts bwrap once,
@@ -52,7 +136,7 @@ func (a *attemptRun) sandboxed(i int, repos []string, spec *steps.Spec, env map[
 		ArtifactsDir: filepath.Join(a.dir, artifactsDir),
 		TmpDir:       filepath.Join(a.dir, tmpDir),
 		Workdir:      spec.Dir,
-		AllowRead:    a.e.F.AllowRead(a.step),
+		AllowRead:    append(a.e.F.AllowRead(a.step), p.readPaths...),
 		AllowWrite:   a.e.F.AllowWrite(a.step),
 		Env:          env,
 	}

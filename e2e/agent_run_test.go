@@ -1,0 +1,160 @@
+package e2e
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/kusaw/kusaw/providers/providertest"
+	"github.com/kusaw/kusaw/secretstore"
+)
+
+var (
+	fakesOnce sync.Once
+	fakes     providertest.Fakes
+	fakesErr  error
+)
+
+// buildFakes builds the fake agent CLIs once for all e2e tests.
+func buildFakes(t *testing.T) providertest.Fakes {
+	t.Helper()
+	need(t, "go")
+	fakesOnce.Do(func() {
+		dir := filepath.Join(filepath.Dir(kusawBin), "fakes")
+		fakes, fakesErr = providertest.Build(dir)
+	})
+	if fakesErr != nil {
+		t.Fatal(fakesErr)
+	}
+	return fakes
+}
+
+// agentFactory makes a factory whose claude-code is the fake; every step
+// signs in with a token kept in the secret store (agent.token).
+func agentFactory(t *testing.T, claude, body string) string {
+	dir := factoryDir(t, `version: 1
+repos:
+  app: {path: ./app}
+  docs: {path: ./docs}
+providers:
+  claude-code: {command: `+claude+`}
+`+body, "app", "docs")
+	if err := secretstore.OpenDir(filepath.Join(dir, "secrets")).Set("agent.token", "fake-oauth-token-1234"); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestPipelineAgentStepWithFakeClaude(t *testing.T) {
+	f := buildFakes(t)
+	for _, boxed := range []bool{false, true} {
+		name := "open"
+		if boxed {
+			name = "sandboxed"
+		}
+		t.Run(name, func(t *testing.T) {
+			mode := "off"
+			if boxed {
+				needSandbox(t)
+				mode = "required"
+			}
+			dir := agentFactory(t, f.Claude, `pipelines:
+  default: [plan]
+steps:
+  plan:
+    prompt: Write PLAN.md describing the change.
+    repos: [app, docs]
+    sandbox: `+mode+`
+    env:
+      CLAUDE_CODE_OAUTH_TOKEN: {secret: agent.token}
+      FAKE_AGENT_SCENARIO: edit_file
+      FAKE_AGENT_FILE: PLAN.md
+      FAKE_AGENT_CONTENT: the plan
+`)
+			res := runKusaw(t, dir, "run")
+			if res.code != 0 {
+				t.Fatalf("kusaw run exit %d\n%s%s", res.code, res.stdout, res.stderr)
+			}
+			id := onlyRun(t, dir)
+			if got := git(t, filepath.Join(dir, "app"), "show", "kusaw/"+id+":PLAN.md"); got != "the plan" {
+				t.Errorf("PLAN.md on the run branch = %q", got)
+			}
+			adir := filepath.Join(dir, ".kusaw", "runs", id, "steps", "plan", "1")
+			events := readFile(t, filepath.Join(adir, "events.jsonl"))
+			for _, typ := range []string{"provider.init", "provider.tool", "provider.result"} {
+				if !strings.Contains(events, `"type":"`+typ+`"`) {
+					t.Errorf("no %s event", typ)
+				}
+			}
+			var rec struct {
+				Provider  string `json:"provider"`
+				Processes []struct {
+					Argv   []string        `json:"argv"`
+					Result json.RawMessage `json:"provider_result"`
+				} `json:"processes"`
+			}
+			json.Unmarshal([]byte(readFile(t, filepath.Join(adir, "attempt.json"))), &rec)
+			argv := strings.Join(rec.Processes[0].Argv, " ")
+			for _, want := range []string{"-p ", "-- Write PLAN.md", "--output-format stream-json", "--verbose", "--add-dir " + filepath.Join(adir, "worktrees", "docs")} {
+				if !strings.Contains(argv, want) {
+					t.Errorf("argv lacks %q: %s", want, argv)
+				}
+			}
+			if boxed != strings.Contains(argv, `"sandbox":{"enabled":false}`) {
+				t.Errorf("Claude Code's own sandbox off only inside kusaw's (sandboxed=%v): %s", boxed, argv)
+			}
+			if rec.Provider != "claude-code" || !strings.Contains(string(rec.Processes[0].Result), `"seen": true`) {
+				t.Errorf("record: provider %q result %s", rec.Provider, rec.Processes[0].Result)
+			}
+		})
+	}
+}
+
+func TestPipelineAgentOutcomeFromResultEvent(t *testing.T) {
+	f := buildFakes(t)
+	cases := []struct {
+		scenario, outcome, reason string
+	}{
+		{"is_error_exit0", "failed", "provider.error"}, // exit 0 lies: the result says error
+		{"no_result", "failed", "provider.no_result"},
+		{"success_then_exit1", "failed", "provider.exit_after_success"},
+	}
+	for _, c := range cases {
+		t.Run(c.scenario, func(t *testing.T) {
+			dir := agentFactory(t, f.Claude, `pipelines:
+  default: [agent]
+steps:
+  agent:
+    prompt: do it
+    env: {FAKE_AGENT_SCENARIO: `+c.scenario+`, CLAUDE_CODE_OAUTH_TOKEN: {secret: agent.token}}
+`)
+			res := runKusaw(t, dir, "run")
+			if res.code != 1 {
+				t.Fatalf("kusaw run exit %d, want 1\n%s%s", res.code, res.stdout, res.stderr)
+			}
+			a, _ := loadAttempt(t, dir, onlyRun(t, dir), "agent", 1)
+			if a.Outcome != c.outcome || a.Reason != c.reason {
+				t.Errorf("outcome %s/%s, want %s/%s", a.Outcome, a.Reason, c.outcome, c.reason)
+			}
+		})
+	}
+}
+
+func TestPipelineAgentMissingCLIRefused(t *testing.T) {
+	dir := agentFactory(t, "/nonexistent/claude", `pipelines:
+  default: [agent]
+steps:
+  agent:
+    prompt: do it
+`)
+	res := runKusaw(t, dir, "run")
+	if res.code != 1 || !strings.Contains(res.stderr, "provider.missing") {
+		t.Fatalf("kusaw run exit %d\n%s%s", res.code, res.stdout, res.stderr)
+	}
+	a, _ := loadAttempt(t, dir, onlyRun(t, dir), "agent", 1)
+	if a.Outcome != "refused" {
+		t.Errorf("outcome %s", a.Outcome)
+	}
+}
