@@ -676,3 +676,40 @@ func TestCheckHere(t *testing.T) {
 		t.Fatalf("check: %+v", r)
 	}
 }
+
+// per_repo and multi-worktree plans on the real backend: two worktrees of
+// one repo both commit; a read-only worktree (per_repo's other repo) cannot
+// be written.
+func TestWorktreesWritableAndReadOnly(t *testing.T) {
+	needTool(t, "/usr/bin/bwrap", "runs the real sandbox")
+	f := newFixture(t)
+	wt2 := filepath.Join(f.attempt, "worktrees", "app2")
+	git(t, f.repo, "worktree", "add", "-q", "-b", "kusaw/r1/build/1b", wt2)
+	g := newFixture(t) // another repo, read-only here
+	in := f.input()
+	in.Worktrees = append(in.Worktrees,
+		Worktree{Repo: "app", Path: wt2, GitDir: filepath.Join(f.common, "worktrees", "app2"), CommonDir: f.common, Writable: true},
+		Worktree{Repo: "docs", Path: g.wt, GitDir: g.gitdir, CommonDir: g.common, Writable: false})
+	p, err := BuildPlan(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := fmt.Sprintf(`set -e
+for w in %s %s; do cd $w; echo x > x.txt; git add x.txt; git commit -q -m "in $w"; done
+if echo x > %s/README.md 2>/dev/null; then echo "wrote the read-only worktree"; exit 1; fi
+cat %s/README.md >/dev/null`, f.wt, wt2, g.wt, g.wt)
+	cmd, err := Command(context.Background(), p, []string{"/bin/sh", "-c", script})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.CombinedOutput()
+	p.Cleanup()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, b := range []string{"kusaw/r1/build/1", "kusaw/r1/build/1b"} {
+		if s := git(t, f.repo, "log", "-1", "--format=%s", b); !strings.HasPrefix(s, "in ") {
+			t.Errorf("branch %s: last commit %q", b, s)
+		}
+	}
+}

@@ -374,7 +374,11 @@ func (b *builder) build() error {
 		if home != "" && within(r, home) {
 			return refuse("name the agent's own folder", "login path %q would expose the whole home", p)
 		}
-		b.addBind(&b.writes, "bind", r, r, "the agent's own login folder (not protected: the agent holds its login itself)")
+		b.addBind(&b.writes, "bind", r, r, "the agent's own login folder or file (not protected: the agent holds its login itself)")
+		// A login path that is a link: the agent looks it up by its own name.
+		if lp := filepath.Clean(p); lp != r && !b.mounted[lp] {
+			b.addBind(&b.writes, "bind", r, lp, "the agent's login path, at the name the agent uses (it is a link to "+r+")")
+		}
 	}
 	for _, p := range in.AllowWrite {
 		r, err := abs("allow_write entry", p)
@@ -477,9 +481,13 @@ func (b *builder) worktree(w Worktree) error {
 
 	// The common dir read-only as a whole: config, hooks/, info/, packed-refs,
 	// modules/, other worktrees' folders, HEAD of the user's checkout.
-	b.addBind(&b.writes, "ro-bind", cd, cd, fmt.Sprintf("repo %s's git control files (config, hooks/, info/, packed-refs, modules/, worktrees/), read-only", w.Repo))
-	if p := filepath.Join(cd, "objects"); isDir(p) {
-		b.addBind(&b.writes, "bind", p, p, "git objects: a commit writes new objects")
+	// Once per repository: a second worktree of the same repo must not
+	// cover the first one's writable folders again.
+	if !b.mounted[cd] {
+		b.addBind(&b.writes, "ro-bind", cd, cd, fmt.Sprintf("repo %s's git control files (config, hooks/, info/, packed-refs, modules/, worktrees/), read-only", w.Repo))
+		if p := filepath.Join(cd, "objects"); isDir(p) {
+			b.addBind(&b.writes, "bind", p, p, "git objects: a commit writes new objects")
+		}
 	}
 	// Only the folder holding the attempt's own branch is writable, so the
 	// step cannot move the user's branches or tags.

@@ -418,3 +418,34 @@ func TestCheckReasons(t *testing.T) {
 		t.Errorf("Command ran an untrusted bwrap")
 	}
 }
+
+func TestPlanTwoWorktreesOneRepoAndLinkedLogin(t *testing.T) {
+	f := newFixture(t)
+	wt2 := filepath.Join(f.attempt, "worktrees", "app2")
+	git(t, f.repo, "worktree", "add", "-q", "-b", "kusaw/r1/build/1b", wt2)
+	real := filepath.Join(f.root, "claude-state")
+	os.MkdirAll(real, 0o755)
+	os.RemoveAll(filepath.Join(f.home, ".claude"))
+	os.Symlink(real, filepath.Join(f.home, ".claude"))
+	in := f.input()
+	in.Worktrees = append(in.Worktrees, Worktree{Repo: "app", Path: wt2, GitDir: filepath.Join(f.common, "worktrees", "app2"), CommonDir: f.common, Writable: true})
+	p := mustPlan(t, in)
+	// The common dir's read-only bind comes once, before every writable git folder.
+	n, lastRO, firstObj := 0, -1, -1
+	for i, m := range p.Mounts {
+		if m.Dst == f.common && m.Op == "ro-bind" {
+			n++
+			lastRO = i
+		}
+		if m.Dst == filepath.Join(f.common, "objects") && firstObj < 0 {
+			firstObj = i
+		}
+	}
+	if n != 1 || lastRO > firstObj {
+		t.Errorf("common dir bound read-only %d times (last at %d, objects at %d)", n, lastRO, firstObj)
+	}
+	w := rulePaths(p.Writable)
+	if !slices.Contains(w, real) || !slices.Contains(w, filepath.Join(f.home, ".claude")) {
+		t.Errorf("a linked login folder must be bound at its target and at its name: %v", w)
+	}
+}
