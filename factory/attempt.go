@@ -40,6 +40,9 @@ func (a *attemptRun) save() { _ = writeJSON(filepath.Join(a.dir, attemptFile), a
 // fail ends the attempt with an outcome and a reason before or after its
 // process.
 func (a *attemptRun) setOutcome(o status.Outcome, r status.Reason, msg string) {
+	if o == status.OutcomeCanceled && a.run.interrupted.Load() {
+		o, r, msg = status.OutcomeInterrupted, status.ReasonRunInterrupted, "kusaw serve stopped while the attempt ran"
+	}
 	a.rec.Outcome, a.rec.Reason, a.rec.Message = o, r, a.run.redact.String(msg)
 	if r != status.ReasonNone {
 		a.rec.Fix = r.Info().Fix

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kusaw/kusaw/chainlog"
@@ -113,6 +114,10 @@ type Run struct {
 	redact  *redactor
 	mu      sync.Mutex
 	refused *status.Error // set when a required attempt was refused: sandbox unavailable
+	resume  *resumePoint  // set by Engine.Resume: where a re-queued run continues
+	// interrupted is set by Interrupt (serve shutting down): the canceled
+	// run and attempt are recorded interrupted, not canceled.
+	interrupted atomic.Bool
 }
 
 // ID is the run's id.
@@ -235,13 +240,20 @@ func (e *Engine) Execute(ctx context.Context, r *Run) {
 	rec.Started = ptrTime(time.Now().UTC())
 	r.events = e.openSink(filepath.Join(r.Dir, eventsFile), rec.ID, "", 0, r.redact)
 	r.save()
-	r.events.Emit(EvRunStarted, map[string]any{"pipeline": rec.Pipeline, "steps": stepIDs(r.steps), "factory": e.F.Path})
+	started := map[string]any{"pipeline": rec.Pipeline, "steps": stepIDs(r.steps), "factory": e.F.Path}
+	r.resumeStarted(started)
+	r.events.Emit(EvRunStarted, started)
 
-	if err := e.createRunBranches(r); err != nil {
-		r.end(status.RunFailed, status.ReasonWorktreeFailed, err.Error())
-		return
+	if r.resume == nil {
+		if err := e.createRunBranches(r); err != nil {
+			r.end(status.RunFailed, status.ReasonWorktreeFailed, err.Error())
+			return
+		}
 	}
 	for i, s := range r.steps {
+		if r.resume.skip(i) {
+			continue
+		}
 		if ctx.Err() != nil {
 			r.end(status.RunCanceled, status.ReasonRunCanceled, "the run was canceled")
 			return
@@ -251,7 +263,8 @@ func (e *Engine) Execute(ctx context.Context, r *Run) {
 		r.save()
 		r.events.Emit(EvStepStarted, map[string]any{"step": s.ID, "attempts": s.Attempts})
 		var last *AttemptRecord
-		for n := 1; n <= s.Attempts; n++ {
+		base := r.resume.attemptBase(s.ID)
+		for n := base + 1; n <= base+s.Attempts; n++ {
 			last = e.attempt(ctx, r, s, n)
 			sr.Attempts = n
 			if last.Outcome == status.OutcomePassed || last.Outcome == status.OutcomeCanceled || last.Outcome == status.OutcomeRefused {
@@ -356,6 +369,9 @@ func (r *Run) save() {
 }
 
 func (r *Run) end(st status.RunState, reason status.Reason, msg string) {
+	if st == status.RunCanceled && r.interrupted.Load() {
+		st, reason, msg = status.RunInterrupted, status.ReasonRunInterrupted, "kusaw serve stopped while the run was running"
+	}
 	rec := r.Record
 	rec.State, rec.Reason, rec.Message = st, reason, r.redact.String(msg)
 	if reason != status.ReasonNone {

@@ -1,0 +1,151 @@
+package factory
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/kusaw/kusaw/status"
+)
+
+// Hooks serve needs from the engine: resuming an interrupted run, ending a
+// run that never left the queue, and interrupting a run on shutdown.
+
+// resumePoint says where a resumed run continues: the first step that did
+// not pass, and how many attempts each step already used (their folders
+// and branches stay, so new attempts are numbered after them).
+type resumePoint struct {
+	from     int
+	attempts map[string]int
+	prevFrom string // the step it resumes at, for the run.started event
+}
+
+func (p *resumePoint) skip(i int) bool { return p != nil && i < p.from }
+
+func (p *resumePoint) attemptBase(step string) int {
+	if p == nil {
+		return 0
+	}
+	return p.attempts[step]
+}
+
+func (r *Run) resumeStarted(data map[string]any) {
+	if r.resume != nil {
+		data["resumed_from"] = r.resume.prevFrom
+	}
+}
+
+// ErrNotResumable is returned by Resume for a run that cannot continue.
+var ErrNotResumable = errors.New("run cannot be resumed")
+
+// Resume re-queues an interrupted run from its first step that did not
+// pass: the run keeps its id, run branches and finished steps. Execute
+// runs the returned run. The pipeline must still name the same steps.
+func (e *Engine) Resume(id string) (*Run, error) {
+	rec, err := e.State.LoadRun(id)
+	if err != nil {
+		return nil, err
+	}
+	if rec.State != status.RunInterrupted {
+		return nil, fmt.Errorf("%w: run %s is %s, not interrupted", ErrNotResumable, rec.ID, rec.State)
+	}
+	_, steps, err := e.Pipeline(rec.Pipeline)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotResumable, err)
+	}
+	if len(steps) != len(rec.Steps) {
+		return nil, fmt.Errorf("%w: pipeline %s changed since run %s started; start a new run", ErrNotResumable, rec.Pipeline, rec.ID)
+	}
+	for i, s := range steps {
+		if rec.Steps[i].ID != s.ID {
+			return nil, fmt.Errorf("%w: pipeline %s changed since run %s started; start a new run", ErrNotResumable, rec.Pipeline, rec.ID)
+		}
+	}
+	dir := e.State.RunDir(rec.ID)
+	l, ok, err := tryLock(filepath.Join(dir, lockFile))
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w: run %s is owned by another kusaw", ErrNotResumable, rec.ID)
+	}
+	p := &resumePoint{attempts: map[string]int{}}
+	// Attempt folders on disk count, not only the record: a crash can come
+	// between an attempt's folder and the step's line in run.json.
+	for _, st := range rec.Steps {
+		entries, _ := os.ReadDir(filepath.Join(dir, stepsDir, st.ID))
+		for _, en := range entries {
+			var n int
+			if _, err := fmt.Sscan(en.Name(), &n); err == nil && n > p.attempts[st.ID] {
+				p.attempts[st.ID] = n
+			}
+		}
+	}
+	p.from = len(rec.Steps)
+	for i, st := range rec.Steps {
+		if st.Outcome != status.OutcomePassed {
+			p.from = i
+			break
+		}
+	}
+	// No run branch yet (the crash came before they were made): start over.
+	if len(rec.Repos) == 0 {
+		p = nil
+	} else if p.from < len(rec.Steps) {
+		p.prevFrom = rec.Steps[p.from].ID
+	}
+	for i := range rec.Steps {
+		if p == nil || i >= p.from {
+			rec.Steps[i].Outcome, rec.Steps[i].Reason, rec.Steps[i].Started, rec.Steps[i].Finished = "", "", nil, nil
+		}
+	}
+	host, _ := os.Hostname()
+	rec.State, rec.Reason, rec.Message, rec.Fix, rec.Finished = status.RunQueued, "", "", "", nil
+	rec.Owner = &Owner{PID: os.Getpid(), Host: host, Start: processStart}
+	r := &Run{Record: rec, Dir: dir, e: e, steps: steps, lock: l, redact: &redactor{}, resume: p}
+	if err := writeJSON(filepath.Join(dir, runFile), rec); err != nil {
+		l.Unlock()
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(e.State.Dir, activeDir, rec.ID), nil, 0o644); err != nil {
+		l.Unlock()
+		return nil, err
+	}
+	return r, nil
+}
+
+// Resumed reports whether the run continues an interrupted one, and the
+// step it continues at.
+func (r *Run) Resumed() (bool, string) {
+	if r.resume == nil {
+		return false, ""
+	}
+	return true, r.resume.prevFrom
+}
+
+// Abandon ends a run that never started executing (it was still queued):
+// canceled on request, or interrupted when serve stops. It writes the
+// run's record and its run.finished event and releases the run.
+func (e *Engine) Abandon(r *Run, st status.RunState, msg string) {
+	reason := status.ReasonRunCanceled
+	if st == status.RunInterrupted {
+		reason = status.ReasonRunInterrupted
+	}
+	now := time.Now().UTC()
+	rec := r.Record
+	if rec.Started == nil {
+		rec.Started = &now
+	}
+	r.events = e.openSink(filepath.Join(r.Dir, eventsFile), rec.ID, "", 0, r.redact)
+	rec.State, rec.Reason, rec.Message, rec.Fix, rec.Finished = st, reason, msg, reason.Info().Fix, &now
+	r.save()
+	r.events.Emit(EvRunFinished, map[string]any{"state": st, "reason": reason, "message": msg, "fix": rec.Fix, "duration_ms": int64(0), "queued": true})
+	r.finish()
+}
+
+// Interrupt marks a run so that canceling its context records it (and its
+// running attempt) as interrupted rather than canceled: serve uses it when
+// it stops with runs still running. The caller then cancels the context.
+func (r *Run) Interrupt() { r.interrupted.Store(true) }
