@@ -324,6 +324,7 @@ func (a *attemptRun) prepare(i int, repos []string, many bool) (*preparedProc, e
 	for k, v := range spec.Env {
 		env[k] = v
 	}
+	a.run.paramEnv(env, pr.Env)
 	if len(spec.Secrets) > 0 {
 		src, err := a.e.secretSource()
 		if err != nil {

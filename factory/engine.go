@@ -113,8 +113,9 @@ type Run struct {
 	events  *sink
 	redact  *redactor
 	mu      sync.Mutex
-	refused *status.Error // set when a required attempt was refused: sandbox unavailable
-	resume  *resumePoint  // set by Engine.Resume: where a re-queued run continues
+	refused *status.Error     // set when a required attempt was refused: sandbox unavailable
+	resume  *resumePoint      // set by Engine.Resume: where a re-queued run continues
+	params  map[string]string // serve's submitted parameters: KUSAW_PARAM_<NAME> in each step
 	// interrupted is set by Interrupt (serve shutting down): the canceled
 	// run and attempt are recorded interrupted, not canceled.
 	interrupted atomic.Bool

@@ -1,10 +1,12 @@
 package factory
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/kusaw/kusaw/status"
@@ -104,7 +106,7 @@ func (e *Engine) Resume(id string) (*Run, error) {
 	host, _ := os.Hostname()
 	rec.State, rec.Reason, rec.Message, rec.Fix, rec.Finished = status.RunQueued, "", "", "", nil
 	rec.Owner = &Owner{PID: os.Getpid(), Host: host, Start: processStart}
-	r := &Run{Record: rec, Dir: dir, e: e, steps: steps, lock: l, redact: &redactor{}, resume: p}
+	r := &Run{Record: rec, Dir: dir, e: e, steps: steps, lock: l, redact: &redactor{}, resume: p, params: loadParams(dir)}
 	if err := writeJSON(filepath.Join(dir, runFile), rec); err != nil {
 		l.Unlock()
 		return nil, err
@@ -149,3 +151,48 @@ func (e *Engine) Abandon(r *Run, st status.RunState, msg string) {
 // running attempt) as interrupted rather than canceled: serve uses it when
 // it stops with runs still running. The caller then cancels the context.
 func (r *Run) Interrupt() { r.interrupted.Store(true) }
+
+// ParamEnvPrefix names a run's parameters in its steps' environment.
+const ParamEnvPrefix = "KUSAW_PARAM_"
+
+// paramEnv adds the run's parameters to a process's environment and its
+// record (parameters are not secrets).
+func (r *Run) paramEnv(env, recorded map[string]string) {
+	for k, v := range r.params {
+		env[ParamEnvPrefix+k] = v
+		recorded[ParamEnvPrefix+k] = v
+	}
+}
+
+// checkParams refuses parameter names that are not environment names and
+// oversized values.
+func checkParams(p map[string]string) error {
+	if len(p) > 64 {
+		return fmt.Errorf("%w: %d parameters (at most 64)", ErrBadParams, len(p))
+	}
+	for k, v := range p {
+		if k == "" || len(k) > 64 {
+			return fmt.Errorf("%w: name %q must be 1 to 64 characters", ErrBadParams, k)
+		}
+		for i, c := range k {
+			if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
+				return fmt.Errorf("%w: name %q may hold only letters, digits and _ (not first)", ErrBadParams, k)
+			}
+		}
+		if len(v) > 8192 || strings.ContainsRune(v, 0) {
+			return fmt.Errorf("%w: value of %s is longer than 8 KiB or holds a NUL byte", ErrBadParams, k)
+		}
+	}
+	return nil
+}
+
+// ErrBadParams wraps a refused run parameter.
+var ErrBadParams = errors.New("bad run parameter")
+
+func loadParams(dir string) map[string]string {
+	var p map[string]string
+	if b, err := os.ReadFile(filepath.Join(dir, paramsFile)); err == nil {
+		_ = json.Unmarshal(b, &p)
+	}
+	return p
+}

@@ -18,7 +18,7 @@ func newCancelCmd(a *app) *cobra.Command {
 		Short: "cancel a running run: its process gets SIGTERM, then SIGKILL after the grace period; the run ends canceled",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			st, err := a.openState()
+			st, err := a.openStore()
 			if err != nil {
 				return err
 			}
@@ -40,7 +40,7 @@ func newCancelCmd(a *app) *cobra.Command {
 			for time.Now().Before(deadline) {
 				time.Sleep(100 * time.Millisecond)
 				// Reopening recovers the run if its owner died meanwhile.
-				st, err = a.openState()
+				st, err = a.openStore()
 				if err != nil {
 					return err
 				}

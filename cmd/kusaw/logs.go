@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kusaw/kusaw/factory"
 	"github.com/kusaw/kusaw/status"
 )
 
@@ -80,7 +80,7 @@ func newLogsCmd(a *app) *cobra.Command {
 			if len(args) != 1 {
 				return exitf(status.ExitUsage, "kusaw logs takes one run id (list them with: kusaw runs)")
 			}
-			st, err := a.openState()
+			st, err := a.openStore()
 			if err != nil {
 				return err
 			}
@@ -97,7 +97,7 @@ func newLogsCmd(a *app) *cobra.Command {
 					return exitf(status.ExitNotFound, "run %s has no step %q", r.ID, step)
 				}
 			}
-			l := &logPrinter{w: a.stdout, offsets: map[string]int64{}, headed: map[string]bool{}}
+			l := &logPrinter{w: a.stdout, offsets: map[string]int64{}, headed: map[string]bool{}, st: st, run: r.ID}
 			for {
 				if events {
 					l.copy(filepath.Join(st.RunDir(r.ID), "events.jsonl"), "")
@@ -131,7 +131,7 @@ func newLogsCmd(a *app) *cobra.Command {
 					return nil
 				}
 				time.Sleep(200 * time.Millisecond)
-				if st, err = a.openState(); err != nil {
+				if st, err = a.openStore(); err != nil {
 					return err
 				}
 				cur, err := st.LoadRun(r.ID)
@@ -164,20 +164,18 @@ type logPrinter struct {
 	w       io.Writer
 	offsets map[string]int64
 	headed  map[string]bool
+	st      factory.RunStore // reads the files itself, or through serve
+	run     string
 }
 
 func (l *logPrinter) copy(path, head string) {
-	f, err := os.Open(path)
+	rel, err := filepath.Rel(l.st.RunDir(l.run), path)
 	if err != nil {
 		return
 	}
-	defer f.Close()
-	if _, err := f.Seek(l.offsets[path], io.SeekStart); err != nil {
-		return
-	}
-	buf := make([]byte, 64<<10)
 	for {
-		n, err := f.Read(buf)
+		buf, err := l.st.ReadLog(l.run, filepath.ToSlash(rel), l.offsets[path], 64<<10)
+		n := len(buf)
 		if n > 0 {
 			if !l.headed[path] && head != "" {
 				fmt.Fprintln(l.w, head)
@@ -186,7 +184,7 @@ func (l *logPrinter) copy(path, head string) {
 			l.w.Write(buf[:n])
 			l.offsets[path] += int64(n)
 		}
-		if err != nil {
+		if err != nil || n == 0 {
 			return
 		}
 	}

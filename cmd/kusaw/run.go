@@ -30,7 +30,7 @@ func newRunCmd(a *app) *cobra.Command {
 	var jsonOut bool
 	cmd := &cobra.Command{
 		Use:   "run [PIPELINE]",
-		Short: "run a pipeline in-process (default: the pipeline called default, or the only one)",
+		Short: "run a pipeline, through kusaw serve when it is up, else in-process (default: the pipeline called default, or the only one)",
 		Long: "Runs each step of the pipeline as attempts in fresh git worktrees and records everything under\n" +
 			"state_dir/runs/<run-id>/. Exit status: 0 succeeded, 1 failed, 4 a required sandbox is unavailable,\n" +
 			"130 canceled (Ctrl-C or kusaw cancel).",
@@ -53,6 +53,9 @@ func newRunCmd(a *app) *cobra.Command {
 				pipeline = args[0]
 			}
 			p := newProgress(a.stdout, jsonOut)
+			if c := a.serveClient(f.StateDir); c != nil {
+				return a.runThroughServe(c, pipeline, p, jsonOut)
+			}
 			opts.OnEvent = p.event
 			e, err := factory.New(f, opts)
 			if e == nil {
@@ -72,24 +75,7 @@ func newRunCmd(a *app) *cobra.Command {
 				}
 				return exitf(status.ExitInternal, "%v", err)
 			}
-			rec := run.Record
-			if !jsonOut {
-				fmt.Fprintf(a.stdout, "run %s %s in %s\n", rec.ID, rec.State, runDuration(rec))
-				for _, rr := range rec.Repos {
-					fmt.Fprintf(a.stdout, "  %s: %s at %s\n", rr.Name, rr.Branch, short(rr.HeadSHA))
-				}
-			}
-			if rec.State != status.RunSucceeded && rec.Message != "" {
-				fix := ""
-				if rec.Fix != "" {
-					fix = " (fix: " + rec.Fix + ")"
-				}
-				fmt.Fprintf(a.stderr, "kusaw: %s: %s%s\n", rec.Reason, rec.Message, fix)
-			}
-			if code := run.ExitCode(); code != status.ExitOK {
-				return silentExit(code)
-			}
-			return nil
+			return a.finishRun(run.Record, run.ExitCode(), jsonOut)
 		},
 	}
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "stream the run's events as JSON lines")

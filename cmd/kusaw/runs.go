@@ -20,7 +20,7 @@ func newRunsCmd(a *app) *cobra.Command {
 		Short: "list the factory's runs, newest first",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, args []string) error {
-			st, err := a.openState()
+			st, err := a.openStore()
 			if err != nil {
 				return err
 			}

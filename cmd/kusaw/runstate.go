@@ -27,7 +27,7 @@ func (a *app) openState() (*factory.State, error) {
 }
 
 // loadRun maps a missing run to exit 5.
-func loadRun(st *factory.State, id string) (*factory.RunRecord, error) {
+func loadRun(st factory.RunStore, id string) (*factory.RunRecord, error) {
 	r, err := st.LoadRun(id)
 	if errors.Is(err, factory.ErrNoRun) {
 		return nil, exitf(status.ExitNotFound, "%v", err)

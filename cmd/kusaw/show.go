@@ -17,7 +17,7 @@ func newShowCmd(a *app) *cobra.Command {
 		Short: "show a run: its steps, attempts, outcomes, reasons, durations and branches",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			st, err := a.openState()
+			st, err := a.openStore()
 			if err != nil {
 				return err
 			}

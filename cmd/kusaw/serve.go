@@ -1,0 +1,211 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+
+	"github.com/kusaw/kusaw/factory"
+	"github.com/kusaw/kusaw/secretstore"
+	"github.com/kusaw/kusaw/status"
+)
+
+func init() { addCommand(newServeCmd) }
+
+func newServeCmd(a *app) *cobra.Command {
+	var logLevel, listen string
+	var maxParallel int
+	var grace time.Duration
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "run the daemon: a run queue, the HTTP API on a Unix socket in state_dir, and a web page of runs",
+		Long: `kusaw serve runs queued runs with at most serve.max_parallel running at once
+(a run has at most one attempt running, so this also bounds attempts), and
+answers the HTTP API on state_dir/serve.sock (mode 0600). With serve.listen
+(or --listen) it also listens on TCP; clients then send the bearer token
+stored as serve.token (kusaw config set serve.token --secret), and the web
+page opens at http://ADDR/?token=TOKEN.
+
+API: GET /v1/health; POST /v1/runs {"pipeline","params"}; GET /v1/runs;
+GET /v1/runs/ID; POST /v1/runs/ID/cancel; GET /v1/runs/ID/events (SSE);
+GET /v1/runs/ID/log?path=steps/STEP/N/stdout.log&offset=0;
+GET /v1/runs/ID/attempts/STEP/N/egress.
+
+On SIGTERM or SIGINT serve takes no new runs, records queued runs as
+interrupted, gives running attempts --grace to finish, then interrupts them
+and records them interrupted. On start it finds runs a crash left running,
+marks them interrupted and removes their worktrees; with serve.resume: true
+it queues them again from their first step that did not pass.
+Logs: JSON lines on stderr.`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, args []string) error {
+			lvl, err := zerolog.ParseLevel(strings.ToLower(logLevel))
+			if err != nil || logLevel == "" {
+				return exitf(status.ExitUsage, "--log-level %q is not one of debug, info, warn, error", logLevel)
+			}
+			f, err := a.loadFactory()
+			if err != nil {
+				return err
+			}
+			log := zerolog.New(a.stderr).Level(lvl).With().Timestamp().Str("component", "serve").Logger()
+			opts := factory.ServeOptions{Log: log, MaxParallel: maxParallel, Listen: listen, StopGrace: grace}
+			if v := os.Getenv(killGraceEnv); v != "" {
+				d, err := time.ParseDuration(v)
+				if err != nil || d <= 0 {
+					return exitf(status.ExitUsage, "%s=%q is not a duration (for example 10s)", killGraceEnv, v)
+				}
+				opts.Engine.KillGrace = d
+			}
+			if opts.Listen == "" {
+				opts.Listen = f.Serve.Listen
+			}
+			if opts.Listen != "" {
+				store, err := secretstore.Open()
+				if err == nil {
+					opts.Token, err = store.Get(factory.TokenSecretKey)
+				}
+				if err != nil || opts.Token == "" {
+					return exitf(status.ExitInvalidConfig, "listening on %s needs a token in the secret store: kusaw config set %s --secret", opts.Listen, factory.TokenSecretKey)
+				}
+			}
+			s, err := factory.NewServer(f, opts)
+			if err != nil {
+				return exitf(status.ExitServeUnavailable, "%v", err)
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			if err := s.Serve(ctx); err != nil {
+				return exitf(status.ExitServeUnavailable, "%v", err)
+			}
+			return nil
+		},
+	}
+	def := func(env, d string) string {
+		if v := os.Getenv(env); v != "" {
+			return v
+		}
+		return d
+	}
+	cmd.Flags().StringVar(&logLevel, "log-level", def("KUSAW_LOG_LEVEL", "info"), "debug, info, warn or error ($KUSAW_LOG_LEVEL)")
+	cmd.Flags().StringVar(&listen, "listen", os.Getenv("KUSAW_LISTEN"), "also listen on this TCP address, with the token (default serve.listen; $KUSAW_LISTEN)")
+	cmd.Flags().IntVar(&maxParallel, "max-parallel", 0, "runs (and so attempts) at once (default serve.max_parallel, else the number of cores)")
+	cmd.Flags().DurationVar(&grace, "grace", 30*time.Second, "on SIGTERM/SIGINT, how long running attempts may finish before they are interrupted")
+	return cmd
+}
+
+// serveClient returns a client of the factory's serve when one is up,
+// else nil (the command works in-process). KUSAW_NO_SERVE=1 forces
+// in-process.
+func (a *app) serveClient(stateDir string) *factory.Client {
+	if os.Getenv("KUSAW_NO_SERVE") == "1" {
+		return nil
+	}
+	c, err := factory.DialServe(stateDir)
+	if err != nil {
+		return nil
+	}
+	return c
+}
+
+// openStore is openState, through serve when it is up.
+func (a *app) openStore() (factory.RunStore, error) {
+	f, err := a.loadFactory()
+	if err != nil {
+		return nil, err
+	}
+	if c := a.serveClient(f.StateDir); c != nil {
+		return c, nil
+	}
+	return a.openState()
+}
+
+// runThroughServe submits a run to serve and follows it with the same
+// output as an in-process run; Ctrl-C cancels it.
+func (a *app) runThroughServe(c *factory.Client, pipeline string, p *progress, jsonOut bool) error {
+	ctx := context.Background()
+	rec, err := c.Submit(ctx, pipeline, nil)
+	if err != nil {
+		if ae, ok := err.(*factory.APIError); ok && ae.Code == "unknown_pipeline" {
+			return exitf(status.ExitUsage, "%s", ae.Message)
+		}
+		return exitf(status.ExitServeUnavailable, "kusaw serve refused the run: %v", err)
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	go func() {
+		if _, ok := <-sig; ok {
+			_, _ = c.CancelCtx(context.Background(), rec.ID)
+		}
+	}()
+	p.start()
+	var ferr error
+	for tries := 0; tries < 5; tries++ {
+		// Events already shown are not shown again after a reconnect.
+		seen := map[string]bool{}
+		_, ferr = c.Follow(ctx, rec.ID, func(ev factory.Event) {
+			k := fmt.Sprintf("%s/%d/%d", ev.Step, ev.Attempt, ev.Seq)
+			if seen[k] {
+				return
+			}
+			seen[k] = true
+			p.event(normalizeEvent(ev))
+		})
+		if ferr == nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	p.stop()
+	if ferr != nil {
+		return exitf(status.ExitServeUnavailable, "lost kusaw serve while following run %s: %v (see: kusaw show %s)", rec.ID, ferr, rec.ID)
+	}
+	d, err := c.Detail(ctx, rec.ID)
+	if err != nil {
+		return exitf(status.ExitServeUnavailable, "%v", err)
+	}
+	return a.finishRun(d.Run, d.ExitCode, jsonOut)
+}
+
+// normalizeEvent turns JSON numbers that were ints in-process back into
+// ints, so the progress lines read the same either way.
+func normalizeEvent(ev factory.Event) factory.Event {
+	for _, k := range []string{"of", "attempts", "attempt", "exit_code"} {
+		if f, ok := ev.Data[k].(float64); ok {
+			ev.Data[k] = int(f)
+		}
+	}
+	if f, ok := ev.Data["duration_ms"].(float64); ok {
+		ev.Data["duration_ms"] = int64(f)
+	}
+	return ev
+}
+
+// finishRun prints the end of kusaw run (in-process or through serve) and
+// returns its exit status.
+func (a *app) finishRun(rec *factory.RunRecord, code status.ExitCode, jsonOut bool) error {
+	if !jsonOut {
+		fmt.Fprintf(a.stdout, "run %s %s in %s\n", rec.ID, rec.State, runDuration(rec))
+		for _, rr := range rec.Repos {
+			fmt.Fprintf(a.stdout, "  %s: %s at %s\n", rr.Name, rr.Branch, short(rr.HeadSHA))
+		}
+	}
+	if rec.State != status.RunSucceeded && rec.Message != "" {
+		fix := ""
+		if rec.Fix != "" {
+			fix = " (fix: " + rec.Fix + ")"
+		}
+		fmt.Fprintf(a.stderr, "kusaw: %s: %s%s\n", rec.Reason, rec.Message, fix)
+	}
+	if code != status.ExitOK {
+		return silentExit(code)
+	}
+	return nil
+}

@@ -1,0 +1,724 @@
+package factory
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/kusaw/kusaw/config"
+	"github.com/kusaw/kusaw/status"
+)
+
+// The HTTP API (all JSON; errors are {"error":{"code","message","fix"}}):
+//
+//	GET  /v1/health                                  serve's state and queue
+//	POST /v1/runs  {"pipeline","params"}             queue a run (201)
+//	GET  /v1/runs                                    run records, newest first
+//	GET  /v1/runs/{id}                               a run, its attempts, its exit code
+//	POST /v1/runs/{id}/cancel                        cancel a queued or running run (202)
+//	GET  /v1/runs/{id}/events                        server-sent events, replayed then live
+//	GET  /v1/runs/{id}/log?path=P&offset=N           bytes of one of the run's logs from N
+//	GET  /v1/runs/{id}/attempts/{step}/{n}/egress    an attempt's egress per host
+//
+// The Unix socket needs no token (it is mode 0600 in the state directory);
+// the TCP listener wants "Authorization: Bearer TOKEN", or the cookie the
+// web page gets from /?token=TOKEN.
+
+// APIErrorBody is the JSON of an API error.
+type APIErrorBody struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Fix     string `json:"fix,omitempty"`
+}
+
+// RunDetail is GET /v1/runs/{id}.
+type RunDetail struct {
+	Run      *RunRecord       `json:"run"`
+	Attempts []*AttemptRecord `json:"attempts"`
+	ExitCode status.ExitCode  `json:"exit_code"`
+}
+
+// Health is GET /v1/health.
+type Health struct {
+	OK          bool      `json:"ok"`
+	PID         int       `json:"pid"`
+	Queued      int       `json:"queued"`
+	Running     int       `json:"running"`
+	MaxParallel int       `json:"max_parallel"`
+	PeakRunning int       `json:"peak_running"`
+	Started     time.Time `json:"started"`
+	StateDir    string    `json:"state_dir"`
+	Factory     string    `json:"factory"`
+	Stopping    bool      `json:"stopping,omitempty"`
+}
+
+// SubmitRequest is POST /v1/runs.
+type SubmitRequest struct {
+	Pipeline string            `json:"pipeline"`
+	Params   map[string]string `json:"params,omitempty"`
+}
+
+const tokenCookie = "kusaw_token"
+
+// Handler is the API and the web page. auth is the bearer token; "" means
+// no authentication (the Unix socket).
+func (s *Server) Handler(token string) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/health", s.apiHealth)
+	mux.HandleFunc("POST /v1/runs", s.apiSubmit)
+	mux.HandleFunc("GET /v1/runs", s.apiRuns)
+	mux.HandleFunc("GET /v1/runs/{id}", s.apiRun)
+	mux.HandleFunc("POST /v1/runs/{id}/cancel", s.apiCancel)
+	mux.HandleFunc("GET /v1/runs/{id}/events", s.apiEvents)
+	mux.HandleFunc("GET /v1/runs/{id}/log", s.apiLog)
+	mux.HandleFunc("GET /v1/runs/{id}/attempts/{step}/{n}/egress", s.apiEgress)
+	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		apiError(w, http.StatusNotFound, "not_found", "no API endpoint "+r.Method+" "+r.URL.Path, "see the list in kusaw serve --help")
+	})
+	s.webRoutes(mux)
+	var h http.Handler = mux
+	if token != "" {
+		h = requireToken(token, h)
+	}
+	return recoverJSON(s, h)
+}
+
+// recoverJSON turns a handler panic into a JSON 500 instead of a dropped
+// connection; serve keeps running.
+func recoverJSON(s *Server, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.log.Error().Interface("panic", v).Str("path", r.URL.Path).Msg("API handler failed")
+				apiError(w, http.StatusInternalServerError, "internal", fmt.Sprint("internal error: ", v), status.ReasonInternal.Info().Fix)
+			}
+		}()
+		h.ServeHTTP(w, r)
+	})
+}
+
+func requireToken(token string, h http.Handler) http.Handler {
+	want := []byte(token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := ""
+		if a := r.Header.Get("Authorization"); strings.HasPrefix(a, "Bearer ") {
+			got = strings.TrimPrefix(a, "Bearer ")
+		} else if c, err := r.Cookie(tokenCookie); err == nil {
+			got = c.Value
+			// A cookie rides along on cross-site requests; a state change
+			// must also carry a header no cross-site form can set.
+			if r.Method != http.MethodGet && r.Header.Get("X-Kusaw") == "" {
+				apiError(w, http.StatusForbidden, "forbidden", "state-changing requests with the cookie need the X-Kusaw header", "")
+				return
+			}
+		} else if q := r.URL.Query().Get("token"); q != "" && r.URL.Path == "/" && r.Method == http.MethodGet {
+			// The web page's entry: swap the token in the URL for a cookie.
+			if subtle.ConstantTimeCompare([]byte(q), want) == 1 {
+				http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: token, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+				http.Redirect(w, r, "/", http.StatusSeeOther)
+				return
+			}
+		}
+		if got == "" || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
+			apiError(w, http.StatusUnauthorized, "unauthorized", "missing or wrong bearer token",
+				"send Authorization: Bearer TOKEN with the value stored as "+TokenSecretKey+" (kusaw config set "+TokenSecretKey+" --secret)")
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// TokenSecretKey is the secret-store key of the TCP listener's token.
+const TokenSecretKey = "serve.token"
+
+func apiError(w http.ResponseWriter, code int, errCode, msg, fix string) {
+	writeJSONResponse(w, code, map[string]any{"error": APIErrorBody{Code: errCode, Message: msg, Fix: fix}})
+}
+
+func writeJSONResponse(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	b, _ := json.Marshal(v)
+	w.Write(append(b, '\n'))
+}
+
+// runError maps a State error to an API error.
+func runError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, ErrNoRun):
+		apiError(w, http.StatusNotFound, "run_not_found", err.Error(), "list runs with: kusaw runs")
+	case strings.Contains(err.Error(), "ambiguous"):
+		apiError(w, http.StatusBadRequest, "run_ambiguous", err.Error(), "give more of the run id")
+	default:
+		apiError(w, http.StatusInternalServerError, "internal", err.Error(), "")
+	}
+}
+
+func (s *Server) health() Health {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Health{OK: !s.stopping, PID: os.Getpid(), Queued: len(s.queue), Running: len(s.running), MaxParallel: s.max,
+		PeakRunning: s.peak, Started: s.started, StateDir: s.F.StateDir, Factory: s.F.Path, Stopping: s.stopping}
+}
+
+func (s *Server) apiHealth(w http.ResponseWriter, r *http.Request) {
+	writeJSONResponse(w, http.StatusOK, s.health())
+}
+
+func (s *Server) apiSubmit(w http.ResponseWriter, r *http.Request) {
+	var req SubmitRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil && !errors.Is(err, io.EOF) {
+		apiError(w, http.StatusBadRequest, "bad_request", "the body is not a run request: "+err.Error(), `send {"pipeline": "NAME", "params": {"NAME": "value"}}`)
+		return
+	}
+	if dec.More() {
+		apiError(w, http.StatusBadRequest, "bad_request", "the body holds more than one JSON value", `send one {"pipeline": ...} object`)
+		return
+	}
+	rec, err := s.Submit(req.Pipeline, req.Params)
+	switch {
+	case err == nil:
+		writeJSONResponse(w, http.StatusCreated, map[string]any{"run": rec})
+	case errors.Is(err, ErrUnknownPipeline):
+		apiError(w, http.StatusBadRequest, "unknown_pipeline", strings.TrimPrefix(err.Error(), ErrUnknownPipeline.Error()+": "), "name one of the file's pipelines")
+	case errors.Is(err, ErrBadParams):
+		apiError(w, http.StatusBadRequest, "bad_params", err.Error(), "parameters are environment names (letters, digits, _) with short values")
+	case errors.Is(err, ErrStopping):
+		apiError(w, http.StatusServiceUnavailable, "stopping", err.Error(), "submit again once serve has restarted")
+	case errors.Is(err, ErrQueueFull):
+		apiError(w, http.StatusServiceUnavailable, "queue_full", err.Error(), "wait for queued runs to finish")
+	default:
+		apiError(w, http.StatusInternalServerError, "internal", err.Error(), "")
+	}
+}
+
+func (s *Server) apiRuns(w http.ResponseWriter, r *http.Request) {
+	runs, err := s.E.State.Runs()
+	if err != nil {
+		apiError(w, http.StatusInternalServerError, "internal", err.Error(), "")
+		return
+	}
+	if runs == nil {
+		runs = []*RunRecord{}
+	}
+	writeJSONResponse(w, http.StatusOK, map[string]any{"runs": runs})
+}
+
+func (s *Server) detail(id string) (*RunDetail, error) {
+	rec, err := s.E.State.LoadRun(id)
+	if err != nil {
+		return nil, err
+	}
+	atts, _ := s.E.State.Attempts(rec)
+	if atts == nil {
+		atts = []*AttemptRecord{}
+	}
+	return &RunDetail{Run: rec, Attempts: atts, ExitCode: RunExitCode(rec, atts)}, nil
+}
+
+func (s *Server) apiRun(w http.ResponseWriter, r *http.Request) {
+	d, err := s.detail(r.PathValue("id"))
+	if err != nil {
+		runError(w, err)
+		return
+	}
+	writeJSONResponse(w, http.StatusOK, d)
+}
+
+func (s *Server) apiCancel(w http.ResponseWriter, r *http.Request) {
+	rec, err := s.Cancel(r.PathValue("id"))
+	if errors.Is(err, ErrRunEnded) || err != nil && rec != nil && rec.State.Final() {
+		writeJSONResponse(w, http.StatusConflict, map[string]any{"error": APIErrorBody{Code: "run_ended", Message: err.Error()}, "run": rec})
+		return
+	}
+	if err != nil {
+		runError(w, err)
+		return
+	}
+	writeJSONResponse(w, http.StatusAccepted, map[string]any{"run": rec})
+}
+
+// RunExitCode is kusaw run's exit status for a run read from its records
+// (the same as Run.ExitCode for a run executed in-process).
+func RunExitCode(rec *RunRecord, atts []*AttemptRecord) status.ExitCode {
+	switch rec.State {
+	case status.RunSucceeded:
+		return status.ExitOK
+	case status.RunCanceled, status.RunInterrupted:
+		return status.ExitInterrupted
+	case status.RunQueued, status.RunRunning:
+		return status.ExitOK
+	}
+	for _, a := range atts {
+		if a.Outcome == status.OutcomeRefused && isSandboxReason(a.Reason) {
+			return status.ExitSandboxUnavailable
+		}
+	}
+	return status.ExitRunFailed
+}
+
+// logPath accepts the run's own log files only: events.jsonl, and an
+// attempt's events, egress, setup, stdout and stderr logs.
+var logPath = regexp.MustCompile(`^(events\.jsonl|steps/[^/]+/[0-9]+/(events\.jsonl|egress\.log|setup\.log|std(out|err)(-[^/]+)?\.log))$`)
+
+// ValidLogPath reports whether p names a log the API serves.
+func ValidLogPath(p string) bool {
+	if !logPath.MatchString(p) || path.Clean(p) != p {
+		return false
+	}
+	for _, seg := range strings.Split(p, "/") {
+		if seg == ".." || seg == "." {
+			return false
+		}
+	}
+	return true
+}
+
+// ReadLog reads a run's log file (a path relative to the run's folder,
+// checked by ValidLogPath) from offset, at most max bytes. A missing file
+// reads as empty.
+func (s *State) ReadLog(runID, rel string, offset, max int64) ([]byte, error) {
+	if !ValidLogPath(rel) {
+		return nil, fmt.Errorf("%w: %q", ErrBadLogPath, rel)
+	}
+	f, err := os.Open(filepath.Join(s.RunDir(runID), filepath.FromSlash(rel)))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: %q is not a regular file", ErrBadLogPath, rel)
+	}
+	if _, err := f.Seek(offset, io.SeekStart); err != nil {
+		return nil, err
+	}
+	return io.ReadAll(io.LimitReader(f, max))
+}
+
+// ErrBadLogPath is returned for a log path outside the run's logs.
+var ErrBadLogPath = errors.New("not a log of the run")
+
+const maxLogChunk = 4 << 20
+
+func (s *Server) apiLog(w http.ResponseWriter, r *http.Request) {
+	rec, err := s.E.State.LoadRun(r.PathValue("id"))
+	if err != nil {
+		runError(w, err)
+		return
+	}
+	q := r.URL.Query()
+	offset := int64(0)
+	if v := q.Get("offset"); v != "" {
+		if offset, err = strconv.ParseInt(v, 10, 64); err != nil || offset < 0 {
+			apiError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("offset %q is not a byte offset", v), "give offset=0 or the X-Kusaw-Next-Offset of the previous read")
+			return
+		}
+	}
+	b, err := s.E.State.ReadLog(rec.ID, q.Get("path"), offset, maxLogChunk)
+	if errors.Is(err, ErrBadLogPath) {
+		apiError(w, http.StatusBadRequest, "bad_log_path", err.Error(), "path is events.jsonl or steps/STEP/N/{events.jsonl,egress.log,setup.log,stdout.log,stderr.log}")
+		return
+	}
+	if err != nil {
+		apiError(w, http.StatusInternalServerError, "internal", err.Error(), "")
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("X-Kusaw-Next-Offset", strconv.FormatInt(offset+int64(len(b)), 10))
+	w.Header().Set("X-Kusaw-Run-State", string(rec.State))
+	w.WriteHeader(http.StatusOK)
+	w.Write(b)
+}
+
+// HostEgress is one host of an attempt's egress.
+type HostEgress struct {
+	Host        string `json:"host"`
+	Connections int    `json:"connections"`
+	Refusals    int    `json:"refusals"`
+	BytesUp     int64  `json:"bytes_up"`
+	BytesDown   int64  `json:"bytes_down"`
+}
+
+// EgressReport is GET .../attempts/{step}/{n}/egress.
+type EgressReport struct {
+	Source string       `json:"source"` // "summary" (egress.summary), "log" (egress.log) or "none"
+	Hosts  []HostEgress `json:"hosts"`
+}
+
+func (s *Server) apiEgress(w http.ResponseWriter, r *http.Request) {
+	rec, err := s.E.State.LoadRun(r.PathValue("id"))
+	if err != nil {
+		runError(w, err)
+		return
+	}
+	step := r.PathValue("step")
+	n, err := strconv.Atoi(r.PathValue("n"))
+	if err != nil || n < 1 || step == "" || step == "." || step == ".." {
+		apiError(w, http.StatusBadRequest, "bad_request", "step and attempt number are invalid", "use /v1/runs/RUN/attempts/STEP/N/egress with N ≥ 1")
+		return
+	}
+	dir := s.E.State.AttemptDir(rec.ID, step, n)
+	if _, err := os.Stat(dir); err != nil {
+		apiError(w, http.StatusNotFound, "attempt_not_found", fmt.Sprintf("run %s has no attempt %d of step %s", rec.ID, n, step), "see the run's attempts: kusaw show "+rec.ID)
+		return
+	}
+	writeJSONResponse(w, http.StatusOK, AttemptEgress(dir))
+}
+
+// AttemptEgress reads an attempt's egress per host: from its egress.summary
+// event when it has one, else by adding up egress.log.
+func AttemptEgress(dir string) EgressReport {
+	rep := EgressReport{Source: "none", Hosts: []HostEgress{}}
+	if f, err := os.Open(filepath.Join(dir, eventsFile)); err == nil {
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 64<<10), 16<<20)
+		for sc.Scan() {
+			if !bytes.Contains(sc.Bytes(), []byte(EvEgressSummary)) {
+				continue
+			}
+			var ev Event
+			if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Type == EvEgressSummary {
+				if hs := hostsFrom(ev.Data); hs != nil {
+					rep = EgressReport{Source: "summary", Hosts: hs}
+				}
+			}
+		}
+		f.Close()
+		if rep.Source == "summary" {
+			return rep
+		}
+	}
+	f, err := os.Open(filepath.Join(dir, egressLogFile))
+	if err != nil {
+		return rep
+	}
+	defer f.Close()
+	by := map[string]*HostEgress{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		var m map[string]any
+		if json.Unmarshal(sc.Bytes(), &m) != nil {
+			continue
+		}
+		host, _ := field(m, "host").(string)
+		if host == "" {
+			continue
+		}
+		h := by[host]
+		if h == nil {
+			h = &HostEgress{Host: host}
+			by[host] = h
+		}
+		switch strings.ToLower(fmt.Sprint(field(m, "decision"))) {
+		case "allow":
+			h.Connections++
+		case "refuse", "close":
+			h.Refusals++
+		}
+		h.BytesUp += num(field(m, "bytes_up"))
+		h.BytesDown += num(field(m, "bytes_down"))
+	}
+	rep.Source = "log"
+	for _, h := range by {
+		rep.Hosts = append(rep.Hosts, *h)
+	}
+	sort.Slice(rep.Hosts, func(i, j int) bool { return rep.Hosts[i].Host < rep.Hosts[j].Host })
+	return rep
+}
+
+// hostsFrom reads the per-host list of an egress.summary event, whatever
+// the case of its keys.
+func hostsFrom(d map[string]any) []HostEgress {
+	list, _ := field(d, "hosts").([]any)
+	if list == nil {
+		return nil
+	}
+	out := []HostEgress{}
+	for _, it := range list {
+		m, _ := it.(map[string]any)
+		if m == nil {
+			continue
+		}
+		host, _ := field(m, "host").(string)
+		out = append(out, HostEgress{Host: host, Connections: int(num(field(m, "connections"))), Refusals: int(num(field(m, "refusals"))),
+			BytesUp: num(field(m, "bytes_up")), BytesDown: num(field(m, "bytes_down"))})
+	}
+	return out
+}
+
+// field looks a key up ignoring case and underscores: bytes_up, BytesUp.
+func field(m map[string]any, key string) any {
+	norm := func(s string) string { return strings.ToLower(strings.ReplaceAll(s, "_", "")) }
+	k := norm(key)
+	for mk, v := range m {
+		if norm(mk) == k {
+			return v
+		}
+	}
+	return nil
+}
+
+func num(v any) int64 {
+	switch x := v.(type) {
+	case float64:
+		return int64(x)
+	case json.Number:
+		n, _ := x.Int64()
+		return n
+	}
+	return 0
+}
+
+// apiEvents streams a run's events as server-sent events: everything
+// recorded so far, then new events as they are written, until the run
+// ends. The files are the source of truth; the bus only wakes the reader.
+func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) {
+	rec, err := s.E.State.LoadRun(r.PathValue("id"))
+	if err != nil {
+		runError(w, err)
+		return
+	}
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		apiError(w, http.StatusInternalServerError, "internal", "streaming is not supported on this connection", "")
+		return
+	}
+	wake, unsub := s.bus.subscribe(rec.ID)
+	defer unsub()
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	fl.Flush()
+	t := newEventTail(s.E.State, rec.ID)
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	lastWrite := time.Now()
+	sawEnd := false
+	for {
+		for _, ev := range t.poll() {
+			b, _ := json.Marshal(ev)
+			fmt.Fprintf(w, "id: %s/%d/%d\nevent: %s\ndata: %s\n\n", ev.Step, ev.Attempt, ev.Seq, ev.Type, b)
+			lastWrite = time.Now()
+			if ev.Type == EvRunFinished && ev.Step == "" {
+				sawEnd = true
+			}
+		}
+		fl.Flush()
+		if cur, err := s.E.State.LoadRun(rec.ID); err != nil || cur.State.Final() && (sawEnd || !s.isActive(rec.ID)) {
+			// A final record and its run.finished read: the stream is
+			// complete. (A run recovered after a crash has no run.finished;
+			// its final record ends the stream.)
+			if err == nil && !sawEnd {
+				// The record is written just before its run.finished line.
+				time.Sleep(100 * time.Millisecond)
+				for _, ev := range t.poll() {
+					b, _ := json.Marshal(ev)
+					fmt.Fprintf(w, "id: %s/%d/%d\nevent: %s\ndata: %s\n\n", ev.Step, ev.Attempt, ev.Seq, ev.Type, b)
+				}
+			}
+			fmt.Fprintf(w, "event: end\ndata: {\"state\":%q}\n\n", stateOf(cur))
+			fl.Flush()
+			return
+		}
+		select {
+		case <-r.Context().Done():
+			return
+		case <-wake:
+		case <-tick.C:
+			if time.Since(lastWrite) > 15*time.Second {
+				fmt.Fprint(w, ": keep-alive\n\n")
+				lastWrite = time.Now()
+			}
+		}
+	}
+}
+
+func stateOf(r *RunRecord) status.RunState {
+	if r == nil {
+		return ""
+	}
+	return r.State
+}
+
+func (s *Server) isActive(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.running[id] != nil {
+		return true
+	}
+	for _, r := range s.queue {
+		if r.ID() == id {
+			return true
+		}
+	}
+	return false
+}
+
+// eventTail reads new complete lines of a run's event files (the run's and
+// each attempt's), oldest first.
+type eventTail struct {
+	st      *State
+	run     string
+	offsets map[string]int64
+}
+
+func newEventTail(st *State, run string) *eventTail {
+	return &eventTail{st: st, run: run, offsets: map[string]int64{}}
+}
+
+func (t *eventTail) poll() []Event {
+	dir := t.st.RunDir(t.run)
+	files := []string{filepath.Join(dir, eventsFile)}
+	steps, _ := os.ReadDir(filepath.Join(dir, stepsDir))
+	for _, sd := range steps {
+		atts, _ := os.ReadDir(filepath.Join(dir, stepsDir, sd.Name()))
+		for _, ad := range atts {
+			files = append(files, filepath.Join(dir, stepsDir, sd.Name(), ad.Name(), eventsFile))
+		}
+	}
+	var out []Event
+	for _, p := range files {
+		out = append(out, t.read(p)...)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].TS.Before(out[j].TS) })
+	return out
+}
+
+func (t *eventTail) read(p string) []Event {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	off := t.offsets[p]
+	if _, err := f.Seek(off, io.SeekStart); err != nil {
+		return nil
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, 32<<20))
+	end := bytes.LastIndexByte(b, '\n')
+	if end < 0 {
+		return nil
+	}
+	t.offsets[p] = off + int64(end) + 1
+	var out []Event
+	for _, line := range bytes.Split(b[:end], []byte{'\n'}) {
+		var ev Event
+		// Seal lines of a chained log have no type: skipped.
+		if json.Unmarshal(line, &ev) == nil && ev.Type != "" {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// Serve listens on the state directory's Unix socket (and serve.listen
+// with the token) and runs queued runs until ctx ends; then it stops as
+// stop describes and returns.
+func (s *Server) Serve(ctx context.Context) error {
+	defer s.lock.Unlock()
+	sock := filepath.Join(s.F.StateDir, SocketFile)
+	if len(sock) > 100 {
+		return fmt.Errorf("the socket path %s is too long for a Unix socket (%d bytes; the limit is about 104); set state_dir to a shorter path", sock, len(sock))
+	}
+	os.Remove(sock) // a stale socket: the serve lock says nobody owns it
+	// The socket is created 0600 from the start: no moment where another
+	// user could connect.
+	old := syscall.Umask(0o177)
+	ul, err := net.Listen("unix", sock)
+	syscall.Umask(old)
+	if err != nil {
+		return fmt.Errorf("cannot listen on %s: %v", sock, err)
+	}
+	defer os.Remove(sock)
+	servers := []*http.Server{{Handler: s.Handler(""), ReadHeaderTimeout: 10 * time.Second}}
+	listeners := []net.Listener{ul}
+	if s.opts.Listen != "" {
+		if s.opts.Token == "" {
+			ul.Close()
+			return fmt.Errorf("serve.listen is %s but no token is stored; store one: kusaw config set %s --secret", s.opts.Listen, TokenSecretKey)
+		}
+		tl, err := net.Listen("tcp", s.opts.Listen)
+		if err != nil {
+			ul.Close()
+			return fmt.Errorf("cannot listen on %s: %v (fix serve.listen)", s.opts.Listen, err)
+		}
+		s.mu.Lock()
+		s.opts.Listen = tl.Addr().String()
+		s.mu.Unlock()
+		servers = append(servers, &http.Server{Handler: s.Handler(s.opts.Token), ReadHeaderTimeout: 10 * time.Second})
+		listeners = append(listeners, tl)
+	}
+	info := ServeInfo{PID: os.Getpid(), Socket: sock, Listen: s.opts.Listen, MaxParallel: s.max, Started: s.started, Factory: s.F.Path}
+	b, _ := json.MarshalIndent(info, "", "  ")
+	_ = config.WriteFileAtomic(filepath.Join(s.F.StateDir, ServeInfoFile), append(b, '\n'), 0o644)
+	defer os.Remove(filepath.Join(s.F.StateDir, ServeInfoFile))
+	errc := make(chan error, len(servers))
+	for i, hs := range servers {
+		go func() { errc <- hs.Serve(listeners[i]) }()
+	}
+	ev := s.log.Info().Str("socket", sock).Int("max_parallel", s.max).Str("state_dir", s.F.StateDir)
+	if s.opts.Listen != "" {
+		ev = ev.Str("listen", s.opts.Listen)
+	}
+	q, _ := s.Counts()
+	ev.Int("queued", q).Msg("kusaw serve ready")
+	dctx, dstop := context.WithCancel(context.Background())
+	defer dstop()
+	go s.dispatch(dctx)
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		s.log.Info().Dur("grace", s.opts.StopGrace).Msg("stopping: no new runs; running attempts get the grace period")
+	case serveErr = <-errc:
+		s.log.Error().Err(serveErr).Msg("API listener failed; stopping")
+	}
+	s.stop()
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for _, hs := range servers {
+		if err := hs.Shutdown(sctx); err != nil {
+			hs.Close()
+		}
+	}
+	s.log.Info().Msg("kusaw serve stopped")
+	if errors.Is(serveErr, http.ErrServerClosed) {
+		serveErr = nil
+	}
+	return serveErr
+}
+
+// ServeAddr returns the TCP address serve listens on ("" for none); valid
+// once Serve has started listening.
+func (s *Server) ServeAddr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.opts.Listen
+}

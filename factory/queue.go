@@ -1,0 +1,389 @@
+package factory
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/kusaw/kusaw/config"
+	"github.com/kusaw/kusaw/status"
+)
+
+// Files of the state directory that belong to serve.
+const (
+	SocketFile    = "serve.sock"  // the API's Unix socket (mode 0600)
+	serveLockFile = "serve.lock"  // flock: one serve per state directory
+	ServeInfoFile = "serve.json"  // pid, socket, listen address, limits
+	requeueDir    = "requeue"     // runs a graceful stop interrupted, to resume
+	maxQueued     = 10000         // a bound on memory, far above real use
+	paramsFile    = "params.json" // a run's submitted parameters
+)
+
+// ServeOptions configure a Server.
+type ServeOptions struct {
+	// Engine options; OnEvent is chained after serve's own.
+	Engine Options
+	// MaxParallel overrides serve.max_parallel (0: the file, else the
+	// number of cores).
+	MaxParallel int
+	// Listen overrides serve.listen (a TCP address; "" keeps the file's).
+	Listen string
+	// Token is the bearer token TCP clients must send. Required with a TCP
+	// listener; the Unix socket needs none (its mode is 0600).
+	Token string
+	// StopGrace is how long running attempts may go on after a stop
+	// request before they are interrupted. Default 30s.
+	StopGrace time.Duration
+	// Log receives serve's own structured logs.
+	Log zerolog.Logger
+}
+
+// ServeInfo is serve.json: how to reach a running serve.
+type ServeInfo struct {
+	PID         int       `json:"pid"`
+	Socket      string    `json:"socket"`
+	Listen      string    `json:"listen,omitempty"`
+	MaxParallel int       `json:"max_parallel"`
+	Started     time.Time `json:"started"`
+	Factory     string    `json:"factory"`
+}
+
+// Server is kusaw serve: a queue of runs executed on one engine with at
+// most MaxParallel runs at once, and the HTTP API over them.
+//
+// The limit counts runs, and that is also a limit on attempts: a run
+// executes its steps one after another and a step's attempts one after
+// another, so a running run has at most one attempt running. N runs at
+// once therefore never means more than N attempts at once (a per_repo
+// attempt's processes are one attempt).
+type Server struct {
+	F    *config.Factory
+	E    *Engine
+	opts ServeOptions
+	log  zerolog.Logger
+	max  int
+	bus  *bus
+
+	mu       sync.Mutex
+	cond     *sync.Cond
+	queue    []*Run
+	running  map[string]*activeRun
+	stopping bool
+	wg       sync.WaitGroup
+	started  time.Time
+	peak     int // most runs running at once, for tests and health
+	lock     *runLock
+}
+
+type activeRun struct {
+	run    *Run
+	cancel context.CancelCauseFunc
+}
+
+// NewServer opens the factory's engine, recovering runs a crash left
+// running, and, with serve.resume, queues them again from their last
+// finished step. It fails if another serve owns the state directory.
+func NewServer(f *config.Factory, opts ServeOptions) (*Server, error) {
+	if err := os.MkdirAll(f.StateDir, 0o755); err != nil {
+		return nil, fmt.Errorf("cannot create the state directory %s: %v", f.StateDir, err)
+	}
+	l, ok, err := tryLock(filepath.Join(f.StateDir, serveLockFile))
+	if err != nil {
+		return nil, fmt.Errorf("cannot lock %s: %v", filepath.Join(f.StateDir, serveLockFile), err)
+	}
+	if !ok {
+		return nil, fmt.Errorf("kusaw serve is already running for %s (see: kusaw service status)", f.StateDir)
+	}
+	s := &Server{F: f, opts: opts, log: opts.Log, running: map[string]*activeRun{}, started: time.Now().UTC(), lock: l, bus: newBus()}
+	s.cond = sync.NewCond(&s.mu)
+	s.max = opts.MaxParallel
+	if s.max <= 0 {
+		s.max = f.Serve.MaxParallel
+	}
+	if s.max <= 0 {
+		s.max = runtime.NumCPU()
+	}
+	if opts.StopGrace <= 0 {
+		s.opts.StopGrace = 30 * time.Second
+	}
+	if opts.Listen == "" {
+		s.opts.Listen = f.Serve.Listen
+	}
+	eo := opts.Engine
+	user := eo.OnEvent
+	eo.OnEvent = func(ev Event) {
+		s.bus.publish(ev.Run)
+		if user != nil {
+			user(ev)
+		}
+	}
+	e, err := New(f, eo)
+	if e == nil {
+		l.Unlock()
+		return nil, err
+	}
+	if err != nil {
+		s.log.Warn().Err(err).Msg("recovering interrupted runs")
+	}
+	s.E = e
+	for _, id := range e.State.Recovered {
+		s.log.Info().Str("run", id).Msg("recovered a run left running by a crash: marked interrupted, worktrees removed")
+	}
+	s.requeue()
+	return s, nil
+}
+
+// requeue queues again, with serve.resume, the runs a crash or the last
+// stop interrupted.
+func (s *Server) requeue() {
+	dir := filepath.Join(s.F.StateDir, requeueDir)
+	ids := append([]string(nil), s.E.State.Recovered...)
+	entries, _ := os.ReadDir(dir)
+	for _, en := range entries {
+		ids = append(ids, en.Name())
+	}
+	seen := map[string]bool{}
+	for _, id := range ids {
+		os.Remove(filepath.Join(dir, id))
+		if seen[id] || !s.F.Serve.Resume {
+			continue
+		}
+		seen[id] = true
+		r, err := s.E.Resume(id)
+		if err != nil {
+			s.log.Warn().Str("run", id).Err(err).Msg("cannot resume run")
+			continue
+		}
+		_, from := r.Resumed()
+		s.log.Info().Str("run", id).Str("from_step", from).Msg("resuming interrupted run")
+		s.queue = append(s.queue, r)
+	}
+}
+
+// MaxParallel is the number of runs (and so attempts) executed at once.
+func (s *Server) MaxParallel() int { return s.max }
+
+// ErrStopping is returned by Submit once serve is stopping.
+var ErrStopping = errors.New("kusaw serve is stopping and takes no new runs")
+
+// ErrQueueFull is returned by Submit when maxQueued runs wait.
+var ErrQueueFull = errors.New("the run queue is full")
+
+// Submit queues a run of a pipeline. Params become KUSAW_PARAM_<NAME> in
+// the environment of the run's steps.
+func (s *Server) Submit(pipeline string, params map[string]string) (*RunRecord, error) {
+	if err := checkParams(params); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	if s.stopping {
+		s.mu.Unlock()
+		return nil, ErrStopping
+	}
+	if len(s.queue) >= maxQueued {
+		s.mu.Unlock()
+		return nil, ErrQueueFull
+	}
+	s.mu.Unlock()
+	r, err := s.E.Prepare(pipeline)
+	if err != nil {
+		return nil, err
+	}
+	if len(params) > 0 {
+		r.params = params
+		b, _ := json.Marshal(params)
+		_ = config.WriteFileAtomic(filepath.Join(r.Dir, paramsFile), b, 0o644)
+	}
+	s.mu.Lock()
+	if s.stopping {
+		s.mu.Unlock()
+		s.E.Abandon(r, status.RunInterrupted, "kusaw serve stopped before the run started")
+		return nil, ErrStopping
+	}
+	s.queue = append(s.queue, r)
+	rec := *r.Record
+	s.cond.Broadcast()
+	s.mu.Unlock()
+	s.bus.publish(rec.ID)
+	s.log.Info().Str("run", rec.ID).Str("pipeline", rec.Pipeline).Msg("run queued")
+	return &rec, nil
+}
+
+// Cancel cancels a queued or running run of this serve. A run that is not
+// serve's own (an in-process kusaw run) is asked through its cancel file.
+func (s *Server) Cancel(id string) (*RunRecord, error) {
+	rec, err := s.E.State.LoadRun(id)
+	if err != nil {
+		return nil, err
+	}
+	if rec.State.Final() {
+		return rec, fmt.Errorf("%w: run %s already ended (%s)", ErrRunEnded, rec.ID, rec.State)
+	}
+	s.mu.Lock()
+	for i, r := range s.queue {
+		if r.ID() == rec.ID {
+			s.queue = append(s.queue[:i:i], s.queue[i+1:]...)
+			s.mu.Unlock()
+			s.E.Abandon(r, status.RunCanceled, "the run was canceled while queued")
+			s.log.Info().Str("run", rec.ID).Msg("queued run canceled")
+			return s.E.State.LoadRun(rec.ID)
+		}
+	}
+	if a := s.running[rec.ID]; a != nil {
+		s.mu.Unlock()
+		a.run.events.Emit(EvCancelRequested, map[string]any{"by": "kusaw serve API"})
+		a.cancel(errCanceled)
+		s.log.Info().Str("run", rec.ID).Msg("cancel requested")
+		return rec, nil
+	}
+	s.mu.Unlock()
+	return s.E.State.RequestCancel(rec.ID)
+}
+
+// ErrRunEnded is returned when canceling a run that already ended.
+var ErrRunEnded = errors.New("run already ended")
+
+// Counts returns the number of queued and running runs.
+func (s *Server) Counts() (queued, running int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.queue), len(s.running)
+}
+
+// Peak is the most runs that have run at once.
+func (s *Server) Peak() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peak
+}
+
+// dispatch starts queued runs while slots are free, until stop.
+func (s *Server) dispatch(ctx context.Context) {
+	for {
+		s.mu.Lock()
+		for !s.stopping && (len(s.queue) == 0 || len(s.running) >= s.max) {
+			s.cond.Wait()
+		}
+		if s.stopping {
+			s.mu.Unlock()
+			return
+		}
+		r := s.queue[0]
+		s.queue = s.queue[1:]
+		rctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+		id := r.ID()
+		s.running[id] = &activeRun{run: r, cancel: cancel}
+		if len(s.running) > s.peak {
+			s.peak = len(s.running)
+		}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go func() {
+			defer s.wg.Done()
+			start := time.Now()
+			s.log.Info().Str("run", id).Msg("run started")
+			s.E.Execute(rctx, r)
+			cancel(nil)
+			s.log.Info().Str("run", id).Str("state", string(r.Record.State)).Dur("duration", time.Since(start)).Msg("run finished")
+			s.mu.Lock()
+			delete(s.running, id)
+			s.cond.Broadcast()
+			s.mu.Unlock()
+			s.bus.publish(id)
+		}()
+	}
+}
+
+// stop ends serve's runs: no new runs; queued runs are recorded
+// interrupted; running runs get StopGrace to finish, then are interrupted
+// (their processes get SIGTERM, SIGKILL after the kill grace) and recorded
+// interrupted. With serve.resume they are listed for the next start.
+func (s *Server) stop() {
+	s.mu.Lock()
+	s.stopping = true
+	queued := s.queue
+	s.queue = nil
+	s.cond.Broadcast()
+	s.mu.Unlock()
+	for _, r := range queued {
+		s.markRequeue(r.ID())
+		s.E.Abandon(r, status.RunInterrupted, "kusaw serve stopped before the run started")
+	}
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return
+	case <-time.After(s.opts.StopGrace):
+	}
+	s.mu.Lock()
+	for id, a := range s.running {
+		s.log.Warn().Str("run", id).Msg("interrupting run after the stop grace period")
+		s.markRequeue(id)
+		a.run.Interrupt()
+		a.cancel(errors.New("kusaw serve stopped"))
+	}
+	s.mu.Unlock()
+	<-done
+}
+
+func (s *Server) markRequeue(id string) {
+	if !s.F.Serve.Resume {
+		return
+	}
+	dir := filepath.Join(s.F.StateDir, requeueDir)
+	_ = os.MkdirAll(dir, 0o755)
+	_ = os.WriteFile(filepath.Join(dir, id), nil, 0o644)
+}
+
+// bus tells followers of a run that it has something new; they read the
+// news from the run's files, which stay the one source of truth.
+type bus struct {
+	mu   sync.Mutex
+	subs map[string]map[chan struct{}]struct{}
+}
+
+func newBus() *bus { return &bus{subs: map[string]map[chan struct{}]struct{}{}} }
+
+func (b *bus) subscribe(run string) (chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	b.mu.Lock()
+	if b.subs[run] == nil {
+		b.subs[run] = map[chan struct{}]struct{}{}
+	}
+	b.subs[run][ch] = struct{}{}
+	b.mu.Unlock()
+	return ch, func() {
+		b.mu.Lock()
+		delete(b.subs[run], ch)
+		if len(b.subs[run]) == 0 {
+			delete(b.subs, run)
+		}
+		b.mu.Unlock()
+	}
+}
+
+func (b *bus) publish(run string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for ch := range b.subs[run] {
+		select {
+		case ch <- struct{}{}:
+		default: // a wake-up is already pending
+		}
+	}
+	for ch := range b.subs["*"] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
