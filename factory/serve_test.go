@@ -21,16 +21,6 @@ import (
 	"github.com/kusaw/kusaw/status"
 )
 
-func needGit(t *testing.T) {
-	t.Helper()
-	if _, err := exec.LookPath("git"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("git is not installed (CI must have it)")
-		}
-		t.Skip("git is not installed")
-	}
-}
-
 // serveFactory writes a factory with one repo and the given steps and
 // pipelines, and loads it.
 func serveFactory(t *testing.T, body string) *config.Factory {
