@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 
@@ -30,7 +31,8 @@ type Worktree struct {
 
 // Proxy is what the sandbox needs from an egress lease (allowlist mode).
 type Proxy struct {
-	SocketPath string   // the lease's Unix socket, bound into the sandbox
+	SocketPath string   // the lease's Unix socket, bound into the sandbox (Linux)
+	Port       int      // the lease's loopback port (macOS: no namespace, the profile admits only this port)
 	Env        []string // NAME=value proxy variables for the step
 	WrapArgv   []string // argv run first inside (the egress bridge), ending in "--" if it needs one
 	Binaries   []string // files bound read-only so WrapArgv can run (the kusaw binary)
@@ -65,6 +67,7 @@ type Input struct {
 	Workdir      string // where the process starts (default: the first writable worktree)
 
 	Home       string   // the real home: hidden
+	FreshHome  bool     // HOME is a fresh, empty folder in TmpDir (macOS: the agent signs in with a token)
 	LoginPaths []string // agent login folders/files, mounted read-write
 
 	AllowRead   []string
@@ -121,6 +124,7 @@ type Plan struct {
 	// EmptyFile is the read-only empty file bound over missing protected files.
 	EmptyFile string `json:"empty_file,omitempty"`
 	Socket    string `json:"proxy_socket,omitempty"`
+	ProxyPort int    `json:"proxy_port,omitempty"` // macOS: the lease's loopback port
 
 	// Env is the exact environment of the step (NAME=value). Never printed.
 	Env []string `json:"-"`
@@ -188,6 +192,9 @@ func BuildPlan(in Input) (*Plan, error) {
 		b.host = DetectHost()
 	}
 	b.plan = &Plan{Backend: "bubblewrap"}
+	if runtime.GOOS == "darwin" {
+		b.plan.Backend = "seatbelt"
+	}
 	if err := b.build(); err != nil {
 		return nil, err
 	}
@@ -235,8 +242,8 @@ func (b *builder) build() error {
 	switch net {
 	case NetworkOpen, NetworkNone:
 	case NetworkAllowlist:
-		if in.Proxy == nil || in.Proxy.SocketPath == "" {
-			return refuse("lease the egress proxy before building the plan", "network allowlist needs the proxy lease's socket")
+		if in.Proxy == nil || (in.Proxy.SocketPath == "" && in.Proxy.Port == 0) {
+			return refuse("lease the egress proxy before building the plan", "network allowlist needs the proxy lease's socket (Linux) or loopback port (macOS)")
 		}
 	default:
 		return refuse("use open, none or allowlist", "unknown network mode %q", in.Network)
@@ -395,9 +402,12 @@ func (b *builder) build() error {
 		b.addBind(&b.writes, "bind", r, r, "allow_write (not protected: the factory chose to open it)")
 	}
 	if in.Proxy != nil && net == NetworkAllowlist {
-		s := resolve(in.Proxy.SocketPath)
-		b.addBind(&b.writes, "bind", s, s, "the egress lease's socket (the only way out)")
-		b.plan.Socket = s
+		if in.Proxy.SocketPath != "" {
+			s := resolve(in.Proxy.SocketPath)
+			b.addBind(&b.writes, "bind", s, s, "the egress lease's socket (the only way out)")
+			b.plan.Socket = s
+		}
+		b.plan.ProxyPort = in.Proxy.Port
 		b.plan.WrapArgv = append([]string{}, in.Proxy.WrapArgv...)
 	}
 
@@ -842,7 +852,9 @@ func (b *builder) buildEnv(home, tmp string) {
 	if _, ok := vals["PATH"]; !ok {
 		set("PATH", "/usr/local/bin:/usr/bin:/bin", "base (default)")
 	}
-	if home != "" {
+	if b.in.FreshHome {
+		set("HOME", filepath.Join(tmp, "home"), "a fresh, empty HOME in the temp folder")
+	} else if home != "" {
 		set("HOME", home, "base (the real home path; its content is hidden)")
 	}
 	keys := make([]string, 0, len(b.in.Env))
@@ -861,6 +873,9 @@ func (b *builder) buildEnv(home, tmp string) {
 	set("XDG_CACHE_HOME", filepath.Join(tmp, "cache"), "temp")
 	set("XDG_RUNTIME_DIR", filepath.Join(tmp, "run"), "temp")
 	b.plan.mkdirs = []string{filepath.Join(tmp, "cache"), filepath.Join(tmp, "run")}
+	if b.in.FreshHome {
+		b.plan.mkdirs = append(b.plan.mkdirs, filepath.Join(tmp, "home"))
+	}
 	if b.in.Proxy != nil && b.plan.Network == NetworkAllowlist {
 		for _, kv := range b.in.Proxy.Env {
 			if k, v, ok := strings.Cut(kv, "="); ok {
@@ -889,6 +904,9 @@ func (p *Plan) String() string {
 	fmt.Fprintf(&sb, "backend: %s\nnetwork: %s\nworkdir: %s\n", p.Backend, p.Network, p.Workdir)
 	if p.Socket != "" {
 		fmt.Fprintf(&sb, "proxy socket: %s\n", p.Socket)
+	}
+	if p.ProxyPort != 0 {
+		fmt.Fprintf(&sb, "proxy port: 127.0.0.1:%d\n", p.ProxyPort)
 	}
 	section := func(title string, rules []PathRule) {
 		fmt.Fprintf(&sb, "%s:\n", title)
