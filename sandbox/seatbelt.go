@@ -42,10 +42,10 @@ const SandboxExecPath = "/usr/bin/sandbox-exec"
 
 // SeatbeltOptions are what the macOS backend needs beyond the plan.
 type SeatbeltOptions struct {
-	// Ports are the loopback ports the step may connect to: the egress
-	// lease's listener (macOS has no network namespace, so the lease is a
-	// port on the host's loopback). Required when the plan's network is
-	// allowlist; ignored when it is open.
+	// Ports are loopback ports the step may connect to besides the plan's
+	// ProxyPort (the egress lease's listener: macOS has no network
+	// namespace, so the lease is a port on the host's loopback). An
+	// allowlist plan needs at least one; ignored when the network is open.
 	Ports []int
 	// LocalBind lets the step bind and accept on loopback (a local test
 	// server). Connecting to other loopback ports stays refused, so this
@@ -193,7 +193,11 @@ func checkPath(p string) (string, error) {
 // Seatbelt returns the macOS profile of the plan.
 func (p *Plan) Seatbelt(opt SeatbeltOptions) (*SeatbeltProfile, error) {
 	g := &sbGen{byPath: map[string]string{}}
-	ports, err := checkPorts(opt.Ports)
+	ports := opt.Ports
+	if p.ProxyPort != 0 {
+		ports = append([]int{p.ProxyPort}, ports...)
+	}
+	ports, err := checkPorts(ports)
 	if err != nil {
 		return nil, err
 	}

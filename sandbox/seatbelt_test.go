@@ -925,3 +925,50 @@ func TestSeatbeltOffMacOS(t *testing.T) {
 		}
 	}
 }
+
+// TestSeatbeltPlanFromMacInput builds the plan the factory builds on a Mac:
+// a fresh HOME and a lease that is a loopback port, no login folders.
+func TestSeatbeltPlanFromMacInput(t *testing.T) {
+	f := newFixture(t)
+	in := f.input()
+	in.LoginPaths = nil
+	in.FreshHome = true
+	in.Network = NetworkAllowlist
+	in.Proxy = &Proxy{Port: 41234, Env: []string{"HTTPS_PROXY=http://127.0.0.1:41234"}}
+	p, err := BuildPlan(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.ProxyPort != 41234 || p.Socket != "" || len(p.WrapArgv) != 0 {
+		t.Errorf("port %d socket %q wrap %v", p.ProxyPort, p.Socket, p.WrapArgv)
+	}
+	if !strings.Contains(p.String(), "proxy port: 127.0.0.1:41234") {
+		t.Errorf("the printed plan does not name the port:\n%s", p)
+	}
+	home := envValue(p.Env, "HOME")
+	if home != filepath.Join(f.tmp, "home") {
+		t.Errorf("HOME = %q, want the fresh one in the temp folder", home)
+	}
+	if err := p.Prepare(); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(home); err != nil || !fi.IsDir() {
+		t.Errorf("the fresh HOME was not created: %v", err)
+	}
+	prof, err := p.Seatbelt(SeatbeltOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := loadPolicy(t, prof)
+	if !pol.canDial(41234) || pol.canDial(41235) {
+		t.Errorf("the lease's port is not the only one admitted")
+	}
+	if !pol.canWrite(home+"/.claude.json") || pol.canRead(f.home+"/.claude/login.json") {
+		t.Errorf("the fresh HOME is not writable, or the real login folder is readable")
+	}
+	// Without a port or a socket, allowlist is refused before any plan.
+	in.Proxy = &Proxy{}
+	if _, err := BuildPlan(in); err == nil || !strings.Contains(err.Error(), "loopback port") {
+		t.Errorf("allowlist without a lease: %v", err)
+	}
+}
