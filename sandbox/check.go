@@ -35,8 +35,12 @@ func (r CheckResult) Err() error {
 // Check finds a trusted bwrap, reads its version and starts it once with
 // the namespaces every plan uses, so a machine where user namespaces are
 // restricted (AppArmor, a container without them) is found before any
-// attempt starts. It takes a few milliseconds; callers may cache it.
+// attempt starts. It takes a few milliseconds; callers may cache it. On
+// macOS it is CheckSeatbelt.
 func Check() CheckResult {
+	if runtime.GOOS == "darwin" {
+		return CheckSeatbelt()
+	}
 	if runtime.GOOS != "linux" {
 		return CheckResult{Backend: "none", Reason: status.ReasonSandboxUnavailable,
 			Msg: "no sandbox backend for " + runtime.GOOS + " in this build",

@@ -1,4 +1,4 @@
-//go:build !linux
+//go:build !linux && !darwin
 
 package sandbox
 
@@ -15,7 +15,7 @@ import (
 var GraceDelay = 5 * time.Second
 
 // Command is not available here: the bubblewrap backend is Linux only (the
-// Seatbelt backend is not built yet).
+// Seatbelt backend is macOS only).
 func Command(ctx context.Context, p *Plan, argv []string) (*exec.Cmd, error) {
 	return nil, &status.Error{Reason: status.ReasonSandboxUnavailable, Msg: "no sandbox backend on this system in this build",
 		Fix: "run on Linux or WSL2 with bubblewrap, or set the step's sandbox to off"}

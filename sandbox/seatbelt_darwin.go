@@ -22,6 +22,22 @@ import (
 	"github.com/kusaw/kusaw/status"
 )
 
+// GraceDelay is how long Command's process may take after SIGTERM before
+// it is killed.
+var GraceDelay = 5 * time.Second
+
+// Command returns the command that runs argv under the plan on macOS, as
+// the bubblewrap Command does on Linux: the caller sets the streams,
+// starts and waits. The only loopback port admitted is the plan's
+// ProxyPort; no pseudo-terminal (use SeatbeltCommand with a terminal).
+func Command(ctx context.Context, p *Plan, argv []string) (*exec.Cmd, error) {
+	c, err := SeatbeltCommand(ctx, p, argv, SeatbeltOptions{}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return c.Cmd, nil
+}
+
 // SeatbeltCmd is a step started under /usr/bin/sandbox-exec. Use its Start,
 // Wait and Run (not those of the embedded exec.Cmd): with a terminal they
 // also relay between it and the step's own pseudo-terminal.

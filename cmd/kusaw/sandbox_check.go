@@ -22,7 +22,9 @@ func newSandboxCheckCmd(a *app) *cobra.Command {
 		Short: "can this machine run the sandbox backend; --verbose prints what is and is not protected",
 		Long: `Finds the backend (bubblewrap from a root-owned /usr/bin, /usr/local/bin or
 /bin, never through PATH), reads its version and starts it once with the
-namespaces every sandboxed step uses.
+namespaces every sandboxed step uses. On macOS: /usr/bin/sandbox-exec (root-owned,
+not writable by others) runs a probe under a profile with every rule kind
+kusaw writes, and a write the profile denies must fail.
 
 Exit status: 0 when the backend is available, 4 when it is not (the reason
 and the fix are printed).`,
@@ -36,7 +38,7 @@ and the fix are printed).`,
 					NotProtected []string `json:"not_protected,omitempty"`
 				}{CheckResult: r}
 				if verbose {
-					out.Protects, out.NotProtected = sandbox.Protections, sandbox.NotProtected
+					out.Protects, out.NotProtected = sandbox.ProtectionLists(r.Backend)
 				}
 				b, _ := json.MarshalIndent(out, "", "  ")
 				fmt.Fprintln(a.stdout, string(b))
@@ -76,12 +78,13 @@ func printCheck(a *app, r sandbox.CheckResult, verbose bool) {
 	if !verbose {
 		return
 	}
+	protects, notProtected := sandbox.ProtectionLists(r.Backend)
 	fmt.Fprintf(w, "\nWhat the sandbox protects:\n")
-	for _, p := range sandbox.Protections {
+	for _, p := range protects {
 		fmt.Fprintf(w, "  - %s\n", p)
 	}
 	fmt.Fprintf(w, "\nWhat it does not protect:\n")
-	for _, p := range sandbox.NotProtected {
+	for _, p := range notProtected {
 		fmt.Fprintf(w, "  - %s\n", p)
 	}
 }
