@@ -66,6 +66,19 @@ if [ -n "$run" ]; then
   echo "== kusaw show $run"
   "$kusaw" show "$run"
 fi
+if [ -n "$run" ]; then
+  rd="$work/.kusaw/runs/$run"
+  echo
+  echo "== the diff step's artifacts (the run's patch against main)"
+  for f in "$rd"/steps/diff/1/artifacts/*; do
+    [ -f "$f" ] || continue
+    echo "-- $(basename "$f")"
+    head -n 20 "$f"
+  done
+  echo
+  echo "== kusaw log verify (hash chain and signed seals of every events file)"
+  "$kusaw" log verify "$rd/events.jsonl" "$rd"/steps/*/*/events.jsonl
+fi
 echo
 echo "The record is under $work/.kusaw/runs/; the repo's run branch is kusaw/<run-id>:"
 git -C "$work/greeter" branch --list 'kusaw/*' | head -n 5
