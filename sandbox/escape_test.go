@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -711,5 +712,36 @@ cat %s/README.md >/dev/null`, f.wt, wt2, g.wt, g.wt)
 		if s := git(t, f.repo, "log", "-1", "--format=%s", b); !strings.HasPrefix(s, "in ") {
 			t.Errorf("branch %s: last commit %q", b, s)
 		}
+	}
+}
+
+func TestProbes(t *testing.T) {
+	needTool(t, "/usr/bin/bwrap", "runs the real sandbox")
+	f := newFixture(t)
+	p, err := BuildPlan(f.input())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := Probes(context.Background(), p)
+	if len(res) != 4 {
+		t.Fatalf("probes: %+v", res)
+	}
+	for _, r := range res {
+		if !r.OK {
+			t.Errorf("%s %s failed: %s", r.ID, r.Name, r.Detail)
+		}
+	}
+	if !strings.Contains(res[3].Detail, "2 credential folders") { // ~/.ssh and ~/.aws in the fixture
+		t.Errorf("P4: %s", res[3].Detail)
+	}
+	// A plan that leaves the home visible must fail P4, and one that makes
+	// the attempt writable must fail P3: the probes can fail.
+	bad := *p
+	bad.Mounts = slices.DeleteFunc(slices.Clone(p.Mounts), func(m Mount) bool { return m.Dst == f.home })
+	bad.Mounts = append(bad.Mounts, Mount{Op: "bind", Src: f.attempt, Dst: f.attempt, Reason: "test"},
+		Mount{Op: "ro-bind", Src: f.home, Dst: f.home, Reason: "test"})
+	res = Probes(context.Background(), &bad)
+	if res[2].OK || res[3].OK {
+		t.Errorf("probes passed a broken plan: %+v", res)
 	}
 }

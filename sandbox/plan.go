@@ -125,6 +125,9 @@ type Plan struct {
 	EmptyFile string `json:"empty_file,omitempty"`
 	Socket    string `json:"proxy_socket,omitempty"`
 	ProxyPort int    `json:"proxy_port,omitempty"` // macOS: the lease's loopback port
+	// Home and AttemptDir as resolved (for probes and doctor).
+	Home       string `json:"home,omitempty"`
+	AttemptDir string `json:"attempt_dir,omitempty"`
 
 	// Env is the exact environment of the step (NAME=value). Never printed.
 	Env []string `json:"-"`
@@ -278,6 +281,7 @@ func (b *builder) build() error {
 		return err
 	}
 	b.home = home
+	b.plan.Home, b.plan.AttemptDir = home, attempt
 	b.plan.EmptyFile = filepath.Join(attempt, ".sandbox-empty")
 
 	// Base: the system read-only, fresh /dev and /proc, private /tmp and /run.
