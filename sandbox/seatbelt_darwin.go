@@ -28,8 +28,10 @@ var GraceDelay = 5 * time.Second
 
 // Command returns the command that runs argv under the plan on macOS, as
 // the bubblewrap Command does on Linux: the caller sets the streams,
-// starts and waits. The only loopback port admitted is the plan's
-// ProxyPort; no pseudo-terminal (use SeatbeltCommand with a terminal).
+// starts and waits, then calls KillGroup: macOS has no PID namespace, so
+// a background child outlives the step otherwise. The only loopback port
+// admitted is the plan's ProxyPort; no pseudo-terminal (use
+// SeatbeltCommand with a terminal).
 func Command(ctx context.Context, p *Plan, argv []string) (*exec.Cmd, error) {
 	c, err := SeatbeltCommand(ctx, p, argv, SeatbeltOptions{}, nil)
 	if err != nil {
@@ -56,8 +58,9 @@ type SeatbeltCmd struct {
 // SeatbeltCommand returns the command that runs argv under the plan on
 // macOS. sandbox-exec is taken only from /usr/bin. The step gets a fresh,
 // empty HOME in the attempt's temp folder (removed with it), its own
-// process group (a session of its own with a pty), and on ctx's end the
-// group gets SIGTERM, then SIGKILL after GraceDelay.
+// session and process group (without a controlling terminal, or with its
+// own pty), and on ctx's end the group gets SIGTERM, then SIGKILL after
+// GraceDelay.
 //
 // term: when it is a terminal, the step's stdin, stdout and stderr are a
 // new pseudo-terminal that kusaw relays to term, so whatever the step
@@ -111,7 +114,9 @@ func SeatbeltCommand(ctx context.Context, p *Plan, argv []string, opt SeatbeltOp
 		// (fd 0 in the child): the step never holds kusaw's terminal.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	} else {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		// A session of its own without a controlling terminal: the step
+		// cannot open kusaw's terminal through /dev/tty and push keys into it.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	}
 	cmd.Cancel = func() error {
 		if cmd.Process == nil {
@@ -175,10 +180,12 @@ func (c *SeatbeltCmd) Start() error {
 	return nil
 }
 
-// Wait waits for the step, then for its last output, and restores the
-// terminal.
+// Wait waits for the step, ends what is left of its process group (macOS
+// has no PID namespace to end it with), then waits for its last output
+// and restores the terminal.
 func (c *SeatbeltCmd) Wait() error {
 	err := c.Cmd.Wait()
+	KillGroup(c.Cmd)
 	if c.master != nil {
 		// A detached process may keep the pty open: do not wait for it.
 		select {

@@ -4,11 +4,14 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // The macOS profile is tested here, on Linux: goldens of the text for
@@ -971,4 +974,30 @@ func TestSeatbeltPlanFromMacInput(t *testing.T) {
 	if _, err := BuildPlan(in); err == nil || !strings.Contains(err.Error(), "loopback port") {
 		t.Errorf("allowlist without a lease: %v", err)
 	}
+}
+
+// TestKillGroup: a background child of a finished step is ended; a
+// process outside the group is not.
+func TestKillGroup(t *testing.T) {
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "late")
+	cmd := exec.Command("/bin/sh", "-c", "(sleep 1; echo late > "+marker+") & exit 0")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	other := exec.Command("sleep", "5")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer other.Process.Kill()
+	KillGroup(cmd)
+	time.Sleep(1500 * time.Millisecond)
+	if _, err := os.Stat(marker); err == nil {
+		t.Errorf("the background child outlived KillGroup")
+	}
+	if err := other.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Errorf("a process outside the group was ended: %v", err)
+	}
+	KillGroup(nil) // no panic
 }

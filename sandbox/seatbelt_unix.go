@@ -5,6 +5,7 @@ package sandbox
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"syscall"
 )
@@ -41,4 +42,15 @@ func checkSystemBinary(path string) error {
 		return err
 	}
 	return check(path, filepath.Base(path), false)
+}
+
+// KillGroup ends what is left of a finished step's process group: its
+// background children. Call it after Wait. On Linux bubblewrap's PID
+// namespace does this already; on macOS nothing else does. A child that
+// left the group (setsid) is not reached: a documented macOS limit.
+func KillGroup(cmd *exec.Cmd) {
+	if cmd == nil || cmd.Process == nil || cmd.Process.Pid <= 0 {
+		return
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 }
