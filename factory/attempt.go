@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kusaw/kusaw/config"
+	"github.com/kusaw/kusaw/egress"
 	"github.com/kusaw/kusaw/secretstore"
 	"github.com/kusaw/kusaw/status"
 	"github.com/kusaw/kusaw/steps"
@@ -33,6 +34,9 @@ type attemptRun struct {
 	events *sink
 	wts    map[string]*worktree.Worktree
 	repos  map[string]*worktree.Repo
+
+	egressOnce sync.Once
+	egress     *egressObserver
 }
 
 func (a *attemptRun) save() { _ = writeJSON(filepath.Join(a.dir, attemptFile), a.rec) }
@@ -194,6 +198,9 @@ func (a *attemptRun) runProcesses(ctx context.Context, procs [][]string) {
 	for i, repos := range procs {
 		p, err := a.prepare(i, repos, len(procs) > 1)
 		if err != nil {
+			for _, q := range cmds[:i] {
+				q.release()
+			}
 			var se *status.Error
 			if errors.As(err, &se) {
 				a.setOutcome(status.OutcomeRefused, se.Reason, se.Msg)
@@ -235,6 +242,9 @@ func (a *attemptRun) runProcesses(ctx context.Context, procs [][]string) {
 			pr.Outcome, pr.Reason, pr.Message = status.OutcomeFailed, status.ReasonStepStartFailed, res.startErr.Error()
 		default:
 			pr.Outcome, pr.Reason, pr.Message = res.classify()
+			if pr.Outcome == status.OutcomeFailed && a.egress != nil && a.egress.budgetHit() {
+				pr.Reason, pr.Message = status.ReasonEgressBudget, pr.Message+"; an egress byte budget was reached (see egress.log)"
+			}
 		}
 		if pr.Outcome != status.OutcomePassed && (a.rec.Outcome == status.OutcomePassed || rank(pr.Outcome) > rank(a.rec.Outcome)) {
 			a.setOutcome(pr.Outcome, pr.Reason, pr.Message)
@@ -277,6 +287,17 @@ type preparedProc struct {
 	loginPaths []string
 	// readPaths must be readable in the sandbox (the agent CLI's install).
 	readPaths []string
+	// egressHosts are the provider's hosts for the allowlist.
+	egressHosts []string
+	lease       *egress.Lease
+}
+
+// release runs the cleanup of a process that will not start.
+func (p *preparedProc) release() {
+	if p.cleanup != nil {
+		p.cleanup()
+		p.cleanup = nil
+	}
 }
 
 // procParse is what an agent's stream said, and how to turn it and the
@@ -388,6 +409,9 @@ func (a *attemptRun) execute(ctx context.Context, i int, p *preparedProc) procRe
 		a.events.Emit(EvProcessStarted, map[string]any{"pid": pid, "argv": pr.Argv, "dir": pr.Dir, "repos": pr.Repos})
 	}
 	res := a.e.runProcess(ctx, a.e.opts.KillGrace, p.cmd, stdout, errf, started, a.run.redact)
+	if p.lease != nil && res.startErr == nil && !p.lease.HandedOver() {
+		res.bridgeFailed = true
+	}
 	if pw != nil {
 		pw.Close()
 		res.parsed = <-parsed
@@ -417,6 +441,9 @@ type procResult struct {
 	signal   string
 	dur      time.Duration
 	parsed   procParse
+	// bridgeFailed: the egress bridge never handed its listener over, so
+	// the step itself did not run.
+	bridgeFailed bool
 }
 
 func (r procResult) describe() string {
@@ -427,6 +454,9 @@ func (r procResult) describe() string {
 }
 
 func (r procResult) classify() (status.Outcome, status.Reason, string) {
+	if r.bridgeFailed && (r.exit != 0 || r.signal != "") {
+		return status.OutcomeFailed, status.ReasonEgressBridgeFailed, "the egress bridge could not hand its listener to the proxy (" + r.describe() + "); the step did not run"
+	}
 	if r.parsed.outcome != nil {
 		return r.parsed.outcome(r.exit)
 	}
@@ -602,6 +632,9 @@ func (a *attemptRun) finish() *AttemptRecord {
 	}
 	_ = os.RemoveAll(filepath.Join(a.dir, tmpDir))
 	_ = os.Remove(filepath.Join(a.dir, worktreesDir))
+	if a.egress != nil {
+		a.egress.close()
+	}
 	if a.rec.Outcome == "" {
 		a.setOutcome(status.OutcomeFailed, status.ReasonInternal, "the attempt ended without an outcome")
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kusaw/kusaw/chainlog"
 	"github.com/kusaw/kusaw/config"
+	"github.com/kusaw/kusaw/egress"
 	"github.com/kusaw/kusaw/sandbox"
 	"github.com/kusaw/kusaw/secretstore"
 	"github.com/kusaw/kusaw/status"
@@ -41,6 +42,9 @@ type Options struct {
 	// Key signs the seals of events and egress logs. Default: the
 	// factory's key in the secret-store folder, created on first use.
 	Key ed25519.PrivateKey
+	// Proxy is a shared egress proxy (serve runs one for all runs). Nil:
+	// the engine starts its own on first use; Close stops it.
+	Proxy *egress.Proxy
 	// SandboxCheck replaces sandbox.Check (tests: an unavailable backend).
 	SandboxCheck func() sandbox.CheckResult
 	// CancelPoll is how often a running run looks for a cancel request
@@ -59,6 +63,8 @@ type Engine struct {
 	opts  Options
 
 	sbCheck     sandboxCheck
+	proxyMu     sync.Mutex
+	ownProxy    *egress.Proxy
 	secretsOnce sync.Once
 	secrets     SecretSource
 	secretsErr  error
@@ -107,15 +113,17 @@ type Run struct {
 	Record *RunRecord
 	Dir    string
 
-	e       *Engine
-	steps   []*config.Step
-	lock    *runLock
-	events  *sink
-	redact  *redactor
-	mu      sync.Mutex
-	refused *status.Error     // set when a required attempt was refused: sandbox unavailable
-	resume  *resumePoint      // set by Engine.Resume: where a re-queued run continues
-	params  map[string]string // serve's submitted parameters: KUSAW_PARAM_<NAME> in each step
+	e      *Engine
+	steps  []*config.Step
+	lock   *runLock
+	events *sink
+	redact *redactor
+	mu     sync.Mutex
+	// refusals are a few egress refusals, for the end of kusaw run.
+	refusals []string
+	refused  *status.Error     // set when a required attempt was refused: sandbox unavailable
+	resume   *resumePoint      // set by Engine.Resume: where a re-queued run continues
+	params   map[string]string // serve's submitted parameters: KUSAW_PARAM_<NAME> in each step
 	// interrupted is set by Interrupt (serve shutting down): the canceled
 	// run and attempt are recorded interrupted, not canceled.
 	interrupted atomic.Bool
@@ -407,7 +415,8 @@ func (r *Run) finish() {
 // openSink opens an events file.
 func (e *Engine) openSink(path, run, step string, attempt int, red *redactor) *sink {
 	s := &sink{run: run, step: step, attempt: attempt, emit: e.opts.OnEvent, redact: red}
-	w, err := chainlog.Create(path, e.opts.Key, chainlog.Options{Perm: 0o644})
+	// Open, not Create: a resumed run continues its run-level events file.
+	w, err := chainlog.Open(path, e.opts.Key, chainlog.Options{Perm: 0o644})
 	if err != nil {
 		s.err = err
 		return s

@@ -66,7 +66,7 @@ func (a *attemptRun) agentSpec(spec *steps.Spec, at steps.Attempt, p *preparedPr
 			}
 		}
 	}
-	p.loginPaths, p.readPaths = prep.LoginPaths, prep.ReadPaths
+	p.loginPaths, p.readPaths, p.egressHosts = prep.LoginPaths, prep.ReadPaths, prep.Probe.EgressHosts
 	prov, _ := providers.Get(prep.Probe.Provider)
 	if prov == nil {
 		prov, _ = providers.Get(s.Provider)
@@ -156,7 +156,7 @@ func (a *attemptRun) sandboxed(i int, repos []string, spec *steps.Spec, env map[
 	in.LoginPaths = p.loginPaths
 	switch a.e.F.EffectiveNetwork(a.step, config.ModeRequired) {
 	case config.NetworkAllowlist:
-		px, err := a.lease(i, repos)
+		px, err := a.lease(i, repos, p)
 		if err != nil {
 			return err
 		}
@@ -166,6 +166,7 @@ func (a *attemptRun) sandboxed(i int, repos []string, spec *steps.Spec, env map[
 	}
 	plan, err := sandbox.BuildPlan(in)
 	if err != nil {
+		p.release()
 		return asRefusal(err, status.ReasonSandboxPlanRefused)
 	}
 	planJSON := json.RawMessage(plan.JSON())
@@ -175,6 +176,7 @@ func (a *attemptRun) sandboxed(i int, repos []string, spec *steps.Spec, env map[
 	// applies, so the command gets a context that never ends.
 	cmd, err := sandbox.Command(context.Background(), plan, spec.Argv)
 	if err != nil {
+		p.release()
 		return asRefusal(err, status.ReasonSandboxUnavailable)
 	}
 	cmd.Cancel, cmd.WaitDelay = nil, 0
@@ -196,9 +198,4 @@ func asRefusal(err error, fallback status.Reason) *status.Error {
 		return se
 	}
 	return &status.Error{Reason: fallback, Msg: err.Error(), Fix: fallback.Info().Fix}
-}
-
-// lease gets process i an egress lease (allowlist mode).
-func (a *attemptRun) lease(i int, repos []string) (*sandbox.Proxy, error) {
-	return nil, &status.Error{Reason: status.ReasonEgressLeaseFailed, Msg: "network: allowlist needs the egress proxy, which this build lacks", Fix: "set the step's network to open"}
 }

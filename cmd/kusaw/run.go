@@ -64,6 +64,7 @@ func newRunCmd(a *app) *cobra.Command {
 			if err != nil {
 				fmt.Fprintf(a.stderr, "kusaw: warning: recovering interrupted runs: %v\n", err)
 			}
+			defer e.Close()
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			p.start()
@@ -74,6 +75,15 @@ func newRunCmd(a *app) *cobra.Command {
 					return exitf(status.ExitUsage, "%s", strings.TrimPrefix(err.Error(), factory.ErrUnknownPipeline.Error()+": "))
 				}
 				return exitf(status.ExitInternal, "%v", err)
+			}
+			if lines, n := run.EgressRefusals(); n > 0 {
+				fmt.Fprintf(a.stderr, "kusaw: the egress proxy refused %d connection(s):\n", n)
+				for _, l := range lines {
+					fmt.Fprintf(a.stderr, "  %s\n", l)
+				}
+				if n > len(lines) {
+					fmt.Fprintf(a.stderr, "  ... and more: see each attempt's egress.log\n")
+				}
 			}
 			return a.finishRun(run.Record, run.ExitCode(), jsonOut)
 		},
@@ -169,8 +179,6 @@ func (p *progress) event(ev factory.Event) {
 		if of, ok := ev.Data["of"].(int); ok {
 			p.of = of
 		}
-	case factory.EvRunStarted:
-		p.latest = "run.started " + fmt.Sprint(ev.Data["pipeline"])
 	}
 	p.latest = ev.Type + summary(ev.Data)
 	line := ""

@@ -1,0 +1,267 @@
+package factory
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kusaw/kusaw/chainlog"
+	"github.com/kusaw/kusaw/config"
+	"github.com/kusaw/kusaw/egress"
+	"github.com/kusaw/kusaw/providers"
+	"github.com/kusaw/kusaw/sandbox"
+	"github.com/kusaw/kusaw/status"
+)
+
+// maxBlockedEvents caps egress.blocked events per attempt; the rest are
+// counted in egress.summary.
+const maxBlockedEvents = 50
+
+// maxSocketPath is below the 107-byte limit of a Unix socket path.
+const maxSocketPath = 100
+
+// proxy returns the engine's egress proxy: the one serve shares, or one
+// started for this engine on first use.
+func (e *Engine) proxy() (*egress.Proxy, error) {
+	if e.opts.Proxy != nil {
+		return e.opts.Proxy, nil
+	}
+	e.proxyMu.Lock()
+	defer e.proxyMu.Unlock()
+	if e.ownProxy == nil {
+		p, err := egress.NewProxy(egress.Options{Resolver: e.F.Sandbox.Egress.Resolver})
+		if err != nil {
+			return nil, err
+		}
+		e.ownProxy = p
+	}
+	return e.ownProxy, nil
+}
+
+// Close stops what the engine started itself (its egress proxy).
+func (e *Engine) Close() error {
+	e.proxyMu.Lock()
+	defer e.proxyMu.Unlock()
+	if e.ownProxy != nil {
+		err := e.ownProxy.Close()
+		e.ownProxy = nil
+		return err
+	}
+	return nil
+}
+
+// egressObserver writes an attempt's proxy decisions to its egress.log and
+// turns refusals into egress.blocked events (the first 50).
+type egressObserver struct {
+	a       *attemptRun
+	mu      sync.Mutex
+	log     *chainlog.Writer
+	err     error
+	blocked int
+	budget  bool
+}
+
+func (a *attemptRun) egressLog() *egressObserver {
+	a.egressOnce.Do(func() {
+		o := &egressObserver{a: a}
+		o.log, o.err = chainlog.Create(filepath.Join(a.dir, egressLogFile), a.e.opts.Key, chainlog.Options{Perm: 0o644})
+		a.egress = o
+	})
+	return a.egress
+}
+
+// Decision implements egress.Observer.
+func (o *egressObserver) Decision(d egress.Decision) {
+	line := map[string]any{
+		"time": d.Time.UTC().Format(time.RFC3339Nano), "lease": d.Lease, "kind": d.Kind, "host": d.Host, "port": d.Port,
+		"addrs": d.Addrs, "decision": d.Decision, "reason": d.Reason, "detail": d.Detail, "rule": d.Rule,
+		"bytes_up": d.BytesUp, "bytes_down": d.BytesDown, "duration_ms": d.Duration.Milliseconds(),
+	}
+	o.mu.Lock()
+	if o.log != nil {
+		if err := o.log.Append(line); err != nil && o.err == nil {
+			o.err = err
+		}
+	}
+	show := false
+	if d.Blocked() {
+		o.blocked++
+		show = o.blocked <= maxBlockedEvents
+		if strings.HasPrefix(d.Reason, "budget.") {
+			o.budget = true
+		}
+	}
+	o.mu.Unlock()
+	if d.Blocked() {
+		o.a.run.noteRefusal(o.a.step.ID, o.a.n, d)
+	}
+	if show {
+		o.a.events.Emit(EvEgressBlocked, map[string]any{"host": d.Host, "port": d.Port, "kind": d.Kind, "reason": d.Reason, "detail": d.Detail, "decision": d.Decision})
+	}
+}
+
+func (o *egressObserver) budgetHit() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.budget
+}
+
+func (o *egressObserver) close() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.log != nil {
+		_ = o.log.Close()
+		o.log = nil
+	}
+}
+
+// noteRefusal keeps a few refusals for the end of kusaw run.
+func (r *Run) noteRefusal(step string, n int, d egress.Decision) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.Record.EgressBlocked++
+	key := fmt.Sprintf("%s:%d", d.Host, d.Port)
+	for _, s := range r.refusals {
+		if strings.Contains(s, " "+key+" ") {
+			return
+		}
+	}
+	if len(r.refusals) < 20 {
+		detail := d.Detail
+		if detail == "" {
+			detail = d.Reason
+		}
+		r.refusals = append(r.refusals, fmt.Sprintf("%s attempt %d: %s refused: %s", step, n, key, detail))
+	}
+}
+
+// EgressRefusals lists (some of) the hosts the proxy refused during the
+// run, one line each, and how many refusals there were in all.
+func (r *Run) EgressRefusals() ([]string, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.refusals...), r.Record.EgressBlocked
+}
+
+// lease opens process i's lease on the proxy (network: allowlist) and
+// returns what the sandbox plan needs from it. The lease closes when the
+// process has ended, writing egress.summary.
+func (a *attemptRun) lease(i int, repos []string, p *preparedProc) (*sandbox.Proxy, error) {
+	px, err := a.e.proxy()
+	if err != nil {
+		return nil, &status.Error{Reason: status.ReasonEgressLeaseFailed, Msg: "cannot start the egress proxy: " + err.Error(), Fix: status.ReasonEgressLeaseFailed.Info().Fix}
+	}
+	obs := a.egressLog()
+	if obs.err != nil {
+		return nil, &status.Error{Reason: status.ReasonEgressLeaseFailed, Msg: "cannot create egress.log: " + obs.err.Error(), Fix: status.ReasonEgressLeaseFailed.Info().Fix}
+	}
+	s := a.step
+	cfg := egress.LeaseConfig{
+		ID:          fmt.Sprintf("%s/%s/%d", a.run.ID(), s.ID, a.n),
+		AllowRanges: a.e.F.Sandbox.Egress.AllowRanges,
+		PolicyKey:   config.AllowPolicyKey(s.ID),
+		Observer:    obs,
+	}
+	if len(repos) > 0 && len(a.e.F.Attempts(s)) > 1 {
+		cfg.ID += "/" + repos[0]
+	}
+	if b := a.e.F.Sandbox.Egress.Budgets; b.Enabled {
+		cfg.Budgets = egress.Budgets{PerHost: b.PerHost, Total: b.Total}
+	}
+	a.rec.Allowlist = nil
+	for _, h := range a.e.F.Allowlist(s, p.egressHosts) {
+		cfg.Allow = append(cfg.Allow, egress.Rule{Pattern: h.Pattern, Origin: h.Origin})
+		a.rec.Allowlist = append(a.rec.Allowlist, AllowedHost{Host: h.Pattern.String(), Origin: h.Origin})
+	}
+	injects, err := a.injects()
+	if err != nil {
+		return nil, err
+	}
+	cfg.Inject = injects
+	// The hand-over socket: beside the attempt when the path is short
+	// enough for a Unix socket, else in a short private temp folder.
+	dir := filepath.Join(a.dir, "lease")
+	if len(dir)+len("/egress.sock") > maxSocketPath {
+		if dir, err = os.MkdirTemp("", "kusaw-lease-"); err != nil {
+			return nil, &status.Error{Reason: status.ReasonEgressLeaseFailed, Msg: err.Error(), Fix: status.ReasonEgressLeaseFailed.Info().Fix}
+		}
+	} else if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, &status.Error{Reason: status.ReasonEgressLeaseFailed, Msg: err.Error(), Fix: status.ReasonEgressLeaseFailed.Info().Fix}
+	}
+	cfg.SocketDir = dir
+	l, err := px.Lease(cfg)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, &status.Error{Reason: status.ReasonEgressLeaseFailed, Msg: err.Error(), Fix: status.ReasonEgressLeaseFailed.Info().Fix}
+	}
+	p.lease = l
+	prev := p.cleanup
+	p.cleanup = func() {
+		if prev != nil {
+			prev()
+		}
+		sum := l.Close()
+		os.RemoveAll(dir)
+		hosts := make([]map[string]any, 0, len(sum.Hosts))
+		for _, h := range sum.Hosts {
+			hosts = append(hosts, map[string]any{"host": h.Host, "connections": h.Connections, "bytes_up": h.BytesUp, "bytes_down": h.BytesDown, "refusals": h.Refusals})
+		}
+		obs.mu.Lock()
+		blocked := obs.blocked
+		obs.mu.Unlock()
+		data := map[string]any{"lease": sum.Lease, "hosts": hosts, "bytes_up": sum.BytesUp, "bytes_down": sum.BytesDown,
+			"refusals": sum.Refusals, "decisions": sum.Decisions, "bridged": l.HandedOver()}
+		if blocked > maxBlockedEvents {
+			data["blocked_not_shown"] = blocked - maxBlockedEvents
+		}
+		a.events.Emit(EvEgressSummary, data)
+	}
+	return &sandbox.Proxy{SocketPath: l.SocketPath(), Env: l.Env(), WrapArgv: l.BridgeArgv(a.e.opts.Kusaw), Binaries: []string{a.e.opts.Kusaw}}, nil
+}
+
+// injects resolves the step's inject entries: the key comes from the
+// secret store and stays in the proxy; the step sees a local base URL and
+// the placeholder key.
+func (a *attemptRun) injects() ([]egress.Inject, error) {
+	s := a.step
+	var out []egress.Inject
+	for i, e := range a.e.F.Inject(s) {
+		in := egress.Inject{Host: e.Host, Header: e.Header, Upstream: e.BaseURL, BaseURLEnv: e.BaseURLEnv, KeyEnv: e.KeyEnv, Name: fmt.Sprintf("inject-%d", i+1)}
+		secretKey := e.Secret
+		if e.Provider {
+			prov, ok := providers.Get(s.Provider)
+			if !ok || s.Kind() != config.KindAgent || prov.Spec().Inject == nil {
+				continue // validation reports inject: provider on a step without one
+			}
+			sp := prov.Spec().Inject
+			in = egress.Inject{Name: s.Provider, Host: sp.Host, Header: sp.Header, Upstream: sp.Upstream, BaseURLEnv: sp.BaseURLEnv, KeyEnv: sp.KeyEnv}
+			secretKey = sp.SecretKey
+			if pc := a.e.F.Providers[s.Provider]; pc != nil {
+				if pc.BaseURL != "" {
+					in.Upstream = pc.BaseURL
+				}
+				if pc.APIKey != nil {
+					secretKey = pc.APIKey.Key
+				}
+			}
+		}
+		if strings.EqualFold(in.Header, "authorization") {
+			in.ValuePrefix = "Bearer "
+		}
+		src, err := a.e.secretSource()
+		if err != nil {
+			return nil, &status.Error{Reason: status.ReasonSecretMissing, Msg: "cannot open the secret store: " + err.Error(), Fix: status.ReasonSecretMissing.Info().Fix}
+		}
+		key, err := src.Get(secretKey)
+		if err != nil {
+			return nil, &status.Error{Reason: status.ReasonSecretMissing, Msg: fmt.Sprintf("inject %s: secret %s is not in the secret store", in.Name, secretKey), Fix: "kusaw config set " + secretKey + " --secret"}
+		}
+		a.run.redact.Add(key)
+		in.Key = key
+		out = append(out, in)
+	}
+	return out, nil
+}
