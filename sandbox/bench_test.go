@@ -19,11 +19,18 @@ import (
 //	bwrap-x-true: that bare bwrap over bare /bin/true.
 //
 // Target (DESIGN §12): x-bwrap ≤ 1.5.
-// Run: go test -run '^$' -bench SandboxTrue -benchtime 100x ./sandbox/
+// Run: go test -run '^$' -bench SandboxTrue -benchtime 50x ./sandbox/
 func BenchmarkSandboxTrue(b *testing.B) {
 	needTool(b, "/usr/bin/bwrap", "the benchmark runs the real sandbox")
 	f := newFixture(b)
+	for _, net := range []string{NetworkNone, NetworkOpen} {
+		b.Run("network="+net, func(b *testing.B) { benchTrue(b, f, net) })
+	}
+}
+
+func benchTrue(b *testing.B, f *fixture, network string) {
 	in := f.input()
+	in.Network = network
 	p, err := BuildPlan(in)
 	if err != nil {
 		b.Fatal(err)
