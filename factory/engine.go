@@ -247,7 +247,7 @@ func (e *Engine) Execute(ctx context.Context, r *Run) {
 	rec := r.Record
 	rec.State = status.RunRunning
 	rec.Started = ptrTime(time.Now().UTC())
-	r.events = e.openSink(filepath.Join(r.Dir, eventsFile), rec.ID, "", 0, r.redact)
+	r.events = e.openRunSink(r)
 	r.save()
 	started := map[string]any{"pipeline": rec.Pipeline, "steps": stepIDs(r.steps), "factory": e.F.Path}
 	r.resumeStarted(started)

@@ -1,6 +1,7 @@
 package factory
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kusaw/kusaw/chainlog"
 	"github.com/kusaw/kusaw/status"
 )
 
@@ -140,7 +142,7 @@ func (e *Engine) Abandon(r *Run, st status.RunState, msg string) {
 	if rec.Started == nil {
 		rec.Started = &now
 	}
-	r.events = e.openSink(filepath.Join(r.Dir, eventsFile), rec.ID, "", 0, r.redact)
+	r.events = e.openRunSink(r)
 	rec.State, rec.Reason, rec.Message, rec.Fix, rec.Finished = st, reason, msg, reason.Info().Fix, &now
 	r.save()
 	r.events.Emit(EvRunFinished, map[string]any{"state": st, "reason": reason, "message": msg, "fix": rec.Fix, "duration_ms": int64(0), "queued": true})
@@ -195,4 +197,30 @@ func loadParams(dir string) map[string]string {
 		_ = json.Unmarshal(b, &p)
 	}
 	return p
+}
+
+// openRunSink opens a run's events file: a new chained log, or, for a run
+// that already has one (resumed, or ended from the queue after a restart),
+// the same log continued, its events numbered after the last.
+func (e *Engine) openRunSink(r *Run) *sink {
+	path := filepath.Join(r.Dir, eventsFile)
+	if _, err := os.Stat(path); err != nil {
+		return e.openSink(path, r.ID(), "", 0, r.redact)
+	}
+	s := &sink{run: r.ID(), emit: e.opts.OnEvent, redact: r.redact}
+	if b, err := os.ReadFile(path); err == nil {
+		for _, line := range bytes.Split(b, []byte{'\n'}) {
+			var ev Event
+			if json.Unmarshal(line, &ev) == nil && ev.Type != "" && ev.Seq > s.seq {
+				s.seq = ev.Seq
+			}
+		}
+	}
+	w, err := chainlog.Open(path, e.opts.Key, chainlog.Options{Perm: 0o644})
+	if err != nil {
+		s.err = err
+		return s
+	}
+	s.log = w
+	return s
 }

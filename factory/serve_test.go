@@ -1,7 +1,9 @@
 package factory
 
 import (
+	"bytes"
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"io"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/kusaw/kusaw/chainlog"
 	"github.com/kusaw/kusaw/config"
 	"github.com/kusaw/kusaw/status"
 )
@@ -459,7 +462,7 @@ steps:
 	}
 	// Restart with resume: both runs continue and finish; the first keeps
 	// its passed step and numbers its new attempt after the interrupted one.
-	_, c2, _ := startServer(t, f, ServeOptions{MaxParallel: 1})
+	s2, c2, _ := startServer(t, f, ServeOptions{MaxParallel: 1})
 	d := waitRun(t, c2, rec.ID, 30*time.Second)
 	if d.Run.State != status.RunSucceeded {
 		t.Fatalf("resumed run: %s (%s)", d.Run.State, d.Run.Message)
@@ -473,5 +476,24 @@ steps:
 	}
 	if d2 := waitRun(t, c2, queued.ID, 30*time.Second); d2.Run.State != status.RunSucceeded {
 		t.Fatalf("resumed queued run: %s", d2.Run.State)
+	}
+	// The run's events continue the same chained log, which verifies, and
+	// say where the run resumed.
+	for _, id := range []string{rec.ID, queued.ID} {
+		b, err := os.ReadFile(filepath.Join(st.RunDir(id), eventsFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := chainlog.Verify(bytes.NewReader(b), s2.E.opts.Key.Public().(ed25519.PublicKey))
+		if err != nil || res.Unsealed() != 0 {
+			t.Fatalf("events of resumed run %s: %v (%d unsealed)", id, err, res.Unsealed())
+		}
+		if strings.Count(string(b), `"type":"run.started"`) < 1 || strings.Count(string(b), `"type":"run.finished"`) != 2 {
+			t.Fatalf("events of resumed run %s:\n%s", id, b)
+		}
+	}
+	b, _ := os.ReadFile(filepath.Join(st.RunDir(rec.ID), eventsFile))
+	if !strings.Contains(string(b), `"resumed_from":"slow"`) || strings.Count(string(b), `"type":"run.started"`) != 2 {
+		t.Fatalf("the resumed run's events do not say where it resumed:\n%s", b)
 	}
 }

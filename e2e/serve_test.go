@@ -1,0 +1,480 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kusaw/kusaw/factory"
+	"github.com/kusaw/kusaw/status"
+)
+
+// serveProc is a running `kusaw serve`.
+type serveProc struct {
+	cmd    *exec.Cmd
+	stderr *syncBuffer
+	dir    string
+	client *factory.Client
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startServe starts kusaw serve in dir and waits until its socket answers.
+func startServe(t *testing.T, dir string, args ...string) *serveProc {
+	t.Helper()
+	cmd := exec.Command(kusawBin, append([]string{"serve"}, args...)...)
+	cmd.Dir = dir
+	cmd.Env = testEnv(t, dir)
+	sp := &serveProc{cmd: cmd, stderr: &syncBuffer{}, dir: dir}
+	cmd.Stderr = sp.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			done := make(chan struct{})
+			go func() { _ = cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(15 * time.Second):
+				_ = cmd.Process.Kill()
+				<-done
+			}
+		}
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := factory.DialServe(filepath.Join(dir, ".kusaw"))
+		if err == nil {
+			sp.client = c
+			return sp
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kusaw serve did not come up: %v\n%s", err, sp.stderr.String())
+		}
+		time.Sleep(30 * time.Millisecond)
+	}
+}
+
+// stop sends SIGTERM and waits for serve to exit.
+func (sp *serveProc) stop(t *testing.T) {
+	t.Helper()
+	_ = sp.cmd.Process.Signal(syscall.SIGTERM)
+	if err := sp.cmd.Wait(); err != nil {
+		t.Fatalf("kusaw serve after SIGTERM: %v\n%s", err, sp.stderr.String())
+	}
+}
+
+func waitDetail(t *testing.T, c *factory.Client, id string, d time.Duration) *factory.RunDetail {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		det, err := c.Detail(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if det.Run.State.Final() {
+			return det
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run %s still %s after %s", id, det.Run.State, d)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// overlap is the most attempts running at one moment.
+func overlap(atts []*factory.AttemptRecord) int {
+	type edge struct {
+		t time.Time
+		d int
+	}
+	var es []edge
+	for _, a := range atts {
+		es = append(es, edge{a.Started, 1}, edge{*a.Finished, -1})
+	}
+	sort.Slice(es, func(i, j int) bool {
+		if es[i].t.Equal(es[j].t) {
+			return es[i].d < es[j].d
+		}
+		return es[i].t.Before(es[j].t)
+	})
+	cur, max := 0, 0
+	for _, e := range es {
+		cur += e.d
+		max = maxInt(max, cur)
+	}
+	return max
+}
+
+func maxInt(a, b int) int {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+const serveFactoryYAML = `version: 1
+repos:
+  app:
+    path: app
+serve:
+  max_parallel: 3
+pipelines:
+  default: [build, check]
+  slow: [wait]
+steps:
+  build:
+    run: [sh, -c, "echo built > out.txt; sleep 0.2"]
+  check:
+    run: [sh, -c, "test -s out.txt && echo checked"]
+  wait:
+    run: [sh, -c, "echo waiting; sleep 60"]
+`
+
+func TestServeTwentyRunsAtOnce(t *testing.T) {
+	dir := factoryDir(t, serveFactoryYAML, "app")
+	sp := startServe(t, dir)
+	ctx := context.Background()
+	ids := make([]string, 20)
+	var wg sync.WaitGroup
+	errs := make(chan error, 20)
+	for i := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rec, err := sp.client.Submit(ctx, "default", nil)
+			if err != nil {
+				errs <- err
+				return
+			}
+			ids[i] = rec.ID
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("submit: %v", err)
+	}
+	var all []*factory.AttemptRecord
+	for _, id := range ids {
+		d := waitDetail(t, sp.client, id, 120*time.Second)
+		if d.Run.State != status.RunSucceeded {
+			t.Fatalf("run %s: %s %s", id, d.Run.State, d.Run.Message)
+		}
+		all = append(all, d.Attempts...)
+	}
+	if len(all) != 40 {
+		t.Fatalf("want 40 attempts, got %d", len(all))
+	}
+	if n := overlap(all); n > 3 {
+		t.Fatalf("%d attempts ran at once with serve.max_parallel 3", n)
+	}
+	h, err := sp.client.Health(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.PeakRunning != 3 || h.Queued != 0 || h.Running != 0 {
+		t.Fatalf("health after the runs: %+v (want peak 3, nothing left)", h)
+	}
+
+	// kusaw run, runs, show and logs talk to serve, with the same output
+	// as in-process.
+	res := runKusaw(t, dir, "run")
+	if res.code != 0 || !strings.Contains(res.stdout, "check: attempt 1 passed") || !strings.Contains(res.stdout, " succeeded in ") {
+		t.Fatalf("kusaw run through serve: %d\n%s\n%s", res.code, res.stdout, res.stderr)
+	}
+	if !strings.Contains(sp.stderr.String(), `"message":"run queued"`) || strings.Count(sp.stderr.String(), `"message":"run queued"`) != 21 {
+		t.Fatalf("serve did not log 21 queued runs:\n%s", sp.stderr.String())
+	}
+	list := runKusaw(t, dir, "runs")
+	if list.code != 0 || strings.Count(list.stdout, "succeeded") != 21 {
+		t.Fatalf("kusaw runs: %s", list.stdout)
+	}
+	show := runKusaw(t, dir, "show", ids[0])
+	local := runKusawEnv(t, dir, []string{"KUSAW_NO_SERVE=1"}, "show", ids[0])
+	if show.code != 0 || show.stdout != local.stdout {
+		t.Fatalf("show through serve differs from in-process:\n%s\n---\n%s", show.stdout, local.stdout)
+	}
+	logs := runKusaw(t, dir, "logs", ids[0])
+	localLogs := runKusawEnv(t, dir, []string{"KUSAW_NO_SERVE=1"}, "logs", ids[0])
+	if logs.code != 0 || !strings.Contains(logs.stdout, "checked") || logs.stdout != localLogs.stdout {
+		t.Fatalf("logs through serve:\n%s\n---\n%s", logs.stdout, localLogs.stdout)
+	}
+	sp.stop(t)
+	if _, err := os.Stat(filepath.Join(dir, ".kusaw", factory.SocketFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the socket outlived serve: %v", err)
+	}
+}
+
+// runKusawEnv is runKusaw with extra environment.
+func runKusawEnv(t *testing.T, dir string, env []string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(kusawBin, args...)
+	cmd.Dir = dir
+	cmd.Env = append(testEnv(t, dir), env...)
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	return result{out.String(), errb.String(), exitCode(err)}
+}
+
+func TestServeCancelAndFollow(t *testing.T) {
+	dir := factoryDir(t, serveFactoryYAML, "app")
+	sp := startServe(t, dir)
+	ctx := context.Background()
+	rec, err := sp.client.Submit(ctx, "slow", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// kusaw logs -f follows through serve while the run goes.
+	follow, out, _ := startKusaw(t, dir, "logs", rec.ID, "-f")
+	// Follow the run's events over SSE while it runs.
+	var mu sync.Mutex
+	var types []string
+	done := make(chan string, 1)
+	go func() {
+		st, err := sp.client.Follow(ctx, rec.ID, func(ev factory.Event) {
+			mu.Lock()
+			types = append(types, ev.Type)
+			mu.Unlock()
+		})
+		if err != nil {
+			st = "error: " + err.Error()
+		}
+		done <- st
+	}()
+	waitFor(t, "the slow step to start", 20*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, ty := range types {
+			if ty == factory.EvProcessStarted {
+				return true
+			}
+		}
+		return false
+	})
+	waitFor(t, "logs -f to print the step's output", 10*time.Second, func() bool { return strings.Contains(out.String(), "waiting") })
+	// Cancel through the API.
+	res := runKusaw(t, dir, "cancel", rec.ID)
+	if res.code != 0 {
+		t.Fatalf("kusaw cancel through serve: %d %s %s", res.code, res.stdout, res.stderr)
+	}
+	select {
+	case st := <-done:
+		if st != string(status.RunCanceled) {
+			t.Fatalf("event stream ended with %q", st)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the event stream did not end after the cancel")
+	}
+	mu.Lock()
+	got := strings.Join(types, " ")
+	mu.Unlock()
+	for _, want := range []string{factory.EvRunStarted, factory.EvCancelRequested, factory.EvAttemptFinished, factory.EvRunFinished} {
+		if !strings.Contains(got, want) {
+			t.Fatalf("stream lacks %s: %s", want, got)
+		}
+	}
+	if err := follow.Wait(); err != nil {
+		t.Fatalf("logs -f after the run ended: %v", err)
+	}
+	d := waitDetail(t, sp.client, rec.ID, 5*time.Second)
+	if d.Attempts[0].Outcome != status.OutcomeCanceled || d.ExitCode != status.ExitInterrupted {
+		t.Fatalf("after cancel: attempt %s, exit %d", d.Attempts[0].Outcome, d.ExitCode)
+	}
+	// kusaw run through serve: Ctrl-C cancels the run and exits 130.
+	cmd, stdout, stderr := startKusaw(t, dir, "run", "slow")
+	waitFor(t, "kusaw run to start its step", 20*time.Second, func() bool { return strings.Contains(stdout.String(), "wait: attempt 1/1 started") })
+	_ = cmd.Process.Signal(os.Interrupt)
+	err = cmd.Wait()
+	if exitCode(err) != 130 || !strings.Contains(stdout.String(), "canceled in") {
+		t.Fatalf("kusaw run through serve after SIGINT: exit %d\n%s\n%s", exitCode(err), stdout.String(), stderr.String())
+	}
+}
+
+// TestServeKill9 kills serve with SIGKILL while attempts run, restarts it,
+// and checks that every run ends (interrupted, or resumed and finished
+// with serve.resume) and nothing is left behind.
+func TestServeKill9(t *testing.T) {
+	for _, resume := range []bool{false, true} {
+		t.Run(fmt.Sprintf("resume=%v", resume), func(t *testing.T) {
+			marker := filepath.Join(t.TempDir(), "go-on")
+			yaml := fmt.Sprintf(`version: 1
+repos:
+  app:
+    path: app
+serve:
+  max_parallel: 2
+  resume: %v
+pipelines:
+  default: [first, long, last]
+steps:
+  first:
+    run: [sh, -c, "echo one > one.txt"]
+  long:
+    run: [sh, -c, "echo started; i=0; while [ ! -e %s ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; echo more >> one.txt"]
+  last:
+    run: [sh, -c, "grep -q more one.txt"]
+`, resume, marker)
+			dir := factoryDir(t, yaml, "app")
+			sp := startServe(t, dir)
+			ctx := context.Background()
+			var ids []string
+			for i := 0; i < 4; i++ {
+				rec, err := sp.client.Submit(ctx, "", nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ids = append(ids, rec.ID)
+			}
+			state := filepath.Join(dir, ".kusaw")
+			waitFor(t, "two long attempts running", 30*time.Second, func() bool {
+				n := 0
+				for _, id := range ids {
+					b, _ := os.ReadFile(filepath.Join(state, "runs", id, "steps", "long", "1", "stdout.log"))
+					if strings.Contains(string(b), "started") {
+						n++
+					}
+				}
+				return n == 2
+			})
+			_ = sp.cmd.Process.Kill()
+			_ = sp.cmd.Wait()
+			// The steps die with serve (parent-death signal): nothing keeps
+			// running unrecorded.
+			waitFor(t, "the steps to die with serve", 10*time.Second, func() bool {
+				out, _ := exec.Command("pgrep", "-f", marker).Output()
+				return len(strings.TrimSpace(string(out))) == 0
+			})
+			checkRecordsIntact(t, state)
+
+			if err := os.WriteFile(marker, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			sp2 := startServe(t, dir)
+			for _, id := range ids {
+				d := waitDetail(t, sp2.client, id, 60*time.Second)
+				want := status.RunInterrupted
+				if resume {
+					want = status.RunSucceeded
+				}
+				if d.Run.State != want {
+					t.Fatalf("run %s after restart: %s (%s), want %s", id, d.Run.State, d.Run.Message, want)
+				}
+				for _, a := range d.Attempts {
+					if a.Finished == nil || a.Outcome == "" {
+						t.Fatalf("run %s: attempt %s/%d has no outcome", id, a.Step, a.Number)
+					}
+				}
+			}
+			if !strings.Contains(sp2.stderr.String(), "recovered a run left running by a crash") {
+				t.Fatalf("serve did not log the recovery:\n%s", sp2.stderr.String())
+			}
+			sp2.stop(t)
+			checkRecordsIntact(t, state)
+			checkNothingLeft(t, dir, state)
+			// Event logs verify up to their last seal (the ones the kill
+			// cut short are continued or left with an unsealed tail).
+			for _, id := range ids {
+				for _, p := range eventFiles(t, filepath.Join(state, "runs", id)) {
+					if res := runKusaw(t, dir, "log", "verify", p); res.code != 0 || !strings.Contains(res.stdout, ": OK") {
+						t.Errorf("log verify %s: exit %d\n%s%s", p, res.code, res.stdout, res.stderr)
+					}
+				}
+			}
+		})
+	}
+}
+
+func eventFiles(t *testing.T, runDir string) []string {
+	var out []string
+	_ = filepath.Walk(runDir, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Name() == "events.jsonl" {
+			out = append(out, p)
+		}
+		return nil
+	})
+	return out
+}
+
+// checkRecordsIntact: every record parses, and every line of every events
+// file up to its end is whole JSON (a kill between two writes leaves no
+// torn record behind).
+func checkRecordsIntact(t *testing.T, state string) {
+	t.Helper()
+	_ = filepath.Walk(filepath.Join(state, "runs"), func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return nil
+		}
+		switch fi.Name() {
+		case "run.json", "attempt.json":
+			var m map[string]any
+			b, _ := os.ReadFile(p)
+			if err := json.Unmarshal(b, &m); err != nil {
+				t.Errorf("%s is not whole JSON after kill -9: %v", p, err)
+			}
+		case "events.jsonl":
+			f, _ := os.Open(p)
+			defer f.Close()
+			sc := bufio.NewScanner(f)
+			sc.Buffer(make([]byte, 1<<20), 16<<20)
+			for n := 1; sc.Scan(); n++ {
+				var m map[string]any
+				if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+					t.Errorf("%s line %d is torn: %v", p, n, err)
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// checkNothingLeft: no worktree but the main checkout, no lease socket, no
+// attempt temp folder, no kusaw socket once serve stopped.
+func checkNothingLeft(t *testing.T, dir, state string) {
+	t.Helper()
+	wts := git(t, filepath.Join(dir, "app"), "worktree", "list", "--porcelain")
+	if n := strings.Count(wts, "worktree "); n != 1 {
+		t.Fatalf("worktrees left:\n%s", wts)
+	}
+	_ = filepath.Walk(state, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return nil
+		}
+		if fi.Mode()&os.ModeSocket != 0 {
+			t.Errorf("socket left: %s", p)
+		}
+		if fi.IsDir() && (fi.Name() == "tmp" || fi.Name() == "worktrees") && strings.Contains(p, string(filepath.Separator)+"steps"+string(filepath.Separator)) {
+			t.Errorf("attempt folder left: %s", p)
+		}
+		return nil
+	})
+}
