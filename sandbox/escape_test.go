@@ -611,9 +611,7 @@ func runSuite(t *testing.T, uid int) {
 
 func TestEscapeAsRoot(t *testing.T) {
 	t.Parallel()
-	if os.Geteuid() != 0 {
-		t.Skip("runs as root: kusaw is often started as root (CI, containers); the unprivileged run is TestEscapeUnprivileged")
-	}
+	needRoot(t, "kusaw is often started as root (CI, containers) and the sandbox must hold then; the unprivileged run is TestEscapeUnprivileged")
 	runSuite(t, 0)
 }
 

@@ -20,6 +20,18 @@ func needTool(t testing.TB, path, why string) {
 	}
 }
 
+// needRoot skips (or, on CI, which runs as root, fails) a test that needs root.
+func needRoot(t testing.TB, why string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		msg := "needs root: " + why
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+}
+
 // fixture is a temporary factory: a fake home with secrets, a repository
 // with a linked worktree made by the git binary, an attempt folder.
 type fixture struct {

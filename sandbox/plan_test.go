@@ -327,9 +327,7 @@ func TestCleanupRemovesOnlyEmptyStandIns(t *testing.T) {
 }
 
 func TestTrustedBinary(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to make root-owned and foreign-owned files (runs as root in this project's CI)")
-	}
+	needRoot(t, "it makes root-owned and foreign-owned files")
 	dir := t.TempDir()
 	os.Chmod(dir, 0o755)
 	bin := filepath.Join(dir, "bwrap")
@@ -388,9 +386,7 @@ func TestFindBwrapIgnoresPath(t *testing.T) {
 
 // Check's typed reasons, with stand-in binaries in a trusted-for-the-test folder.
 func TestCheckReasons(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to make a root-owned stand-in bwrap (runs as root in this project's CI)")
-	}
+	needRoot(t, "it makes a root-owned stand-in bwrap")
 	dir := t.TempDir()
 	os.Chmod(dir, 0o755)
 	old := trustedDirs
