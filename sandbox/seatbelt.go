@@ -104,7 +104,7 @@ var seatbeltDeniedServices = []struct{ filter, name, why string }{
 
 // Devices a step writes as a matter of course. They are fixed system
 // paths, not plan paths, so they appear in the text.
-var seatbeltDevices = []string{"/dev/null", "/dev/zero", "/dev/tty", "/dev/dtracehelper", "/dev/stdout", "/dev/stderr"}
+var seatbeltDevices = []string{"/dev/null", "/dev/zero", "/dev/dtracehelper", "/dev/stdout", "/dev/stderr"}
 
 // seatbeltExtraHidden are macOS places that hold other programs' private
 // files and that no plan mount covers: the per-user temp and cache folders
@@ -246,13 +246,17 @@ func (p *Plan) Seatbelt(opt SeatbeltOptions) (*SeatbeltProfile, error) {
 		devs = append(devs, fmt.Sprintf("(literal %q)", d))
 	}
 	g.add("(allow file-write* %s (subpath \"/dev/fd\"))", strings.Join(devs, " "))
+	// Terminals are the user's: a step that opened one could read the
+	// keys typed into it or push its own. The controlling terminal
+	// (/dev/tty) is denied too unless it is the step's own pty.
+	g.add(";; Terminals: none but the step's own pseudo-terminal.")
+	g.add(`(deny file-read* file-write* file-ioctl (literal "/dev/tty") (regex #"^/dev/ttys[0-9]+$") (regex #"^/dev/pty") (regex #"^/dev/(tty|cu)[.]") (literal "/dev/console"))`)
 	if opt.TTY != "" {
 		t, err := checkPath(opt.TTY)
 		if err != nil {
 			return nil, err
 		}
-		g.add(";; the step's own pseudo-terminal")
-		g.add("(allow file-read* file-write* file-ioctl %s)", g.filters("literal", t))
+		g.add("(allow file-read* file-write* file-ioctl (literal \"/dev/tty\") %s)", g.filters("literal", t))
 	}
 	g.add(";; macOS: other programs' temp and cache folders")
 	for _, h := range seatbeltExtraHidden {
@@ -521,7 +525,8 @@ var SeatbeltProtections = []string{
 	"Network: in allowlist mode only the egress lease's loopback port is reachable (no DNS, no other local port); Unix sockets only inside the writable paths, so ssh-agent, Docker and similar sockets stay outside.",
 	"The Keychain, other credential stores (Internet Accounts, Kerberos), LaunchServices, Apple Events, the pasteboard, background URL sessions, launchd jobs, login items and preference writes are denied.",
 	"Signals and process details only reach the sandbox's own processes; the command lines of other processes cannot be read.",
-	"sandbox-exec is taken only from /usr/bin/sandbox-exec, root-owned and not writable by others, never through PATH; with a terminal the step gets a pseudo-terminal of its own, so it cannot push keystrokes into yours.",
+	"Terminals: the step cannot open /dev/tty or any other terminal (reading your keys or pushing its own); with a terminal it gets a pseudo-terminal of its own that kusaw relays.",
+	"sandbox-exec is taken only from /usr/bin/sandbox-exec, root-owned and not writable by others, never through PATH.",
 }
 
 // SeatbeltNotProtected is what the macOS backend does not protect.
@@ -534,6 +539,7 @@ var SeatbeltNotProtected = []string{
 	"The agent's login token, which is in that step's environment.",
 	"Tools that ignore HTTP(S)_PROXY fail closed in allowlist mode; clients on IPv6 dual-stack sockets may not reach the proxy (Seatbelt's localhost does not match ::ffff:127.0.0.1).",
 	"Tools that ignore TMPDIR fail: /tmp is not writable (Linux gives an empty private /tmp; macOS cannot).",
+	"Programs that open a pseudo-terminal inside the step (script, expect, terminal emulators in tests) fail: every terminal but the step's own is denied.",
 	"Whatever sandbox.allow_read and sandbox.allow_write name.",
 	"sandbox-exec is deprecated by Apple; it still works and Apple's own tools use the same engine.",
 }

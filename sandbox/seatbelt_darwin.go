@@ -58,9 +58,9 @@ type SeatbeltCmd struct {
 // SeatbeltCommand returns the command that runs argv under the plan on
 // macOS. sandbox-exec is taken only from /usr/bin. The step gets a fresh,
 // empty HOME in the attempt's temp folder (removed with it), its own
-// session and process group (without a controlling terminal, or with its
-// own pty), and on ctx's end the group gets SIGTERM, then SIGKILL after
-// GraceDelay.
+// process group (a session too, with its own pty), and on ctx's end the
+// group gets SIGTERM, then SIGKILL after GraceDelay. With a pty, do not
+// add Setpgid to SysProcAttr: a session leader cannot change its group.
 //
 // term: when it is a terminal, the step's stdin, stdout and stderr are a
 // new pseudo-terminal that kusaw relays to term, so whatever the step
@@ -114,9 +114,11 @@ func SeatbeltCommand(ctx context.Context, p *Plan, argv []string, opt SeatbeltOp
 		// (fd 0 in the child): the step never holds kusaw's terminal.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	} else {
-		// A session of its own without a controlling terminal: the step
-		// cannot open kusaw's terminal through /dev/tty and push keys into it.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		// A process group of its own (the engine adds Setpgid too, which a
+		// session leader could not take: so no Setsid here). The profile
+		// denies /dev/tty and every other terminal, so the step cannot
+		// reach kusaw's terminal and push keys into it.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	}
 	cmd.Cancel = func() error {
 		if cmd.Process == nil {
