@@ -122,7 +122,7 @@ func (a *attemptRun) createWorktrees() error {
 	a.save()
 	for i := range a.rec.Worktrees {
 		w := &a.rec.Worktrees[i]
-		repo, err := worktree.OpenRepo(w.RepoPath)
+		repo, err := a.run.openRepo(w.Repo, w.RepoPath)
 		if err != nil {
 			return fmt.Errorf("repo %s: %v", w.Repo, err)
 		}

@@ -119,6 +119,7 @@ type Run struct {
 	events *sink
 	redact *redactor
 	mu     sync.Mutex
+	repos  map[string]*worktree.Repo
 	// refusals are a few egress refusals, for the end of kusaw run.
 	refusals []string
 	refused  *status.Error     // set when a required attempt was refused: sandbox unavailable
@@ -340,7 +341,7 @@ func (e *Engine) createRunBranches(r *Run) error {
 			}
 			seen[name] = true
 			cr := e.F.Repos[name]
-			repo, err := worktree.OpenRepo(cr.Path)
+			repo, err := r.openRepo(name, cr.Path)
 			if err != nil {
 				return fmt.Errorf("repo %s: %v", name, err)
 			}
@@ -359,6 +360,24 @@ func (e *Engine) createRunBranches(r *Run) error {
 	}
 	r.save()
 	return nil
+}
+
+// openRepo opens a repo once per run (a Repo is safe for concurrent use).
+func (r *Run) openRepo(name, path string) (*worktree.Repo, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if repo := r.repos[name]; repo != nil {
+		return repo, nil
+	}
+	repo, err := worktree.OpenRepo(path)
+	if err != nil {
+		return nil, err
+	}
+	if r.repos == nil {
+		r.repos = map[string]*worktree.Repo{}
+	}
+	r.repos[name] = repo
+	return repo, nil
 }
 
 func (r *Run) repo(name string) *RunRepo {

@@ -18,7 +18,7 @@ import (
 	"github.com/kusaw/kusaw/worktree"
 )
 
-func needGit(t *testing.T) {
+func needGit(t testing.TB) {
 	t.Helper()
 	if _, err := exec.LookPath("git"); err != nil {
 		if os.Getenv("CI") == "true" {
@@ -28,7 +28,7 @@ func needGit(t *testing.T) {
 	}
 }
 
-func gitRun(t *testing.T, dir string, args ...string) string {
+func gitRun(t testing.TB, dir string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command("git", args...)
 	cmd.Dir = dir
@@ -40,7 +40,7 @@ func gitRun(t *testing.T, dir string, args ...string) string {
 }
 
 // testFactory writes repos and a factory file into a temp folder and loads it.
-func testFactory(t *testing.T, yaml string, repos ...string) *config.Factory {
+func testFactory(t testing.TB, yaml string, repos ...string) *config.Factory {
 	t.Helper()
 	needGit(t)
 	dir := t.TempDir()

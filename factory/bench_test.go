@@ -1,0 +1,75 @@
+package factory
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/kusaw/kusaw/status"
+)
+
+// The benchmarks compare a no-op 3-step pipeline through the engine with
+// the least git work the same pipeline needs by hand (three worktrees added
+// and removed), measured in the same run: report the ratio of the two.
+//
+//	go test -run '^$' -bench 'Pipeline' -benchtime 20x ./factory/
+
+const noopFactory = `version: 1
+repos:
+  app: {path: ./app}
+pipelines:
+  default: [a, b, c]
+steps:
+  a: {run: ["true"]}
+  b: {run: ["true"]}
+  c: {run: ["true"]}
+`
+
+// BenchmarkPipelineNoop3Steps: kusaw's whole life of three attempts
+// (run branch, worktrees, processes, commits, records, chained events,
+// cleanup). DESIGN §12 target: ≤ 0.5 s end to end.
+func BenchmarkPipelineNoop3Steps(b *testing.B) {
+	f := testFactory(b, noopFactory, "app")
+	e, err := New(f, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		r, err := e.Run(context.Background(), "")
+		if err != nil || r.Record.State != status.RunSucceeded {
+			b.Fatalf("run: %v %+v", err, r.Record)
+		}
+	}
+}
+
+// BenchmarkPipelineGitBaseline: three `git worktree add -b` + `true` +
+// `git worktree remove`, the floor under any worktree-per-attempt engine.
+func BenchmarkPipelineGitBaseline(b *testing.B) {
+	f := testFactory(b, noopFactory, "app")
+	repo := filepath.Join(f.Dir, "app")
+	wt := filepath.Join(f.Dir, "wt")
+	git := func(args ...string) {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = repo
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("git %v: %v %s", args, err, out)
+		}
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for s := 0; s < 3; s++ {
+			git("worktree", "add", "-q", "-b", fmt.Sprintf("bench/%d/%d", i, s), wt, "HEAD")
+			if err := exec.Command("true").Run(); err != nil {
+				b.Fatal(err)
+			}
+			git("worktree", "remove", "--force", wt)
+		}
+	}
+	b.StopTimer()
+	os.RemoveAll(wt)
+}
