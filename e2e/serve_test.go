@@ -48,9 +48,14 @@ func (s *syncBuffer) String() string {
 // startServe starts kusaw serve in dir and waits until its socket answers.
 func startServe(t *testing.T, dir string, args ...string) *serveProc {
 	t.Helper()
+	return startServeEnv(t, dir, nil, args...)
+}
+
+func startServeEnv(t *testing.T, dir string, env []string, args ...string) *serveProc {
+	t.Helper()
 	cmd := exec.Command(kusawBin, append([]string{"serve"}, args...)...)
 	cmd.Dir = dir
-	cmd.Env = testEnv(t, dir)
+	cmd.Env = append(testEnv(t, dir), env...)
 	sp := &serveProc{cmd: cmd, stderr: &syncBuffer{}, dir: dir}
 	cmd.Stderr = sp.stderr
 	if err := cmd.Start(); err != nil {
@@ -327,10 +332,18 @@ func TestServeKill9(t *testing.T) {
 	for _, resume := range []bool{false, true} {
 		t.Run(fmt.Sprintf("resume=%v", resume), func(t *testing.T) {
 			marker := filepath.Join(t.TempDir(), "go-on")
+			// The long step runs in the sandbox with the proxy (a lease per
+			// attempt) where bwrap works; recovery must clean up both.
+			mode, network := "off", "open"
+			if sandboxWorks(t) {
+				mode, network = "required", "allowlist"
+			}
 			yaml := fmt.Sprintf(`version: 1
 repos:
   app:
     path: app
+sandbox:
+  allow_read: [%s]
 serve:
   max_parallel: 2
   resume: %v
@@ -341,11 +354,15 @@ steps:
     run: [sh, -c, "echo one > one.txt"]
   long:
     run: [sh, -c, "echo started; i=0; while [ ! -e %s ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; echo more >> one.txt"]
+    sandbox: {mode: %s, network: %s}
   last:
     run: [sh, -c, "grep -q more one.txt"]
-`, resume, marker)
+`, filepath.Dir(marker), resume, marker, mode, network)
 			dir := factoryDir(t, yaml, "app")
-			sp := startServe(t, dir)
+			// serve's own temp folders (lease sockets of long attempt
+			// paths) go here, to be checked at the end.
+			tmp := t.TempDir()
+			sp := startServeEnv(t, dir, []string{"TMPDIR=" + tmp})
 			ctx := context.Background()
 			var ids []string
 			for i := 0; i < 4; i++ {
@@ -379,7 +396,7 @@ steps:
 			if err := os.WriteFile(marker, nil, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			sp2 := startServe(t, dir)
+			sp2 := startServeEnv(t, dir, []string{"TMPDIR=" + tmp})
 			for _, id := range ids {
 				d := waitDetail(t, sp2.client, id, 60*time.Second)
 				want := status.RunInterrupted
@@ -401,6 +418,9 @@ steps:
 			sp2.stop(t)
 			checkRecordsIntact(t, state)
 			checkNothingLeft(t, dir, state)
+			if left, _ := os.ReadDir(tmp); len(left) > 0 {
+				t.Errorf("serve left temp folders: %v", left)
+			}
 			// Event logs verify up to their last seal (the ones the kill
 			// cut short are continued or left with an unsealed tail).
 			for _, id := range ids {
@@ -477,4 +497,13 @@ func checkNothingLeft(t *testing.T, dir, state string) {
 		}
 		return nil
 	})
+}
+
+// sandboxWorks reports whether kusaw can run a sandboxed command here.
+func sandboxWorks(t *testing.T) bool {
+	t.Helper()
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		return false
+	}
+	return exec.Command(kusawBin, "sandbox", "check").Run() == nil
 }

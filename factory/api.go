@@ -701,6 +701,10 @@ func (s *Server) Serve(ctx context.Context) error {
 		s.log.Error().Err(serveErr).Msg("API listener failed; stopping")
 	}
 	s.stop()
+	// Serve's one engine owns the one egress proxy every attempt leased.
+	if err := s.E.Close(); err != nil {
+		s.log.Warn().Err(err).Msg("closing the egress proxy")
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	for _, hs := range servers {

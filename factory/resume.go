@@ -224,3 +224,22 @@ func (e *Engine) openRunSink(r *Run) *sink {
 	s.log = w
 	return s
 }
+
+// leaseNoteFile names, in an attempt folder, the temp folder of its lease
+// socket when the attempt folder's path was too long for a socket.
+const leaseNoteFile = "lease.path"
+
+// removeLeaseDirs removes what a dead proxy's lease left for an attempt:
+// the lease folder beside it, and the temp folder its note names (only a
+// kusaw-lease-* folder directly in a temp directory).
+func removeLeaseDirs(attemptDir string) {
+	os.RemoveAll(filepath.Join(attemptDir, "lease"))
+	note := filepath.Join(attemptDir, leaseNoteFile)
+	if b, err := os.ReadFile(note); err == nil {
+		p := filepath.Clean(strings.TrimSpace(string(b)))
+		if filepath.IsAbs(p) && strings.HasPrefix(filepath.Base(p), "kusaw-lease-") {
+			os.RemoveAll(p)
+		}
+		os.Remove(note)
+	}
+}

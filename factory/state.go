@@ -251,6 +251,7 @@ func (s *State) interrupt(id string) error {
 		dir := s.AttemptDir(r.ID, a.Step, a.Number)
 		os.RemoveAll(filepath.Join(dir, tmpDir))
 		os.Remove(filepath.Join(dir, worktreesDir)) // empty once its worktrees are gone
+		removeLeaseDirs(dir)
 		if err := writeJSON(filepath.Join(dir, attemptFile), a); err != nil {
 			errs = append(errs, err)
 		}
