@@ -67,7 +67,7 @@ type Input struct {
 	Workdir      string // where the process starts (default: the first writable worktree)
 
 	Home       string   // the real home: hidden
-	FreshHome  bool     // HOME is a fresh, empty folder in TmpDir (macOS: the agent signs in with a token)
+	FreshHome  bool     // HOME is a fresh, empty folder in TmpDir and LoginPaths are not mounted (always on macOS: the agent signs in with a token)
 	LoginPaths []string // agent login folders/files, mounted read-write
 
 	AllowRead   []string
@@ -196,7 +196,10 @@ func BuildPlan(in Input) (*Plan, error) {
 	}
 	b.plan = &Plan{Backend: "bubblewrap"}
 	if runtime.GOOS == "darwin" {
+		// macOS: always a fresh HOME and never the agent's real login
+		// folders (DESIGN §6), whatever the caller passed.
 		b.plan.Backend = "seatbelt"
+		b.in.FreshHome = true
 	}
 	if err := b.build(); err != nil {
 		return nil, err
@@ -373,7 +376,13 @@ func (b *builder) build() error {
 		return refuse("create the attempt's tmp folder first", "tmp folder %s does not exist", tmp)
 	}
 	b.addBind(&b.writes, "bind", tmp, tmp, "the attempt's private temp folder (TMPDIR, XDG_CACHE_HOME, XDG_RUNTIME_DIR)")
+	if b.in.FreshHome && len(in.LoginPaths) > 0 {
+		b.plan.Notes = append(b.plan.Notes, "login folders are not mounted: HOME is fresh and the agent signs in with a token (a step secret)")
+	}
 	for _, p := range in.LoginPaths {
+		if b.in.FreshHome {
+			break
+		}
 		r, err := abs("login path", p)
 		if err != nil {
 			return err
