@@ -942,8 +942,7 @@ func TestSeatbeltOffMacOS(t *testing.T) {
 // a fresh HOME and a lease that is a loopback port, no login folders.
 func TestSeatbeltPlanFromMacInput(t *testing.T) {
 	f := newFixture(t)
-	in := f.input()
-	in.LoginPaths = nil
+	in := f.input() // with the agent's login folders, which a fresh HOME leaves out
 	in.FreshHome = true
 	in.Network = NetworkAllowlist
 	in.Proxy = &Proxy{Port: 41234, Env: []string{"HTTPS_PROXY=http://127.0.0.1:41234"}}
@@ -975,8 +974,11 @@ func TestSeatbeltPlanFromMacInput(t *testing.T) {
 	if !pol.canDial(41234) || pol.canDial(41235) {
 		t.Errorf("the lease's port is not the only one admitted")
 	}
-	if !pol.canWrite(home+"/.claude.json") || pol.canRead(f.home+"/.claude/login.json") {
-		t.Errorf("the fresh HOME is not writable, or the real login folder is readable")
+	if !pol.canWrite(home+"/.claude.json") || pol.canRead(f.home+"/.claude/login.json") || pol.canWrite(f.home+"/.claude.json") {
+		t.Errorf("the fresh HOME is not writable, or the real login folder is reachable")
+	}
+	if !strings.Contains(p.String(), "login folders are not mounted") {
+		t.Errorf("the plan does not say why the login folders are left out:\n%s", p)
 	}
 	// Without a port or a socket, allowlist is refused before any plan.
 	in.Proxy = &Proxy{}
