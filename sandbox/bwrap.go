@@ -147,6 +147,27 @@ func (p *Plan) Prepare() error {
 			f.Close()
 		}
 	}
+	// Missing login-folder settings: created once, never overwritten.
+	for _, c := range p.Precreate {
+		if c.Dir {
+			if err := os.Mkdir(c.Path, 0o755); err != nil && !os.IsExist(err) {
+				return fmt.Errorf("sandbox: creating %s: %w", c.Path, err)
+			}
+			continue
+		}
+		f, err := os.OpenFile(c.Path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if os.IsExist(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("sandbox: creating %s: %w", c.Path, err)
+		}
+		_, err = f.WriteString(c.Content)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("sandbox: writing %s: %w", c.Path, err)
+		}
+	}
 	for _, d := range p.mkdirs {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return fmt.Errorf("sandbox: creating %s: %w", d, err)

@@ -102,6 +102,7 @@ var Protections = []string{
 	"Git control files stay read-only: config, config.worktree, hooks/, info/, packed-refs, modules/, commondir, worktrees/*/gitdir, the linked worktree's .git file. kusaw's own git runs outside.",
 	"Settings that start programs later are read-only even inside a worktree: .claude/settings*.json, .claude/{hooks,commands,agents,skills}/, .cursor/, .mcp.json, .vscode/{tasks,settings}.json, .devcontainer/, .husky/, .codex/ and .gemini/ settings, and the folder core.hooksPath names. A missing one gets an empty read-only stand-in, removed after the step.",
 	"The folders leading to those settings are bound on themselves, so they cannot be moved, removed or replaced; a protected path that is a symlink refuses the attempt; a hard link to a protected file fails (it is another mount).",
+	"In the agent's login folder, the settings that start programs in your next session (Claude Code's settings.json, hooks/, commands/, agents/, skills/; Cursor's mcp.json, hooks.json) are read-only; a missing one is created once as an empty setting.",
 	"The real home, ~/.ssh, ~/.gnupg, ~/.aws and other credential folders, kusaw's secret store and key folders, and the repositories' own checkouts are not visible; only the agent's login folders are mounted into the home.",
 	"No SSH or GPG agent socket and no D-Bus session bus: /tmp and /run are private and empty, and SSH_AUTH_SOCK, GPG_AGENT_INFO and DBUS_SESSION_BUS_ADDRESS are never passed.",
 	"The environment is built, not inherited: a base set (PATH, HOME, USER, LOGNAME, LANG, LC_*, TERM, TZ), the step's own env, the temp variables and, in allowlist mode, the proxy variables.",
@@ -115,7 +116,9 @@ var Protections = []string{
 var NotProtected = []string{
 	"Kernel escapes: this is a shared-kernel sandbox, about as strong as a container.",
 	"The network when network is open: every host, including services on the host's localhost and abstract Unix sockets; the network capability is not_supported then.",
-	"Login tokens an agent CLI must hold itself, and the agent's own login folders, which are mounted read-write for it.",
+	"Login tokens an agent CLI must hold itself, and the rest of the agent's own login folders, which are mounted read-write for it; ~/.claude.json, which Claude Code rewrites all the time, also lists user MCP servers.",
+	"A protected file that a program outside the sandbox replaces or removes during the step (your own agent session rewriting its settings) loses its mount in the running sandbox.",
+	"A repository the step creates inside its worktree is its own: its hooks and config are not protected; check it before running git there.",
 	"Tools that ignore HTTP(S)_PROXY: in allowlist mode they fail closed (sandbox doctor lists the known ones as W1).",
 	"Git objects and the attempt's branch are writable: a step can add objects to the repository (and, since git does not re-hash on read, replace a loose object), and move its own branch.",
 	"The rest of the system is readable (read-only): /etc, /usr, /opt and paths outside the home that the factory does not hide.",

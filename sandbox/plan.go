@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 
@@ -82,6 +83,13 @@ type Input struct {
 	Host          *Host    // nil: DetectHost()
 }
 
+// Precreated is a file or folder Prepare creates when missing.
+type Precreated struct {
+	Path    string `json:"path"`
+	Dir     bool   `json:"dir,omitempty"`
+	Content string `json:"content,omitempty"`
+}
+
 // PathRule is one path decision and why it was made.
 type PathRule struct {
 	Path   string `json:"path"`
@@ -123,8 +131,11 @@ type Plan struct {
 	WrapArgv []string `json:"wrap_argv,omitempty"`
 	// EmptyFile is the read-only empty file bound over missing protected files.
 	EmptyFile string `json:"empty_file,omitempty"`
-	Socket    string `json:"proxy_socket,omitempty"`
-	ProxyPort int    `json:"proxy_port,omitempty"` // macOS: the lease's loopback port
+	// Precreate lists harmless empty settings Prepare creates (and leaves)
+	// in the agent's login folder so they can be mounted read-only.
+	Precreate []Precreated `json:"precreate,omitempty"`
+	Socket    string       `json:"proxy_socket,omitempty"`
+	ProxyPort int          `json:"proxy_port,omitempty"` // macOS: the lease's loopback port
 	// Home and AttemptDir as resolved (for probes and doctor).
 	Home       string `json:"home,omitempty"`
 	AttemptDir string `json:"attempt_dir,omitempty"`
@@ -399,6 +410,11 @@ func (b *builder) build() error {
 		if lp := filepath.Clean(p); lp != r && !b.mounted[lp] {
 			b.addBind(&b.writes, "bind", r, lp, "the agent's login path, at the name the agent uses (it is a link to "+r+")")
 		}
+		if isDir(r) {
+			if err := b.loginSettings(r); err != nil {
+				return err
+			}
+		}
 	}
 	for _, p := range in.AllowWrite {
 		r, err := abs("allow_write entry", p)
@@ -665,6 +681,63 @@ func (b *builder) agentSettings(wt string) error {
 			if !b.mounted[p] {
 				b.addBind(&b.protect, "ro-bind", p, p, why+" ("+rel(wt, p)+")")
 			}
+		}
+	}
+	return nil
+}
+
+// Settings in an agent's login folder that start programs in the user's
+// next session outside: hooks, commands, MCP servers. The folder itself
+// stays writable (the agent keeps its login and sessions there).
+//
+// A missing one is created before the start as a harmless empty setting
+// ("{}" or an empty folder) and left there, instead of a stand-in that is
+// removed afterwards: the login folder is shared by concurrent attempts and
+// by the user's own sessions, and removing a mount point from outside
+// detaches the mount in every sandbox still using it.
+var loginSettings = map[string]struct{ files, dirs []string }{
+	".cursor": {files: []string{"mcp.json", "hooks.json"}},
+	"":        {files: []string{"settings.json"}, dirs: []string{"hooks", "commands", "agents", "skills"}}, // Claude Code (~/.claude or CLAUDE_CONFIG_DIR)
+}
+
+func (b *builder) loginSettings(dir string) error {
+	const why = "agent settings in its login folder that start programs in your next session outside"
+	set, ok := loginSettings[filepath.Base(dir)]
+	if !ok {
+		set = loginSettings[""]
+	}
+	var files []string
+	files = append(files, set.files...)
+	if m, _ := filepath.Glob(filepath.Join(dir, "settings*.json")); len(m) > 0 {
+		for _, f := range m {
+			if !slices.Contains(files, filepath.Base(f)) {
+				files = append(files, filepath.Base(f))
+			}
+		}
+	}
+	protect := func(p, name string, isDir bool) error {
+		fi, err := os.Lstat(p)
+		switch {
+		case err != nil:
+			content := "{}\n"
+			if isDir {
+				content = ""
+			}
+			b.plan.Precreate = append(b.plan.Precreate, Precreated{Path: p, Dir: isDir, Content: content})
+		case fi.Mode()&os.ModeSymlink != 0:
+			return refuse("replace the link with a real file or folder", "%s is a symlink; a protected path cannot be a link, since the link itself could be replaced", p)
+		}
+		b.addBind(&b.protect, "ro-bind", p, p, why+" ("+name+")")
+		return nil
+	}
+	for _, f := range files {
+		if err := protect(filepath.Join(dir, f), f, false); err != nil {
+			return err
+		}
+	}
+	for _, d := range set.dirs {
+		if err := protect(filepath.Join(dir, d), d+"/", true); err != nil {
+			return err
 		}
 	}
 	return nil

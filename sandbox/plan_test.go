@@ -445,3 +445,36 @@ func TestPlanTwoWorktreesOneRepoAndLinkedLogin(t *testing.T) {
 		t.Errorf("a linked login folder must be bound at its target and at its name: %v", w)
 	}
 }
+
+func TestPlanLoginFolderSettings(t *testing.T) {
+	f := newFixture(t)
+	write(t, filepath.Join(f.home, ".claude", "settings.local.json"), "{}")
+	p := mustPlan(t, f.input())
+	ro := rulePaths(p.ReadOnly)
+	for _, x := range []string{"settings.json", "settings.local.json", "hooks", "commands", "agents", "skills"} {
+		if !slices.Contains(ro, filepath.Join(f.home, ".claude", x)) {
+			t.Errorf("~/.claude/%s is not read-only: %v", x, ro)
+		}
+	}
+	var pre []string
+	for _, c := range p.Precreate {
+		pre = append(pre, filepath.Base(c.Path))
+	}
+	if !slices.Equal(pre, []string{"settings.json", "hooks", "commands", "agents", "skills"}) {
+		t.Errorf("precreate: %v", pre)
+	}
+	if err := p.Prepare(); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(f.home, ".claude", "settings.json")); string(b) != "{}\n" || !isDir(filepath.Join(f.home, ".claude", "hooks")) {
+		t.Errorf("prepare did not create the settings stand-ins: %q", b)
+	}
+	// Never overwritten.
+	write(t, filepath.Join(f.home, ".claude", "settings.json"), `{"model":"x"}`)
+	if err := p.Prepare(); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(f.home, ".claude", "settings.json")); string(b) != `{"model":"x"}` {
+		t.Errorf("prepare overwrote the user's settings: %q", b)
+	}
+}
