@@ -309,27 +309,32 @@ func CheckSeatbelt() CheckResult {
 		os.MkdirAll(dir+"/"+d, 0o700)
 	}
 	os.WriteFile(dir+"/wt/.git", []byte("gitdir: x\n"), 0o644)
-	prof, err := plan.Seatbelt(SeatbeltOptions{Ports: []int{9}})
-	if err != nil {
-		return fail("the probe's profile: " + err.Error())
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	run := func(script string) (string, error) {
-		args := append(prof.Args(), "--", "/bin/sh", "-c", script)
-		cmd := exec.CommandContext(ctx, SandboxExecPath, args...)
-		cmd.Env = []string{"PATH=/usr/bin:/bin"}
-		cmd.Dir = dir + "/wt"
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		err := cmd.Run()
-		return strings.TrimSpace(out.String()), err
-	}
-	if out, err := run("echo ok > " + shellQuote(dir+"/wt/written")); err != nil {
-		return fail("sandbox-exec refused kusaw's profile: " + firstLine(out+" "+err.Error()))
-	}
-	if _, err := run("echo x > " + shellQuote(dir+"/wt/.git")); err == nil {
-		return fail("sandbox-exec ran the probe but did not enforce the profile (a denied write succeeded)")
+	// Both network shapes, a terminal and local binding: every rule the
+	// generator can write is compiled once by this macOS.
+	for _, network := range []string{NetworkAllowlist, NetworkOpen} {
+		plan.Network = network
+		prof, err := plan.Seatbelt(SeatbeltOptions{Ports: []int{9}, LocalBind: true, TTY: "/dev/ttys000"})
+		if err != nil {
+			return fail("the probe's profile: " + err.Error())
+		}
+		run := func(script string) (string, error) {
+			args := append(prof.Args(), "--", "/bin/sh", "-c", script)
+			cmd := exec.CommandContext(ctx, SandboxExecPath, args...)
+			cmd.Env = []string{"PATH=/usr/bin:/bin"}
+			cmd.Dir = dir + "/wt"
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			err := cmd.Run()
+			return strings.TrimSpace(out.String()), err
+		}
+		if out, err := run("echo ok > " + shellQuote(dir+"/wt/written")); err != nil {
+			return fail("sandbox-exec refused kusaw's profile (network " + network + "): " + firstLine(out+" "+err.Error()))
+		}
+		if _, err := run("echo x > " + shellQuote(dir+"/wt/.git")); err == nil {
+			return fail("sandbox-exec ran the probe but did not enforce the profile (a denied write succeeded)")
+		}
 	}
 	res.Available = true
 	return res

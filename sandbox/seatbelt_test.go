@@ -869,6 +869,16 @@ func TestSeatbeltProbePlan(t *testing.T) {
 	if !pol.canWrite(dir+"/wt/x") || pol.canWrite(dir+"/wt/.git") || pol.canRead(dir+"/home/.netrc") {
 		t.Errorf("the probe plan's decisions are wrong")
 	}
+	// The open-network shape CheckSeatbelt also compiles.
+	open := seatbeltProbePlan(dir)
+	open.Network = NetworkOpen
+	prof, err = open.Seatbelt(SeatbeltOptions{Ports: []int{9}, LocalBind: true, TTY: "/dev/ttys000"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pol := loadPolicy(t, prof); !pol.canConnectUnix("/private/var/run/mDNSResponder") || !strings.Contains(prof.Text, "path-regex") {
+		t.Errorf("the open-network probe lacks its rules")
+	}
 }
 
 func TestCheckSystemBinary(t *testing.T) {
