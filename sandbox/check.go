@@ -120,7 +120,7 @@ var NotProtected = []string{
 	"A protected file that a program outside the sandbox replaces or removes during the step (your own agent session rewriting its settings) loses its mount in the running sandbox.",
 	"A repository the step creates inside its worktree is its own: its hooks and config are not protected; check it before running git there.",
 	"Tools that ignore HTTP(S)_PROXY: in allowlist mode they fail closed (sandbox doctor lists the known ones as W1).",
-	"Git objects and the attempt's branch are writable: a step can add objects to the repository (and, since git does not re-hash on read, replace a loose object), and move its own branch.",
+	"Git's loose objects and the attempt's branch are writable: a step can add objects to the repository (and, since git does not re-hash on read, replace a loose one; packs and alternates stay read-only), and move its own branch.",
 	"The rest of the system is readable (read-only): /etc, /usr, /opt and paths outside the home that the factory does not hide.",
 	"Whatever sandbox.allow_read and sandbox.allow_write name.",
 	"A process in the sandbox gets SIGKILL, not SIGTERM, when the attempt is canceled or times out.",

@@ -525,7 +525,15 @@ func (b *builder) worktree(w Worktree) error {
 	if !b.mounted[cd] {
 		b.addBind(&b.writes, "ro-bind", cd, cd, fmt.Sprintf("repo %s's git control files (config, hooks/, info/, packed-refs, modules/, worktrees/), read-only", w.Repo))
 		if p := filepath.Join(cd, "objects"); isDir(p) {
-			b.addBind(&b.writes, "bind", p, p, "git objects: a commit writes new objects")
+			b.addBind(&b.writes, "bind", p, p, "git objects: a commit writes new loose objects")
+			// Packs and alternates are never written by a commit: read-only,
+			// so the step cannot swap the packed history or point the
+			// repository at objects of its own.
+			for _, sub := range []string{"pack", "info"} {
+				if q := filepath.Join(p, sub); isDir(q) {
+					b.addBind(&b.writes, "ro-bind", q, q, "git objects/"+sub+"/: existing packs and alternates stay as they are (git gc inside fails)")
+				}
+			}
 		}
 	}
 	// Only the folder holding the attempt's own branch is writable, so the
