@@ -250,13 +250,19 @@ func (p *Plan) Seatbelt(opt SeatbeltOptions) (*SeatbeltProfile, error) {
 	// keys typed into it or push its own. The controlling terminal
 	// (/dev/tty) is denied too unless it is the step's own pty.
 	g.add(";; Terminals: none but the step's own pseudo-terminal.")
-	g.add(`(deny file-read* file-write* file-ioctl (literal "/dev/tty") (regex #"^/dev/ttys[0-9]+$") (regex #"^/dev/pty") (regex #"^/dev/(tty|cu)[.]") (literal "/dev/console"))`)
-	if opt.TTY != "" {
+	// /dev/tty is named once, in the rule that decides it, so no reading of
+	// Seatbelt's rule order (last match, or most specific with deny on a
+	// tie) can turn it around.
+	const terminals = `(regex #"^/dev/ttys[0-9]+$") (regex #"^/dev/pty") (regex #"^/dev/(tty|cu)[.]") (literal "/dev/console")`
+	if opt.TTY == "" {
+		g.add(`(deny file-read* file-write* file-ioctl (literal "/dev/tty") %s)`, terminals)
+	} else {
 		t, err := checkPath(opt.TTY)
 		if err != nil {
 			return nil, err
 		}
-		g.add("(allow file-read* file-write* file-ioctl (literal \"/dev/tty\") %s)", g.filters("literal", t))
+		g.add(`(deny file-read* file-write* file-ioctl %s)`, terminals)
+		g.add(`(allow file-read* file-write* file-ioctl (literal "/dev/tty") %s)`, g.filters("literal", t))
 	}
 	g.add(";; macOS: other programs' temp and cache folders")
 	for _, h := range seatbeltExtraHidden {

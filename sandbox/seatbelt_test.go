@@ -283,9 +283,13 @@ func (pol *sbPolicy) filterMatches(f *sexp, q query) bool {
 	return false
 }
 
-// allowed evaluates q: the last matching rule decides.
+// allowed evaluates q the way Seatbelt is documented to (the last
+// matching rule decides) and, as a guard, the other way it is sometimes
+// described (the most specific matching rule decides, deny on a tie). The
+// profile is written so both readings agree; a disagreement is an error.
 func (pol *sbPolicy) allowed(q query) bool {
-	decision, matched := false, false
+	last, matched := false, false
+	bestSpec, best := -1, false
 	for _, r := range pol.rules {
 		opOK := false
 		for _, o := range r.ops {
@@ -294,18 +298,55 @@ func (pol *sbPolicy) allowed(q query) bool {
 		if !opOK {
 			continue
 		}
-		ok := len(r.filters) == 0
+		ok, spec := len(r.filters) == 0, 0
 		for _, f := range r.filters {
-			ok = ok || pol.filterMatches(f, q)
+			if pol.filterMatches(f, q) {
+				ok = true
+				spec = max(spec, pol.specificity(f, q))
+			}
 		}
-		if ok {
-			decision, matched = r.allow, true
+		if !ok {
+			continue
+		}
+		last, matched = r.allow, true
+		if spec > bestSpec || (spec == bestSpec && !r.allow) {
+			bestSpec, best = spec, r.allow
 		}
 	}
 	if !matched {
 		pol.t.Fatalf("no rule matches %+v (the profile has no default)", q)
 	}
-	return decision
+	if last != best {
+		pol.t.Errorf("the readings of Seatbelt's rule order disagree on %+v: last match %v, most specific %v", q, last, best)
+	}
+	return last
+}
+
+// specificity ranks a matching filter: a literal path over a longer
+// subpath over a shorter one over a regex; a named service or port over a
+// prefix or wildcard.
+func (pol *sbPolicy) specificity(f *sexp, q query) int {
+	const exact = 1 << 20
+	switch f.list[0].atom {
+	case "literal", "path-literal", "global-name":
+		return exact + len(pol.value(f.list[1]))
+	case "subpath", "global-name-prefix":
+		return len(pol.value(f.list[1]))
+	case "regex", "path-regex":
+		return 1
+	case "remote", "local":
+		if f.list[1].atom == "unix-socket" {
+			if len(f.list) == 2 {
+				return 1
+			}
+			return pol.specificity(f.list[2], q)
+		}
+		if strings.HasSuffix(pol.value(f.list[2]), ":*") {
+			return 2
+		}
+		return exact
+	}
+	return 0
 }
 
 func (pol *sbPolicy) canRead(p string) bool {
@@ -1021,4 +1062,48 @@ func TestKillGroup(t *testing.T) {
 		t.Errorf("a process outside the group was ended: %v", err)
 	}
 	KillGroup(nil) // no panic
+}
+
+type recordTB struct {
+	testing.TB
+	errs []string
+}
+
+func (r *recordTB) Errorf(format string, args ...any) {
+	r.errs = append(r.errs, fmt.Sprintf(format, args...))
+}
+
+// TestSBPLEvaluator: the evaluator the other tests trust takes the last
+// matching rule, and reports a profile whose meaning would depend on
+// which reading of the rule order macOS uses.
+func TestSBPLEvaluator(t *testing.T) {
+	prof := &SeatbeltProfile{Text: `(version 1)
+(allow default)
+(deny file-write*)
+(allow file-write* (subpath (param "A")))
+(deny file-write* (subpath (param "B")))
+(allow file-write* (literal (param "C")))
+`, Params: []SeatbeltParam{{"A", "/w"}, {"B", "/w/ro"}, {"C", "/w/ro/ok"}}}
+	pol := loadPolicy(t, prof)
+	for p, want := range map[string]bool{"/w/x": true, "/w/ro/x": false, "/w/ro/ok": true, "/other": false, "/w": true} {
+		if got := pol.canWrite(p); got != want {
+			t.Errorf("write %s: %v, want %v", p, got, want)
+		}
+	}
+	if !pol.canRead("/other") {
+		t.Errorf("allow default does not allow reads")
+	}
+	// A later, less specific allow over an earlier literal deny: macOS's
+	// answer would depend on the reading, which the evaluator reports.
+	ambiguous := &SeatbeltProfile{Text: `(version 1)
+(allow default)
+(deny file-write* (literal (param "A")))
+(allow file-write* (subpath (param "B")))
+`, Params: []SeatbeltParam{{"A", "/w/f"}, {"B", "/w"}}}
+	rec := &recordTB{TB: t}
+	amb := loadPolicy(rec, ambiguous)
+	amb.canWrite("/w/f")
+	if len(rec.errs) == 0 {
+		t.Errorf("an order-dependent profile went unnoticed")
+	}
 }
