@@ -338,10 +338,10 @@ func (c *meteredConn) Close() error {
 	decision, reason, detail := c.decision, c.reason, c.detail
 	c.mu.Unlock()
 	err := c.tcp.Close()
-	c.l.untrack(c)
 	c.l.record(Decision{Time: c.t.start, Kind: c.t.kind, Host: c.t.host, Port: c.t.port, Addrs: c.t.addrStrings(),
 		Decision: decision, Reason: reason, Detail: detail, Rule: c.t.rule,
 		BytesUp: c.up.Load(), BytesDown: c.down.Load(), Duration: time.Since(c.t.start)})
+	c.l.untrack(c)
 	return err
 }
 

@@ -39,16 +39,26 @@ type stubDNS struct {
 
 func newStubDNS(t testing.TB) *stubDNS {
 	t.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	// UDP and TCP on one port; retry when the TCP side of a free UDP
+	// port is taken.
+	var pc net.PacketConn
+	var tl net.Listener
+	for i := 0; ; i++ {
+		var err error
+		pc, err = net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tl, err = net.Listen("tcp", pc.LocalAddr().String())
+		if err == nil {
+			break
+		}
+		pc.Close()
+		if i == 20 {
+			t.Fatal(err)
+		}
 	}
 	s := &stubDNS{addr: pc.LocalAddr().String(), answers: map[string]func() []netip.Addr{}, queries: map[string]int{}}
-	// Go's resolver retries over TCP on truncation; serve TCP on the same port.
-	tl, err := net.Listen("tcp", s.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() { pc.Close(); tl.Close() })
 	go func() {
 		buf := make([]byte, 1500)

@@ -225,13 +225,18 @@ func (l *Lease) track(c io.Closer) bool {
 		return false
 	}
 	l.conns[c] = struct{}{}
+	l.wg.Add(1) // Close waits until the conn is closed and reported
 	return true
 }
 
 func (l *Lease) untrack(c io.Closer) {
 	l.mu.Lock()
+	_, ok := l.conns[c]
 	delete(l.conns, c)
 	l.mu.Unlock()
+	if ok {
+		l.wg.Done()
+	}
 }
 
 // Close stops the lease: its listeners, the hand-over socket, every open
@@ -256,10 +261,14 @@ func (l *Lease) Close() Summary {
 		os.Remove(l.sockPath)
 	}
 	l.srv.Close()
+	// Mark every upstream first: closing a client ends its tunnel, which
+	// reports at once.
 	for _, c := range conns {
 		if mc, ok := c.(*meteredConn); ok {
 			mc.end(Allow, ReasonLeaseClosed, "")
 		}
+	}
+	for _, c := range conns {
 		c.Close()
 	}
 	l.wg.Wait()

@@ -1,0 +1,368 @@
+package egress
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// rawUpstream accepts connections; each reads to EOF, then writes back
+// the number of bytes the reply function asks for, then closes.
+func rawUpstream(t testing.TB, reply func(got int64) int64) (*countingListener, chan int64) {
+	t.Helper()
+	cl := listenCounting(t, "127.0.0.1:0")
+	got := make(chan int64, 1000)
+	go func() {
+		for {
+			c, err := cl.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				n, _ := io.Copy(io.Discard, c)
+				got <- n
+				if m := reply(n); m > 0 {
+					io.CopyN(c, zeros{}, m)
+				}
+			}()
+		}
+	}()
+	return cl, got
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+// sendTunnel opens a tunnel, sends a real ClientHello for host and then
+// n raw bytes, half-closes, and returns what came back.
+func (e *env) sendTunnel(target, host string, n int64) (int64, error) {
+	c, br, resp := e.connect(target, nil)
+	if resp.StatusCode != 200 {
+		return 0, fmt.Errorf("CONNECT: %s", resp.Status)
+	}
+	hello := captureHello(e.t, host)
+	if _, err := c.Write(hello); err != nil {
+		return 0, err
+	}
+	if _, err := io.CopyN(c, zeros{}, n); err != nil {
+		return 0, err
+	}
+	c.(*net.TCPConn).CloseWrite()
+	return io.Copy(io.Discard, br)
+}
+
+func TestExactBytesThroughConnect(t *testing.T) {
+	up, got := rawUpstream(t, func(n int64) int64 { return n * 3 })
+	port := strconv.Itoa(portOf(t, up.Addr().String()))
+	e := newEnv(t, Options{}, LeaseConfig{Allow: rules(t, "allowed.test:"+port), AllowRanges: loopback8})
+	e.dns.set("allowed.test", "127.0.0.1")
+	helloLen := int64(len(captureHello(t, "allowed.test")))
+	sizes := []int64{0, 1, 2, 1000, 4095, 4096, 65535, 65536, 65537, 1<<20 + 3}
+	for i := 0; i < 60; i++ {
+		n := sizes[i%len(sizes)] + int64(i/len(sizes))
+		back, err := e.sendTunnel("allowed.test:"+port, "allowed.test", n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g := <-got; g != helloLen+n {
+			t.Fatalf("round %d: upstream got %d bytes, want %d", i, g, helloLen+n)
+		}
+		if back != (helloLen+n)*3 {
+			t.Fatalf("round %d: client got %d bytes back, want %d", i, back, (helloLen+n)*3)
+		}
+		d := e.rec.wait(t, "tunnel end", func(d Decision) bool { return d.Decision == Allow && d.BytesUp == helloLen+n })
+		if d.BytesDown != (helloLen+n)*3 {
+			t.Fatalf("round %d: decision %+v", i, d)
+		}
+		e.rec.mu.Lock()
+		e.rec.ds = nil
+		e.rec.mu.Unlock()
+	}
+	s := e.l.Close()
+	eventually(t, "wire totals", func() bool { return s.BytesUp == up.bytesIn.Load() && s.BytesDown == up.bytesOut.Load() })
+}
+
+func TestExactBytesThroughPlainHTTP(t *testing.T) {
+	up := plainUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		m, _ := strconv.ParseInt(r.URL.Query().Get("m"), 10, 64)
+		w.Header().Set("X-Got", strconv.FormatInt(n, 10))
+		w.Header().Set("Content-Length", strconv.FormatInt(m, 10))
+		io.CopyN(w, zeros{}, m)
+	}))
+	port := strconv.Itoa(portOf(t, up.Addr().String()))
+	e := newEnv(t, Options{}, LeaseConfig{Allow: rules(t, "allowed.test:"+port), AllowRanges: loopback8})
+	e.dns.set("allowed.test", "127.0.0.1")
+	sizes := []int64{0, 1, 4096, 65537, 1<<20 + 7}
+	for i := 0; i < 40; i++ {
+		n, m := sizes[i%len(sizes)]+int64(i), sizes[(i+2)%len(sizes)]+int64(i)
+		req, _ := http.NewRequest("POST", fmt.Sprintf("http://allowed.test:%s/?m=%d", port, m), io.LimitReader(zeros{}, n))
+		req.ContentLength = n
+		resp, err := e.client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.Header.Get("X-Got") != strconv.FormatInt(n, 10) || body != m {
+			t.Fatalf("round %d: upstream got %s of %d, client got %d of %d", i, resp.Header.Get("X-Got"), n, body, m)
+		}
+	}
+	s := e.l.Close()
+	if s.Hosts[0].Connections != 40 {
+		t.Fatalf("summary %+v", s)
+	}
+	eventually(t, "wire totals", func() bool { return s.BytesUp == up.bytesIn.Load() && s.BytesDown == up.bytesOut.Load() })
+}
+
+func TestPerHostBudget(t *testing.T) {
+	up, got := rawUpstream(t, func(int64) int64 { return 10 })
+	port := strconv.Itoa(portOf(t, up.Addr().String()))
+	helloLen := int64(len(captureHello(t, "allowed.test")))
+	budget := 2*helloLen + 5000
+	e := newEnv(t, Options{}, LeaseConfig{Allow: rules(t, "allowed.test:"+port, "other.test:"+port), AllowRanges: loopback8,
+		Budgets: Budgets{PerHost: budget}, BudgetKey: "steps.test.sandbox.egress.budgets"})
+	e.dns.set("allowed.test", "127.0.0.1")
+	e.dns.set("other.test", "127.0.0.1")
+
+	// Twin: exactly up to the budget passes, whole, with its answer.
+	if back, err := e.sendTunnel("allowed.test:"+port, "allowed.test", 5000); err != nil || back != 10 {
+		t.Fatalf("under budget: %d %v", back, err)
+	}
+	if g := <-got; g != helloLen+5000 {
+		t.Fatalf("upstream got %d", g)
+	}
+	// Attack: one byte more than what is left closes the tunnel; the
+	// upstream never gets more than the budget.
+	back, _ := e.sendTunnel("allowed.test:"+port, "allowed.test", 1)
+	if back != 0 {
+		t.Fatalf("a tunnel over budget got an answer (%d bytes)", back)
+	}
+	if g := <-got; g != helloLen {
+		t.Fatalf("upstream got %d bytes of the crossing tunnel, want %d (the budget)", g, helloLen)
+	}
+	d := e.rec.wait(t, "budget close", func(d Decision) bool { return d.Decision == Close && d.Reason == ReasonBudgetHost })
+	if !strings.Contains(d.Detail, "raise steps.test.sandbox.egress.budgets.per_host") || !d.Blocked() {
+		t.Fatalf("%+v", d)
+	}
+	// New connections to that host are refused before dialing ...
+	accepts := up.accepts.Load()
+	_, _, resp := e.connect("allowed.test:"+port, nil)
+	if resp.StatusCode != 403 || !strings.Contains(resp.Status, "egress budget for allowed.test") {
+		t.Fatalf("%q", resp.Status)
+	}
+	rq, _ := e.client().Get("http://allowed.test:" + port + "/")
+	if rq == nil || rq.StatusCode != 403 {
+		t.Fatalf("plain request after the budget: %v", rq)
+	}
+	if up.accepts.Load() != accepts {
+		t.Fatal("a connection over budget was dialed")
+	}
+	// ... while another host has its own budget.
+	if back, err := e.sendTunnel("other.test:"+port, "other.test", 100); err != nil || back != 10 {
+		t.Fatalf("other host: %d %v", back, err)
+	}
+	<-got
+	s := e.l.Close()
+	for _, h := range s.Hosts {
+		if h.Host == "allowed.test" && (h.BytesUp != budget || h.Refusals != 3) {
+			t.Fatalf("summary %+v", h)
+		}
+	}
+}
+
+func TestTotalBudgetAcrossConcurrentTunnels(t *testing.T) {
+	up, got := rawUpstream(t, func(int64) int64 { return 0 })
+	port := strconv.Itoa(portOf(t, up.Addr().String()))
+	const total = 300000
+	e := newEnv(t, Options{}, LeaseConfig{Allow: rules(t, "*.allowed.test:"+port), AllowRanges: loopback8, Budgets: Budgets{Total: total}})
+	for i := 0; i < 8; i++ {
+		e.dns.set(fmt.Sprintf("h%d.allowed.test", i), "127.0.0.1")
+	}
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e.sendTunnel(fmt.Sprintf("h%d.allowed.test:%s", i, port), fmt.Sprintf("h%d.allowed.test", i), 100000)
+		}()
+	}
+	wg.Wait()
+	var sum int64
+	for i := 0; i < 8; i++ {
+		sum += <-got
+	}
+	if sum > total {
+		t.Fatalf("upstreams got %d bytes, over the total budget %d", sum, total)
+	}
+	if sum < total-8*70000 {
+		t.Fatalf("upstreams got only %d of %d", sum, total)
+	}
+	_, _, resp := e.connect("h0.allowed.test:"+port, nil)
+	if resp.StatusCode != 403 || !strings.Contains(resp.Status, "budget of this attempt") {
+		t.Fatalf("%q", resp.Status)
+	}
+	s := e.l.Close()
+	if s.BytesUp != sum {
+		t.Fatalf("summary says %d bytes up, upstreams got %d", s.BytesUp, sum)
+	}
+}
+
+func TestInject(t *testing.T) {
+	release := make(chan struct{})
+	type seen struct{ path, query, key, auth, host string }
+	saw := make(chan seen, 10)
+	up := tlsUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		saw <- seen{r.URL.Path, r.URL.RawQuery, r.Header.Get("X-Api-Key"), r.Header.Get("Authorization"), r.Host}
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: one\n\n")
+		w.(http.Flusher).Flush()
+		<-release
+		io.WriteString(w, "data: two\n\n")
+	}))
+	port := strconv.Itoa(portOf(t, up.Addr().String()))
+	const key = "sk-real-secret-0123456789"
+	e := newEnv(t, Options{}, LeaseConfig{AllowRanges: loopback8, Inject: []Inject{{
+		Name: "claude-code", Header: "x-api-key", Key: key, Upstream: "https://api.inject.test:" + port + "/gw",
+		BaseURLEnv: "ANTHROPIC_BASE_URL", KeyEnv: "ANTHROPIC_API_KEY",
+	}}})
+	e.dns.set("api.inject.test", "127.0.0.1")
+
+	// The step calls its base URL directly (NO_PROXY covers 127.0.0.1),
+	// with the placeholder key, as a provider SDK would.
+	req, _ := http.NewRequest("POST", e.l.InjectURL("claude-code")+"/v1/messages?beta=true", strings.NewReader(`{"stream":true}`))
+	req.Header.Set("X-Api-Key", Placeholder)
+	req.Header.Set("Authorization", "Bearer "+Placeholder)
+	resp, err := (&http.Client{Transport: &http.Transport{Proxy: nil}}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := <-saw
+	if s.path != "/gw/v1/messages" || s.query != "beta=true" || s.key != key || s.auth != "" || s.host != "api.inject.test:"+port {
+		t.Fatalf("upstream saw %+v", s)
+	}
+	// Server-sent events stream: the first event arrives while the
+	// upstream still holds the response open.
+	br := bufio.NewReader(resp.Body)
+	line, err := br.ReadString('\n')
+	if err != nil || line != "data: one\n" {
+		t.Fatalf("first event %q %v", line, err)
+	}
+	close(release)
+	rest, _ := io.ReadAll(br)
+	resp.Body.Close()
+	if !strings.Contains(string(rest), "data: two") {
+		t.Fatalf("rest %q", rest)
+	}
+	// A client that ignores NO_PROXY sends the same URL through the proxy.
+	req2, _ := http.NewRequest("GET", e.l.InjectURL("claude-code")+"/v1/models", nil)
+	resp2, err := e.client().Do(req2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp2.Body)
+	resp2.Body.Close()
+	if s := <-saw; s.key != key || s.path != "/gw/v1/models" {
+		t.Fatalf("via proxy upstream saw %+v", s)
+	}
+	for _, kv := range e.l.Env() {
+		if strings.Contains(kv, key) {
+			t.Fatalf("the key is in the step's environment: %s", kv)
+		}
+	}
+	sum := e.l.Close()
+	all := fmt.Sprintf("%+v %+v", e.rec.all(), sum)
+	if strings.Contains(all, key) {
+		t.Fatal("the key is in a decision or the summary")
+	}
+	if !strings.Contains(all, "Kind:inject") || !strings.Contains(all, "Host:api.inject.test") {
+		t.Fatalf("no inject decision: %s", all)
+	}
+}
+
+func TestInjectGuardAndBadConfig(t *testing.T) {
+	// Without allow_ranges the inject upstream's loopback answer is refused.
+	e := newEnv(t, Options{}, LeaseConfig{Inject: []Inject{{Name: "p", Header: "x-api-key", Key: "k", Host: "api.inject.test"}}})
+	e.dns.set("api.inject.test", "127.0.0.1")
+	resp, err := http.Get(e.l.InjectURL("p") + "/v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := readBody(t, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 403 || !strings.Contains(body, "resolves to 127.0.0.1, a loopback address") {
+		t.Fatalf("%s %q", resp.Status, body)
+	}
+	if resp, _ := http.Get("http://" + e.l.ListenAddr() + "/_kusaw/inject/nope/v1"); resp == nil || resp.StatusCode != 404 {
+		t.Fatal("unknown inject name not refused")
+	}
+	p, _ := NewProxy(Options{})
+	for _, in := range []Inject{
+		{Name: "p", Header: "x-api-key", Key: "", Host: "api.example.com"},
+		{Name: "P Q", Header: "x-api-key", Key: "k", Host: "api.example.com"},
+		{Name: "p", Header: "", Key: "k", Host: "api.example.com"},
+		{Name: "p", Header: "x-api-key", Key: "k", Upstream: "http://api.example.com"},
+		{Name: "p", Header: "x-api-key", Key: "k", Upstream: "https://10.0.0.1"},
+		{Name: "p", Header: "x-api-key", Key: "k\r\nX: y", Host: "api.example.com"},
+	} {
+		if _, err := p.Lease(LeaseConfig{ID: "x", Listen: "127.0.0.1:0", Inject: []Inject{in}}); err == nil {
+			t.Errorf("lease with %+v accepted", in)
+		} else if strings.Contains(err.Error(), "k\r\n") {
+			t.Errorf("error shows the key: %v", err)
+		}
+	}
+}
+
+func TestLeaseCloseEndsOpenTunnels(t *testing.T) {
+	up := listenCounting(t, "127.0.0.1:0")
+	go func() {
+		for {
+			c, err := up.Accept()
+			if err != nil {
+				return
+			}
+			go io.Copy(io.Discard, c)
+		}
+	}()
+	port := strconv.Itoa(portOf(t, up.Addr().String()))
+	e := newEnv(t, Options{}, LeaseConfig{Allow: rules(t, "allowed.test:"+port), AllowRanges: loopback8})
+	e.dns.set("allowed.test", "127.0.0.1")
+	c, br, resp := e.connect("allowed.test:"+port, nil)
+	if resp.StatusCode != 200 {
+		t.Fatal(resp.Status)
+	}
+	c.Write(captureHello(t, "allowed.test"))
+	c.Write(bytes.Repeat([]byte("x"), 1000))
+	eventually(t, "bytes upstream", func() bool { return up.bytesIn.Load() > 1000 })
+	s := e.l.Close()
+	if s.Decisions != 1 || s.Hosts[0].Connections != 1 || s.BytesUp != up.bytesIn.Load() {
+		t.Fatalf("summary %+v", s)
+	}
+	d := e.rec.wait(t, "lease closed", func(d Decision) bool { return d.Reason == ReasonLeaseClosed })
+	if d.Decision != Allow {
+		t.Fatalf("%+v", d)
+	}
+	if _, err := br.ReadByte(); err == nil {
+		t.Fatal("the tunnel is still open after Close")
+	}
+	if _, err := net.Dial("tcp", e.l.ListenAddr()); err == nil {
+		t.Fatal("the lease still listens after Close")
+	}
+	if s2 := e.l.Close(); s2.Decisions != s.Decisions {
+		t.Fatal("a second Close changed the summary")
+	}
+}
