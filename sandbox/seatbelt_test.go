@@ -1107,3 +1107,42 @@ func TestSBPLEvaluator(t *testing.T) {
 		t.Errorf("an order-dependent profile went unnoticed")
 	}
 }
+
+// FuzzSeatbeltPath: whatever a folder is called, the profile's text is the
+// same and the decisions at the renamed paths are the same; a NUL is refused.
+func FuzzSeatbeltPath(f *testing.F) {
+	for _, n := range nasty {
+		f.Add(n)
+	}
+	f.Add("a\x00b")
+	base := agentPlan(NetworkAllowlist)
+	opt := SeatbeltOptions{Ports: []int{49152}}
+	want, err := base.Seatbelt(opt)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, piece string) {
+		if piece == "" || piece == "." || piece == ".." || strings.Contains(piece, "/") {
+			t.Skip("not a single folder name")
+		}
+		got, err := renamePlan(base, piece).Seatbelt(opt)
+		if strings.Contains(piece, "\x00") {
+			if err == nil {
+				t.Fatalf("a NUL in a path was accepted")
+			}
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Text != want.Text {
+			t.Fatalf("the text changed for %q", piece)
+		}
+		pol := loadPolicy(t, got)
+		home := "/Users/" + piece
+		if !pol.canWrite(home+"/code/.kusaw/runs/r1/steps/build/1/worktrees/app/x") || pol.canRead(home+"/.ssh/id_ed25519") ||
+			pol.canWrite(home+"/code/app/.git/config") {
+			t.Fatalf("decisions changed for %q", piece)
+		}
+	})
+}
