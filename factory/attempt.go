@@ -35,11 +35,18 @@ type attemptRun struct {
 	wts    map[string]*worktree.Worktree
 	repos  map[string]*worktree.Repo
 
+	mu         sync.Mutex
 	egressOnce sync.Once
 	egress     *egressObserver
 }
 
-func (a *attemptRun) save() { _ = writeJSON(filepath.Join(a.dir, attemptFile), a.rec) }
+// save writes attempt.json atomically. Process goroutines change their
+// own entries under mu.
+func (a *attemptRun) save() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_ = writeJSON(filepath.Join(a.dir, attemptFile), a.rec)
+}
 
 // fail ends the attempt with an outcome and a reason before or after its
 // process.
@@ -89,7 +96,6 @@ func (e *Engine) attempt(ctx context.Context, r *Run, s *config.Step, n int) *At
 		}
 	}
 	a.events = e.openSink(filepath.Join(dir, eventsFile), r.ID(), s.ID, n, r.redact)
-	a.save()
 	a.events.Emit(EvAttemptStarted, map[string]any{"attempt": n, "of": s.Attempts, "kind": s.Kind(), "mode": a.rec.Mode, "mode_origin": a.rec.ModeOrigin, "network": a.rec.Network})
 
 	if err := a.createWorktrees(); err != nil {
@@ -132,7 +138,6 @@ func (a *attemptRun) createWorktrees() error {
 		}
 		a.repos[w.Repo], a.wts[w.Repo] = repo, wt
 		w.GitDir, w.BaseSHA, w.Path = wt.GitDir, wt.BaseSHA, wt.Path
-		a.save()
 		a.events.Emit(EvWorktreeCreated, map[string]any{"repo": w.Repo, "path": w.Path, "branch": w.Branch, "base": w.BaseSHA})
 	}
 	return nil
@@ -217,7 +222,6 @@ func (a *attemptRun) runProcesses(ctx context.Context, procs [][]string) {
 		}
 		cmds[i] = p
 	}
-	a.save()
 	var wg sync.WaitGroup
 	for i, p := range cmds {
 		wg.Add(1)
@@ -404,7 +408,9 @@ func (a *attemptRun) execute(ctx context.Context, i int, p *preparedProc) procRe
 		}()
 	}
 	started := func(pid int) {
+		a.mu.Lock()
 		pr.PID = pid
+		a.mu.Unlock()
 		a.save()
 		a.events.Emit(EvProcessStarted, map[string]any{"pid": pid, "argv": pr.Argv, "dir": pr.Dir, "repos": pr.Repos})
 	}
@@ -412,6 +418,7 @@ func (a *attemptRun) execute(ctx context.Context, i int, p *preparedProc) procRe
 	if p.lease != nil && res.startErr == nil && !p.lease.HandedOver() {
 		res.bridgeFailed = true
 	}
+	a.mu.Lock()
 	if pw != nil {
 		pw.Close()
 		res.parsed = <-parsed
@@ -422,6 +429,7 @@ func (a *attemptRun) execute(ctx context.Context, i int, p *preparedProc) procRe
 		pr.Exit = &x
 	}
 	pr.Signal = res.signal
+	a.mu.Unlock()
 	data := map[string]any{"exit_code": res.exit, "duration_ms": res.dur.Milliseconds()}
 	if res.signal != "" {
 		data["signal"] = res.signal
@@ -612,7 +620,6 @@ func (a *attemptRun) commit() {
 		rr.HeadSHA = w.HeadSHA
 		a.events.Emit(EvBranchAdvanced, map[string]any{"repo": w.Repo, "branch": rr.Branch, "sha": w.HeadSHA})
 	}
-	a.run.save()
 }
 
 // finish removes the worktrees (their branches stay) and tmp/, writes the

@@ -249,7 +249,6 @@ func (e *Engine) Execute(ctx context.Context, r *Run) {
 	rec.State = status.RunRunning
 	rec.Started = ptrTime(time.Now().UTC())
 	r.events = e.openRunSink(r)
-	r.save()
 	started := map[string]any{"pipeline": rec.Pipeline, "steps": stepIDs(r.steps), "factory": e.F.Path}
 	r.resumeStarted(started)
 	r.events.Emit(EvRunStarted, started)
@@ -259,6 +258,8 @@ func (e *Engine) Execute(ctx context.Context, r *Run) {
 			r.end(status.RunFailed, status.ReasonWorktreeFailed, err.Error())
 			return
 		}
+	} else {
+		r.save()
 	}
 	for i, s := range r.steps {
 		if r.resume.skip(i) {
@@ -270,7 +271,6 @@ func (e *Engine) Execute(ctx context.Context, r *Run) {
 		}
 		sr := &rec.Steps[i]
 		sr.Started = ptrTime(time.Now().UTC())
-		r.save()
 		r.events.Emit(EvStepStarted, map[string]any{"step": s.ID, "attempts": s.Attempts})
 		var last *AttemptRecord
 		base := r.resume.attemptBase(s.ID)
