@@ -169,13 +169,26 @@ func (g *sbGen) filterList(kind, wrap string, paths ...string) []string {
 // Plan paths made on the Mac are resolved already; the base paths
 // (/tmp, /run) are not.
 func macVariants(p string) []string {
+	out := []string{p}
 	for _, l := range []string{"/tmp", "/var", "/etc"} {
 		if p == l || strings.HasPrefix(p, l+"/") {
-			return []string{p, "/private" + p}
+			out = append(out, "/private"+p)
 		}
 	}
-	return []string{p}
+	for _, v := range kernelSpelling(p) {
+		if !slices.Contains(out, v) {
+			out = append(out, v)
+		}
+	}
+	return out
 }
+
+// kernelSpelling returns how the kernel spells p when that differs from p:
+// on macOS's case-insensitive file systems `~/Code/App` may be `~/code/app`
+// on disk, and Seatbelt matches the kernel's spelling. Nothing elsewhere
+// (seatbelt_darwin.go asks the kernel). The number of filters may grow;
+// the text still holds no path.
+var kernelSpelling = func(p string) []string { return nil }
 
 // checkPath refuses what cannot be a parameter value: a relative path or
 // one with a NUL byte (an exec argument cannot carry it, and it would cut

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -215,6 +216,39 @@ func (c *SeatbeltCmd) closePTY() {
 			f.Close()
 		}
 	}
+}
+
+func init() { kernelSpelling = darwinSpelling }
+
+// darwinSpelling asks the kernel (fcntl F_GETPATH) for the path of the
+// longest existing prefix of p and puts the rest back on.
+func darwinSpelling(p string) []string {
+	rest := ""
+	cur := p
+	for cur != "/" {
+		if _, err := os.Lstat(cur); err == nil {
+			break
+		}
+		rest = "/" + filepath.Base(cur) + rest
+		cur = filepath.Dir(cur)
+	}
+	if cur == "/" {
+		return nil
+	}
+	fd, err := unix.Open(cur, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil
+	}
+	defer unix.Close(fd)
+	buf := make([]byte, unix.PathMax)
+	if _, _, e := unix.Syscall(unix.SYS_FCNTL, uintptr(fd), uintptr(unix.F_GETPATH), uintptr(unsafe.Pointer(&buf[0]))); e != 0 {
+		return nil
+	}
+	k := string(buf[:max(0, bytes.IndexByte(buf, 0))])
+	if k == "" || k+rest == p {
+		return nil
+	}
+	return []string{k + rest}
 }
 
 func isTerminal(f *os.File) bool {

@@ -1146,3 +1146,33 @@ func FuzzSeatbeltPath(f *testing.F) {
 		}
 	})
 }
+
+// TestSeatbeltKernelSpelling: when the kernel spells a path differently
+// (a case-insensitive disk), each rule covers both spellings, so a hidden
+// home typed as /Users/Dev is hidden at /Users/dev too.
+func TestSeatbeltKernelSpelling(t *testing.T) {
+	old := kernelSpelling
+	defer func() { kernelSpelling = old }()
+	kernelSpelling = func(p string) []string {
+		if strings.HasPrefix(p, "/Users/Dev") {
+			return []string{"/Users/dev" + p[len("/Users/Dev"):]}
+		}
+		return nil
+	}
+	plan := renamePlan(agentPlan(NetworkAllowlist), "Dev")
+	prof, err := plan.Seatbelt(SeatbeltOptions{Ports: []int{49152}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(prof.Text, "/Users") {
+		t.Fatalf("a path reached the text")
+	}
+	pol := loadPolicy(t, prof)
+	for _, home := range []string{"/Users/Dev", "/Users/dev"} {
+		if pol.canRead(home+"/.ssh/id_ed25519") || pol.canWrite(home+"/code/app/.git/config") ||
+			!pol.canWrite(home+"/code/.kusaw/runs/r1/steps/build/1/worktrees/app/x") ||
+			pol.canUnlink(home+"/code/.kusaw/runs/r1/steps/build/1/worktrees/app/.claude") {
+			t.Errorf("decisions at the spelling %s are wrong", home)
+		}
+	}
+}
