@@ -174,6 +174,11 @@ func macVariants(p string) []string {
 		if p == l || strings.HasPrefix(p, l+"/") {
 			out = append(out, "/private"+p)
 		}
+		// The other way too: a Unix socket's address is the path the
+		// client wrote, which may be the short spelling.
+		if pl := "/private" + l; p == pl || strings.HasPrefix(p, pl+"/") {
+			out = append(out, strings.TrimPrefix(p, "/private"))
+		}
 	}
 	for _, v := range kernelSpelling(p) {
 		if !slices.Contains(out, v) {
@@ -460,7 +465,7 @@ func (g *sbGen) network(mode string, ports []int, localBind bool) {
 		g.add(";; the DNS resolver's socket stays, or open network could not resolve names.")
 		g.add(`(deny network-outbound (remote unix-socket (path-regex #"^/")))`)
 		g.add(`(deny network-bind (local unix-socket (path-regex #"^/")))`)
-		g.add(`(allow network-outbound (remote unix-socket (path-literal "/private/var/run/mDNSResponder")))`)
+		g.add(`(allow network-outbound (remote unix-socket (path-literal "/private/var/run/mDNSResponder")) (remote unix-socket (path-literal "/var/run/mDNSResponder")))`)
 	default:
 		g.add("(deny network*)")
 		if mode == NetworkAllowlist {

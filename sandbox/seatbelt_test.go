@@ -608,6 +608,8 @@ func TestSeatbeltDecisions(t *testing.T) {
 		{"connect to ssh-agent", pol.canConnectUnix("/private/tmp/com.apple.launchd.x/Listeners"), false},
 		{"connect to Docker", pol.canConnectUnix("/private/var/run/docker.sock"), false},
 		{"resolve names through mDNSResponder (no DNS in allowlist)", pol.canConnectUnix("/private/var/run/mDNSResponder"), false},
+		{"the same by the short spelling", pol.canConnectUnix("/var/run/mDNSResponder"), false},
+		{"read other apps' temp folders by the short spelling", pol.canRead("/var/folders/xy/abc/T/x"), false},
 		// services
 		{"the Keychain", pol.canLookup("com.apple.SecurityServer"), false},
 		{"the Keychain's XPC service", pol.canLookup("com.apple.securityd.xpc"), false},
@@ -638,6 +640,7 @@ func TestSeatbeltNetworkModes(t *testing.T) {
 		"open: any host":                        {pol.canDialHost("*:443"), true},
 		"open: a local port":                    {pol.canDial(5432), true},
 		"open: DNS through mDNSResponder":       {pol.canConnectUnix("/private/var/run/mDNSResponder"), true},
+		"open: DNS by the short spelling":       {pol.canConnectUnix("/var/run/mDNSResponder"), true},
 		"open: Docker's socket":                 {pol.canConnectUnix("/private/var/run/docker.sock"), false},
 		"open: a socket in allow_write":         {pol.canConnectUnix("/Volumes/cache/npm/s.sock"), true},
 		"open: own terminal":                    {pol.canWrite("/dev/ttys004") && pol.canRead("/dev/ttys004"), true},
