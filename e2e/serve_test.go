@@ -53,7 +53,8 @@ func startServe(t *testing.T, dir string, args ...string) *serveProc {
 
 func startServeEnv(t *testing.T, dir string, env []string, args ...string) *serveProc {
 	t.Helper()
-	cmd := exec.Command(kusawBin, append([]string{"serve"}, args...)...)
+	// A short stop grace keeps the tests' shutdowns quick.
+	cmd := exec.Command(kusawBin, append([]string{"serve", "--grace=2s"}, args...)...)
 	cmd.Dir = dir
 	cmd.Env = append(testEnv(t, dir), env...)
 	sp := &serveProc{cmd: cmd, stderr: &syncBuffer{}, dir: dir}
@@ -506,4 +507,68 @@ func sandboxWorks(t *testing.T) bool {
 		return false
 	}
 	return exec.Command(kusawBin, "sandbox", "check").Run() == nil
+}
+
+func TestServiceStatusAndInstall(t *testing.T) {
+	dir := factoryDir(t, serveFactoryYAML, "app")
+	res := runKusaw(t, dir, "service", "status")
+	if res.code != 6 || !strings.Contains(res.stdout, "serve:     not running") || !strings.Contains(res.stdout, "kusaw serve") {
+		t.Fatalf("status without serve: %d\n%s%s", res.code, res.stdout, res.stderr)
+	}
+	sp := startServe(t, dir, "--max-parallel", "5")
+	if _, err := sp.client.Submit(context.Background(), "slow", nil); err != nil {
+		t.Fatal(err)
+	}
+	res = runKusaw(t, dir, "service", "status", "--json")
+	var st struct {
+		Serve struct {
+			Running     bool   `json:"running"`
+			Socket      string `json:"socket"`
+			PID         int    `json:"pid"`
+			MaxParallel int    `json:"max_parallel"`
+			Queued      int    `json:"queued"`
+			Running2    int    `json:"running_runs"`
+		} `json:"serve"`
+		Sandbox struct {
+			Available bool   `json:"available"`
+			Reason    string `json:"reason"`
+			Fix       string `json:"fix"`
+		} `json:"sandbox"`
+	}
+	if err := json.Unmarshal([]byte(res.stdout), &st); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, res.stdout)
+	}
+	want := 0
+	if !st.Sandbox.Available {
+		want = 4
+		if st.Sandbox.Reason == "" || st.Sandbox.Fix == "" {
+			t.Fatalf("an unavailable backend without reason or fix: %s", res.stdout)
+		}
+	}
+	if res.code != want || !st.Serve.Running || st.Serve.PID != sp.cmd.Process.Pid || st.Serve.MaxParallel != 5 ||
+		st.Serve.Socket != filepath.Join(dir, ".kusaw", "serve.sock") || st.Serve.Queued+st.Serve.Running2 != 1 {
+		t.Fatalf("status with serve: exit %d (want %d)\n%s", res.code, want, res.stdout)
+	}
+	home := t.TempDir()
+	env := []string{"HOME=" + home, "XDG_CONFIG_HOME=" + filepath.Join(home, "cfg")}
+	res = runKusawEnv(t, dir, env, "service", "install")
+	if res.code != 0 {
+		t.Fatalf("service install: %d %s %s", res.code, res.stdout, res.stderr)
+	}
+	units, _ := filepath.Glob(filepath.Join(home, "cfg", "systemd", "user", "kusaw-*.service"))
+	if len(units) != 1 {
+		t.Fatalf("unit files: %v\n%s", units, res.stdout)
+	}
+	unit := readFile(t, units[0])
+	if !strings.Contains(unit, "ExecStart="+kusawBin+" serve -f "+filepath.Join(dir, "factory.yaml")) || !strings.Contains(res.stdout, unit) ||
+		!strings.Contains(res.stdout, "systemctl --user enable --now "+filepath.Base(units[0])) {
+		t.Fatalf("unit:\n%s\noutput:\n%s", unit, res.stdout)
+	}
+	res = runKusawEnv(t, dir, env, "service", "uninstall")
+	if _, err := os.Stat(units[0]); res.code != 0 || !errors.Is(err, os.ErrNotExist) || !strings.Contains(res.stdout, "removed "+units[0]) {
+		t.Fatalf("service uninstall: %d %s %v", res.code, res.stdout, err)
+	}
+	if res = runKusawEnv(t, dir, env, "service", "uninstall"); res.code != 5 {
+		t.Fatalf("second uninstall: %d %s", res.code, res.stderr)
+	}
 }

@@ -524,7 +524,7 @@ func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) {
 	for {
 		for _, ev := range t.poll() {
 			b, _ := json.Marshal(ev)
-			fmt.Fprintf(w, "id: %s/%d/%d\nevent: %s\ndata: %s\n\n", ev.Step, ev.Attempt, ev.Seq, ev.Type, b)
+			writeSSE(w, ev, b)
 			lastWrite = time.Now()
 			if ev.Type == EvRunFinished && ev.Step == "" {
 				sawEnd = true
@@ -540,7 +540,7 @@ func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) {
 				time.Sleep(100 * time.Millisecond)
 				for _, ev := range t.poll() {
 					b, _ := json.Marshal(ev)
-					fmt.Fprintf(w, "id: %s/%d/%d\nevent: %s\ndata: %s\n\n", ev.Step, ev.Attempt, ev.Seq, ev.Type, b)
+					writeSSE(w, ev, b)
 				}
 			}
 			fmt.Fprintf(w, "event: end\ndata: {\"state\":%q}\n\n", stateOf(cur))
@@ -725,4 +725,11 @@ func (s *Server) ServeAddr() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.opts.Listen
+}
+
+// writeSSE writes one event as an unnamed server-sent event (its type is
+// in the data), so an EventSource's onmessage sees every type; only the
+// stream's last message is named: "end".
+func writeSSE(w io.Writer, ev Event, b []byte) {
+	fmt.Fprintf(w, "id: %s/%d/%d\ndata: %s\n\n", ev.Step, ev.Attempt, ev.Seq, b)
 }

@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kusaw/kusaw/factory"
+	"github.com/kusaw/kusaw/sandbox"
+	"github.com/kusaw/kusaw/status"
+)
+
+func init() { addCommand(newServiceCmd) }
+
+func newServiceCmd(a *app) *cobra.Command {
+	c := &cobra.Command{Use: "service", Short: "is kusaw serve running; install or remove it as a user service"}
+	c.AddCommand(newServiceStatusCmd(a), newServiceInstallCmd(a, true), newServiceInstallCmd(a, false))
+	return c
+}
+
+// serviceStatus is kusaw service status --json.
+type serviceStatus struct {
+	Serve struct {
+		Running     bool   `json:"running"`
+		Socket      string `json:"socket"`
+		PID         int    `json:"pid,omitempty"`
+		Listen      string `json:"listen,omitempty"`
+		Queued      int    `json:"queued"`
+		RunningRuns int    `json:"running_runs"`
+		MaxParallel int    `json:"max_parallel,omitempty"`
+		Error       string `json:"error,omitempty"`
+	} `json:"serve"`
+	Sandbox sandbox.CheckResult `json:"sandbox"`
+}
+
+func newServiceStatusCmd(a *app) *cobra.Command {
+	var jsonOut bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "is kusaw serve running (socket, queue) and can this machine run the sandbox backend",
+		Long: `Exit status: 0 serve is running and the sandbox backend is available;
+6 serve is not running; 4 serve is running but the sandbox backend is not
+available (the reason and fix are printed).`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, args []string) error {
+			f, err := a.loadFactory()
+			if err != nil {
+				return err
+			}
+			var st serviceStatus
+			st.Serve.Socket = filepath.Join(f.StateDir, factory.SocketFile)
+			if os.Getenv("KUSAW_NO_SERVE") != "1" {
+				cl, derr := factory.DialServe(f.StateDir)
+				if derr == nil {
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					h, herr := cl.Health(ctx)
+					cancel()
+					if herr == nil {
+						st.Serve.Running, st.Serve.PID, st.Serve.Queued, st.Serve.RunningRuns, st.Serve.MaxParallel = true, h.PID, h.Queued, h.Running, h.MaxParallel
+						var info factory.ServeInfo
+						if b, err := os.ReadFile(filepath.Join(f.StateDir, factory.ServeInfoFile)); err == nil && json.Unmarshal(b, &info) == nil {
+							st.Serve.Listen = info.Listen
+						}
+					} else {
+						derr = herr
+					}
+				}
+				if derr != nil && !errors.Is(derr, factory.ErrServeDown) {
+					st.Serve.Error = derr.Error()
+				}
+			}
+			st.Sandbox = sandboxCheck()
+			if jsonOut {
+				b, _ := json.MarshalIndent(st, "", "  ")
+				fmt.Fprintf(a.stdout, "%s\n", b)
+			} else {
+				w := a.stdout
+				if st.Serve.Running {
+					fmt.Fprintf(w, "serve:     running (pid %d)\n", st.Serve.PID)
+					fmt.Fprintf(w, "socket:    %s\n", st.Serve.Socket)
+					if st.Serve.Listen != "" {
+						fmt.Fprintf(w, "listen:    %s (bearer token: %s in the secret store)\n", st.Serve.Listen, factory.TokenSecretKey)
+					}
+					fmt.Fprintf(w, "queue:     %d queued, %d running, at most %d at once\n", st.Serve.Queued, st.Serve.RunningRuns, st.Serve.MaxParallel)
+				} else {
+					fmt.Fprintf(w, "serve:     not running (no answer on %s)\n", st.Serve.Socket)
+					if st.Serve.Error != "" {
+						fmt.Fprintf(w, "error:     %s\n", st.Serve.Error)
+					}
+					fmt.Fprintf(w, "fix:       start it: kusaw serve (or install it: kusaw service install)\n")
+				}
+				fmt.Fprintf(w, "backend:   %s", orNone(st.Sandbox.Backend))
+				if st.Sandbox.Available {
+					fmt.Fprintf(w, " available\n")
+				} else {
+					fmt.Fprintf(w, " NOT available\nreason:    %s: %s\nfix:       %s\n", st.Sandbox.Reason, st.Sandbox.Msg, st.Sandbox.Fix)
+				}
+			}
+			switch {
+			case !st.Serve.Running:
+				return silentExit(status.ExitServeUnavailable)
+			case !st.Sandbox.Available:
+				return silentExit(status.ExitSandboxUnavailable)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&jsonOut, "json", false, "print the status as JSON")
+	return cmd
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+func newServiceInstallCmd(a *app, install bool) *cobra.Command {
+	use, short := "install", "write a user service that runs kusaw serve for this factory (systemd user unit on Linux, launchd agent on macOS) and print it"
+	if !install {
+		use, short = "uninstall", "remove the user service kusaw service install wrote"
+	}
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		Long: short + `.
+The file is written, not started: the commands that start (or stop) it are
+printed. The service runs the kusaw binary at its current path with -f and
+the factory file's absolute path.`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, args []string) error {
+			f, err := a.loadFactory()
+			if err != nil {
+				return err
+			}
+			exe, err := os.Executable()
+			if err == nil {
+				exe, err = filepath.EvalSymlinks(exe)
+			}
+			if err != nil {
+				return exitf(status.ExitInternal, "cannot find the kusaw binary: %v", err)
+			}
+			home, err := os.UserHomeDir()
+			if err != nil {
+				return exitf(status.ExitInternal, "cannot find the home folder: %v (set HOME)", err)
+			}
+			fp, _ := filepath.Abs(f.Path)
+			u, err := factory.NewServiceUnit(runtime.GOOS, exe, fp, f.StateDir, home, os.Getenv("XDG_CONFIG_HOME"))
+			if err != nil {
+				return exitf(status.ExitUsage, "%v", err)
+			}
+			if !install {
+				if err := os.Remove(u.Path); errors.Is(err, os.ErrNotExist) {
+					return exitf(status.ExitNotFound, "no %s service for this factory at %s", u.Kind, u.Path)
+				} else if err != nil {
+					return exitf(status.ExitInternal, "%v", err)
+				}
+				fmt.Fprintf(a.stdout, "removed %s\nif it is running, stop it first or now:\n", u.Path)
+				for _, c := range u.Disable {
+					fmt.Fprintf(a.stdout, "  %s\n", c)
+				}
+				return nil
+			}
+			if err := u.Write(); err != nil {
+				return exitf(status.ExitInternal, "cannot write %s: %v", u.Path, err)
+			}
+			fmt.Fprintf(a.stdout, "wrote %s (%s %s):\n\n%s\nstart it with:\n", u.Path, u.Kind, u.Name, u.Content)
+			for _, c := range u.Enable {
+				fmt.Fprintf(a.stdout, "  %s\n", c)
+			}
+			return nil
+		},
+	}
+}

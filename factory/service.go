@@ -1,0 +1,108 @@
+package factory
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+)
+
+// ServiceUnit is a user service that runs kusaw serve for one factory: a
+// systemd user unit on Linux, a launchd agent on macOS.
+type ServiceUnit struct {
+	Kind    string   // "systemd" or "launchd"
+	Name    string   // unit name or launchd label
+	Path    string   // the file to write
+	Content string   // its text
+	Enable  []string // commands that start it (printed, not run)
+	Disable []string // commands that stop it before removal
+}
+
+var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
+
+// NewServiceUnit builds the service of the factory at factoryPath (both
+// paths absolute) for goos, under home (and XDG_CONFIG_HOME on Linux).
+func NewServiceUnit(goos, kusaw, factoryPath, stateDir, home, xdgConfig string) (*ServiceUnit, error) {
+	if !filepath.IsAbs(kusaw) || !filepath.IsAbs(factoryPath) {
+		return nil, fmt.Errorf("service paths must be absolute: %q, %q", kusaw, factoryPath)
+	}
+	sum := sha256.Sum256([]byte(factoryPath))
+	base := unsafeName.ReplaceAllString(filepath.Base(filepath.Dir(factoryPath)), "-")
+	id := strings.Trim(base, "-.") + "-" + hex.EncodeToString(sum[:4])
+	dir := filepath.Dir(factoryPath)
+	switch goos {
+	case "linux":
+		if xdgConfig == "" {
+			xdgConfig = filepath.Join(home, ".config")
+		}
+		name := "kusaw-" + id + ".service"
+		content := fmt.Sprintf(`# Written by kusaw service install: kusaw serve for %s
+[Unit]
+Description=kusaw serve (%s)
+
+[Service]
+Type=simple
+WorkingDirectory=%s
+ExecStart=%s serve -f %s
+KillSignal=SIGTERM
+# serve gives running attempts 30s, then interrupts them (SIGTERM, SIGKILL
+# after the kill grace) and records them: give it time before SIGKILL.
+TimeoutStopSec=60
+Restart=on-failure
+RestartSec=2
+
+[Install]
+WantedBy=default.target
+`, factoryPath, factoryPath, strings.ReplaceAll(dir, "%", "%%"), systemdQuote(kusaw), systemdQuote(factoryPath))
+		return &ServiceUnit{Kind: "systemd", Name: name, Path: filepath.Join(xdgConfig, "systemd", "user", name), Content: content,
+			Enable:  []string{"systemctl --user daemon-reload", "systemctl --user enable --now " + name},
+			Disable: []string{"systemctl --user disable --now " + name, "systemctl --user daemon-reload"}}, nil
+	case "darwin":
+		label := "dev.kusaw.serve." + id
+		content := fmt.Sprintf(`<?xml version="1.0" encoding="UTF-8"?>
+<!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN" "http://www.apple.com/DTDs/PropertyList-1.0.dtd">
+<!-- Written by kusaw service install: kusaw serve for %s -->
+<plist version="1.0">
+<dict>
+  <key>Label</key><string>%s</string>
+  <key>ProgramArguments</key>
+  <array><string>%s</string><string>serve</string><string>-f</string><string>%s</string></array>
+  <key>WorkingDirectory</key><string>%s</string>
+  <key>RunAtLoad</key><true/>
+  <key>KeepAlive</key><dict><key>SuccessfulExit</key><false/></dict>
+  <key>ExitTimeOut</key><integer>60</integer>
+  <key>StandardErrorPath</key><string>%s</string>
+</dict>
+</plist>
+`, xmlText(factoryPath), label, xmlText(kusaw), xmlText(factoryPath), xmlText(dir), xmlText(filepath.Join(stateDir, "serve.log")))
+		p := filepath.Join(home, "Library", "LaunchAgents", label+".plist")
+		return &ServiceUnit{Kind: "launchd", Name: label, Path: p, Content: content,
+			Enable:  []string{"launchctl bootstrap gui/$(id -u) " + p},
+			Disable: []string{"launchctl bootout gui/$(id -u)/" + label}}, nil
+	}
+	return nil, fmt.Errorf("kusaw service install supports Linux (systemd) and macOS (launchd), not %s; run kusaw serve under your own supervisor", goos)
+}
+
+// systemdQuote quotes a path for a unit file's command line.
+func systemdQuote(s string) string {
+	if !strings.ContainsAny(s, " \t\"'\\%$") {
+		return s
+	}
+	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, `%`, `%%`, `$`, `$$`)
+	return `"` + r.Replace(s) + `"`
+}
+
+func xmlText(s string) string {
+	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
+}
+
+// Write writes the unit (0644) and its folder.
+func (u *ServiceUnit) Write() error {
+	if err := os.MkdirAll(filepath.Dir(u.Path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(u.Path, []byte(u.Content), 0o644)
+}

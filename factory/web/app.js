@@ -1,0 +1,234 @@
+// kusaw serve's web page: the list of runs, and a run's page with its
+// steps and attempts as a timeline, live events and egress per host. It
+// reads the same HTTP API as the CLI; every text goes in with textContent.
+"use strict";
+
+const app = document.getElementById("app");
+let stopPage = () => {};
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v;
+    else if (k === "text") e.textContent = v;
+    else if (k === "onclick") e.addEventListener("click", v);
+    else e.setAttribute(k, v);
+  }
+  for (const c of children) {
+    if (c === null || c === undefined) continue;
+    e.append(typeof c === "string" ? document.createTextNode(c) : c);
+  }
+  return e;
+}
+
+async function api(path, opts) {
+  const o = Object.assign({ headers: {} }, opts || {});
+  o.headers["X-Kusaw"] = "1";
+  const r = await fetch(path, o);
+  const body = await r.json().catch(() => ({}));
+  if (!r.ok) {
+    const e = body.error || {};
+    throw new Error((e.code || r.status) + ": " + (e.message || r.statusText));
+  }
+  return body;
+}
+
+function badge(state) {
+  const s = state || "pending";
+  return el("span", { class: "badge s-" + s, text: s });
+}
+
+function fmtDur(ms) {
+  if (ms === null || ms === undefined || isNaN(ms)) return "-";
+  if (ms < 1000) return Math.round(ms) + "ms";
+  if (ms < 60000) return (ms / 1000).toFixed(1) + "s";
+  const m = Math.floor(ms / 60000), s = Math.round((ms % 60000) / 1000);
+  return m + "m" + String(s).padStart(2, "0") + "s";
+}
+
+function fmtBytes(n) {
+  if (!n) return "0 B";
+  const u = ["B", "KiB", "MiB", "GiB"];
+  let i = 0;
+  while (n >= 1024 && i < u.length - 1) { n /= 1024; i++; }
+  return (i ? n.toFixed(1) : n) + " " + u[i];
+}
+
+function runDuration(r) {
+  if (!r.started) return null;
+  const end = r.finished ? Date.parse(r.finished) : Date.now();
+  return end - Date.parse(r.started);
+}
+
+function setPage(page, state) {
+  document.body.dataset.page = page;
+  if (state) document.body.dataset.state = state; else delete document.body.dataset.state;
+}
+
+async function health() {
+  try {
+    const h = await api("/v1/health");
+    document.getElementById("serve-info").textContent =
+      `serve pid ${h.pid} · ${h.running} running · ${h.queued} queued · at most ${h.max_parallel} at once`;
+  } catch (e) { /* the page works without it */ }
+}
+
+// ---- the list of runs ----
+
+async function showRuns() {
+  setPage("runs");
+  let timer = null;
+  const render = async () => {
+    let data;
+    try { data = await api("/v1/runs"); } catch (e) { app.replaceChildren(el("p", { class: "reason", text: String(e) })); return; }
+    const rows = data.runs.map(r => {
+      const passed = r.steps.filter(s => s.outcome === "passed").length;
+      return el("tr", {},
+        el("td", { class: "mono" }, el("a", { href: "#/runs/" + encodeURIComponent(r.id), text: r.id })),
+        el("td", { text: r.pipeline }),
+        el("td", {}, badge(r.state)),
+        el("td", { text: r.started ? new Date(r.started).toLocaleString() : "-" }),
+        el("td", { class: "num", text: fmtDur(runDuration(r)) }),
+        el("td", { class: "num", text: passed + "/" + r.steps.length }),
+        el("td", { class: "mono", text: r.reason || "" }));
+    });
+    app.replaceChildren(
+      el("h1", { text: "Runs" }),
+      rows.length ? el("table", { id: "runs" },
+        el("thead", {}, el("tr", {}, ...["run", "pipeline", "state", "started", "duration", "steps", "reason"].map(h => el("th", { text: h })))),
+        el("tbody", {}, ...rows))
+        : el("p", { class: "muted", text: "No runs yet. Start one with: kusaw run" }));
+    health();
+  };
+  await render();
+  timer = setInterval(render, 2000);
+  stopPage = () => clearInterval(timer);
+}
+
+// ---- a run ----
+
+function timeline(run, attempts) {
+  const t0 = Date.parse(run.started || run.created);
+  let t1 = run.finished ? Date.parse(run.finished) : Date.now();
+  for (const a of attempts) t1 = Math.max(t1, a.finished ? Date.parse(a.finished) : Date.now());
+  const span = Math.max(t1 - t0, 1);
+  const rows = run.steps.map(s => {
+    const track = el("div", { class: "tl-track" });
+    for (const a of attempts.filter(a => a.step === s.id)) {
+      const start = Date.parse(a.started), end = a.finished ? Date.parse(a.finished) : Date.now();
+      const outcome = a.outcome || "running";
+      const bar = el("div", { class: "tl-bar s-" + outcome, title: `${s.id} attempt ${a.attempt}: ${outcome} in ${fmtDur(end - start)}${a.reason ? " (" + a.reason + ")" : ""}`,
+        text: `#${a.attempt} ${outcome} ${fmtDur(end - start)}` });
+      bar.style.left = ((start - t0) / span * 100).toFixed(2) + "%";
+      bar.style.width = Math.max((end - start) / span * 100, 0.5).toFixed(2) + "%";
+      track.append(bar);
+    }
+    return el("div", { class: "tl-row" }, el("div", { class: "tl-label", text: s.id }), track);
+  });
+  const ticks = [0, 0.25, 0.5, 0.75, 1].map(f => el("span", { text: fmtDur(span * f) }));
+  return el("div", { class: "timeline", id: "timeline" }, ...rows, el("div", { class: "tl-axis" }, ...ticks));
+}
+
+function attemptsTable(attempts) {
+  const rows = attempts.map(a => el("tr", {},
+    el("td", { text: a.step }),
+    el("td", { class: "num", text: a.attempt + "/" + a.of }),
+    el("td", {}, badge(a.outcome || "running")),
+    el("td", { class: "mono", text: a.reason || "" }),
+    el("td", { text: (a.message || "") + (a.fix ? " — fix: " + a.fix : "") }),
+    el("td", { text: a.mode + (a.network ? " / " + a.network : "") }),
+    el("td", { class: "num", text: a.exit_code === undefined || a.exit_code === null ? "-" : String(a.exit_code) }),
+    el("td", { class: "num", text: fmtDur((a.finished ? Date.parse(a.finished) : Date.now()) - Date.parse(a.started)) })));
+  return el("table", { id: "attempts" },
+    el("thead", {}, el("tr", {}, ...["step", "attempt", "outcome", "reason", "message", "sandbox", "exit", "duration"].map(h => el("th", { text: h })))),
+    el("tbody", {}, ...rows));
+}
+
+function egressChart(a, rep) {
+  const max = Math.max(1, ...rep.hosts.map(h => h.bytes_up + h.bytes_down + 1));
+  const maxRef = Math.max(1, ...rep.hosts.map(h => h.refusals));
+  const cells = [];
+  for (const h of rep.hosts) {
+    const up = el("div", { class: "bar-up" }), down = el("div", { class: "bar-down" }), ref = el("div", { class: "bar-ref" });
+    up.style.width = (h.bytes_up / max * 100).toFixed(2) + "%";
+    down.style.width = (h.bytes_down / max * 100).toFixed(2) + "%";
+    ref.style.width = (h.refusals ? Math.max(h.refusals / maxRef * 20, 2) : 0).toFixed(2) + "%";
+    cells.push(el("div", { class: "host mono", text: h.host, title: h.host }),
+      el("div", { class: "bar-wrap" }, up, down, ref),
+      el("div", { class: "muted", text: `${h.connections} allowed · ${h.refusals} refused · ${fmtBytes(h.bytes_up + h.bytes_down)}` }));
+  }
+  return el("div", { class: "egress" },
+    el("h2", { text: `Egress of ${a.step} attempt ${a.attempt}` }),
+    el("div", { class: "chart" }, ...cells),
+    el("div", { class: "legend" }, el("span", {}, el("i", { class: "bar-up" }), "bytes up"), el("span", {}, el("i", { class: "bar-down" }), "bytes down"), el("span", {}, el("i", { class: "bar-ref" }), "refusals")));
+}
+
+async function showRun(id) {
+  setPage("run");
+  let es = null, timer = null, pending = false, ended = false;
+  const evBox = el("div", { class: "events", id: "events" });
+  const top = el("div", {}), tl = el("div", {}), table = el("div", {}), egress = el("div", { id: "egress" });
+  const eventsShown = new Set();
+  app.replaceChildren(top, el("h2", { text: "Timeline" }), tl, el("h2", { text: "Attempts" }), table, egress, el("h2", { text: "Events (live)" }), evBox);
+
+  const render = async () => {
+    pending = false;
+    let d;
+    try { d = await api("/v1/runs/" + encodeURIComponent(id)); } catch (e) { top.replaceChildren(el("p", { class: "reason", text: String(e) })); setPage("run", "error"); return; }
+    const r = d.run;
+    top.replaceChildren(...[
+      el("p", {}, el("a", { href: "#/", text: "← runs" })),
+      el("h1", { class: "mono", text: "run " + r.id }),
+      el("div", { class: "summary" }, badge(r.state), el("span", { text: "pipeline " + r.pipeline }),
+        el("span", { text: "duration " + fmtDur(runDuration(r)) }),
+        el("span", { class: "muted", text: r.repos.map(x => `${x.name}: ${x.branch}`).join(" · ") }),
+        (r.state === "running" || r.state === "queued") ? el("button", { id: "cancel", onclick: async () => { try { await api("/v1/runs/" + encodeURIComponent(r.id) + "/cancel", { method: "POST" }); } catch (e) { alert(e); } } }, "Cancel") : null),
+      r.reason ? el("div", { class: "reason" }, el("b", { class: "mono", text: r.reason + ": " }), r.message || "", r.fix ? el("div", { class: "muted", text: "fix: " + r.fix }) : null) : null].filter(Boolean));
+    tl.replaceChildren(timeline(r, d.attempts));
+    table.replaceChildren(attemptsTable(d.attempts));
+    const charts = [];
+    for (const a of d.attempts.filter(a => a.finished && a.network === "allowlist")) {
+      try {
+        const rep = await api(`/v1/runs/${encodeURIComponent(r.id)}/attempts/${encodeURIComponent(a.step)}/${a.attempt}/egress`);
+        if (rep.hosts.length) charts.push(egressChart(a, rep));
+      } catch (e) { /* no egress for this attempt */ }
+    }
+    egress.replaceChildren(...charts);
+    health();
+    // The state goes on the body last, once everything above is drawn:
+    // a test waiting for a final state sees the whole page.
+    setPage("run", r.state);
+  };
+  const soon = () => { if (!pending) { pending = true; setTimeout(render, 150); } };
+
+  await render();
+  es = new EventSource("/v1/runs/" + encodeURIComponent(id) + "/events");
+  const onEvent = (m) => {
+    if (eventsShown.has(m.lastEventId)) return;
+    eventsShown.add(m.lastEventId);
+    let ev;
+    try { ev = JSON.parse(m.data); } catch (e) { return; }
+    const where = ev.step ? `${ev.step}#${ev.attempt}` : "run";
+    const data = ev.data ? JSON.stringify(ev.data) : "";
+    const line = el("div", {}, new Date(ev.ts).toLocaleTimeString() + " ", el("span", { class: "ev-type", text: ev.type }), ` ${where} ${data.length > 160 ? data.slice(0, 160) + "…" : data}`);
+    const stick = evBox.scrollTop + evBox.clientHeight >= evBox.scrollHeight - 4;
+    evBox.append(line);
+    if (stick) evBox.scrollTop = evBox.scrollHeight;
+    soon();
+  };
+  es.onmessage = onEvent;
+  es.addEventListener("end", () => { ended = true; es.close(); render(); });
+  timer = setInterval(() => { if (!ended) render(); }, 3000);
+  stopPage = () => { if (es) es.close(); clearInterval(timer); };
+}
+
+function route() {
+  stopPage();
+  stopPage = () => {};
+  const m = location.hash.match(/^#\/runs\/([^/]+)$/);
+  if (m) showRun(decodeURIComponent(m[1]));
+  else showRuns();
+}
+
+window.addEventListener("hashchange", route);
+route();
