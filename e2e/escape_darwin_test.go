@@ -312,7 +312,21 @@ func hostWorks(argv ...string) func(*testing.T, *macFixture) string {
 
 const wtRel = "$ROOT/state/runs/r1/steps/build/1/worktrees/app"
 
-func macCases(s *macSuite) []macCase {
+// macGoCache is a Go build cache kept between runs (per user), so the go
+// build twin does not rebuild the standard library each time.
+func macGoCache(t *testing.T) string {
+	d := filepath.Join(os.TempDir(), fmt.Sprintf("kusaw-seatbelt-test-gocache-%d", os.Geteuid()))
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r, err := filepath.EvalSymlinks(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func macCases(t0 *testing.T, s *macSuite) []macCase {
 	netNone := func(in *sandbox.Input) { in.Network = sandbox.NetworkNone }
 	allowlist := func(in *sandbox.Input) {
 		in.Network = sandbox.NetworkAllowlist
@@ -490,7 +504,8 @@ func macCases(s *macSuite) []macCase {
 		{name: "write the Go caches in the home; go build with caches in TMPDIR",
 			attack: `refused mkdir -p $HOME_/go/pkg/mod; refused mkdir -p $HOME_/Library/Caches/go-build; exit 42`,
 			twin: `mkdir -p $WT/hello && cd $WT/hello && printf 'module hello\n\ngo 1.21\n' > go.mod && printf 'package main\n\nfunc main() { println("hi") }\n' > main.go && ` +
-				`GOCACHE=$TMP/gocache GOPATH=$TMP/gopath GOTOOLCHAIN=local GOFLAGS=-mod=mod go build -o $TMP/hello . && $TMP/hello`,
+				`GOCACHE=$GOCACHE_DIR GOPATH=$TMP/gopath GOTOOLCHAIN=local GOFLAGS=-mod=mod go build -o $TMP/hello . && $TMP/hello`,
+			edit: func(in *sandbox.Input) { in.AllowWrite = append(in.AllowWrite, macGoCache(t0)) },
 			before: func(t *testing.T, f *macFixture) string {
 				if _, err := exec.LookPath("go"); err != nil {
 					return "go is not on PATH"
@@ -614,7 +629,8 @@ func TestEscapeSeatbelt(t *testing.T) {
 		"AGENTSOCK": agent, "HOSTTCP": host.Addr().String(), "LEASE": lease.Addr().String(),
 		"MARKER": marker, "MARKERPID": strconv.Itoa(victim.Process.Pid),
 	}
-	cases := macCases(s)
+	s.vars["GOCACHE_DIR"] = macGoCache(t)
+	cases := macCases(t, s)
 	if len(cases) < 40 {
 		t.Fatalf("the macOS escape suite has %d cases; it must mirror the Linux suite", len(cases))
 	}
