@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -95,17 +96,19 @@ func newRunCmd(a *app) *cobra.Command {
 // progress shows a run as it goes: a redrawn status line on a terminal,
 // one line per notable event otherwise, or every event as JSON.
 type progress struct {
-	w       io.Writer
-	json    bool
-	tty     bool
-	mu      sync.Mutex
-	step    string
-	attempt int
-	of      int
-	started time.Time
-	latest  string
-	drawn   bool
-	done    chan struct{}
+	w        io.Writer
+	json     bool
+	tty      bool
+	mu       sync.Mutex
+	pipeline string
+	step     string
+	attempt  int
+	of       int
+	started  time.Time // the run's start
+	astart   time.Time // the attempt's start
+	latest   string
+	drawn    bool
+	done     chan struct{}
 }
 
 func newProgress(w io.Writer, jsonOut bool) *progress {
@@ -157,9 +160,14 @@ func (p *progress) redraw() {
 	if !p.tty || p.step == "" {
 		return
 	}
-	line := fmt.Sprintf("%s  attempt %d/%d  %s  %s", p.step, p.attempt, p.of, fmtDur(time.Since(p.started).Truncate(100*time.Millisecond)), p.latest)
-	if len(line) > 110 {
-		line = line[:110]
+	line := fmt.Sprintf("%s › %s  attempt %d/%d  %s (run %s)  %s", p.pipeline, p.step, p.attempt, p.of,
+		fmtDur(time.Since(p.astart).Truncate(100*time.Millisecond)), fmtDur(time.Since(p.started).Truncate(100*time.Millisecond)), p.latest)
+	width := 100
+	if c, err := strconv.Atoi(os.Getenv("COLUMNS")); err == nil && c > 20 {
+		width = c - 1
+	}
+	if r := []rune(line); len(r) > width {
+		line = string(r[:width])
 	}
 	fmt.Fprintf(p.w, "\r\033[K%s", line)
 	p.drawn = true
@@ -174,13 +182,15 @@ func (p *progress) event(ev factory.Event) {
 		return
 	}
 	switch ev.Type {
+	case factory.EvRunStarted:
+		p.pipeline = fmt.Sprint(ev.Data["pipeline"])
 	case factory.EvAttemptStarted:
-		p.step, p.attempt = ev.Step, ev.Attempt
+		p.step, p.attempt, p.astart = ev.Step, ev.Attempt, time.Now()
 		if of, ok := ev.Data["of"].(int); ok {
 			p.of = of
 		}
 	}
-	p.latest = ev.Type + summary(ev.Data)
+	p.latest = ev.Type + latestDetail(ev)
 	line := ""
 	switch ev.Type {
 	case factory.EvRunStarted:
@@ -210,6 +220,21 @@ func (p *progress) event(ev factory.Event) {
 	} else {
 		fmt.Fprintf(p.w, "%s %s\n", ev.TS.Local().Format("15:04:05"), line)
 	}
+}
+
+// latestDetail is the part of an event worth a glance on the status line.
+func latestDetail(ev factory.Event) string {
+	keys := map[string][]string{
+		factory.EvWorktreeCreated: {"repo"}, factory.EvProcessStarted: {"pid"}, factory.EvProcessExited: {"exit_code", "signal"},
+		"provider.tool": {"tool", "name"}, factory.EvEgressBlocked: {"host", "port"}, factory.EvCommitted: {"repo", "changed"},
+	}[ev.Type]
+	var b strings.Builder
+	for _, k := range keys {
+		if v, ok := ev.Data[k]; ok {
+			fmt.Fprintf(&b, " %s=%v", k, v)
+		}
+	}
+	return b.String()
 }
 
 func msDur(v any) string {
