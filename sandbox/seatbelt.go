@@ -511,7 +511,15 @@ func seatbeltHome(p *Plan) (string, error) {
 	if tmp == "" || !filepath.IsAbs(tmp) {
 		return "", refuse("build the plan with the attempt's tmp folder", "the plan has no absolute TMPDIR to put the fresh HOME in")
 	}
-	return filepath.Join(tmp, "home"), nil
+	// The folder is emptied before each start: it must be the attempt's
+	// own temp folder, one the plan makes writable, never anything else.
+	tmp = filepath.Clean(tmp)
+	for _, m := range p.Mounts {
+		if m.Op == "bind" && filepath.Clean(m.Dst) == tmp && tmp != "/" {
+			return filepath.Join(tmp, "home"), nil
+		}
+	}
+	return "", refuse("build the plan with BuildPlan", "TMPDIR %s is not a writable folder of the plan; the fresh HOME goes only in the attempt's temp folder", tmp)
 }
 
 // seatbeltEnv is the plan's environment with HOME replaced by the fresh

@@ -894,6 +894,11 @@ func TestSeatbeltEnvAndHome(t *testing.T) {
 	if _, err := seatbeltHome(noTmp); err == nil {
 		t.Errorf("a plan without TMPDIR got a home")
 	}
+	stray := agentPlan(NetworkOpen)
+	stray.Env = []string{"TMPDIR=/Users/dev"} // not a writable folder of the plan: never emptied
+	if _, err := seatbeltHome(stray); err == nil {
+		t.Errorf("a TMPDIR outside the plan's writable folders got a home")
+	}
 }
 
 func TestSeatbeltProbePlan(t *testing.T) {
