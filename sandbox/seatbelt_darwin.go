@@ -315,6 +315,12 @@ func makeRaw(f *os.File) (func(), error) {
 // writes, and enforces it (a write the profile denies fails).
 func CheckSeatbelt() CheckResult {
 	res := CheckResult{Backend: "seatbelt", Path: SandboxExecPath}
+	if v, err := unix.Sysctl("kern.osproductversion"); err == nil {
+		res.Version = "macOS " + v
+		if major, _, _ := strings.Cut(v, "."); len(major) < 2 || major < "14" {
+			res.Notes = append(res.Notes, "kusaw's macOS backend is meant for macOS 14 and later; this is "+v)
+		}
+	}
 	if _, err := os.Lstat(SandboxExecPath); err != nil {
 		res.Reason, res.Msg, res.Fix = status.ReasonSandboxUnavailable, SandboxExecPath+" is missing",
 			"sandbox-exec ships with macOS 14 and later; update macOS or set the step's sandbox to off"
