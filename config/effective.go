@@ -103,7 +103,9 @@ func (f *Factory) Allowlist(s *Step, providerHosts []string) []AllowedHost {
 			addEntry(e.Pattern, "step:"+s.ID, e.Path)
 		}
 	}
-	if f.Sandbox.Egress.ProviderHosts && s.Kind() == KindAgent {
+	// Provider is set only for agent steps by the loader; kusaw sandbox exec
+	// keeps it on the command it runs in an agent step's place.
+	if f.Sandbox.Egress.ProviderHosts && s.Provider != "" {
 		for _, h := range providerHosts {
 			if p, err := ParseHostPattern(h); err == nil {
 				addEntry(p, "provider:"+s.Provider, "")
@@ -116,7 +118,7 @@ func (f *Factory) Allowlist(s *Step, providerHosts []string) []AllowedHost {
 // AllowPolicyKey names the key a user changes to allow a host for a step,
 // for the proxy's refusal line.
 func AllowPolicyKey(stepID string) string {
-	if stepID == "" {
+	if stepID == "" || stepID[0] == '_' { // kusaw's own steps (sandbox exec)
 		return "sandbox.egress.allow"
 	}
 	return "steps." + stepID + ".sandbox.egress.allow"

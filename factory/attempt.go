@@ -394,12 +394,20 @@ func (a *attemptRun) execute(ctx context.Context, i int, p *preparedProc) procRe
 		defer p.cleanup()
 	}
 	var stdout io.Writer = outf
+	var stderr io.Writer = errf
+	// kusaw sandbox exec streams the process's output to the terminal too.
+	if a.run.tee.stdout != nil {
+		stdout = io.MultiWriter(outf, a.run.tee.stdout)
+	}
+	if a.run.tee.stderr != nil {
+		stderr = io.MultiWriter(errf, a.run.tee.stderr)
+	}
 	var parsed chan procParse
 	var pw *io.PipeWriter
 	if p.parse != nil {
 		var pipeR *io.PipeReader
 		pipeR, pw = io.Pipe()
-		stdout = io.MultiWriter(outf, pw)
+		stdout = io.MultiWriter(stdout, pw)
 		parsed = make(chan procParse, 1)
 		go func() {
 			res := p.parse(pipeR)
@@ -414,7 +422,7 @@ func (a *attemptRun) execute(ctx context.Context, i int, p *preparedProc) procRe
 		a.save()
 		a.events.Emit(EvProcessStarted, map[string]any{"pid": pid, "argv": pr.Argv, "dir": pr.Dir, "repos": pr.Repos})
 	}
-	res := a.e.runProcess(ctx, a.e.opts.KillGrace, p.cmd, stdout, errf, started, a.run.redact)
+	res := a.e.runProcess(ctx, a.e.opts.KillGrace, p.cmd, stdout, stderr, started, a.run.redact)
 	if p.lease != nil && res.startErr == nil && !p.lease.HandedOver() {
 		res.bridgeFailed = true
 	}

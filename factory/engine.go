@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -122,9 +123,11 @@ type Run struct {
 	repos  map[string]*worktree.Repo
 	// refusals are a few egress refusals, for the end of kusaw run.
 	refusals []string
-	refused  *status.Error     // set when a required attempt was refused: sandbox unavailable
-	resume   *resumePoint      // set by Engine.Resume: where a re-queued run continues
-	params   map[string]string // serve's submitted parameters: KUSAW_PARAM_<NAME> in each step
+	refused  *status.Error // set when a required attempt was refused: sandbox unavailable
+	// tee also receives the processes' output (kusaw sandbox exec).
+	tee    struct{ stdout, stderr io.Writer }
+	resume *resumePoint      // set by Engine.Resume: where a re-queued run continues
+	params map[string]string // serve's submitted parameters: KUSAW_PARAM_<NAME> in each step
 	// interrupted is set by Interrupt (serve shutting down): the canceled
 	// run and attempt are recorded interrupted, not canceled.
 	interrupted atomic.Bool
@@ -187,6 +190,12 @@ func (e *Engine) Prepare(pipeline string) (*Run, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnknownPipeline, err)
 	}
+	return e.prepareSteps(name, steps)
+}
+
+// prepareSteps creates a queued run of the given steps, recorded under the
+// pipeline name given (kusaw sandbox exec uses a step of its own).
+func (e *Engine) prepareSteps(name string, steps []*config.Step) (*Run, error) {
 	var id, dir string
 	for i := 0; ; i++ {
 		id = NewRunID(time.Now())

@@ -1,0 +1,113 @@
+package e2e
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// kusaw sandbox exec: a step's sandbox on demand, with the command's own
+// exit status, its output streamed, and a record like any attempt.
+func TestSandboxExecStep(t *testing.T) {
+	need(t, "bwrap")
+	dir := factoryDir(t, `version: 1
+repos:
+  app: {path: app}
+pipelines:
+  default: [build]
+steps:
+  build:
+    run: [true]
+    env: {GREETING: hello}
+  loose:
+    run: [true]
+    sandbox: "off"
+`, "app")
+	home := t.TempDir()
+	os.WriteFile(filepath.Join(home, "secret.txt"), []byte("x"), 0o600)
+
+	r := runKusaw(t, dir, "sandbox", "exec", "--step", "build", "--",
+		"sh", "-c", `echo "$GREETING from $KUSAW_STEP"; pwd; touch "$KUSAW_WORKTREE_APP/new.txt" && echo wrote; touch "$0/escape" 2>/dev/null || echo refused; exit 5`, dir)
+	if r.code != 5 {
+		t.Fatalf("want the command's exit status 5, got %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	for _, want := range []string{"hello from build", "/worktrees/app", "wrote", "refused"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "escape")); err == nil {
+		t.Fatal("the command wrote outside its worktree")
+	}
+	id := onlyRun(t, dir)
+	rec := readFile(t, filepath.Join(dir, ".kusaw", "runs", id, "steps", "build", "1", "attempt.json"))
+	for _, want := range []string{`"mode": "required"`, `"sandbox_plan"`, `"exit_code": 5`} {
+		if !strings.Contains(rec, want) {
+			t.Errorf("attempt.json lacks %s", want)
+		}
+	}
+	if out := readFile(t, filepath.Join(dir, ".kusaw", "runs", id, "steps", "build", "1", "stdout.log")); !strings.Contains(out, "hello from build") {
+		t.Errorf("stdout.log lacks the output: %q", out)
+	}
+
+	// A step whose own mode is off is still sandboxed, and kusaw says so.
+	r = runKusaw(t, dir, "sandbox", "exec", "--step", "loose", "--", "sh", "-c", `touch "$0/escape2" 2>/dev/null && echo escaped || echo contained`, dir)
+	if r.code != 0 || !strings.Contains(r.stdout, "contained") || !strings.Contains(r.stderr, "ran it sandboxed anyway") {
+		t.Fatalf("loose step: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+
+	// Usage errors: an unknown step, a missing --.
+	if r = runKusaw(t, dir, "sandbox", "exec", "--step", "nope", "--", "true"); r.code != 2 || !strings.Contains(r.stderr, `unknown step "nope"`) {
+		t.Fatalf("unknown step: %d %s", r.code, r.stderr)
+	}
+	if r = runKusaw(t, dir, "sandbox", "exec", "true"); r.code != 2 || !strings.Contains(r.stderr, "after --") {
+		t.Fatalf("missing --: %d %s", r.code, r.stderr)
+	}
+}
+
+// Without a factory file: the current folder is writable, nothing else,
+// and there is no network.
+func TestSandboxExecNoFactory(t *testing.T) {
+	need(t, "bwrap")
+	dir := t.TempDir()
+	outside := t.TempDir()
+	// The secret store must not be inside the writable folder: kusaw would
+	// refuse to make it writable (a test of its own below).
+	run := func(args ...string) result {
+		cmd := exec.Command(kusawBin, args...)
+		cmd.Dir = dir
+		cmd.Env = testEnv(t, outside)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		return result{out.String(), errb.String(), exitCode(err)}
+	}
+	r := run("sandbox", "exec", "--", "sh", "-c",
+		`echo ok > here.txt && cat here.txt; touch "$0/x" 2>/dev/null && echo escaped; echo routes=$(tail -n +2 /proc/net/route | wc -l); tail -n +3 /proc/net/dev | cut -d: -f1`, outside)
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if !strings.Contains(r.stdout, "ok") || strings.Contains(r.stdout, "escaped") {
+		t.Fatalf("stdout:\n%s", r.stdout)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "here.txt")); err != nil {
+		t.Fatal("the current folder was not writable")
+	}
+	if _, err := os.Stat(filepath.Join(outside, "x")); err == nil {
+		t.Fatal("wrote outside the current folder")
+	}
+	// Only loopback: no route out.
+	if !strings.Contains(r.stdout, "routes=0") || strings.Contains(r.stdout, "eth") || strings.Contains(r.stdout, "ens") {
+		t.Fatalf("a network interface other than lo is visible:\n%s", r.stdout)
+	}
+	if r = run("sandbox", "exec", "--", "sh", "-c", "exit 9"); r.code != 9 {
+		t.Fatalf("exit status not passed on: %d", r.code)
+	}
+	// A folder that holds the secret store is never made writable.
+	if r = runKusaw(t, dir, "sandbox", "exec", "--", "true"); r.code != 4 || !strings.Contains(r.stderr, "secrets") {
+		t.Fatalf("want a refusal naming the secret store: %d %s", r.code, r.stderr)
+	}
+}

@@ -1,0 +1,234 @@
+package factory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/kusaw/kusaw/config"
+	"github.com/kusaw/kusaw/sandbox"
+	"github.com/kusaw/kusaw/secretstore"
+	"github.com/kusaw/kusaw/status"
+)
+
+// ExecStepID is the id of the step kusaw sandbox exec runs when no step is
+// named: the factory's own sandbox policy over every repo. It cannot clash
+// with a step of the file (ids start with a letter or digit).
+const ExecStepID = "_exec"
+
+// ExecPipeline is the pipeline name recorded for kusaw sandbox exec runs.
+const ExecPipeline = "(sandbox exec)"
+
+// ExecRequest is one command to run under a step's sandbox.
+type ExecRequest struct {
+	Step           string // "" for the factory's sandbox policy
+	Argv           []string
+	Stdout, Stderr io.Writer
+}
+
+// ExecResult is how it ended.
+type ExecResult struct {
+	Run      *Run
+	Attempt  *AttemptRecord
+	ExitCode int  // the command's exit status (128+signal when killed)
+	Forced   bool // the step's own mode is off; exec sandboxed it anyway
+}
+
+// ErrUnknownStep is returned for a step id the factory does not have.
+var ErrUnknownStep = errors.New("unknown step")
+
+// Exec runs one command as a one-attempt run of a step: the same worktrees,
+// sandbox plan, egress lease and records as the step itself, with the
+// command in place of the step's own process. It is always sandboxed, even
+// when the step's effective mode is off (Forced says so): a sandbox exec
+// that ran unsandboxed would show nothing true.
+func (e *Engine) Exec(ctx context.Context, req ExecRequest) (*ExecResult, error) {
+	if len(req.Argv) == 0 {
+		return nil, errors.New("no command to run")
+	}
+	var base *config.Step
+	if req.Step == "" {
+		base = &config.Step{ID: ExecStepID, Attempts: 1}
+	} else if base = e.F.Steps[req.Step]; base == nil {
+		return nil, fmt.Errorf("%w %q (steps: %v)", ErrUnknownStep, req.Step, e.F.StepOrder)
+	}
+	s := *base
+	s.Run = append([]string(nil), req.Argv...)
+	s.Builtin, s.Prompt, s.PromptFile = "", "", ""
+	s.Attempts, s.PerRepo = 1, false
+	sb := config.StepSandbox{}
+	if base.Sandbox != nil {
+		sb = *base.Sandbox
+	}
+	res := &ExecResult{}
+	if m, _ := e.F.EffectiveMode(base, e.F.ActiveRepos(base)); m != config.ModeRequired {
+		res.Forced = true
+	}
+	sb.Mode = config.ModeRequired
+	s.Sandbox = &sb
+
+	r, err := e.prepareSteps(ExecPipeline, []*config.Step{&s})
+	if err != nil {
+		return nil, err
+	}
+	r.tee.stdout, r.tee.stderr = req.Stdout, req.Stderr
+	e.Execute(ctx, r)
+	res.Run = r
+	var a AttemptRecord
+	if err := readJSON(filepath.Join(attemptDir(r.Dir, s.ID, 1), attemptFile), &a); err != nil {
+		return res, err
+	}
+	res.Attempt = &a
+	res.ExitCode = attemptExitCode(&a)
+	return res, nil
+}
+
+// attemptExitCode is what kusaw sandbox exec exits with: the command's own
+// status, 128+n for a signal, 4 when the sandbox refused it, 1 otherwise.
+func attemptExitCode(a *AttemptRecord) int {
+	if a.Outcome == status.OutcomeRefused {
+		return int(status.ExitSandboxUnavailable)
+	}
+	for _, p := range a.Processes {
+		if p.Exit != nil && *p.Exit != 0 {
+			return *p.Exit
+		}
+		if p.Signal != "" {
+			return 128 + signalNumber(p.Signal)
+		}
+	}
+	if a.Outcome == status.OutcomePassed {
+		return 0
+	}
+	if a.Outcome == status.OutcomeCanceled {
+		return int(status.ExitInterrupted)
+	}
+	return int(status.ExitRunFailed)
+}
+
+func signalNumber(name string) int {
+	for i := 1; i < 32; i++ {
+		if syscall.Signal(i).String() == name || "SIG"+name == syscall.Signal(i).String() {
+			return i
+		}
+	}
+	switch name {
+	case "SIGKILL", "killed":
+		return 9
+	case "SIGTERM", "terminated":
+		return 15
+	}
+	return 1
+}
+
+// DefaultExecRequest runs a command without a factory file: the current
+// folder writable, no network, the home and the secret store hidden.
+type DefaultExecRequest struct {
+	Argv           []string
+	Dir            string // writable; default the current folder
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+}
+
+// ExecDefault runs req under the default policy and returns the command's
+// exit status. The temp folder is removed afterwards.
+func ExecDefault(ctx context.Context, req DefaultExecRequest) (int, error) {
+	if len(req.Argv) == 0 {
+		return 0, errors.New("no command to run")
+	}
+	if res := sandbox.Check(); !res.Available {
+		return int(status.ExitSandboxUnavailable), res.Err()
+	}
+	dir := req.Dir
+	if dir == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return 0, err
+		}
+		dir = wd
+	}
+	if err := config.CheckAllowWrite(dir); err != nil {
+		return int(status.ExitUsage), fmt.Errorf("cannot make %v writable in the sandbox; run sandbox exec from a project folder, or use -f FILE", err)
+	}
+	tmp, err := os.MkdirTemp("", "kusaw-exec-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(tmp)
+	in := sandbox.Input{
+		AttemptDir:   tmp,
+		ArtifactsDir: filepath.Join(tmp, "artifacts"),
+		TmpDir:       filepath.Join(tmp, "tmp"),
+		Workdir:      dir,
+		AllowWrite:   []string{dir},
+		Network:      sandbox.NetworkNone,
+	}
+	for _, d := range []string{in.ArtifactsDir, in.TmpDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return 0, err
+		}
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		in.Home = h
+	}
+	if d, err := secretstore.Dir(); err == nil {
+		in.HiddenPaths = append(in.HiddenPaths, d)
+	}
+	plan, err := sandbox.BuildPlan(in)
+	if err != nil {
+		return int(status.ExitSandboxUnavailable), err
+	}
+	defer plan.Cleanup()
+	cmd, err := sandbox.Command(context.Background(), plan, req.Argv)
+	if err != nil {
+		return int(status.ExitSandboxUnavailable), err
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = req.Stdin, req.Stdout, req.Stderr
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
+	if err := cmd.Start(); err != nil {
+		return int(status.ExitRunFailed), fmt.Errorf("cannot start the sandbox: %v", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		sigs := make(chan os.Signal, 1)
+		signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+		defer signal.Stop(sigs)
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+		case <-sigs:
+		}
+		// Graceful, then forced: the whole group goes.
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(DefaultKillGrace):
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		}
+	}()
+	err = cmd.Wait()
+	close(done)
+	if ee, ok := err.(interface{ ExitCode() int }); ok && err != nil {
+		if c := ee.ExitCode(); c >= 0 {
+			return c, nil
+		}
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal()), nil
+		}
+		return int(status.ExitRunFailed), nil
+	}
+	if err != nil {
+		return int(status.ExitRunFailed), err
+	}
+	return 0, nil
+}
