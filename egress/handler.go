@@ -309,7 +309,16 @@ func looksLikeHTTP(br *bufio.Reader) bool {
 	return i >= 3 && i < len(b) && b[i] == ' '
 }
 
-var bufPool = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
+// Tunnels start with small buffers; one that has moved a megabyte is a
+// bulk transfer and gets a large one, which on loopback roughly doubles
+// throughput (fewer, larger reads and writes) without making every idle
+// tunnel hold half a megabyte.
+var (
+	smallBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+	bigBufs   = sync.Pool{New: func() any { b := make([]byte, 512<<10); return &b }}
+)
+
+const bulkAfter = 1 << 20
 
 // relay copies both ways until both sides are done. A half-close on one
 // side is passed on; an error on either closes both.
@@ -320,8 +329,6 @@ func (l *Lease) relay(client net.Conn, br *bufio.Reader, up *meteredConn, upR io
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		bp := bufPool.Get().(*[]byte)
-		defer bufPool.Put(bp)
 		if n := br.Buffered(); n > 0 {
 			b, _ := br.Peek(n)
 			if _, err := up.Write(b); err != nil {
@@ -330,7 +337,7 @@ func (l *Lease) relay(client net.Conn, br *bufio.Reader, up *meteredConn, upR io
 			}
 			br.Discard(n)
 		}
-		err := pump(up.Write, func(p []byte) (int, error) { return idleRead(client, act, p) }, *bp)
+		err := pump(up.Write, func(p []byte) (int, error) { return idleRead(client, act, p) })
 		if err == nil {
 			up.CloseWrite()
 			return
@@ -340,9 +347,7 @@ func (l *Lease) relay(client net.Conn, br *bufio.Reader, up *meteredConn, upR io
 		}
 		closeBoth()
 	}()
-	bp := bufPool.Get().(*[]byte)
-	err := pump(func(p []byte) (int, error) { return idleWrite(client, act, p) }, upR.Read, *bp)
-	bufPool.Put(bp)
+	err := pump(func(p []byte) (int, error) { return idleWrite(client, act, p) }, upR.Read)
 	if err == nil {
 		if cw, ok := client.(interface{ CloseWrite() error }); ok {
 			cw.CloseWrite()
@@ -360,12 +365,21 @@ func (l *Lease) relay(client net.Conn, br *bufio.Reader, up *meteredConn, upR io
 }
 
 // pump copies until src reports EOF (nil) or an error.
-func pump(write func([]byte) (int, error), read func([]byte) (int, error), buf []byte) error {
+func pump(write func([]byte) (int, error), read func([]byte) (int, error)) error {
+	sp := smallBufs.Get().(*[]byte)
+	defer smallBufs.Put(sp)
+	buf := *sp
+	var moved int
 	for {
 		n, err := read(buf)
 		if n > 0 {
 			if _, werr := write(buf[:n]); werr != nil {
 				return werr
+			}
+			if moved += n; moved >= bulkAfter && len(buf) == len(*sp) {
+				bp := bigBufs.Get().(*[]byte)
+				defer bigBufs.Put(bp)
+				buf = *bp
 			}
 		}
 		if err == io.EOF {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"time"
 )
 
 // Proxy is the egress proxy of one process. It owns the DNS resolver and
@@ -18,6 +19,9 @@ type Proxy struct {
 	mu     sync.Mutex
 	leases map[*Lease]struct{}
 	closed bool
+
+	cacheMu sync.Mutex
+	cache   map[string]cacheEntry
 
 	// dialCheck, when set by tests, vets every address before connect.
 	dialCheck func(netip.Addr) error
@@ -68,9 +72,37 @@ func (p *Proxy) Close() error {
 
 var errProxyClosed = errors.New("egress proxy is closed")
 
+type cacheEntry struct {
+	addrs   []netip.Addr
+	expires time.Time
+}
+
+const maxCacheEntries = 4096
+
 // lookup resolves a name with the proxy's resolver. IPv4 answers come
 // first: sandboxes and CI hosts often have no IPv6 route.
 func (p *Proxy) lookup(ctx context.Context, host string) ([]netip.Addr, error) {
+	if p.o.DNSCacheTTL > 0 {
+		p.cacheMu.Lock()
+		e, ok := p.cache[host]
+		p.cacheMu.Unlock()
+		if ok && time.Now().Before(e.expires) {
+			return e.addrs, nil
+		}
+	}
+	addrs, err := p.resolve(ctx, host)
+	if err == nil && len(addrs) > 0 && p.o.DNSCacheTTL > 0 {
+		p.cacheMu.Lock()
+		if p.cache == nil || len(p.cache) >= maxCacheEntries {
+			p.cache = map[string]cacheEntry{}
+		}
+		p.cache[host] = cacheEntry{addrs, time.Now().Add(p.o.DNSCacheTTL)}
+		p.cacheMu.Unlock()
+	}
+	return addrs, err
+}
+
+func (p *Proxy) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.o.ResolveTimeout)
 	defer cancel()
 	addrs, err := p.res.LookupNetIP(ctx, "ip", host)

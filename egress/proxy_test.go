@@ -177,7 +177,7 @@ func TestRebindingDialsTheCheckedAddress(t *testing.T) {
 	good := tlsUpstream(t, http.HandlerFunc(hello))
 	port := portOf(t, good.Addr().String())
 	bad := listenCounting(t, "127.0.0.3:"+strconv.Itoa(port))
-	e := newEnv(t, Options{}, LeaseConfig{Allow: rules(t, "rebind.test:"+strconv.Itoa(port)), AllowRanges: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
+	e := newEnv(t, Options{DNSCacheTTL: -1}, LeaseConfig{Allow: rules(t, "rebind.test:"+strconv.Itoa(port)), AllowRanges: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
 	var n atomic.Int64
 	e.dns.setFunc("rebind.test", func() []netip.Addr {
 		if n.Add(1)%2 == 0 {

@@ -24,6 +24,11 @@ type Options struct {
 	// HandshakeTimeout bounds reading a request's headers and a tunnel's
 	// TLS ClientHello (10s).
 	HandshakeTimeout time.Duration
+	// DNSCacheTTL is how long a successful answer is reused (5s; negative
+	// turns the cache off). Every connection still runs the address guard
+	// on the answer and dials exactly what it checked, so the cache cannot
+	// open anything; it only saves a lookup per connection.
+	DNSCacheTTL time.Duration
 }
 
 func (o *Options) defaults() {
@@ -38,6 +43,9 @@ func (o *Options) defaults() {
 	}
 	if o.HandshakeTimeout <= 0 {
 		o.HandshakeTimeout = 10 * time.Second
+	}
+	if o.DNSCacheTTL == 0 {
+		o.DNSCacheTTL = 5 * time.Second
 	}
 }
 
