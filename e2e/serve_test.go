@@ -46,17 +46,17 @@ func (s *syncBuffer) String() string {
 }
 
 // startServe starts kusaw serve in dir and waits until its socket answers.
-func startServe(t *testing.T, dir string, args ...string) *serveProc {
+func startServe(t testing.TB, dir string, args ...string) *serveProc {
 	t.Helper()
 	return startServeEnv(t, dir, nil, args...)
 }
 
-func startServeEnv(t *testing.T, dir string, env []string, args ...string) *serveProc {
+func startServeEnv(t testing.TB, dir string, env []string, args ...string) *serveProc {
 	t.Helper()
 	// A short stop grace keeps the tests' shutdowns quick.
 	cmd := exec.Command(kusawBin, append([]string{"serve", "--grace=2s"}, args...)...)
 	cmd.Dir = dir
-	cmd.Env = append(testEnv(t, dir), env...)
+	cmd.Env = append(testEnv(nil, dir), env...) // testEnv does not use its t
 	sp := &serveProc{cmd: cmd, stderr: &syncBuffer{}, dir: dir}
 	cmd.Stderr = sp.stderr
 	if err := cmd.Start(); err != nil {
