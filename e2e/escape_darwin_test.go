@@ -124,6 +124,8 @@ func newMacFixture(t *testing.T) *macFixture {
 	writeFile(t, filepath.Join(f.home, ".ssh", "id_ed25519"), macSSHSecret)
 	writeFile(t, filepath.Join(f.home, ".aws", "credentials"), macAWSSecret)
 	writeFile(t, filepath.Join(f.home, ".zshrc"), "# rc\n")
+	writeFile(t, filepath.Join(f.home, ".claude", "settings.json"), "{}\n")
+	writeFile(t, filepath.Join(f.home, ".claude", "login.json"), `{"login":"agent"}`)
 	f.store = filepath.Join(root, "secrets")
 	writeFile(t, filepath.Join(f.store, "store.json"), macStoreSecret)
 	f.outside = filepath.Join(root, "outside")
@@ -185,6 +187,8 @@ func (f *macFixture) input() sandbox.Input {
 		FreshHome:    true,
 		AllowRead:    []string{f.shared},
 		HiddenPaths:  []string{f.store},
+		// Passed as Linux would; on macOS the plan leaves them out.
+		LoginPaths: []string{filepath.Join(f.home, ".claude")},
 		Env: map[string]string{
 			"GIT_AUTHOR_NAME": "agent", "GIT_AUTHOR_EMAIL": "agent@example.invalid",
 			"GIT_COMMITTER_NAME": "agent", "GIT_COMMITTER_EMAIL": "agent@example.invalid",
@@ -356,6 +360,10 @@ func macCases(t0 *testing.T, s *macSuite) []macCase {
 			attack: `refused sh -c "echo evil >> $HOME_/.zshrc"; refused mkdir -p $HOME_/Library/LaunchAgents; refused sh -c "echo x > $HOME_/.profile"; exit 42`,
 			twin:   `test "$HOME" = "$TMP/home" && test "$CFFIXED_USER_HOME" = "$HOME" && echo '{}' > $HOME/.claude.json`,
 			check:  macUnchanged("$ROOT/home/.zshrc", "# rc\n"), twinHost: macPresent("$ROOT/state/runs/r1/steps/build/1/tmp/home/.claude.json")},
+		{name: "plant hooks in the agent's login folder (not mounted on macOS)",
+			attack: `refused sh -c "echo '{\"hooks\":1}' > $HOME_/.claude/settings.json"; refused sh -c "echo x > $HOME_/.claude/hooks/evil.sh"; refused grep -q agent $HOME_/.claude/login.json; exit 42`,
+			twin:   `mkdir -p $HOME/.claude/projects && echo s > $HOME/.claude/projects/session.jsonl`,
+			check:  macUnchanged("$ROOT/home/.claude/settings.json", "{}\n")},
 		{name: "write the user's own checkout",
 			attack: `refused sh -c "echo x > $REPO/README.md"; refused sh -c "echo x > $REPO/planted"; exit 42`,
 			twin:   `echo more >> $WT/README.md`,
@@ -381,6 +389,18 @@ func macCases(t0 *testing.T, s *macSuite) []macCase {
 			attack: `refused sh -c "echo '* filter=evil' > $COMMON/info/attributes"; refused sh -c "echo x > $COMMON/packed-refs"; refused sh -c "echo x > $COMMON/commondir"; exit 42`,
 			twin:   `git status --porcelain >/dev/null && git branch --list >/dev/null`,
 			check:  macAbsent("$ROOT/repo/.git/info/attributes", "$ROOT/repo/.git/commondir")},
+		{name: "replace packed history or add alternates",
+			attack: `refused sh -c "echo x > $COMMON/objects/pack/evil.pack"; refused sh -c "echo $WT > $COMMON/objects/info/alternates"; exit 42`,
+			twin:   `echo y > $WT/y.txt && git add y.txt && git commit -q -m loose && git cat-file -e HEAD:y.txt`,
+			check:  macAbsent("$ROOT/repo/.git/objects/info/alternates", "$ROOT/repo/.git/objects/pack/evil.pack")},
+		{name: "switch the worktree to the user's branch",
+			attack: `refused sh -c "echo 'ref: refs/heads/main' > $GITDIR/HEAD"; refused git checkout -q -b other; refused git checkout -q --detach; exit 42`,
+			twin:   `git commit -q --allow-empty -m amendme && git commit -q --amend --allow-empty -m amended && git reset -q --soft HEAD`,
+			check: func(t *testing.T, f *macFixture) {
+				if h, _ := os.ReadFile(filepath.Join(f.gitdir, "HEAD")); string(h) != "ref: refs/heads/kusaw/r1/build/1\n" {
+					t.Errorf("HEAD changed: %q", h)
+				}
+			}},
 		{name: "move the user's branches and tags",
 			attack: `refused sh -c "git rev-parse HEAD > $COMMON/refs/heads/main"; refused git branch -f main HEAD; refused git tag evil; refused git update-ref refs/heads/main HEAD; exit 42`,
 			twin:   `git commit -q --allow-empty -m twin2 && git log -1 --format=%s | grep -q twin2`,
@@ -498,8 +518,8 @@ func macCases(t0 *testing.T, s *macSuite) []macCase {
 				macAbsent("$ROOT/outside/late.txt")(t, f)
 			},
 			twinHost: macPresent(wtRel + "/daemon.txt")},
-		{name: "a controlling terminal",
-			attack: `refused sh -c 'exec 3</dev/tty'; exit 42`,
+		{name: "a controlling terminal or leaked descriptor",
+			attack: `refused sh -c 'exec 3</dev/tty'; refused sh -c 'true <&3'; refused sh -c 'true <&4'; refused sh -c 'exec 3</dev/ttys000'; exit 42`,
 			twin:   `echo in | cat >/dev/null`},
 		{name: "write the Go caches in the home; go build with caches in TMPDIR",
 			attack: `refused mkdir -p $HOME_/go/pkg/mod; refused mkdir -p $HOME_/Library/Caches/go-build; exit 42`,
