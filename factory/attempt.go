@@ -294,6 +294,7 @@ type preparedProc struct {
 	// egressHosts are the provider's hosts for the allowlist.
 	egressHosts []string
 	lease       *egress.Lease
+	probe       *ProviderProbe
 }
 
 // release runs the cleanup of a process that will not start.
@@ -336,6 +337,7 @@ func (a *attemptRun) prepare(i int, repos []string, many bool) (*preparedProc, e
 	}
 	pr := &a.rec.Processes[i]
 	pr.Repos, pr.Dir, pr.Argv, pr.Stdout, pr.Stderr = repos, spec.Dir, spec.Argv, p.stdout, p.stderr
+	pr.Probe = p.probe
 	pr.Env = map[string]string{}
 	for k, v := range spec.Env {
 		pr.Env[k] = v

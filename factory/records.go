@@ -108,6 +108,14 @@ type ProcessRecord struct {
 	Stdout  string            `json:"stdout"`
 	Stderr  string            `json:"stderr"`
 	Result  any               `json:"provider_result,omitempty"`
+	// Probe is what kusaw found of the provider's CLI (agent steps).
+	Probe *ProviderProbe `json:"provider_probe,omitempty"`
+}
+
+// ProviderProbe is the agent CLI an attempt ran.
+type ProviderProbe struct {
+	Path    string `json:"path"`
+	Version string `json:"version,omitempty"`
 }
 
 // AttemptRecord is attempt.json: the resolved configuration of one attempt

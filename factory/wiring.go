@@ -67,6 +67,7 @@ func (a *attemptRun) agentSpec(spec *steps.Spec, at steps.Attempt, p *preparedPr
 		}
 	}
 	p.loginPaths, p.readPaths, p.egressHosts = prep.LoginPaths, prep.ReadPaths, prep.Probe.EgressHosts
+	p.probe = &ProviderProbe{Path: prep.Probe.Path, Version: prep.Probe.Version}
 	prov, _ := providers.Get(prep.Probe.Provider)
 	if prov == nil {
 		prov, _ = providers.Get(s.Provider)
