@@ -857,6 +857,11 @@ func TestSeatbeltFromBuildPlan(t *testing.T) {
 		"write the attempt's records":    {pol.canWrite(f.attempt + "/events.jsonl"), false},
 		"write artifacts":                {pol.canWrite(f.artifacts + "/r.txt"), true},
 		"write the worktree's git index": {pol.canWrite(f.gitdir + "/index"), true},
+		"add a loose object":             {pol.canWrite(f.common + "/objects/ab/cdef"), true},
+		"plant a pack":                   {pol.canWrite(f.common + "/objects/pack/evil.pack"), false},
+		"add alternates":                 {pol.canWrite(f.common + "/objects/info/alternates"), false},
+		"switch HEAD":                    {pol.canWrite(f.gitdir + "/HEAD"), false},
+		"move main":                      {pol.canWrite(f.common + "/refs/heads/main"), false},
 	} {
 		if c[0] != c[1] {
 			t.Errorf("%s: allowed=%v, want %v", what, c[0], c[1])
