@@ -34,6 +34,9 @@ func Command(ctx context.Context, p *Plan, argv []string) (*exec.Cmd, error) {
 	if len(argv) == 0 {
 		return nil, errors.New("sandbox: no command to run")
 	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	bw, err := FindBwrap()
 	if err != nil {
 		return nil, err

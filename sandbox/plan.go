@@ -487,6 +487,11 @@ func (b *builder) build() error {
 	}
 	b.plan.Workdir = wdr
 
+	for k, v := range in.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return refuse("fix the variable's name or value in the step's env", "env variable %q has an empty name, or a '=' or NUL byte in it", k)
+		}
+	}
 	b.buildEnv(home, tmp)
 	return nil
 }
@@ -1017,6 +1022,18 @@ func (p *Plan) String() string {
 	}
 	for _, e := range p.Dropped {
 		fmt.Fprintf(&sb, "  %s dropped  (%s)\n", e.Name, e.Origin)
+	}
+	if len(p.StandIns) > 0 {
+		fmt.Fprintf(&sb, "stand-ins (empty mount points made for the step, removed after it):\n")
+		for _, s := range p.StandIns {
+			fmt.Fprintf(&sb, "  %s\n", s)
+		}
+	}
+	if len(p.Precreate) > 0 {
+		fmt.Fprintf(&sb, "created once in the agent's login folder (empty settings, kept):\n")
+		for _, c := range p.Precreate {
+			fmt.Fprintf(&sb, "  %s\n", c.Path)
+		}
 	}
 	for _, n := range p.Notes {
 		fmt.Fprintf(&sb, "note: %s\n", n)

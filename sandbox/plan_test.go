@@ -206,6 +206,8 @@ func TestPlanRefusals(t *testing.T) {
 		{"login path is home", func(in *Input) { in.LoginPaths = []string{f.home} }, "whole home", nil},
 		{"missing tmp", func(in *Input) { in.TmpDir = filepath.Join(f.attempt, "nope") }, "does not exist", nil},
 		{"incomplete worktree", func(in *Input) { in.Worktrees[0].GitDir = "" }, "incomplete", nil},
+		{"env name with =", func(in *Input) { in.Env["A=B"] = "x" }, "env variable", nil},
+		{"env value with NUL", func(in *Input) { in.Env["A"] = "x\x00--setenv" }, "env variable", nil},
 		{"main checkout", func(in *Input) {
 			in.Worktrees = []Worktree{{Repo: "app", Path: f.repo, GitDir: f.common, CommonDir: f.common, Writable: true}}
 		}, "main checkout", nil},
