@@ -1189,3 +1189,88 @@ func TestSeatbeltKernelSpelling(t *testing.T) {
 		}
 	}
 }
+
+// bwrapDecides says what bubblewrap's mounts give path q: the last mount
+// covering q decides (later mounts cover earlier ones); a remount-ro makes
+// the tmpfs at exactly that place read-only. decided is false where the
+// two backends differ by design: /dev, /proc, the system itself.
+func bwrapDecides(p *Plan, q string) (read, write, decided bool) {
+	last := -1
+	for i, m := range p.Mounts {
+		switch m.Op {
+		case "ro-bind", "bind", "tmpfs", "empty-file", "dev", "proc":
+			if within(m.Dst, q) {
+				last = i
+			}
+		}
+	}
+	if last < 0 {
+		return false, false, false
+	}
+	m := p.Mounts[last]
+	switch m.Op {
+	case "dev", "proc":
+		return false, false, false
+	case "ro-bind":
+		if m.Dst == "/" {
+			return true, false, true
+		}
+		return m.Src != "/dev/null", false, true
+	case "bind":
+		return true, true, true
+	case "empty-file":
+		return true, false, true
+	case "tmpfs":
+		ro := false
+		for _, r := range p.Mounts[last+1:] {
+			ro = ro || (r.Op == "remount-ro" && r.Dst == m.Dst)
+		}
+		// A hiding tmpfs shows an empty folder: nothing of what was there.
+		return !isHideReason(m.Reason) || q == m.Dst, !ro, q != m.Dst || !isHideReason(m.Reason)
+	}
+	return false, false, false
+}
+
+// TestSeatbeltAgreesWithBubblewrap: on a real plan, for every mounted path
+// and a path below it, Seatbelt allows exactly what bubblewrap allows, and
+// where they differ by design Seatbelt is the stricter.
+func TestSeatbeltAgreesWithBubblewrap(t *testing.T) {
+	f := newFixture(t)
+	in := f.input()
+	in.AllowWrite = []string{filepath.Join(f.root, "outside")}
+	p, err := BuildPlan(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prof, err := p.Seatbelt(SeatbeltOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := loadPolicy(t, prof)
+	n := 0
+	for _, m := range p.Mounts {
+		for _, q := range []string{m.Dst, filepath.Join(m.Dst, "probe-child")} {
+			bwRead, bwWrite, ok := bwrapDecides(p, q)
+			if !ok {
+				continue
+			}
+			n++
+			sbRead, sbWrite := pol.canRead(q), pol.canWrite(q)
+			if sbWrite && !bwWrite {
+				t.Errorf("%s: Seatbelt allows a write bubblewrap refuses", q)
+			}
+			if sbRead && !bwRead {
+				t.Errorf("%s: Seatbelt allows a read bubblewrap hides", q)
+			}
+			if bwWrite && !sbWrite && m.Op != "tmpfs" {
+				t.Errorf("%s: Seatbelt refuses a write bubblewrap allows", q)
+			}
+			if bwRead && !sbRead && q != "/" {
+				t.Errorf("%s: Seatbelt hides a path bubblewrap shows", q)
+			}
+		}
+	}
+	if n < 40 {
+		t.Fatalf("only %d paths compared", n)
+	}
+}
