@@ -128,4 +128,3 @@ func BenchmarkFullPath(b *testing.B) {
 	b.ReportMetric(fr, "full-MB/s")
 	b.ReportMetric(fr/dr, "full/direct")
 }
-
