@@ -726,3 +726,63 @@ func TestEnvAndArgv(t *testing.T) {
 		t.Fatalf("the key is printable: %s", s)
 	}
 }
+
+func TestWebSocketInsideConnectToPlainPort(t *testing.T) {
+	up := wsUpstream(t)
+	port := portOf(t, up.Addr().String())
+	ps := strconv.Itoa(port)
+	e := newEnv(t, Options{}, LeaseConfig{Allow: rules(t, "allowed.test:"+ps), AllowRanges: loopback8})
+	e.p.plainTunnelPort = port
+	e.dns.set("allowed.test", "127.0.0.1")
+	c, br, resp := e.connect("allowed.test:"+ps, nil)
+	if resp.StatusCode != 200 {
+		t.Fatal(resp.Status)
+	}
+	fmt.Fprintf(c, "GET /ws HTTP/1.1\r\nHost: allowed.test:%d\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n", port)
+	r, err := http.ReadResponse(br, nil)
+	if err != nil || r.StatusCode != 101 {
+		t.Fatalf("%v %v", r, err)
+	}
+	msg := strings.Repeat("ws", 5000)
+	io.WriteString(c, msg)
+	got := make([]byte, len(msg))
+	if _, err := io.ReadFull(br, got); err != nil || string(got) != msg {
+		t.Fatalf("echo: %v", err)
+	}
+	c.Close()
+	d := e.rec.wait(t, "tunnel end", func(d Decision) bool { return d.Kind == KindConnect && d.Decision == Allow })
+	eventually(t, "wire counts", func() bool { return d.BytesUp == up.bytesIn.Load() && d.BytesDown == up.bytesOut.Load() })
+}
+
+// The step cannot choose the key the provider sees, nor send the real
+// key anywhere but the configured upstream.
+func TestInjectCannotBeRedirected(t *testing.T) {
+	saw := make(chan string, 10)
+	up := tlsUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		saw <- r.Host + " " + r.Header.Get("X-Api-Key")
+	}))
+	port := strconv.Itoa(portOf(t, up.Addr().String()))
+	e := newEnv(t, Options{}, LeaseConfig{AllowRanges: loopback8, Inject: []Inject{{Name: "p", Header: "x-api-key", Key: "real", Upstream: "https://api.inject.test:" + port}}})
+	e.dns.set("api.inject.test", "127.0.0.1")
+	e.dns.set("evil.test", "127.0.0.1")
+	req, _ := http.NewRequest("GET", e.l.InjectURL("p")+"/v1", nil)
+	req.Host = "evil.test:" + port
+	req.Header.Set("X-Api-Key", "attacker-key")
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if s := <-saw; s != "api.inject.test:"+port+" real" {
+		t.Fatalf("upstream saw %q", s)
+	}
+	// The inject path on another host is just a request to that host.
+	resp, err = e.client().Get("http://evil.test:" + port + "/_kusaw/inject/p/v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 403 {
+		t.Fatalf("inject path on another host: %s", resp.Status)
+	}
+}
