@@ -123,5 +123,4 @@ var NotProtected = []string{
 	"Git's loose objects and the attempt's branch are writable: a step can add objects to the repository (and, since git does not re-hash on read, replace a loose one; packs and alternates stay read-only), and move its own branch.",
 	"The rest of the system is readable (read-only): /etc, /usr, /opt and paths outside the home that the factory does not hide.",
 	"Whatever sandbox.allow_read and sandbox.allow_write name.",
-	"A process in the sandbox gets SIGKILL, not SIGTERM, when the attempt is canceled or times out.",
 }

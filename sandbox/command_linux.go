@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -22,11 +23,12 @@ var GraceDelay = 5 * time.Second
 
 // Command returns the bwrap command that runs argv under the plan. The
 // caller sets Stdout/Stderr/Stdin, starts and waits for it, then calls
-// plan.Cleanup(). The process leads its own process group (Setpgid): on
-// ctx's end the group gets SIGTERM, then SIGKILL after GraceDelay. bwrap's
-// --die-with-parent ends the sandboxed tree when bwrap dies, and
-// --new-session puts the step in its own session, so a signal to the group
-// ends bwrap and with it the whole sandbox.
+// plan.Cleanup(). bwrap leads its own process group (Setpgid). On ctx's end
+// the processes inside get SIGTERM (Signal), and bwrap SIGKILL after
+// GraceDelay; bwrap's --die-with-parent then ends whatever is left inside.
+// A signal to bwrap's group alone ends bwrap at once and the step with
+// SIGKILL: the step runs in its own session (--new-session), so use Signal
+// to give it SIGTERM first.
 //
 // The environment goes to bwrap through an in-memory file (--args FD) as
 // --clearenv and --setenv pairs, so no value shows in /proc/PID/cmdline.
@@ -65,7 +67,10 @@ func Command(ctx context.Context, p *Plan, argv []string) (*exec.Cmd, error) {
 		if cmd.Process == nil {
 			return nil
 		}
-		return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		// The step first, so it can end cleanly; bwrap would only die and
+		// take the step down with SIGKILL.
+		Signal(cmd, syscall.SIGTERM)
+		return nil
 	}
 	cmd.WaitDelay = GraceDelay
 	return cmd, nil
@@ -92,4 +97,52 @@ func argsFile(args []string) (*os.File, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// Signal sends sig to every process running inside cmd's sandbox (the
+// descendants of bwrap, seen from outside), not to bwrap itself. bwrap
+// does not forward signals, so this is how a step gets a SIGTERM it can
+// handle before the sandbox is torn down.
+func Signal(cmd *exec.Cmd, sig syscall.Signal) error {
+	if cmd == nil || cmd.Process == nil {
+		return errors.New("sandbox: the command has not started")
+	}
+	inner := descendants(cmd.Process.Pid)
+	// bwrap's own helper (PID 1 inside) is the first descendant: skip it,
+	// its death would kill the step with SIGKILL at once.
+	var errs []error
+	for i, pid := range inner {
+		if i == 0 {
+			continue
+		}
+		if err := syscall.Kill(pid, sig); err != nil && err != syscall.ESRCH {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// descendants lists pid's descendants, breadth first, from
+// /proc/PID/task/TID/children.
+func descendants(pid int) []int {
+	var out []int
+	queue := []int{pid}
+	for len(queue) > 0 && len(out) < 100000 {
+		p := queue[0]
+		queue = queue[1:]
+		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", p))
+		for _, t := range tasks {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", p, t.Name()))
+			if err != nil {
+				continue
+			}
+			for _, f := range strings.Fields(string(b)) {
+				if c, err := strconv.Atoi(f); err == nil {
+					out = append(out, c)
+					queue = append(queue, c)
+				}
+			}
+		}
+	}
+	return out
 }

@@ -751,3 +751,75 @@ func TestProbes(t *testing.T) {
 		t.Errorf("probes passed a broken plan: %+v", res)
 	}
 }
+
+// Signal gives the step a SIGTERM it can handle (bwrap forwards none), and
+// canceling the context uses it before bwrap is killed.
+func TestSignalReachesTheStep(t *testing.T) {
+	needTool(t, "/usr/bin/bwrap", "runs the real sandbox")
+	f := newFixture(t)
+	p, err := BuildPlan(f.input())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	marker := filepath.Join(f.wt, "got-term")
+	ready := filepath.Join(f.wt, "ready")
+	cmd, err := Command(ctx, p, []string{"/bin/sh", "-c", "trap 'echo term > " + marker + "; exit 3' TERM; echo > " + ready + "; while :; do sleep 0.05; done"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 200 && !exists(ready); i++ {
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	err = cmd.Wait()
+	p.Cleanup()
+	if !exists(marker) {
+		t.Fatalf("the step did not get SIGTERM (wait: %v)", err)
+	}
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 {
+		t.Errorf("bwrap should exit with the step's own status 3 after its TERM handler: %v", err)
+	}
+}
+
+// A step that ignores SIGTERM is killed after GraceDelay, with everything
+// it started.
+func TestCancelKillsAStepIgnoringTerm(t *testing.T) {
+	needTool(t, "/usr/bin/bwrap", "runs the real sandbox")
+	old := GraceDelay
+	GraceDelay = 300 * time.Millisecond
+	defer func() { GraceDelay = old }()
+	f := newFixture(t)
+	p, err := BuildPlan(f.input())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := filepath.Join(f.wt, "ready")
+	late := filepath.Join(f.wt, "late")
+	cmd, err := Command(ctx, p, []string{"/bin/sh", "-c", "trap '' TERM; echo > " + ready + "; sleep 1.2; echo > " + late})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 200 && !exists(ready); i++ {
+		time.Sleep(20 * time.Millisecond)
+	}
+	t0 := time.Now()
+	cancel()
+	cmd.Wait()
+	p.Cleanup()
+	if d := time.Since(t0); d > time.Second {
+		t.Errorf("a step ignoring SIGTERM ran %v after cancel (grace %v)", d, GraceDelay)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if exists(late) {
+		t.Errorf("the step outlived its cancel")
+	}
+}
