@@ -572,3 +572,65 @@ func TestServiceStatusAndInstall(t *testing.T) {
 		t.Fatalf("second uninstall: %d %s", res.code, res.stderr)
 	}
 }
+
+// TestServeKill9AnyMoment kills serve at random moments of a busy queue,
+// again and again, restarting it each time with serve.resume. Every record
+// stays whole JSON, every events log verifies up to its last seal, and in
+// the end every run has finished, with nothing left behind.
+func TestServeKill9AnyMoment(t *testing.T) {
+	yaml := `version: 1
+repos:
+  app:
+    path: app
+serve:
+  max_parallel: 2
+  resume: true
+pipelines:
+  default: [one, two, three]
+steps:
+  one:
+    run: [sh, -c, "echo 1 >> log.txt; sleep 0.1"]
+  two:
+    run: [sh, -c, "echo 2 >> log.txt; sleep 0.2"]
+  three:
+    run: [sh, -c, "grep -q 2 log.txt"]
+`
+	dir := factoryDir(t, yaml, "app")
+	state := filepath.Join(dir, ".kusaw")
+	tmp := t.TempDir()
+	seed := time.Now().UnixNano()
+	t.Logf("kill delays from seed %d", seed)
+	delay := func(i int) time.Duration { return time.Duration((seed/int64(i+1))%700+50) * time.Millisecond }
+	var ids []string
+	for round := 0; round < 4; round++ {
+		sp := startServeEnv(t, dir, []string{"TMPDIR=" + tmp})
+		for j := 0; j < 2; j++ {
+			rec, err := sp.client.Submit(context.Background(), "", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, rec.ID)
+		}
+		time.Sleep(delay(round))
+		_ = sp.cmd.Process.Kill()
+		_ = sp.cmd.Wait()
+		checkRecordsIntact(t, state)
+	}
+	sp := startServeEnv(t, dir, []string{"TMPDIR=" + tmp})
+	for _, id := range ids {
+		d := waitDetail(t, sp.client, id, 120*time.Second)
+		if d.Run.State != status.RunSucceeded {
+			t.Errorf("run %s: %s (%s)", id, d.Run.State, d.Run.Message)
+		}
+	}
+	sp.stop(t)
+	checkRecordsIntact(t, state)
+	checkNothingLeft(t, dir, state)
+	for _, id := range ids {
+		for _, p := range eventFiles(t, filepath.Join(state, "runs", id)) {
+			if res := runKusaw(t, dir, "log", "verify", p); res.code != 0 || !strings.Contains(res.stdout, ": OK") {
+				t.Errorf("log verify %s: exit %d\n%s%s", p, res.code, res.stdout, res.stderr)
+			}
+		}
+	}
+}

@@ -89,6 +89,19 @@ func (s *Server) Handler(token string) http.Handler {
 	mux.HandleFunc("GET /v1/runs/{id}/log", s.apiLog)
 	mux.HandleFunc("GET /v1/runs/{id}/attempts/{step}/{n}/egress", s.apiEgress)
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		// A known path with another method is a 405, still in JSON.
+		for _, m := range []string{http.MethodGet, http.MethodPost} {
+			if m == r.Method {
+				continue
+			}
+			r2 := r.Clone(r.Context())
+			r2.Method = m
+			if _, p := mux.Handler(r2); p != "/v1/" && p != "" {
+				w.Header().Set("Allow", m)
+				apiError(w, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not allowed on "+r.URL.Path, "use "+m)
+				return
+			}
+		}
 		apiError(w, http.StatusNotFound, "not_found", "no API endpoint "+r.Method+" "+r.URL.Path, "see the list in kusaw serve --help")
 	})
 	s.webRoutes(mux)

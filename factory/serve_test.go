@@ -337,6 +337,9 @@ steps:
 		{"GET", "/v1/runs/..%2f..%2fetc", "", 404, "run_not_found"},
 		{"POST", "/v1/runs/20990101/cancel", "", 404, "run_not_found"},
 		{"GET", "/v1/nothing", "", 404, "not_found"},
+		{"DELETE", "/v1/runs", "", 405, "method_not_allowed"},
+		{"GET", "/v1/runs/x/cancel", "", 405, "method_not_allowed"},
+		{"PUT", "/v1/health", "", 405, "method_not_allowed"},
 	}
 	for _, tc := range cases {
 		st, m := rawCall(t, sock, tc.method, tc.path, tc.body, nil)
