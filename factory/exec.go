@@ -136,6 +136,32 @@ type DefaultExecRequest struct {
 	Stdout, Stderr io.Writer
 }
 
+// DefaultExecInput is the sandbox of kusaw sandbox exec without a factory:
+// dir writable, the attempt's folders in tmp (created), no network, the
+// home and the secret store hidden.
+func DefaultExecInput(dir, tmp string) (sandbox.Input, error) {
+	in := sandbox.Input{
+		AttemptDir:   tmp,
+		ArtifactsDir: filepath.Join(tmp, "artifacts"),
+		TmpDir:       filepath.Join(tmp, "tmp"),
+		Workdir:      dir,
+		AllowWrite:   []string{dir},
+		Network:      sandbox.NetworkNone,
+	}
+	for _, d := range []string{in.ArtifactsDir, in.TmpDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return in, err
+		}
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		in.Home = h
+	}
+	if d, err := secretstore.Dir(); err == nil {
+		in.HiddenPaths = append(in.HiddenPaths, d)
+	}
+	return in, nil
+}
+
 // ExecDefault runs req under the default policy and returns the command's
 // exit status. The temp folder is removed afterwards.
 func ExecDefault(ctx context.Context, req DefaultExecRequest) (int, error) {
@@ -161,24 +187,9 @@ func ExecDefault(ctx context.Context, req DefaultExecRequest) (int, error) {
 		return 0, err
 	}
 	defer os.RemoveAll(tmp)
-	in := sandbox.Input{
-		AttemptDir:   tmp,
-		ArtifactsDir: filepath.Join(tmp, "artifacts"),
-		TmpDir:       filepath.Join(tmp, "tmp"),
-		Workdir:      dir,
-		AllowWrite:   []string{dir},
-		Network:      sandbox.NetworkNone,
-	}
-	for _, d := range []string{in.ArtifactsDir, in.TmpDir} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return 0, err
-		}
-	}
-	if h, err := os.UserHomeDir(); err == nil {
-		in.Home = h
-	}
-	if d, err := secretstore.Dir(); err == nil {
-		in.HiddenPaths = append(in.HiddenPaths, d)
+	in, err := DefaultExecInput(dir, tmp)
+	if err != nil {
+		return 0, err
 	}
 	plan, err := sandbox.BuildPlan(in)
 	if err != nil {
