@@ -168,7 +168,7 @@ func ExecDefault(ctx context.Context, req DefaultExecRequest) (int, error) {
 	if len(req.Argv) == 0 {
 		return 0, errors.New("no command to run")
 	}
-	if res := sandbox.Check(); !res.Available {
+	if res := sandbox.CachedCheck(); !res.Available {
 		return int(status.ExitSandboxUnavailable), res.Err()
 	}
 	dir := req.Dir

@@ -116,7 +116,7 @@ func (e *Engine) checkSandbox() sandbox.CheckResult {
 		if e.opts.SandboxCheck != nil {
 			e.sbCheck.res = e.opts.SandboxCheck()
 		} else {
-			e.sbCheck.res = sandbox.Check()
+			e.sbCheck.res = sandbox.CachedCheck()
 		}
 	})
 	return e.sbCheck.res

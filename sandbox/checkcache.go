@@ -1,0 +1,107 @@
+package sandbox
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// checkCacheTTL bounds how long a passed check is trusted without probing.
+const checkCacheTTL = 12 * time.Hour
+
+// CachedCheck is Check, remembered on disk for a while when it passed, so
+// a short command (kusaw sandbox exec -- true) does not pay for starting
+// bwrap twice. The cache is keyed by everything that decides the answer:
+// the backend binary (path, size, mtime), the user, the kernel boot, and
+// the user-namespace switches. A failed check is never cached. If the
+// machine changed anyway, the real start fails and nothing runs outside
+// the sandbox: the cache can cost a clear reason, never the protection.
+func CachedCheck() CheckResult {
+	key := checkCacheKey()
+	path := checkCachePath()
+	if key != "" && path != "" {
+		if b, err := os.ReadFile(path); err == nil {
+			var c struct {
+				Key    string      `json:"key"`
+				At     time.Time   `json:"at"`
+				Result CheckResult `json:"result"`
+			}
+			if json.Unmarshal(b, &c) == nil && c.Key == key && time.Since(c.At) < checkCacheTTL && c.Result.Available {
+				rememberVersion(c.Result.Path, c.Result.Version)
+				return c.Result
+			}
+		}
+	}
+	res := Check()
+	if res.Available && key != "" && path != "" {
+		b, _ := json.Marshal(map[string]any{"key": key, "at": time.Now().UTC(), "result": res})
+		if os.MkdirAll(filepath.Dir(path), 0o700) == nil {
+			tmp := path + fmt.Sprintf(".%d", os.Getpid())
+			if os.WriteFile(tmp, b, 0o600) == nil {
+				_ = os.Rename(tmp, path)
+			}
+		}
+	}
+	return res
+}
+
+func checkCachePath() string {
+	d, err := os.UserCacheDir()
+	if err != nil || d == "" {
+		return ""
+	}
+	return filepath.Join(d, "kusaw", "sandbox-check.json")
+}
+
+// checkCacheKey hashes what a check's answer depends on; "" when any of it
+// cannot be read (then nothing is cached).
+func checkCacheKey() string {
+	h := sha256.New()
+	fmt.Fprintf(h, "uid=%d\n", os.Getuid())
+	for _, bin := range []string{"/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap", "/usr/bin/sandbox-exec"} {
+		if st, err := os.Stat(bin); err == nil {
+			fmt.Fprintf(h, "%s %d %d %v\n", bin, st.Size(), st.ModTime().UnixNano(), st.Mode())
+		}
+	}
+	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		// Not Linux (or no procfs): key on the binary alone for a shorter
+		// while is not worth the risk; do not cache.
+		if _, serr := os.Stat("/usr/bin/sandbox-exec"); serr != nil {
+			return ""
+		}
+	}
+	fmt.Fprintf(h, "boot=%s\n", strings.TrimSpace(string(boot)))
+	for _, f := range []string{"/proc/sys/user/max_user_namespaces", "/proc/sys/kernel/unprivileged_userns_clone",
+		"/proc/sys/kernel/apparmor_restrict_unprivileged_userns", "/proc/sys/user/max_net_namespaces"} {
+		b, _ := os.ReadFile(f)
+		fmt.Fprintf(h, "%s=%s\n", f, strings.TrimSpace(string(b)))
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// rememberVersion primes the per-process version cache from a cached check,
+// so Command does not start bwrap --version once more.
+func rememberVersion(path, version string) {
+	parts := strings.Split(version, ".")
+	if path == "" || len(parts) < 2 {
+		return
+	}
+	var v [2]int
+	if _, err := fmt.Sscan(parts[0], &v[0]); err != nil {
+		return
+	}
+	if _, err := fmt.Sscan(parts[1], &v[1]); err != nil {
+		return
+	}
+	versionMu.Lock()
+	if _, ok := versionCache[path]; !ok {
+		versionCache[path] = v
+	}
+	versionMu.Unlock()
+}
