@@ -164,6 +164,7 @@ func (a *attemptRun) lease(i int, repos []string, p *preparedProc) (*sandbox.Pro
 		AllowRanges: a.e.F.Sandbox.Egress.AllowRanges,
 		PolicyKey:   config.AllowPolicyKey(s.ID),
 		Observer:    obs,
+		RootCAs:     a.e.opts.InjectRootCAs,
 	}
 	if len(repos) > 0 && len(a.e.F.Attempts(s)) > 1 {
 		cfg.ID += "/" + repos[0]

@@ -3,6 +3,7 @@ package factory
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -46,6 +47,9 @@ type Options struct {
 	// Proxy is a shared egress proxy (serve runs one for all runs). Nil:
 	// the engine starts its own on first use; Close stops it.
 	Proxy *egress.Proxy
+	// InjectRootCAs verifies inject upstreams; nil uses the system's
+	// roots (tests and private gateways set it).
+	InjectRootCAs *x509.CertPool
 	// SandboxCheck replaces sandbox.Check (tests: an unavailable backend).
 	SandboxCheck func() sandbox.CheckResult
 	// CancelPoll is how often a running run looks for a cancel request
