@@ -488,6 +488,12 @@ func macCases(t0 *testing.T, s *macSuite) []macCase {
 		{name: "read other apps' temp folders",
 			attack: `refused ls "$(dirname "$ROOT")"; refused ls /private/var/folders; exit 42`,
 			twin:   `ls $TMP >/dev/null`},
+		{name: "the user's temp folder: only xcrun's cache files",
+			attack: `refused ls "$USERTEMP"; refused sh -c "echo x > $USERTEMP/kusaw-planted-$MARKER"; exit 42`,
+			twin:   `out=$(git status 2>&1) && ! echo "$out" | grep -q -e xcrun_db -e confstr -e 'not permitted'`,
+			check: func(t *testing.T, f *macFixture) {
+				macAbsent(filepath.Join(s.vars["USERTEMP"], "kusaw-planted-"+s.vars["MARKER"]))(t, f)
+			}},
 		{name: "inherit secrets from kusaw's environment",
 			attack: `refused sh -c 'env | grep -q AWS-SECRET'; refused test -n "$AWS_SECRET_ACCESS_KEY"; refused test -n "$SSH_AUTH_SOCK"; exit 42`,
 			twin:   `test "$STEP_TOKEN" = declared-by-step && test -n "$PATH"`},
@@ -650,6 +656,11 @@ func TestEscapeSeatbelt(t *testing.T) {
 		"MARKER": marker, "MARKERPID": strconv.Itoa(victim.Process.Pid),
 	}
 	s.vars["GOCACHE_DIR"] = macGoCache(t)
+	if out, err := exec.Command("/usr/bin/getconf", "DARWIN_USER_TEMP_DIR").Output(); err == nil {
+		s.vars["USERTEMP"] = strings.TrimRight(strings.TrimSpace(string(out)), "/")
+	} else {
+		t.Fatalf("getconf DARWIN_USER_TEMP_DIR: %v", err)
+	}
 	cases := macCases(t, s)
 	if len(cases) < 40 {
 		t.Fatalf("the macOS escape suite has %d cases; it must mirror the Linux suite", len(cases))

@@ -54,6 +54,12 @@ type SeatbeltOptions struct {
 	// TTY is the pseudo-terminal device the step's stdio is on, when kusaw
 	// gave it one; "" otherwise.
 	TTY string
+	// UserTempDir is the user's own temp folder (getconf
+	// DARWIN_USER_TEMP_DIR). It stays hidden like the rest of
+	// /private/var/folders except the cache files of xcrun, which Apple's
+	// tool shims (/usr/bin/git, cc, make) write on every run; its path
+	// answers stat so that confstr finds it. "" leaves it wholly hidden.
+	UserTempDir string
 }
 
 // SeatbeltParam is one -D NAME=VALUE of sandbox-exec.
@@ -285,6 +291,15 @@ func (p *Plan) Seatbelt(opt SeatbeltOptions) (*SeatbeltProfile, error) {
 	g.add(";; macOS: other programs' temp and cache folders")
 	for _, h := range seatbeltExtraHidden {
 		g.hide(h)
+	}
+	if opt.UserTempDir != "" {
+		t, err := checkPath(opt.UserTempDir)
+		if err != nil {
+			return nil, err
+		}
+		g.add(";; ...but for xcrun's cache files in the user's temp folder (Apple's tool shims write them)")
+		g.add(`(allow file-read* file-write* (require-all (require-any %s) (regex #"/xcrun_db[^/]*$")))`, g.filters("subpath", t))
+		g.see(filepath.Join(t, "xcrun_db"))
 	}
 
 	for i, m := range p.Mounts {

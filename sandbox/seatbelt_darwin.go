@@ -90,6 +90,9 @@ func SeatbeltCommand(ctx context.Context, p *Plan, argv []string, opt SeatbeltOp
 		return nil, fmt.Errorf("sandbox: creating the fresh HOME %s: %w", home, err)
 	}
 	c := &SeatbeltCmd{Home: home}
+	if opt.UserTempDir == "" {
+		opt.UserTempDir = userTempDir()
+	}
 	if term != nil && isTerminal(term) {
 		master, slave, name, err := openPTY()
 		if err != nil {
@@ -219,6 +222,26 @@ func (c *SeatbeltCmd) closePTY() {
 }
 
 func init() { kernelSpelling = darwinSpelling }
+
+var (
+	userTempOnce sync.Once
+	userTemp     string
+)
+
+// userTempDir is the user's DARWIN_USER_TEMP_DIR, resolved ("" if unknown).
+func userTempDir() string {
+	userTempOnce.Do(func() {
+		out, err := exec.Command("/usr/bin/getconf", "DARWIN_USER_TEMP_DIR").Output()
+		if err != nil {
+			return
+		}
+		d := strings.TrimSpace(string(out))
+		if r, err := filepath.EvalSymlinks(d); err == nil && filepath.IsAbs(r) {
+			userTemp = filepath.Clean(r)
+		}
+	})
+	return userTemp
+}
 
 // darwinSpelling asks the kernel (fcntl F_GETPATH) for the path of the
 // longest existing prefix of p and puts the rest back on.
@@ -355,7 +378,7 @@ func CheckSeatbelt() CheckResult {
 	// generator can write is compiled once by this macOS.
 	for _, network := range []string{NetworkAllowlist, NetworkOpen} {
 		plan.Network = network
-		prof, err := plan.Seatbelt(SeatbeltOptions{Ports: []int{9}, LocalBind: true, TTY: "/dev/ttys000"})
+		prof, err := plan.Seatbelt(SeatbeltOptions{Ports: []int{9}, LocalBind: true, TTY: "/dev/ttys000", UserTempDir: userTempDir()})
 		if err != nil {
 			return fail("the probe's profile: " + err.Error())
 		}

@@ -276,6 +276,20 @@ func (pol *sbPolicy) filterMatches(f *sexp, q query) bool {
 		return q.mach == pol.value(f.list[1])
 	case "global-name-prefix":
 		return q.mach != "" && strings.HasPrefix(q.mach, pol.value(f.list[1]))
+	case "require-all", "require-any":
+		all := head == "require-all"
+		for _, sub := range f.list[1:] {
+			m := pol.filterMatches(sub, q)
+			if all && !m {
+				return false
+			}
+			if !all && m {
+				return true
+			}
+		}
+		return all
+	case "require-not":
+		return !pol.filterMatches(f.list[1], q)
 	case "target", "sysctl-name":
 		return false // not modelled: the queries never ask
 	}
@@ -334,6 +348,14 @@ func (pol *sbPolicy) specificity(f *sexp, q query) int {
 		return len(pol.value(f.list[1]))
 	case "regex", "path-regex":
 		return 1
+	case "require-all", "require-any":
+		best := 0
+		for _, sub := range f.list[1:] {
+			if pol.filterMatches(sub, q) {
+				best = max(best, pol.specificity(sub, q))
+			}
+		}
+		return best
 	case "remote", "local":
 		if f.list[1].atom == "unix-socket" {
 			if len(f.list) == 2 {
@@ -630,6 +652,33 @@ func TestSeatbeltDecisions(t *testing.T) {
 	}
 }
 
+// TestSeatbeltUserTempDir: the user's temp folder stays hidden but for
+// xcrun's cache files, and its path answers stat (confstr needs it).
+func TestSeatbeltUserTempDir(t *testing.T) {
+	const ut = "/private/var/folders/xy/abc123/T"
+	prof, err := agentPlan(NetworkAllowlist).Seatbelt(SeatbeltOptions{Ports: []int{49152}, UserTempDir: ut})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := loadPolicy(t, prof)
+	for what, c := range map[string][2]bool{
+		"write the xcrun cache":           {pol.canWrite(ut + "/xcrun_db"), true},
+		"create its temp file":            {pol.canWrite(ut + "/xcrun_db-Q5a5z5VJ"), true},
+		"read it":                         {pol.canRead(ut + "/xcrun_db"), true},
+		"stat the temp folder":            {pol.canStat(ut), true},
+		"stat the folders above it":       {pol.canStat("/private/var/folders/xy"), true},
+		"list the temp folder":            {pol.canRead(ut), false},
+		"read another app's temp file":    {pol.canRead(ut + "/com.apple.Safari/secret"), false},
+		"write another file there":        {pol.canWrite(ut + "/planted"), false},
+		"an xcrun_db folder's content":    {pol.canRead(ut + "/xcrun_db/x"), false},
+		"another user's xcrun cache path": {pol.canWrite("/private/var/folders/zz/other/T/xcrun_db"), false},
+	} {
+		if c[0] != c[1] {
+			t.Errorf("%s: allowed=%v, want %v", what, c[0], c[1])
+		}
+	}
+}
+
 func TestSeatbeltNetworkModes(t *testing.T) {
 	open, err := perRepoPlan().Seatbelt(SeatbeltOptions{TTY: "/dev/ttys004"})
 	if err != nil {
@@ -908,14 +957,14 @@ func TestSeatbeltEnvAndHome(t *testing.T) {
 
 func TestSeatbeltProbePlan(t *testing.T) {
 	dir := "/private/var/folders/xy/probe/T/kusaw-check"
-	prof, err := seatbeltProbePlan(dir).Seatbelt(SeatbeltOptions{Ports: []int{1}, TTY: "/dev/ttys000"})
+	prof, err := seatbeltProbePlan(dir).Seatbelt(SeatbeltOptions{Ports: []int{1}, TTY: "/dev/ttys000", UserTempDir: "/private/var/folders/xy/probe/T"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	pol := loadPolicy(t, prof)
 	// Every rule kind a real plan makes is in the probe's profile.
 	for _, want := range []string{"hidden", "read-only", "writable", "missing file", "missing folder", "remote ip", "unix-socket",
-		"file-read-metadata", "file-write-unlink", "global-name-prefix", "target same-sandbox", "sysctl-name", "file-ioctl"} {
+		"file-read-metadata", "file-write-unlink", "global-name-prefix", "target same-sandbox", "sysctl-name", "file-ioctl", "require-all"} {
 		if !strings.Contains(prof.Text, want) {
 			t.Errorf("the probe's profile has no %q: sandbox check would not try it", want)
 		}
