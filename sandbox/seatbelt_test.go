@@ -478,7 +478,7 @@ type goldenCase struct {
 
 func goldenCases() []goldenCase {
 	return []goldenCase{
-		{"agent-allowlist", agentPlan(NetworkAllowlist), SeatbeltOptions{Ports: []int{49152}}},
+		{"agent-allowlist", agentPlan(NetworkAllowlist), SeatbeltOptions{Ports: []int{49152}, UserTempDir: "/private/var/folders/xy/abc123/T"}},
 		{"per-repo-open-tty", perRepoPlan(), SeatbeltOptions{TTY: "/dev/ttys004"}},
 		{"command-none-localbind", agentPlan(NetworkNone), SeatbeltOptions{LocalBind: true}},
 	}
