@@ -823,3 +823,32 @@ func TestCancelKillsAStepIgnoringTerm(t *testing.T) {
 		t.Errorf("the step outlived its cancel")
 	}
 }
+
+// The real home of whoever runs the tests is hidden too (no login paths:
+// nothing is created in it), and a WSL plan hides /mnt on the real backend.
+func TestRealHomeAndWSLPlan(t *testing.T) {
+	needTool(t, "/usr/bin/bwrap", "runs the real sandbox")
+	home, err := os.UserHomeDir()
+	if err != nil || home == "/" || !isDir(home) {
+		t.Skip("no real home to hide")
+	}
+	f := newFixture(t)
+	in := f.input()
+	in.Home, in.LoginPaths = home, nil
+	in.Host.WSL = true
+	in.Env["WSL_INTEROP"] = "/run/WSL/1_interop"
+	p, err := BuildPlan(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd, err := Command(context.Background(), p, []string{"/bin/sh", "-c",
+		`test -z "$(ls -A "$HOME")" || { ls -A "$HOME"; exit 1; }; test -z "$(ls -A /mnt)" || exit 2; test -z "$WSL_INTEROP" || exit 3; test ! -e /run/WSL || exit 4; cat /etc/os-release >/dev/null`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.CombinedOutput()
+	p.Cleanup()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+}
