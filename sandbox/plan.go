@@ -193,7 +193,6 @@ type builder struct {
 	protect []Mount // control files and settings, read-only on top
 	remount []Mount
 	mounted map[string]bool // destinations already given a mount
-	wtRoots []string        // writable worktree roots (resolved)
 	home    string          // the resolved home
 	visible []string        // every bind destination (for conflict checks)
 }
@@ -224,7 +223,11 @@ func BuildPlan(in Input) (*Plan, error) {
 		case "bind":
 			p.Writable = append(p.Writable, PathRule{m.Dst, m.Reason})
 		case "ro-bind", "empty-file":
-			p.ReadOnly = append(p.ReadOnly, PathRule{m.Dst, m.Reason})
+			if m.Src == "/dev/null" && isHideReason(m.Reason) { // a hidden file
+				p.Hidden = append(p.Hidden, PathRule{m.Dst, m.Reason})
+			} else {
+				p.ReadOnly = append(p.ReadOnly, PathRule{m.Dst, m.Reason})
+			}
 		case "tmpfs":
 			if isHideReason(m.Reason) {
 				p.Hidden = append(p.Hidden, PathRule{m.Dst, m.Reason})
@@ -520,7 +523,6 @@ func (b *builder) worktree(w Worktree) error {
 	if gd == cd {
 		return refuse("let kusaw create a linked worktree (git worktree add)", "worktree %s of repo %s is a main checkout; kusaw sandboxes linked worktrees only", wt, w.Repo)
 	}
-	b.wtRoots = append(b.wtRoots, wt)
 	b.addBind(&b.writes, "bind", wt, wt, fmt.Sprintf("repo %s's worktree", w.Repo))
 
 	// The common dir read-only as a whole: config, hooks/, info/, packed-refs,

@@ -46,7 +46,10 @@ func wantRefused(t *testing.T, in Input, substr string) {
 
 func TestPlanPaths(t *testing.T) {
 	f := newFixture(t)
-	p := mustPlan(t, f.input())
+	in := f.input()
+	write(t, filepath.Join(f.secretStore, "key.age"), "k")
+	in.HiddenPaths = append(in.HiddenPaths, filepath.Join(f.secretStore, "key.age")) // a hidden file
+	p := mustPlan(t, in)
 	w, ro, hid := rulePaths(p.Writable), rulePaths(p.ReadOnly), rulePaths(p.Hidden)
 	for _, x := range []string{f.wt, filepath.Join(f.common, "objects"), filepath.Join(f.common, "refs", "heads", "kusaw", "r1", "build"),
 		filepath.Join(f.common, "logs", "refs", "heads", "kusaw", "r1", "build"), f.gitdir, f.artifacts, f.tmp,
@@ -64,7 +67,7 @@ func TestPlanPaths(t *testing.T) {
 			t.Errorf("%s is not read-only; read-only: %v", x, ro)
 		}
 	}
-	for _, x := range []string{f.home, f.repo, f.secretStore} {
+	for _, x := range []string{f.home, f.repo, f.secretStore, filepath.Join(f.secretStore, "key.age")} {
 		if !slices.Contains(hid, x) {
 			t.Errorf("%s is not hidden; hidden: %v", x, hid)
 		}
