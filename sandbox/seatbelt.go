@@ -259,7 +259,7 @@ func (p *Plan) Seatbelt(opt SeatbeltOptions) (*SeatbeltProfile, error) {
 	g.add("(deny user-preference-write)")
 	g.add("(deny mach-lookup")
 	for _, s := range seatbeltDeniedServices {
-		g.add("  (%s %q)", s.filter, s.name)
+		g.add("  (%s %q) ; %s", s.filter, s.name, s.why)
 	}
 	g.add(")")
 	g.add("")
