@@ -852,3 +852,42 @@ func TestRealHomeAndWSLPlan(t *testing.T) {
 		t.Fatalf("%v: %s", err, out)
 	}
 }
+
+// A step's env values never show in a command line another local user can
+// read (ps, /proc/PID/cmdline): they reach bwrap through a memfd.
+func TestEnvNotOnCommandLine(t *testing.T) {
+	needTool(t, "/usr/bin/bwrap", "runs the real sandbox")
+	f := newFixture(t)
+	in := f.input()
+	const secret = "declared-secret-0xfeedbeef"
+	in.Env["API_TOKEN"] = secret
+	p, err := BuildPlan(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := filepath.Join(f.wt, "ready")
+	cmd, err := Command(context.Background(), p, []string{"/bin/sh", "-c", `test "${#API_TOKEN}" = ` + strconv.Itoa(len(secret)) + ` && echo > ` + ready + ` && sleep 2`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait(); p.Cleanup() }()
+	for i := 0; i < 200 && !exists(ready); i++ {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !exists(ready) {
+		t.Fatal("the step did not get its env")
+	}
+	pids := append([]int{cmd.Process.Pid}, descendants(cmd.Process.Pid)...)
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err == nil && bytes.Contains(b, []byte(secret)) {
+			t.Errorf("pid %d shows the secret in its command line: %q", pid, b)
+		}
+	}
+	if len(pids) < 3 {
+		t.Errorf("expected bwrap, its helper and the step; saw %v", pids)
+	}
+}
