@@ -17,6 +17,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/net/netutil"
+
 	"github.com/kusaw/kusaw/config"
 )
 
@@ -65,6 +67,9 @@ func (p *Proxy) Lease(c LeaseConfig) (*Lease, error) {
 	}
 	if c.BudgetKey == "" {
 		c.BudgetKey = "sandbox.egress.budgets"
+	}
+	if c.MaxConns <= 0 {
+		c.MaxConns = 1024
 	}
 	if c.Budgets.PerHost < 0 || c.Budgets.Total < 0 {
 		return nil, errors.New("egress lease: budgets cannot be negative")
@@ -196,6 +201,7 @@ func (l *Lease) addListener(ln net.Listener) bool {
 		ln.Close()
 		return false
 	}
+	ln = netutil.LimitListener(ln, l.c.MaxConns)
 	l.listeners = append(l.listeners, ln)
 	l.wg.Add(1)
 	l.mu.Unlock()

@@ -132,6 +132,9 @@ type LeaseConfig struct {
 	RangesKey string
 	BudgetKey string
 	Observer  Observer
+	// MaxConns bounds the step's simultaneous connections to the proxy
+	// (1024); more wait in the listen queue.
+	MaxConns int
 	// RootCAs verifies inject upstreams; nil uses the system's roots.
 	RootCAs *x509.CertPool
 }
