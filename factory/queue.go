@@ -208,8 +208,8 @@ func (s *Server) Submit(pipeline string, params map[string]string) (*RunRecord, 
 		s.E.Abandon(r, status.RunInterrupted, "kusaw serve stopped before the run started")
 		return nil, ErrStopping
 	}
+	rec := *r.Record // copied before the dispatcher can start changing it
 	s.queue = append(s.queue, r)
-	rec := *r.Record
 	s.cond.Broadcast()
 	s.mu.Unlock()
 	s.bus.publish(rec.ID)
@@ -217,8 +217,8 @@ func (s *Server) Submit(pipeline string, params map[string]string) (*RunRecord, 
 	return &rec, nil
 }
 
-// Cancel cancels a queued or running run of this serve. A run that is not
-// serve's own (an in-process kusaw run) is asked through its cancel file.
+// Cancel cancels a queued or running run. A queued run ends at once,
+// without starting.
 func (s *Server) Cancel(id string) (*RunRecord, error) {
 	rec, err := s.E.State.LoadRun(id)
 	if err != nil {
@@ -237,14 +237,11 @@ func (s *Server) Cancel(id string) (*RunRecord, error) {
 			return s.E.State.LoadRun(rec.ID)
 		}
 	}
-	if a := s.running[rec.ID]; a != nil {
-		s.mu.Unlock()
-		a.run.events.Emit(EvCancelRequested, map[string]any{"by": "kusaw serve API"})
-		a.cancel(errCanceled)
-		s.log.Info().Str("run", rec.ID).Msg("cancel requested")
-		return rec, nil
-	}
 	s.mu.Unlock()
+	// A running run, serve's or another kusaw's, is canceled through its
+	// cancel file: its owner's engine notices it (even between dispatch
+	// and the run's first event), records run.cancel_requested and cancels.
+	s.log.Info().Str("run", rec.ID).Msg("cancel requested")
 	return s.E.State.RequestCancel(rec.ID)
 }
 
