@@ -115,3 +115,48 @@ func TestSeatbeltPTY(t *testing.T) {
 		t.Errorf("the step's terminal is not a pty of its own (kusaw's is %s):\n%q", userName, s)
 	}
 }
+
+// TestSeatbeltNastyPathsOnMac: sandbox-exec carries folder names with
+// quotes, parentheses, '=', spaces and a newline as parameters: the named
+// folder is writable, its sibling is not, and nothing else opened up.
+func TestSeatbeltNastyPathsOnMac(t *testing.T) {
+	needSeatbelt(t)
+	for _, name := range []string{`w")(allow default)(`, "w=eq=sign", "w with spaces (and parens)", "w\nnewline", `w;comment #"^/"`} {
+		t.Run(strings.ReplaceAll(name, "\n", `\n`), func(t *testing.T) {
+			root, err := filepath.EvalSymlinks(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, sib, tmp := filepath.Join(root, name), filepath.Join(root, "sibling "+name), filepath.Join(root, "tmp")
+			for _, d := range []string{w, sib, tmp} {
+				if err := os.MkdirAll(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p := &Plan{Backend: "seatbelt", Network: NetworkNone, Workdir: w,
+				Mounts: []Mount{{Op: "ro-bind", Src: "/", Dst: "/"}, {Op: "bind", Src: w, Dst: w}, {Op: "bind", Src: tmp, Dst: tmp},
+					{Op: "ro-bind", Src: sib, Dst: sib}},
+				Env: []string{"PATH=/usr/bin:/bin", "TMPDIR=" + tmp}}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			script := `echo ok > "$0/f" || exit 1; (echo x > "$1/f") 2>/dev/null && exit 2; (echo x > "$2/f") 2>/dev/null && exit 3; exit 0`
+			cmd, err := Command(ctx, p, []string{"/bin/sh", "-c", script, w, sib, root})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := cmd.CombinedOutput()
+			KillGroup(cmd)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			if _, err := os.Stat(filepath.Join(w, "f")); err != nil {
+				t.Errorf("the named folder was not written: %v", err)
+			}
+			for _, d := range []string{sib, root} {
+				if _, err := os.Stat(filepath.Join(d, "f")); err == nil {
+					t.Errorf("%q was written", d)
+				}
+			}
+		})
+	}
+}
