@@ -359,7 +359,7 @@ func (e *Engine) createRunBranches(r *Run) error {
 				return fmt.Errorf("repo %s: %v", name, err)
 			}
 			dirty, _ := repo.DirtyPaths()
-			branch, sha, err := repo.CreateRunBranch(r.Record.ID, cr.Base)
+			branch, sha, err := createOrReuseRunBranch(repo, r.Record.ID, cr.Base)
 			if err != nil {
 				return fmt.Errorf("repo %s: %v", name, err)
 			}
@@ -391,6 +391,24 @@ func (r *Run) openRepo(name, path string) (*worktree.Repo, error) {
 	}
 	r.repos[name] = repo
 	return repo, nil
+}
+
+// createOrReuseRunBranch creates kusaw/<run-id> at the base. A branch of
+// that name still at the base is this run's own, made just before a crash
+// kept it out of run.json: a restarted run takes it over. Anything else is
+// refused.
+func createOrReuseRunBranch(repo *worktree.Repo, runID, base string) (string, string, error) {
+	branch := worktree.RunBranch(runID)
+	if head, err := repo.Head(branch); err == nil {
+		sha, err := repo.ResolveBase(base)
+		if err != nil {
+			return "", "", err
+		}
+		if head == sha {
+			return branch, sha, nil
+		}
+	}
+	return repo.CreateRunBranch(runID, base)
 }
 
 func (r *Run) repo(name string) *RunRepo {

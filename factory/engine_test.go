@@ -371,3 +371,37 @@ func alive(pid int) bool {
 	}
 	return true
 }
+
+func TestRunBranchLeftByCrashIsReused(t *testing.T) {
+	f := testFactory(t, `version: 1
+repos:
+  app: {path: ./app}
+pipelines:
+  default: [s]
+steps:
+  s:
+    run: ["true"]
+`, "app")
+	e, _ := New(f, Options{})
+	app := filepath.Join(f.Dir, "app")
+	r, err := e.Prepare("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The branch exists at the base: a crash came between creating it and
+	// recording it. The run takes it over.
+	gitRun(t, app, "branch", "kusaw/"+r.ID(), "main")
+	if err := e.createRunBranches(r); err != nil {
+		t.Fatalf("reuse: %v", err)
+	}
+	// Elsewhere than the base, it is not the run's: refused.
+	r2, _ := e.Prepare("")
+	gitRun(t, app, "commit", "-q", "--allow-empty", "-m", "moved")
+	gitRun(t, app, "branch", "kusaw/"+r2.ID(), "main")
+	gitRun(t, app, "reset", "-q", "--hard", "HEAD~1")
+	if err := e.createRunBranches(r2); err == nil || !strings.Contains(err.Error(), "already exists") {
+		t.Fatalf("a foreign branch was taken over: %v", err)
+	}
+	r.lock.Unlock()
+	r2.lock.Unlock()
+}
