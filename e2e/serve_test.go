@@ -515,7 +515,10 @@ func TestServiceStatusAndInstall(t *testing.T) {
 	if res.code != 6 || !strings.Contains(res.stdout, "serve:     not running") || !strings.Contains(res.stdout, "kusaw serve") {
 		t.Fatalf("status without serve: %d\n%s%s", res.code, res.stdout, res.stderr)
 	}
-	sp := startServe(t, dir, "--max-parallel", "5")
+	if res := runKusaw(t, dir, "serve", "--log-level", "loud"); res.code != 2 || !strings.Contains(res.stderr, "--log-level") {
+		t.Fatalf("serve --log-level loud: %d %s", res.code, res.stderr)
+	}
+	sp := startServe(t, dir, "--max-parallel", "5", "--log-level", "debug")
 	if _, err := sp.client.Submit(context.Background(), "slow", nil); err != nil {
 		t.Fatal(err)
 	}

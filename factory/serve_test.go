@@ -533,3 +533,32 @@ func TestServiceUnitLaunchdIsWellFormed(t *testing.T) {
 		t.Fatalf("systemd unit: %s\n%s", s.Path, s.Content)
 	}
 }
+
+func TestServeOnePerStateDir(t *testing.T) {
+	f := serveFactory(t, `
+pipelines:
+  default: [a]
+steps:
+  a:
+    run: [sh, -c, "true"]
+`)
+	startServer(t, f, ServeOptions{MaxParallel: 1})
+	if _, err := NewServer(f, ServeOptions{Log: zerolog.New(io.Discard)}); err == nil || !strings.Contains(err.Error(), "already running") {
+		t.Fatalf("a second serve on the same state directory: %v", err)
+	}
+	// TCP without a token is refused before anything listens.
+	f2 := serveFactory(t, `
+pipelines:
+  default: [a]
+steps:
+  a:
+    run: [sh, -c, "true"]
+`)
+	s, err := NewServer(f2, ServeOptions{Log: zerolog.New(io.Discard), Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Serve(context.Background()); err == nil || !strings.Contains(err.Error(), "kusaw config set serve.token --secret") {
+		t.Fatalf("TCP listener without a token: %v", err)
+	}
+}
