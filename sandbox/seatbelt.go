@@ -106,7 +106,14 @@ var seatbeltDeniedServices = []struct{ filter, name, why string }{
 	{"global-name-prefix", "com.apple.nsurlsessiond", "background URL sessions (downloads and uploads made by a daemon)"},
 	{"global-name", "com.apple.xpc.smd", "ServiceManagement (login items, launchd jobs)"},
 	{"global-name-prefix", "com.apple.backgroundtaskmanagement", "background items"},
+	{"global-name", "com.apple.coreservices.sharedfilelistd", "login items and recent-items lists"},
+	{"global-name-prefix", "com.apple.windowserver", "the window server: screen capture and synthetic keystrokes, with your terminal's permissions"},
 }
+
+// IOKit user clients denied by class: reading the keyboard and posting
+// input events (with the terminal's Input Monitoring or Accessibility
+// permission, a step could log keys or type into another window).
+var seatbeltDeniedIOKit = []string{"IOHIDLibUserClient", "IOHIDParamUserClient"}
 
 // Devices a step writes as a matter of course. They are fixed system
 // paths, not plan paths, so they appear in the text.
@@ -262,6 +269,12 @@ func (p *Plan) Seatbelt(opt SeatbeltOptions) (*SeatbeltProfile, error) {
 		g.add("  (%s %q) ; %s", s.filter, s.name, s.why)
 	}
 	g.add(")")
+	var hid []string
+	for _, c := range seatbeltDeniedIOKit {
+		hid = append(hid, fmt.Sprintf("(iokit-user-client-class %q)", c))
+	}
+	g.add(";; the keyboard and input events")
+	g.add("(deny iokit-open %s)", strings.Join(hid, " "))
 	g.add("")
 	g.add(";; Files: no writes but the plan's writable paths; the plan's mounts follow in order.")
 	g.add("(deny file-write*)")
@@ -570,7 +583,7 @@ var SeatbeltProtections = []string{
 	"The real home, ~/.ssh, ~/.gnupg, ~/.aws and other credential folders, kusaw's secret store and key folders, the repositories' own checkouts, /tmp and other apps' temp folders (/private/var/folders) cannot be read.",
 	"Each attempt gets a fresh, empty HOME inside its temp folder, removed with it; the agent signs in with a token kept as a step secret.",
 	"Network: in allowlist mode only the egress lease's loopback port is reachable (no DNS, no other local port); Unix sockets only inside the writable paths, so ssh-agent, Docker and similar sockets stay outside.",
-	"The Keychain, other credential stores (Internet Accounts, Kerberos), LaunchServices, Apple Events, the pasteboard, background URL sessions, launchd jobs, login items and preference writes are denied.",
+	"The Keychain, other credential stores (Internet Accounts, Kerberos), LaunchServices, Apple Events, the pasteboard, background URL sessions, launchd jobs, login items, preference writes, the window server (screen capture, synthetic keystrokes) and the keyboard's HID devices are denied, whatever permissions your terminal holds.",
 	"Signals and process details only reach the sandbox's own processes; the command lines of other processes cannot be read.",
 	"Terminals: the step cannot open /dev/tty or any other terminal (reading your keys or pushing its own); with a terminal it gets a pseudo-terminal of its own that kusaw relays.",
 	"sandbox-exec is taken only from /usr/bin/sandbox-exec, root-owned and not writable by others, never through PATH.",

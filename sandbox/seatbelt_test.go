@@ -209,6 +209,7 @@ type query struct {
 	remote string // network: "ip:localhost:8080" or "unix:/path"
 	local  string // network-bind/inbound: "ip:localhost:0" or "unix:/path"
 	mach   string // mach-lookup
+	iokit  string // iokit-open: the user client class
 }
 
 func (pol *sbPolicy) pathFilter(f *sexp, p string) bool {
@@ -274,6 +275,8 @@ func (pol *sbPolicy) filterMatches(f *sexp, q query) bool {
 		pol.t.Fatalf("unknown %s kind %q", head, kind)
 	case "global-name":
 		return q.mach == pol.value(f.list[1])
+	case "iokit-user-client-class":
+		return q.iokit == pol.value(f.list[1])
 	case "global-name-prefix":
 		return q.mach != "" && strings.HasPrefix(q.mach, pol.value(f.list[1]))
 	case "require-all", "require-any":
@@ -342,7 +345,7 @@ func (pol *sbPolicy) allowed(q query) bool {
 func (pol *sbPolicy) specificity(f *sexp, q query) int {
 	const exact = 1 << 20
 	switch f.list[0].atom {
-	case "literal", "path-literal", "global-name":
+	case "literal", "path-literal", "global-name", "iokit-user-client-class":
 		return exact + len(pol.value(f.list[1]))
 	case "subpath", "global-name-prefix":
 		return len(pol.value(f.list[1]))
@@ -639,6 +642,11 @@ func TestSeatbeltDecisions(t *testing.T) {
 		{"background URL sessions", pol.canLookup("com.apple.nsurlsessiond.NSURLSessionProxyService"), false},
 		{"LaunchServices", pol.canLookup("com.apple.coreservices.launchservicesd"), false},
 		{"the logging service", pol.canLookup("com.apple.logd"), true},
+		{"the window server (screen capture, synthetic keys)", pol.canLookup("com.apple.windowserver.active"), false},
+		{"login items", pol.canLookup("com.apple.coreservices.sharedfilelistd"), false},
+		{"read the keyboard", pol.allowed(query{op: "iokit-open", iokit: "IOHIDLibUserClient"}), false},
+		{"post input events", pol.allowed(query{op: "iokit-open", iokit: "IOHIDParamUserClient"}), false},
+		{"other IOKit (the GPU, power)", pol.allowed(query{op: "iokit-open", iokit: "RootDomainUserClient"}), true},
 		{"Apple Events", pol.allowed(query{op: "appleevent-send"}), false},
 		{"open an app", pol.allowed(query{op: "lsopen"}), false},
 		{"a launchd job", pol.allowed(query{op: "job-creation"}), false},
@@ -964,7 +972,7 @@ func TestSeatbeltProbePlan(t *testing.T) {
 	pol := loadPolicy(t, prof)
 	// Every rule kind a real plan makes is in the probe's profile.
 	for _, want := range []string{"hidden", "read-only", "writable", "missing file", "missing folder", "remote ip", "unix-socket",
-		"file-read-metadata", "file-write-unlink", "global-name-prefix", "target same-sandbox", "sysctl-name", "file-ioctl", "require-all"} {
+		"file-read-metadata", "file-write-unlink", "global-name-prefix", "target same-sandbox", "sysctl-name", "file-ioctl", "require-all", "iokit-user-client-class"} {
 		if !strings.Contains(prof.Text, want) {
 			t.Errorf("the probe's profile has no %q: sandbox check would not try it", want)
 		}
