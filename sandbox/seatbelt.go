@@ -31,8 +31,10 @@ package sandbox
 
 import (
 	"fmt"
+	"net"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -639,4 +641,24 @@ func ProtectionLists(backend string) (protects, notProtected []string) {
 		return SeatbeltProtections, SeatbeltNotProtected
 	}
 	return Protections, NotProtected
+}
+
+// LoopbackProxy is the Proxy of a lease that listens on the host's
+// loopback (macOS: there is no network namespace to bridge into). addr is
+// the lease's listen address ("127.0.0.1:PORT"); env its proxy variables.
+// The Seatbelt profile admits "localhost:PORT" only, so any other host is
+// refused here rather than silently unreachable.
+func LoopbackProxy(addr string, env []string) (*Proxy, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, refuse("lease the proxy on 127.0.0.1:0", "lease address %q: %v", addr, err)
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() || (ip.To4() != nil && !ip.Equal(net.IPv4(127, 0, 0, 1))) {
+		return nil, refuse("lease the proxy on 127.0.0.1:0", "lease address %q is not 127.0.0.1 or ::1; the macOS profile admits only localhost", addr)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 1 || n > 65535 {
+		return nil, refuse("lease the proxy on 127.0.0.1:0", "lease address %q has no usable port", addr)
+	}
+	return &Proxy{Port: n, Env: append([]string(nil), env...)}, nil
 }

@@ -1331,3 +1331,18 @@ func TestSeatbeltAgreesWithBubblewrap(t *testing.T) {
 		t.Fatalf("only %d paths compared", n)
 	}
 }
+
+func TestLoopbackProxy(t *testing.T) {
+	p, err := LoopbackProxy("127.0.0.1:41234", []string{"HTTPS_PROXY=http://127.0.0.1:41234"})
+	if err != nil || p.Port != 41234 || p.SocketPath != "" || len(p.WrapArgv) != 0 || len(p.Env) != 1 {
+		t.Fatalf("%+v %v", p, err)
+	}
+	if p, err := LoopbackProxy("[::1]:8080", nil); err != nil || p.Port != 8080 {
+		t.Errorf("::1: %+v %v", p, err)
+	}
+	for _, bad := range []string{"0.0.0.0:8080", "10.0.0.1:8080", "127.0.0.2:8080", "localhost:8080", "127.0.0.1", "127.0.0.1:0", "127.0.0.1:http"} {
+		if _, err := LoopbackProxy(bad, nil); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+}
