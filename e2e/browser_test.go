@@ -307,6 +307,31 @@ steps:
 			t.Errorf("egress chart: %q", text)
 		}
 	}
+	screenshot(t, c, "run-page.png")
+	// The list of runs, with the run's state and duration.
+	if err := c.call("Page.navigate", map[string]any{"url": base + "/#/"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the runs list with the finished run", 20*time.Second, func() bool {
+		v, _ := c.eval(`document.body.dataset.page === "runs" && document.querySelector("#runs tbody tr .s-succeeded") !== null`)
+		return v == true
+	})
+	screenshot(t, c, "runs-list.png")
+	// Without the token the TCP listener answers 401 with a JSON error.
+	resp, err := http.Get(base + "/v1/runs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 401 {
+		t.Fatalf("GET /v1/runs without a token: %d", resp.StatusCode)
+	}
+}
+
+// screenshot saves the page as name in the test's artifact directory (and
+// in $KUSAW_SCREENSHOT_DIR when set).
+func screenshot(t *testing.T, c *cdp, name string) {
+	t.Helper()
 	var shot struct {
 		Data string `json:"data"`
 	}
@@ -317,22 +342,13 @@ steps:
 	if err != nil || len(png) < 1000 {
 		t.Fatalf("screenshot: %d bytes, %v", len(png), err)
 	}
-	out := filepath.Join(t.ArtifactDir(), "run-page.png")
+	out := filepath.Join(t.ArtifactDir(), name)
 	if err := os.WriteFile(out, png, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("screenshot of the run page: %s (%d bytes)", out, len(png))
+	t.Logf("screenshot: %s (%d bytes)", out, len(png))
 	if d := os.Getenv("KUSAW_SCREENSHOT_DIR"); d != "" {
 		_ = os.MkdirAll(d, 0o755)
-		_ = os.WriteFile(filepath.Join(d, "run-page.png"), png, 0o644)
-	}
-	// Without the token the TCP listener answers 401 with a JSON error.
-	resp, err := http.Get(base + "/v1/runs")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 401 {
-		t.Fatalf("GET /v1/runs without a token: %d", resp.StatusCode)
+		_ = os.WriteFile(filepath.Join(d, name), png, 0o644)
 	}
 }

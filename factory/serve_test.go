@@ -562,3 +562,40 @@ steps:
 		t.Fatalf("TCP listener without a token: %v", err)
 	}
 }
+
+func TestWebPageIsSelfContained(t *testing.T) {
+	f := serveFactory(t, `
+pipelines:
+  default: [a]
+steps:
+  a:
+    run: [sh, -c, "true"]
+`)
+	startServer(t, f, ServeOptions{MaxParallel: 1})
+	sock := filepath.Join(f.StateDir, SocketFile)
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	for _, p := range []string{"/", "/static/app.js", "/static/style.css"} {
+		resp, err := hc.Get("http://x" + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || len(b) < 100 {
+			t.Fatalf("%s: %d, %d bytes", p, resp.StatusCode, len(b))
+		}
+		if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'self'") || !strings.Contains(csp, "script-src 'self'") {
+			t.Errorf("%s: CSP %q", p, csp)
+		}
+		// Nothing is loaded from elsewhere: no absolute URL in the files.
+		if strings.Contains(string(b), "http://") || strings.Contains(string(b), "https://") || strings.Contains(string(b), `src="//`) {
+			t.Errorf("%s refers to another origin", p)
+		}
+		// Text goes in with textContent: no innerHTML to inject into.
+		if strings.Contains(string(b), "innerHTML") {
+			t.Errorf("%s uses innerHTML", p)
+		}
+	}
+}
