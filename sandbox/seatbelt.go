@@ -13,7 +13,8 @@ package sandbox
 //     `")(allow default)(` or one with a newline cannot change what the
 //     profile means. Not even a comment carries plan text.
 //
-//   - Later rules win in Seatbelt, as later mounts cover earlier ones in
+//   - Later rules win in Seatbelt (the usual reading; the tests also check
+//     the "most specific wins" one), as later mounts cover earlier ones in
 //     bubblewrap. The plan's mounts are translated one by one, in order, so
 //     both backends reach the same decision for every path; the move
 //     blocking rules come last so that nothing can re-open them.
