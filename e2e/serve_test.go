@@ -637,3 +637,49 @@ steps:
 		}
 	}
 }
+
+// TestServeSIGTERM: serve stops taking runs, gives the running attempt its
+// grace period, then interrupts it and records it; the queued run is
+// recorded interrupted too; nothing is left behind.
+func TestServeSIGTERM(t *testing.T) {
+	dir := factoryDir(t, serveFactoryYAML, "app")
+	sp := startServe(t, dir, "--max-parallel", "1")
+	ctx := context.Background()
+	running, err := sp.client.Submit(ctx, "slow", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued, err := sp.client.Submit(ctx, "slow", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(dir, ".kusaw")
+	waitFor(t, "the step to start", 20*time.Second, func() bool {
+		b, _ := os.ReadFile(filepath.Join(state, "runs", running.ID, "steps", "wait", "1", "stdout.log"))
+		return strings.Contains(string(b), "waiting")
+	})
+	start := time.Now()
+	sp.stop(t) // SIGTERM; --grace=2s, then SIGTERM to the step, SIGKILL after KUSAW_KILL_GRACE=2s
+	if d := time.Since(start); d > 15*time.Second {
+		t.Fatalf("serve took %s to stop", d)
+	}
+	st := &factory.State{Dir: state}
+	for _, id := range []string{running.ID, queued.ID} {
+		r, err := st.LoadRun(id)
+		if err != nil || r.State != status.RunInterrupted || r.Reason != status.ReasonRunInterrupted {
+			t.Fatalf("run %s after SIGTERM: %+v %v", id, r, err)
+		}
+	}
+	r, _ := st.LoadRun(running.ID)
+	atts, _ := st.Attempts(r)
+	if len(atts) != 1 || atts[0].Outcome != status.OutcomeInterrupted {
+		t.Fatalf("the running attempt after SIGTERM: %+v", atts)
+	}
+	for _, want := range []string{"stopping: no new runs", "interrupting run after the stop grace period", "kusaw serve stopped"} {
+		if !strings.Contains(sp.stderr.String(), want) {
+			t.Fatalf("serve's log lacks %q:\n%s", want, sp.stderr.String())
+		}
+	}
+	checkRecordsIntact(t, state)
+	checkNothingLeft(t, dir, state)
+}
