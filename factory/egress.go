@@ -2,8 +2,11 @@ package factory
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -182,6 +185,19 @@ func (a *attemptRun) lease(i int, repos []string, p *preparedProc) (*sandbox.Pro
 		return nil, err
 	}
 	cfg.Inject = injects
+	// macOS has no network namespace: the lease listens on a loopback port
+	// itself and the Seatbelt profile admits only that port.
+	if runtime.GOOS == "darwin" {
+		cfg.Listen = "127.0.0.1:0"
+		l, err := px.Lease(cfg)
+		if err != nil {
+			return nil, &status.Error{Reason: status.ReasonEgressLeaseFailed, Msg: err.Error(), Fix: status.ReasonEgressLeaseFailed.Info().Fix}
+		}
+		a.closeLeaseAfter(p, l, obs, "")
+		_, ps, _ := net.SplitHostPort(l.ListenAddr())
+		port, _ := strconv.Atoi(ps)
+		return &sandbox.Proxy{Port: port, Env: l.Env()}, nil
+	}
 	// The hand-over socket: beside the attempt when the path is short
 	// enough for a Unix socket, else in a short private temp folder.
 	dir := filepath.Join(a.dir, "lease")
@@ -200,28 +216,7 @@ func (a *attemptRun) lease(i int, repos []string, p *preparedProc) (*sandbox.Pro
 		os.RemoveAll(dir)
 		return nil, &status.Error{Reason: status.ReasonEgressLeaseFailed, Msg: err.Error(), Fix: status.ReasonEgressLeaseFailed.Info().Fix}
 	}
-	p.lease = l
-	prev := p.cleanup
-	p.cleanup = func() {
-		if prev != nil {
-			prev()
-		}
-		sum := l.Close()
-		os.RemoveAll(dir)
-		hosts := make([]map[string]any, 0, len(sum.Hosts))
-		for _, h := range sum.Hosts {
-			hosts = append(hosts, map[string]any{"host": h.Host, "connections": h.Connections, "bytes_up": h.BytesUp, "bytes_down": h.BytesDown, "refusals": h.Refusals})
-		}
-		obs.mu.Lock()
-		blocked := obs.blocked
-		obs.mu.Unlock()
-		data := map[string]any{"lease": sum.Lease, "hosts": hosts, "bytes_up": sum.BytesUp, "bytes_down": sum.BytesDown,
-			"refusals": sum.Refusals, "decisions": sum.Decisions, "bridged": l.HandedOver()}
-		if blocked > maxBlockedEvents {
-			data["blocked_not_shown"] = blocked - maxBlockedEvents
-		}
-		a.events.Emit(EvEgressSummary, data)
-	}
+	a.closeLeaseAfter(p, l, obs, dir)
 	return &sandbox.Proxy{SocketPath: l.SocketPath(), Env: l.Env(), WrapArgv: l.BridgeArgv(a.e.opts.Kusaw), Binaries: []string{a.e.opts.Kusaw}}, nil
 }
 
@@ -267,4 +262,33 @@ func (a *attemptRun) injects() ([]egress.Inject, error) {
 		out = append(out, in)
 	}
 	return out, nil
+}
+
+// closeLeaseAfter closes the lease when process p has ended (or will not
+// start) and writes egress.summary; dir is the lease's socket folder.
+func (a *attemptRun) closeLeaseAfter(p *preparedProc, l *egress.Lease, obs *egressObserver, dir string) {
+	p.lease = l
+	prev := p.cleanup
+	p.cleanup = func() {
+		if prev != nil {
+			prev()
+		}
+		sum := l.Close()
+		if dir != "" {
+			os.RemoveAll(dir)
+		}
+		hosts := make([]map[string]any, 0, len(sum.Hosts))
+		for _, h := range sum.Hosts {
+			hosts = append(hosts, map[string]any{"host": h.Host, "connections": h.Connections, "bytes_up": h.BytesUp, "bytes_down": h.BytesDown, "refusals": h.Refusals})
+		}
+		obs.mu.Lock()
+		blocked := obs.blocked
+		obs.mu.Unlock()
+		data := map[string]any{"lease": sum.Lease, "hosts": hosts, "bytes_up": sum.BytesUp, "bytes_down": sum.BytesDown,
+			"refusals": sum.Refusals, "decisions": sum.Decisions, "bridged": l.HandedOver()}
+		if blocked > maxBlockedEvents {
+			data["blocked_not_shown"] = blocked - maxBlockedEvents
+		}
+		a.events.Emit(EvEgressSummary, data)
+	}
 }
