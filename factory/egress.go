@@ -176,7 +176,7 @@ func (a *attemptRun) lease(i int, repos []string, p *preparedProc) (*sandbox.Pro
 		cfg.Budgets = egress.Budgets{PerHost: b.PerHost, Total: b.Total}
 	}
 	a.rec.Allowlist = nil
-	for _, h := range a.e.F.Allowlist(s, p.egressHosts) {
+	for _, h := range append(a.e.F.Allowlist(s, p.egressHosts), a.run.extraAllow...) {
 		cfg.Allow = append(cfg.Allow, egress.Rule{Pattern: h.Pattern, Origin: h.Origin})
 		a.rec.Allowlist = append(a.rec.Allowlist, AllowedHost{Host: h.Pattern.String(), Origin: h.Origin})
 	}

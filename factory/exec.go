@@ -30,6 +30,12 @@ type ExecRequest struct {
 	Step           string // "" for the factory's sandbox policy
 	Argv           []string
 	Stdout, Stderr io.Writer
+	// Network, when set, replaces the step's network (doctor forces
+	// allowlist so its egress probes mean something on an open step).
+	Network config.Network
+	// ExtraAllow adds allowlist entries for this run only, with their own
+	// origin (doctor's loopback server: localhost:<port>, origin doctor).
+	ExtraAllow []config.AllowedHost
 }
 
 // ExecResult is how it ended.
@@ -71,6 +77,9 @@ func (e *Engine) Exec(ctx context.Context, req ExecRequest) (*ExecResult, error)
 		res.Forced = true
 	}
 	sb.Mode = config.ModeRequired
+	if req.Network != config.NetworkUnset {
+		sb.Network = req.Network
+	}
 	s.Sandbox = &sb
 
 	r, err := e.prepareSteps(ExecPipeline, []*config.Step{&s})
@@ -78,6 +87,7 @@ func (e *Engine) Exec(ctx context.Context, req ExecRequest) (*ExecResult, error)
 		return nil, err
 	}
 	r.tee.stdout, r.tee.stderr = req.Stdout, req.Stderr
+	r.extraAllow = req.ExtraAllow
 	e.Execute(ctx, r)
 	res.Run = r
 	var a AttemptRecord

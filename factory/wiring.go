@@ -151,7 +151,7 @@ func (a *attemptRun) sandboxed(i int, repos []string, spec *steps.Spec, env map[
 	if d, err := secretstore.Dir(); err == nil {
 		in.HiddenPaths = append(in.HiddenPaths, d)
 	}
-	if spec.Kind == config.KindBuiltin {
+	if spec.Kind == config.KindBuiltin || len(spec.Argv) > 0 && spec.Argv[0] == a.e.opts.Kusaw {
 		in.ExtraBinaries = append(in.ExtraBinaries, a.e.opts.Kusaw)
 	}
 	in.LoginPaths = p.loginPaths

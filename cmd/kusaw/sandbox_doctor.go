@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kusaw/kusaw/factory"
+	"github.com/kusaw/kusaw/status"
+)
+
+func init() { sandboxSubcommands = append(sandboxSubcommands, newSandboxDoctorCmd) }
+
+func newSandboxDoctorCmd(a *app) *cobra.Command {
+	var step string
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "doctor [--step ID] [--json]",
+		Short: "per step: effective mode, allowlist with origins, injected names, proxy socket, plan, capabilities, W1, and probes P1–P7",
+		Long: `For each step (or the one --step names): the effective sandbox mode and
+where it comes from (per attempt process with per_repo), the network, the
+allowlist with each host's origin, the env names inject sets (never values),
+where the proxy socket of an attempt lives, the sandbox plan, the provider's
+capability matrix for agent steps, and W1: the known tools that ignore
+HTTP(S)_PROXY and fail closed under an allowlist.
+
+Then the probes: P1 the backend binary is trusted, P2 its namespaces work,
+and for real inside the step's sandbox (a one-attempt run recorded under
+state_dir/runs/, like kusaw sandbox exec): P3 a write outside the writable
+paths fails, P4 the home's secrets are hidden, P5 an allowed host is reached
+through the proxy, P6 a host not allowed is refused with 403 and logged in
+egress.log, P7 a direct connection that bypasses the proxy fails. The probe
+run always uses network: allowlist and allows doctor's own loopback server
+(origin doctor); a step whose network is open is told so.
+
+Exit status: 0 when every probe that ran passed, 4 when the sandbox backend
+is unavailable, 1 when a probe failed (each failure prints its fix).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f, err := a.loadFactory()
+			if err != nil {
+				return err
+			}
+			e, err := factory.New(f, factory.Options{})
+			if e == nil {
+				return exitf(status.ExitInternal, "%v", err)
+			}
+			defer e.Close()
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			rep, err := e.Doctor(ctx, factory.DoctorOptions{Step: step})
+			if err != nil {
+				if errors.Is(err, factory.ErrUnknownStep) {
+					return exitf(status.ExitUsage, "%v", err)
+				}
+				return exitf(status.ExitInternal, "%v", err)
+			}
+			if asJSON {
+				b, _ := json.MarshalIndent(rep, "", "  ")
+				fmt.Fprintln(a.stdout, string(b))
+			} else {
+				factory.WriteDoctorText(a.stdout, rep)
+			}
+			return silentExit(status.ExitCode(rep.ExitCode))
+		},
+	}
+	c.Flags().StringVar(&step, "step", "", "report and probe only this step")
+	c.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	return c
+}
