@@ -129,11 +129,11 @@ type Run struct {
 	refusals []string
 	refused  *status.Error // set when a required attempt was refused: sandbox unavailable
 	// tee also receives the processes' output (kusaw sandbox exec).
-	tee    struct{ stdout, stderr io.Writer }
+	tee struct{ stdout, stderr io.Writer }
 	// extraAllow are allowlist entries of this run only (kusaw sandbox doctor).
 	extraAllow []config.AllowedHost
-	resume *resumePoint      // set by Engine.Resume: where a re-queued run continues
-	params map[string]string // serve's submitted parameters: KUSAW_PARAM_<NAME> in each step
+	resume     *resumePoint      // set by Engine.Resume: where a re-queued run continues
+	params     map[string]string // serve's submitted parameters: KUSAW_PARAM_<NAME> in each step
 	// interrupted is set by Interrupt (serve shutting down): the canceled
 	// run and attempt are recorded interrupted, not canceled.
 	interrupted atomic.Bool
