@@ -258,6 +258,7 @@ type probeObs struct {
 	out        ProbeOutput
 	found      bool   // the probe's marker line was in its output
 	ranErr     string // why the probe run did not start or finish
+	ranFix     string
 	leftBehind []string
 	outside    []string
 	secrets    []string // the paths checked
@@ -367,7 +368,7 @@ func (e *Engine) probeStep(ctx context.Context, s *config.Step, ds *DoctorStep, 
 			}
 		}
 		if a := res.Attempt; a != nil && a.Outcome == status.OutcomeRefused {
-			obs.ranErr = fmt.Sprintf("the probe run was refused: %s: %s (fix: %s)", a.Reason, a.Message, a.Fix)
+			obs.ranErr, obs.ranFix = fmt.Sprintf("the probe run was refused: %s: %s", a.Reason, a.Message), a.Fix
 		}
 	}
 	if err != nil && obs.ranErr == "" {
@@ -396,7 +397,10 @@ func judgeProbes(o probeObs) []DoctorProbe {
 	if o.ranErr != "" {
 		for i := range ps {
 			ps[i].Status, ps[i].Detail = ProbeFail, o.ranErr
-			ps[i].Fix = "run kusaw sandbox exec --step ID -- true to see why the step's sandbox does not start"
+			ps[i].Fix = o.ranFix
+			if ps[i].Fix == "" {
+				ps[i].Fix = "run kusaw sandbox exec --step ID -- true to see why the step's sandbox does not start"
+			}
 		}
 		return ps
 	}
