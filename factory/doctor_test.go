@@ -44,7 +44,7 @@ func TestJudgeProbes(t *testing.T) {
 	}
 	cases := []struct {
 		name, id, want string
-		mod        func(*probeObs)
+		mod            func(*probeObs)
 	}{
 		{"write outside seen inside", "P3", "worked", func(o *probeObs) { o.out.Wrote = []string{"/home/u/.kusaw-probe-out"} }},
 		{"write outside found on the host", "P3", "worked", func(o *probeObs) { o.leftBehind = []string{"/srv/f/.kusaw-probe-out"} }},
