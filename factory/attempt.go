@@ -278,7 +278,16 @@ func rank(o status.Outcome) int {
 	return 0
 }
 
-func isSandboxReason(r status.Reason) bool { return strings.HasPrefix(string(r), "sandbox.") }
+// isSandboxReason reports the refusals that mean "this machine cannot run
+// the backend" (exit 4); a missing token or a refused plan is the
+// factory's to fix and fails the run like any step (exit 1).
+func isSandboxReason(r status.Reason) bool {
+	switch r {
+	case status.ReasonSandboxUnavailable, status.ReasonSandboxUntrusted, status.ReasonSandboxNoUserNS:
+		return true
+	}
+	return false
+}
 
 // preparedProc is a process ready to start.
 type preparedProc struct {
