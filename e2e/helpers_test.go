@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -26,7 +27,31 @@ func testEnv(t *testing.T, home string) []string {
 		}
 		env = append(env, kv)
 	}
+	// A home of the test's own: agent login folders (~/.claude) that the
+	// sandbox prepares must not land in the real one. Go keeps its caches.
+	h := filepath.Join(home, "home")
+	_ = os.MkdirAll(h, 0o755)
+	env = append(env, "HOME="+h, "XDG_CONFIG_HOME="+filepath.Join(h, ".config"), "XDG_CACHE_HOME="+filepath.Join(h, ".cache"))
+	env = append(env, goCacheEnv()...)
 	return append(env, "KUSAW_SECRETS_DIR="+filepath.Join(home, "secrets"), "KUSAW_KILL_GRACE=2s")
+}
+
+var goCache struct {
+	once sync.Once
+	env  []string
+}
+
+// goCacheEnv pins Go's caches to the real ones, so a step that runs go
+// under a test's own HOME does not rebuild the standard library.
+func goCacheEnv() []string {
+	goCache.once.Do(func() {
+		for _, v := range []string{"GOCACHE", "GOMODCACHE", "GOPATH"} {
+			if out, err := exec.Command("go", "env", v).Output(); err == nil {
+				goCache.env = append(goCache.env, v+"="+strings.TrimSpace(string(out)))
+			}
+		}
+	})
+	return goCache.env
 }
 
 // runKusaw runs the built binary in dir and waits.

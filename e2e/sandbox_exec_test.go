@@ -76,16 +76,16 @@ func TestSandboxExecNoFactory(t *testing.T) {
 	outside := t.TempDir()
 	// The secret store must not be inside the writable folder: kusaw would
 	// refuse to make it writable (a test of its own below).
-	run := func(args ...string) result {
+	run := func(extraEnv []string, args ...string) result {
 		cmd := exec.Command(kusawBin, args...)
 		cmd.Dir = dir
-		cmd.Env = testEnv(t, outside)
+		cmd.Env = append(testEnv(t, outside), extraEnv...)
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb
 		err := cmd.Run()
 		return result{out.String(), errb.String(), exitCode(err)}
 	}
-	r := run("sandbox", "exec", "--", "sh", "-c",
+	r := run(nil, "sandbox", "exec", "--", "sh", "-c",
 		`echo ok > here.txt && cat here.txt; touch "$0/x" 2>/dev/null && echo escaped; echo routes=$(tail -n +2 /proc/net/route | wc -l); tail -n +3 /proc/net/dev | cut -d: -f1`, outside)
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
@@ -103,11 +103,15 @@ func TestSandboxExecNoFactory(t *testing.T) {
 	if !strings.Contains(r.stdout, "routes=0") || strings.Contains(r.stdout, "eth") || strings.Contains(r.stdout, "ens") {
 		t.Fatalf("a network interface other than lo is visible:\n%s", r.stdout)
 	}
-	if r = run("sandbox", "exec", "--", "sh", "-c", "exit 9"); r.code != 9 {
+	if r = run(nil, "sandbox", "exec", "--", "sh", "-c", "exit 9"); r.code != 9 {
 		t.Fatalf("exit status not passed on: %d", r.code)
 	}
 	// A folder that holds the secret store is never made writable.
-	if r = runKusaw(t, dir, "sandbox", "exec", "--", "true"); r.code != 4 || !strings.Contains(r.stderr, "secrets") {
+	if r = run([]string{"KUSAW_SECRETS_DIR=" + filepath.Join(dir, "secrets")}, "sandbox", "exec", "--", "true"); r.code != 4 || !strings.Contains(r.stderr, "secrets") {
 		t.Fatalf("want a refusal naming the secret store: %d %s", r.code, r.stderr)
+	}
+	// Nor does the home or a folder above it.
+	if r = runKusaw(t, dir, "sandbox", "exec", "--", "true"); r.code != 2 || !strings.Contains(r.stderr, "home directory or above") {
+		t.Fatalf("want a refusal of a folder above the home: %d %s", r.code, r.stderr)
 	}
 }

@@ -190,7 +190,7 @@ func ExecDefault(ctx context.Context, req DefaultExecRequest) (int, error) {
 		dir = wd
 	}
 	if err := config.CheckAllowWrite(dir); err != nil {
-		return int(status.ExitUsage), fmt.Errorf("cannot make %v writable in the sandbox; run sandbox exec from a project folder, or use -f FILE", err)
+		return int(status.ExitUsage), fmt.Errorf("the current folder cannot be writable in the sandbox: %v; run sandbox exec from a project folder, or use -f FILE", err)
 	}
 	tmp, err := os.MkdirTemp("", "kusaw-exec-")
 	if err != nil {
