@@ -599,3 +599,36 @@ steps:
 		}
 	}
 }
+
+func TestEventTailReadsWholeLinesOnly(t *testing.T) {
+	st := &State{Dir: t.TempDir()}
+	dir := st.RunDir("r1")
+	if err := os.MkdirAll(filepath.Join(dir, stepsDir, "a", "1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	runEv := filepath.Join(dir, eventsFile)
+	attEv := filepath.Join(dir, stepsDir, "a", "1", eventsFile)
+	line := func(seq int, typ string, ts time.Time) string {
+		b, _ := json.Marshal(map[string]any{"prev": "x", "seq": seq, "ts": ts, "run": "r1", "type": typ})
+		return string(b) + "\n"
+	}
+	t0 := time.Now().UTC()
+	full := line(2, EvAttemptStarted, t0.Add(time.Millisecond))
+	os.WriteFile(runEv, []byte(line(1, EvRunStarted, t0)+`{"prev":"x","seal":"sig"}`+"\n"), 0o644)
+	os.WriteFile(attEv, []byte(full[:10]), 0o644) // a line still being written
+	tail := newEventTail(st, "r1")
+	got := tail.poll()
+	if len(got) != 1 || got[0].Type != EvRunStarted {
+		t.Fatalf("first poll: %+v (want run.started only: seal lines and half lines skipped)", got)
+	}
+	f, _ := os.OpenFile(attEv, os.O_APPEND|os.O_WRONLY, 0)
+	f.WriteString(full[10:])
+	f.Close()
+	got = tail.poll()
+	if len(got) != 1 || got[0].Type != EvAttemptStarted || got[0].Seq != 2 {
+		t.Fatalf("second poll: %+v", got)
+	}
+	if got = tail.poll(); len(got) != 0 {
+		t.Fatalf("third poll repeats: %+v", got)
+	}
+}
