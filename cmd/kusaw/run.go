@@ -68,6 +68,22 @@ func newRunCmd(a *app) *cobra.Command {
 			defer e.Close()
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			finished := make(chan struct{})
+			defer close(finished) // runs before stop
+			go func() {
+				// After the first signal the run cancels gracefully; a
+				// second one gets the default action and ends kusaw at
+				// once (the next kusaw records the run interrupted).
+				select {
+				case <-finished:
+					return
+				case <-ctx.Done():
+				}
+				stop()
+				if !jsonOut {
+					fmt.Fprintln(a.stderr, "kusaw: canceling the run (signal again to stop at once)")
+				}
+			}()
 			p.start()
 			run, err := e.Run(ctx, pipeline)
 			p.stop()
