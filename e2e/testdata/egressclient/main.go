@@ -256,26 +256,43 @@ func bench(target string, d time.Duration, name string, direct bool) {
 		c.Close()
 	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	down := stream(open, d/4, false)
+	up := stream(open, d/4, true)
+	out := map[string]any{"p50_us": float64(lat[len(lat)/2].Nanoseconds()) / 1e3, "p99_us": float64(lat[len(lat)*99/100].Nanoseconds()) / 1e3,
+		"samples": len(lat), "mib_per_s": down, "up_mib_per_s": up}
+	b, _ := json.Marshal(out)
+	fmt.Println(string(b))
+}
+
+// stream moves bytes through one tunnel for d: the upstream sends
+// (download), or, with up, the client sends and the upstream discards.
+func stream(open func() (net.Conn, error), d time.Duration, up bool) float64 {
 	c, err := open()
 	if err != nil {
 		fail(err.Error())
 	}
-	c.Write([]byte{'s'})
+	defer c.Close()
 	buf := make([]byte, 256<<10)
 	var total int64
 	start := time.Now()
-	end := start.Add(d / 2)
+	end := start.Add(d)
+	if up {
+		c.Write([]byte{'u'})
+	} else {
+		c.Write([]byte{'s'})
+	}
 	for time.Now().Before(end) {
-		n, err := c.Read(buf)
+		var n int
+		var err error
+		if up {
+			n, err = c.Write(buf)
+		} else {
+			n, err = c.Read(buf)
+		}
 		total += int64(n)
 		if err != nil {
 			break
 		}
 	}
-	el := time.Since(start)
-	c.Close()
-	out := map[string]any{"p50_us": float64(lat[len(lat)/2].Nanoseconds()) / 1e3, "p99_us": float64(lat[len(lat)*99/100].Nanoseconds()) / 1e3,
-		"samples": len(lat), "mib_per_s": float64(total) / el.Seconds() / (1 << 20)}
-	b, _ := json.Marshal(out)
-	fmt.Println(string(b))
+	return float64(total) / time.Since(start).Seconds() / (1 << 20)
 }
