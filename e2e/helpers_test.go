@@ -73,13 +73,13 @@ func runKusaw(t *testing.T, dir string, args ...string) result {
 }
 
 // startKusaw starts the binary without waiting.
-func startKusaw(t *testing.T, dir string, args ...string) (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
+func startKusaw(t *testing.T, dir string, args ...string) (*exec.Cmd, *syncBuffer, *syncBuffer) {
 	t.Helper()
 	cmd := exec.Command(kusawBin, args...)
 	cmd.Dir = dir
 	cmd.Env = testEnv(t, dir)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
+	out, errb := &syncBuffer{}, &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func startKusaw(t *testing.T, dir string, args ...string) (*exec.Cmd, *bytes.Buf
 			_ = cmd.Wait()
 		}
 	})
-	return cmd, &out, &errb
+	return cmd, out, errb
 }
 
 func exitCode(err error) int {

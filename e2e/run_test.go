@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -427,4 +428,34 @@ steps:
 			t.Errorf("%s line: kusaw log verify exit %d, want 7 naming line 2\n%s%s", name, res.code, res.stdout, res.stderr)
 		}
 	}
+}
+
+func TestPipelineSecondSIGINTStopsAtOnce(t *testing.T) {
+	dir := factoryDir(t, `version: 1
+repos:
+  app: {path: ./app}
+pipelines:
+  default: [slow]
+steps:
+  slow:
+    run: [sh, -c, 'trap "" TERM INT; while :; do sleep 0.05; done']
+`, "app")
+	cmd, _, errb := startKusaw(t, dir, "run")
+	id, _ := waitProcess(t, dir)
+	cmd.Process.Signal(os.Interrupt)
+	waitFor(t, "kusaw to say it is canceling", 10*time.Second, func() bool { return strings.Contains(errb.String(), "canceling the run") })
+	start := time.Now()
+	cmd.Process.Signal(os.Interrupt)
+	err := cmd.Wait()
+	if took := time.Since(start); took > 1500*time.Millisecond {
+		t.Errorf("kusaw took %s to stop after the second SIGINT (the grace period is 2s)", took)
+	}
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != -1 {
+		t.Errorf("kusaw did not die of the signal: %v", err)
+	}
+	res := runKusaw(t, dir, "show", id)
+	if !strings.Contains(res.stdout, "interrupted") {
+		t.Errorf("after the second SIGINT the run is not interrupted:\n%s", res.stdout)
+	}
+	onlyMainWorktree(t, filepath.Join(dir, "app"))
 }
