@@ -220,6 +220,12 @@ func TestServeTwentyRunsAtOnce(t *testing.T) {
 	if !strings.Contains(sp.stderr.String(), `"message":"run queued"`) || strings.Count(sp.stderr.String(), `"message":"run queued"`) != 21 {
 		t.Fatalf("serve did not log 21 queued runs:\n%s", sp.stderr.String())
 	}
+	// A bad pipeline name reads the same through serve as in-process.
+	bad := runKusaw(t, dir, "run", "nope")
+	badLocal := runKusawEnv(t, dir, []string{"KUSAW_NO_SERVE=1"}, "run", "nope")
+	if bad.code != 2 || bad.stderr != badLocal.stderr || badLocal.code != 2 {
+		t.Fatalf("unknown pipeline through serve: %d %q; in-process: %d %q", bad.code, bad.stderr, badLocal.code, badLocal.stderr)
+	}
 	list := runKusaw(t, dir, "runs")
 	if list.code != 0 || strings.Count(list.stdout, "succeeded") != 21 {
 		t.Fatalf("kusaw runs: %s", list.stdout)
