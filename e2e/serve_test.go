@@ -403,6 +403,13 @@ steps:
 			if err := os.WriteFile(marker, nil, 0o644); err != nil {
 				t.Fatal(err)
 			}
+			if resume {
+				// Another kusaw command opens the state directory first and
+				// does the recovery: serve still resumes serve's runs.
+				if res := runKusawEnv(t, dir, []string{"KUSAW_NO_SERVE=1", "TMPDIR=" + tmp}, "runs"); res.code != 0 || !strings.Contains(res.stdout, "interrupted") {
+					t.Fatalf("kusaw runs after the crash: %d\n%s%s", res.code, res.stdout, res.stderr)
+				}
+			}
 			sp2 := startServeEnv(t, dir, []string{"TMPDIR=" + tmp})
 			for _, id := range ids {
 				d := waitDetail(t, sp2.client, id, 60*time.Second)
@@ -419,8 +426,12 @@ steps:
 					}
 				}
 			}
-			if !strings.Contains(sp2.stderr.String(), "recovered a run left running by a crash") {
-				t.Fatalf("serve did not log the recovery:\n%s", sp2.stderr.String())
+			logWant := "recovered a run left running by a crash"
+			if resume {
+				logWant = "resuming interrupted run"
+			}
+			if !strings.Contains(sp2.stderr.String(), logWant) {
+				t.Fatalf("serve did not log %q:\n%s", logWant, sp2.stderr.String())
 			}
 			sp2.stop(t)
 			checkRecordsIntact(t, state)

@@ -22,7 +22,7 @@ const (
 	SocketFile    = "serve.sock"  // the API's Unix socket (mode 0600)
 	serveLockFile = "serve.lock"  // flock: one serve per state directory
 	ServeInfoFile = "serve.json"  // pid, socket, listen address, limits
-	requeueDir    = "requeue"     // runs a graceful stop interrupted, to resume
+	servedFile    = "served"      // in a run's folder: serve queued it (resume candidates)
 	maxQueued     = 10000         // a bound on memory, far above real use
 	paramsFile    = "params.json" // a run's submitted parameters
 )
@@ -141,29 +141,34 @@ func NewServer(f *config.Factory, opts ServeOptions) (*Server, error) {
 	return s, nil
 }
 
-// requeue queues again, with serve.resume, the runs a crash or the last
-// stop interrupted.
+// requeue queues again, with serve.resume, every interrupted run serve
+// had queued: those a crash left running (recovered just now, or earlier
+// by another kusaw command that opened the state directory first) and
+// those a stop interrupted. Oldest first.
 func (s *Server) requeue() {
-	dir := filepath.Join(s.F.StateDir, requeueDir)
-	ids := append([]string(nil), s.E.State.Recovered...)
-	entries, _ := os.ReadDir(dir)
-	for _, en := range entries {
-		ids = append(ids, en.Name())
+	if !s.F.Serve.Resume {
+		return
 	}
-	seen := map[string]bool{}
-	for _, id := range ids {
-		os.Remove(filepath.Join(dir, id))
-		if seen[id] || !s.F.Serve.Resume {
+	runs, err := s.E.State.Runs()
+	if err != nil {
+		s.log.Warn().Err(err).Msg("cannot list runs to resume")
+		return
+	}
+	for i := len(runs) - 1; i >= 0; i-- {
+		rec := runs[i]
+		if rec.State != status.RunInterrupted {
 			continue
 		}
-		seen[id] = true
-		r, err := s.E.Resume(id)
+		if _, err := os.Stat(filepath.Join(s.E.State.RunDir(rec.ID), servedFile)); err != nil {
+			continue // an in-process kusaw run's: not serve's to restart
+		}
+		r, err := s.E.Resume(rec.ID)
 		if err != nil {
-			s.log.Warn().Str("run", id).Err(err).Msg("cannot resume run")
+			s.log.Warn().Str("run", rec.ID).Err(err).Msg("cannot resume run")
 			continue
 		}
 		_, from := r.Resumed()
-		s.log.Info().Str("run", id).Str("from_step", from).Msg("resuming interrupted run")
+		s.log.Info().Str("run", rec.ID).Str("from_step", from).Msg("resuming interrupted run")
 		s.queue = append(s.queue, r)
 	}
 }
@@ -197,6 +202,7 @@ func (s *Server) Submit(pipeline string, params map[string]string) (*RunRecord, 
 	if err != nil {
 		return nil, err
 	}
+	_ = os.WriteFile(filepath.Join(r.Dir, servedFile), nil, 0o644)
 	if len(params) > 0 {
 		r.params = params
 		b, _ := json.Marshal(params)
@@ -302,7 +308,7 @@ func (s *Server) dispatch(ctx context.Context) {
 // stop ends serve's runs: no new runs; queued runs are recorded
 // interrupted; running runs get StopGrace to finish, then are interrupted
 // (their processes get SIGTERM, SIGKILL after the kill grace) and recorded
-// interrupted. With serve.resume they are listed for the next start.
+// interrupted. With serve.resume the next start queues them again.
 func (s *Server) stop() {
 	s.mu.Lock()
 	s.stopping = true
@@ -311,7 +317,6 @@ func (s *Server) stop() {
 	s.cond.Broadcast()
 	s.mu.Unlock()
 	for _, r := range queued {
-		s.markRequeue(r.ID())
 		s.E.Abandon(r, status.RunInterrupted, "kusaw serve stopped before the run started")
 	}
 	done := make(chan struct{})
@@ -324,21 +329,11 @@ func (s *Server) stop() {
 	s.mu.Lock()
 	for id, a := range s.running {
 		s.log.Warn().Str("run", id).Msg("interrupting run after the stop grace period")
-		s.markRequeue(id)
 		a.run.Interrupt()
 		a.cancel(errors.New("kusaw serve stopped"))
 	}
 	s.mu.Unlock()
 	<-done
-}
-
-func (s *Server) markRequeue(id string) {
-	if !s.F.Serve.Resume {
-		return
-	}
-	dir := filepath.Join(s.F.StateDir, requeueDir)
-	_ = os.MkdirAll(dir, 0o755)
-	_ = os.WriteFile(filepath.Join(dir, id), nil, 0o644)
 }
 
 // bus tells followers of a run that it has something new; they read the
