@@ -459,3 +459,35 @@ steps:
 	}
 	onlyMainWorktree(t, filepath.Join(dir, "app"))
 }
+
+func TestPipelineJSONStream(t *testing.T) {
+	dir := factoryDir(t, `version: 1
+repos:
+  app: {path: ./app}
+pipelines:
+  default: [one]
+steps:
+  one:
+    run: ["true"]
+`, "app")
+	res := runKusaw(t, dir, "run", "--json")
+	if res.code != 0 {
+		t.Fatalf("exit %d: %s", res.code, res.stderr)
+	}
+	var types []string
+	for _, line := range strings.Split(strings.TrimSpace(res.stdout), "\n") {
+		var ev struct {
+			Seq  int64  `json:"seq"`
+			Run  string `json:"run"`
+			Type string `json:"type"`
+		}
+		if err := json.Unmarshal([]byte(line), &ev); err != nil || ev.Seq == 0 || ev.Run == "" {
+			t.Fatalf("not an event line: %q (%v)", line, err)
+		}
+		types = append(types, ev.Type)
+	}
+	want := []string{"run.started", "step.started", "attempt.started", "worktree.created", "process.started", "process.exited", "worktree.committed", "attempt.finished", "step.finished", "run.finished"}
+	if strings.Join(types, " ") != strings.Join(want, " ") {
+		t.Errorf("events:\n%v\nwant\n%v", types, want)
+	}
+}
