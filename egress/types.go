@@ -179,19 +179,19 @@ const (
 // request. Allowed connections are reported when they end, with their
 // bytes and duration; Time is when the decision was made.
 type Decision struct {
-	Time      time.Time
-	Lease     string
-	Kind      string
-	Host      string
-	Port      int
-	Addrs     []string // resolved addresses (the one dialed first)
-	Decision  string   // Allow, Refuse, Close or Fail
-	Reason    string   // a Reason* code; "" for a normal end
-	Detail    string   // one line for people, as sent in a 403/502/504
-	Rule      string   // the allowlist entry that admitted the host
-	BytesUp   int64    // sent upstream, on the wire
-	BytesDown int64    // received from upstream, on the wire
-	Duration  time.Duration
+	Time      time.Time     `json:"time"`
+	Lease     string        `json:"lease"`
+	Kind      string        `json:"kind"`
+	Host      string        `json:"host"`
+	Port      int           `json:"port,omitempty"`
+	Addrs     []string      `json:"addrs,omitempty"`  // resolved addresses, in dial order
+	Decision  string        `json:"decision"`         // Allow, Refuse, Close or Fail
+	Reason    string        `json:"reason,omitempty"` // a Reason* code; "" for a normal end
+	Detail    string        `json:"detail,omitempty"` // one line for people, as sent in a 403/502/504
+	Rule      string        `json:"rule,omitempty"`   // the allowlist entry that admitted the host
+	BytesUp   int64         `json:"bytes_up"`         // sent upstream, on the wire
+	BytesDown int64         `json:"bytes_down"`       // received from upstream, on the wire
+	Duration  time.Duration `json:"duration_ns"`
 }
 
 // Blocked reports whether the decision is a policy refusal: the factory
@@ -212,19 +212,19 @@ func (f ObserverFunc) Decision(d Decision) { f(d) }
 
 // HostSummary is the per-host account of a lease.
 type HostSummary struct {
-	Host        string
-	Connections int // admitted connections
-	BytesUp     int64
-	BytesDown   int64
-	Refusals    int // decisions that Blocked()
+	Host        string `json:"host"`
+	Connections int    `json:"connections"` // admitted connections
+	BytesUp     int64  `json:"bytes_up"`
+	BytesDown   int64  `json:"bytes_down"`
+	Refusals    int    `json:"refusals"` // decisions that Blocked()
 }
 
 // Summary is what closing a lease reports (egress.summary).
 type Summary struct {
-	Lease     string
-	Hosts     []HostSummary // sorted by host
-	BytesUp   int64
-	BytesDown int64
-	Refusals  int
-	Decisions int
+	Lease     string        `json:"lease"`
+	Hosts     []HostSummary `json:"hosts"` // sorted by host
+	BytesUp   int64         `json:"bytes_up"`
+	BytesDown int64         `json:"bytes_down"`
+	Refusals  int           `json:"refusals"`
+	Decisions int           `json:"decisions"`
 }
