@@ -33,7 +33,7 @@ import (
 type stubDNS struct {
 	addr    string
 	mu      sync.Mutex
-	answers map[string]func() []netip.Addr
+	answers map[string]func(dnsmessage.Type) []netip.Addr
 	queries map[string]int
 }
 
@@ -58,7 +58,7 @@ func newStubDNS(t testing.TB) *stubDNS {
 			t.Fatal(err)
 		}
 	}
-	s := &stubDNS{addr: pc.LocalAddr().String(), answers: map[string]func() []netip.Addr{}, queries: map[string]int{}}
+	s := &stubDNS{addr: pc.LocalAddr().String(), answers: map[string]func(dnsmessage.Type) []netip.Addr{}, queries: map[string]int{}}
 	t.Cleanup(func() { pc.Close(); tl.Close() })
 	go func() {
 		buf := make([]byte, 1500)
@@ -101,10 +101,12 @@ func (s *stubDNS) set(name string, addrs ...string) {
 	for i, a := range addrs {
 		list[i] = netip.MustParseAddr(a)
 	}
-	s.setFunc(name, func() []netip.Addr { return list })
+	s.setFunc(name, func(dnsmessage.Type) []netip.Addr { return list })
 }
 
-func (s *stubDNS) setFunc(name string, f func() []netip.Addr) {
+// setFunc answers name with f, called once per question (A and AAAA are
+// separate questions).
+func (s *stubDNS) setFunc(name string, f func(dnsmessage.Type) []netip.Addr) {
 	s.mu.Lock()
 	s.answers[strings.ToLower(name)+"."] = f
 	s.mu.Unlock()
@@ -141,7 +143,7 @@ func (s *stubDNS) answer(msg []byte) []byte {
 	b.Question(q)
 	b.StartAnswers()
 	if f != nil {
-		for _, a := range f() {
+		for _, a := range f(q.Type) {
 			rr := dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: 1}
 			if a.Is4() && q.Type == dnsmessage.TypeA {
 				b.AResource(rr, dnsmessage.AResource{A: a.As4()})

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
 )
 
 func hello(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello from "+r.Host) }
@@ -179,7 +181,10 @@ func TestRebindingDialsTheCheckedAddress(t *testing.T) {
 	bad := listenCounting(t, "127.0.0.3:"+strconv.Itoa(port))
 	e := newEnv(t, Options{DNSCacheTTL: -1}, LeaseConfig{Allow: rules(t, "rebind.test:"+strconv.Itoa(port)), AllowRanges: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
 	var n atomic.Int64
-	e.dns.setFunc("rebind.test", func() []netip.Addr {
+	e.dns.setFunc("rebind.test", func(qt dnsmessage.Type) []netip.Addr {
+		if qt != dnsmessage.TypeA {
+			return nil
+		}
 		if n.Add(1)%2 == 0 {
 			return []netip.Addr{netip.MustParseAddr("127.0.0.3")}
 		}
