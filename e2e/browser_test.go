@@ -301,6 +301,18 @@ steps:
 			n, _ := v.(float64)
 			return n >= 1
 		})
+		// The same numbers from the API the page reads.
+		rep, err := sp.client.Egress(context.Background(), rec.ID, "fetch", 1)
+		if err != nil || rep.Source != "summary" {
+			t.Fatalf("egress API: %+v %v", rep, err)
+		}
+		hosts := map[string]factory.HostEgress{}
+		for _, h := range rep.Hosts {
+			hosts[h.Host] = h
+		}
+		if h := hosts["localhost"]; h.Connections != 2 || h.BytesDown < 7000 || hosts["blocked.invalid"].Refusals != 1 {
+			t.Fatalf("egress API hosts: %+v", rep.Hosts)
+		}
 		v, _ := c.eval(`document.getElementById("egress").textContent`)
 		text, _ := v.(string)
 		if !strings.Contains(text, "localhost") || !strings.Contains(text, "2 allowed") {

@@ -164,7 +164,11 @@ func (s *Server) requeue() {
 		}
 		r, err := s.E.Resume(rec.ID)
 		if err != nil {
-			s.log.Warn().Str("run", rec.ID).Err(err).Msg("cannot resume run")
+			s.log.Warn().Str("run", rec.ID).Err(err).Msg("cannot resume run; it stays interrupted")
+			if errors.Is(err, ErrNotResumable) {
+				// Not again at every start: the pipeline changed under it.
+				os.Remove(filepath.Join(s.E.State.RunDir(rec.ID), servedFile))
+			}
 			continue
 		}
 		_, from := r.Resumed()
