@@ -218,6 +218,8 @@ func (s *Server) apiSubmit(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusBadRequest, "unknown_pipeline", strings.TrimPrefix(err.Error(), ErrUnknownPipeline.Error()+": "), "name one of the file's pipelines")
 	case errors.Is(err, ErrBadParams):
 		apiError(w, http.StatusBadRequest, "bad_params", err.Error(), "parameters are environment names (letters, digits, _) with short values")
+	case errors.Is(err, ErrFactoryChanged):
+		apiError(w, http.StatusConflict, "factory_changed", err.Error(), "stop kusaw serve (SIGTERM; running attempts finish or are recorded interrupted) and start it again")
 	case errors.Is(err, ErrStopping):
 		apiError(w, http.StatusServiceUnavailable, "stopping", err.Error(), "submit again once serve has restarted")
 	case errors.Is(err, ErrQueueFull):

@@ -2,6 +2,7 @@ package factory
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -81,6 +82,19 @@ type Server struct {
 	started  time.Time
 	peak     int // most runs running at once, for tests and health
 	lock     *runLock
+	fileSum  [32]byte // the factory file serve loaded
+}
+
+// ErrFactoryChanged is returned by Submit when the factory file on disk is
+// no longer the one serve loaded: a run would silently use the old steps.
+var ErrFactoryChanged = errors.New("the factory file changed since kusaw serve started")
+
+func fileSum(p string) [32]byte {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return [32]byte{}
+	}
+	return sha256.Sum256(b)
 }
 
 type activeRun struct {
@@ -102,7 +116,7 @@ func NewServer(f *config.Factory, opts ServeOptions) (*Server, error) {
 	if !ok {
 		return nil, fmt.Errorf("kusaw serve is already running for %s (see: kusaw service status)", f.StateDir)
 	}
-	s := &Server{F: f, opts: opts, log: opts.Log, running: map[string]*activeRun{}, started: time.Now().UTC(), lock: l, bus: newBus()}
+	s := &Server{F: f, opts: opts, log: opts.Log, running: map[string]*activeRun{}, started: time.Now().UTC(), lock: l, bus: newBus(), fileSum: fileSum(f.Path)}
 	s.cond = sync.NewCond(&s.mu)
 	s.max = opts.MaxParallel
 	if s.max <= 0 {
@@ -191,6 +205,9 @@ var ErrQueueFull = errors.New("the run queue is full")
 func (s *Server) Submit(pipeline string, params map[string]string) (*RunRecord, error) {
 	if err := checkParams(params); err != nil {
 		return nil, err
+	}
+	if fileSum(s.F.Path) != s.fileSum {
+		return nil, fmt.Errorf("%w (%s); restart serve to use it", ErrFactoryChanged, s.F.Path)
 	}
 	s.mu.Lock()
 	if s.stopping {

@@ -353,6 +353,13 @@ steps:
 		t.Fatal(err)
 	}
 	waitRun(t, c, rec.ID, 20*time.Second)
+	// An edited factory file is not run with serve's old copy.
+	orig, _ := os.ReadFile(f.Path)
+	os.WriteFile(f.Path, append(orig, []byte("# edited\n")...), 0o644)
+	if st, m := rawCall(t, sock, "POST", "/v1/runs", `{}`, nil); st != 409 || m["error"].(map[string]any)["code"] != "factory_changed" {
+		t.Errorf("submit after the file changed: %d %v", st, m)
+	}
+	os.WriteFile(f.Path, orig, 0o644)
 	for _, p := range []string{"../../../etc/passwd", "steps/a/1/attempt.json", "steps/a/1/../../../run.json", "/etc/passwd", "steps/../1/stdout.log"} {
 		st, m := rawCall(t, sock, "GET", "/v1/runs/"+rec.ID+"/log?path="+p, "", nil)
 		if e, _ := m["error"].(map[string]any); st != 400 || e["code"] != "bad_log_path" {
