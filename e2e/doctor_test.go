@@ -2,10 +2,13 @@ package e2e
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kusaw/kusaw/secretstore"
 )
 
 // doctorReport is the part of kusaw sandbox doctor --json the tests read.
@@ -46,6 +49,8 @@ func TestSandboxDoctorProbes(t *testing.T) {
 	dir := factoryDir(t, `version: 1
 repos:
   app: {path: ./app}
+setup:
+  - [sh, -c, "echo ran >> \"$SETUP_MARK\""]
 sandbox:
   egress:
     allow: [registry.npmjs.org]
@@ -54,11 +59,25 @@ pipelines:
 steps:
   build:
     run: [node, build.js]
-    sandbox: {mode: required, network: allowlist, egress: {allow: [proxy.golang.org]}}
+    env:
+      BUILD_TOKEN: {secret: build.token}
+    sandbox:
+      mode: required
+      network: allowlist
+      egress:
+        allow: [proxy.golang.org]
+        inject: [{host: api.example.test, header: x-api-key, secret: example.key, base_url_env: EXAMPLE_BASE_URL, key_env: EXAMPLE_KEY}]
   review:
     prompt: review it
 `, "app")
+	const token, apiKey = "doctor-e2e-step-token-9137", "doctor-e2e-inject-key-2281"
+	store := secretstore.OpenDir(filepath.Join(dir, "secrets"))
+	if err := errors.Join(store.Set("build.token", token), store.Set("example.key", apiKey)); err != nil {
+		t.Fatal(err)
+	}
 	home := fakeHome(t)
+	mark := filepath.Join(t.TempDir(), "setup-ran")
+	t.Setenv("SETUP_MARK", mark)
 	res := runKusawEnv(t, dir, []string{"HOME=" + home}, "sandbox", "doctor", "--json")
 	if res.code != 0 {
 		t.Fatalf("doctor exit %d\n%s%s", res.code, res.stdout, res.stderr)
@@ -98,6 +117,28 @@ steps:
 		}
 	}
 	build, review := rep.Steps[0], rep.Steps[1]
+	if _, err := os.Stat(mark); err == nil {
+		t.Error("doctor ran the factory's setup commands")
+	}
+	// The twin: kusaw sandbox exec runs them, so the mark can appear.
+	if r := runKusawEnv(t, dir, []string{"HOME=" + home}, "sandbox", "exec", "--step", "build", "--", "true"); r.code != 0 {
+		t.Errorf("sandbox exec: %d %s", r.code, r.stderr)
+	} else if _, err := os.Stat(mark); err != nil {
+		t.Error("setup did not run for sandbox exec either: the check above proves nothing")
+	}
+	// Names only: neither secret is in doctor's output or the probe runs' records.
+	txtAll := runKusawEnv(t, dir, []string{"HOME=" + home}, "sandbox", "doctor")
+	for _, out := range []string{res.stdout, res.stderr, txtAll.stdout, txtAll.stderr} {
+		if strings.Contains(out, token) || strings.Contains(out, apiKey) {
+			t.Errorf("a secret value is in doctor's output")
+		}
+	}
+	if hits := append(grepDir(t, filepath.Join(dir, ".kusaw"), token), grepDir(t, filepath.Join(dir, ".kusaw"), apiKey)...); len(hits) > 0 {
+		t.Errorf("a secret value is in the records: %v", hits)
+	}
+	if !strings.Contains(txtAll.stdout, "injected:   EXAMPLE_BASE_URL, EXAMPLE_KEY") {
+		t.Errorf("doctor does not name the injected variables:\n%s", txtAll.stdout)
+	}
 	if build.Mode != "required" || build.ModeOrigin != "step:build" || build.Network != "allowlist" {
 		t.Errorf("build: %+v", build)
 	}

@@ -147,7 +147,7 @@ func (a *attemptRun) createWorktrees() error {
 // any sandbox, with the attempt's KUSAW_* variables but none of the step's
 // secrets. Output goes to setup.log.
 func (a *attemptRun) setup(ctx context.Context) error {
-	if len(a.e.F.Setup) == 0 {
+	if len(a.e.F.Setup) == 0 || a.run.skipSetup {
 		return nil
 	}
 	logf, err := os.OpenFile(filepath.Join(a.dir, setupLogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)

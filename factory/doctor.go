@@ -285,6 +285,9 @@ func (e *Engine) probeStep(ctx context.Context, s *config.Step, ds *DoctorStep, 
 		ds.ProbeNotes = append(ds.ProbeNotes, "the step's network is open: the probes ran with network: allowlist (P5–P7 test the proxy); the step itself reaches every host")
 	}
 	ds.ProbeNotes = append(ds.ProbeNotes, fmt.Sprintf("the probe run also allows localhost:%d (origin doctor), doctor's own loopback server", port))
+	if len(e.F.Setup) > 0 {
+		ds.ProbeNotes = append(ds.ProbeNotes, "the factory's setup commands are not run for the probe run")
+	}
 
 	obs := probeObs{}
 	spec := ProbeSpec{
@@ -339,7 +342,7 @@ func (e *Engine) probeStep(ctx context.Context, s *config.Step, ds *DoctorStep, 
 
 	var stdout, stderr strings.Builder
 	res, err := e.Exec(ctx, ExecRequest{Step: s.ID, Argv: []string{e.opts.Kusaw, "__probe", string(arg)},
-		Stdout: &stdout, Stderr: &stderr, Network: config.NetworkAllowlist,
+		Stdout: &stdout, Stderr: &stderr, Network: config.NetworkAllowlist, SkipSetup: true,
 		ExtraAllow: []config.AllowedHost{{Pattern: host, Origin: "doctor"}}})
 	for _, p := range outside {
 		if _, err := os.Lstat(p); err == nil {

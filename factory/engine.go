@@ -132,6 +132,7 @@ type Run struct {
 	tee struct{ stdout, stderr io.Writer }
 	// extraAllow are allowlist entries of this run only (kusaw sandbox doctor).
 	extraAllow []config.AllowedHost
+	skipSetup  bool              // kusaw sandbox doctor's probe runs
 	resume     *resumePoint      // set by Engine.Resume: where a re-queued run continues
 	params     map[string]string // serve's submitted parameters: KUSAW_PARAM_<NAME> in each step
 	// interrupted is set by Interrupt (serve shutting down): the canceled

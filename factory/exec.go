@@ -36,6 +36,9 @@ type ExecRequest struct {
 	// ExtraAllow adds allowlist entries for this run only, with their own
 	// origin (doctor's loopback server: localhost:<port>, origin doctor).
 	ExtraAllow []config.AllowedHost
+	// SkipSetup leaves the factory's setup commands out (doctor's probes
+	// need no npm ci).
+	SkipSetup bool
 }
 
 // ExecResult is how it ended.
@@ -87,7 +90,7 @@ func (e *Engine) Exec(ctx context.Context, req ExecRequest) (*ExecResult, error)
 		return nil, err
 	}
 	r.tee.stdout, r.tee.stderr = req.Stdout, req.Stderr
-	r.extraAllow = req.ExtraAllow
+	r.extraAllow, r.skipSetup = req.ExtraAllow, req.SkipSetup
 	e.Execute(ctx, r)
 	res.Run = r
 	var a AttemptRecord
