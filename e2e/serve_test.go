@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -699,4 +700,54 @@ func TestServeSIGTERM(t *testing.T) {
 	}
 	checkRecordsIntact(t, state)
 	checkNothingLeft(t, dir, state)
+}
+
+// TestServeRunOutputMatchesInProcess: kusaw run prints the same lines
+// through serve as in-process, egress refusal summary included.
+func TestServeRunOutputMatchesInProcess(t *testing.T) {
+	step := `    run: [sh, -c, "echo fetching"]`
+	if sandboxWorks(t) {
+		need(t, "curl")
+		step = `    run: [sh, -c, "curl -fs -o /dev/null http://blocked.invalid/; curl -fs -o /dev/null http://other.invalid:8080/; echo done"]
+    sandbox: {mode: required, network: allowlist}`
+	}
+	yaml := `version: 1
+repos:
+  app:
+    path: app
+pipelines:
+  default: [prep, fetch, fail]
+steps:
+  prep:
+    run: [sh, -c, "echo prep > p.txt"]
+  fetch:
+` + step + `
+  fail:
+    attempts: 2
+    run: [sh, -c, "echo no >&2; exit 4"]
+`
+	dir := factoryDir(t, yaml, "app")
+	local := runKusawEnv(t, dir, []string{"KUSAW_NO_SERVE=1"}, "run")
+	startServe(t, dir)
+	served := runKusaw(t, dir, "run")
+	norm := func(s string) string {
+		for _, r := range []struct{ re, with string }{
+			{`\d{8}-\d{6}-[0-9a-f]{4}`, "RUN"},
+			{`(?m)^\d\d:\d\d:\d\d `, ""},
+			{`\b\d+(\.\d+)?(ms|s)\b|\b\d+m\d+s\b`, "DUR"},
+			{`\b[0-9a-f]{10}\b`, "SHA"},
+		} {
+			s = regexp.MustCompile(r.re).ReplaceAllString(s, r.with)
+		}
+		return s
+	}
+	if local.code != 1 || served.code != 1 {
+		t.Fatalf("exit codes: in-process %d, through serve %d", local.code, served.code)
+	}
+	if norm(local.stdout) != norm(served.stdout) || norm(local.stderr) != norm(served.stderr) {
+		t.Fatalf("output differs.\nin-process:\n%s%s\nthrough serve:\n%s%s", local.stdout, local.stderr, served.stdout, served.stderr)
+	}
+	if sandboxWorks(t) && !strings.Contains(served.stderr, "the egress proxy refused 2 connection(s)") {
+		t.Fatalf("no refusal summary through serve:\n%s", served.stderr)
+	}
 }

@@ -137,25 +137,40 @@ func (a *app) runThroughServe(c *factory.Client, pipeline string, p *progress, j
 		}
 		return exitf(status.ExitServeUnavailable, "kusaw serve refused the run: %v", err)
 	}
+	// As in-process: the first signal cancels the run (here through serve),
+	// a second one gets the default action and ends kusaw at once.
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sig)
+	finished := make(chan struct{})
+	defer close(finished)
 	go func() {
-		if _, ok := <-sig; ok {
-			_, _ = c.CancelCtx(context.Background(), rec.ID)
+		select {
+		case <-finished:
+			return
+		case <-sig:
 		}
+		signal.Stop(sig)
+		if !jsonOut {
+			fmt.Fprintln(a.stderr, "kusaw: canceling the run (signal again to stop at once)")
+		}
+		_, _ = c.CancelCtx(context.Background(), rec.ID)
 	}()
 	p.start()
 	var ferr error
+	// Events already shown are not shown again after a reconnect.
+	seen := map[string]bool{}
+	var refusals []string
 	for tries := 0; tries < 5; tries++ {
-		// Events already shown are not shown again after a reconnect.
-		seen := map[string]bool{}
 		_, ferr = c.Follow(ctx, rec.ID, func(ev factory.Event) {
 			k := fmt.Sprintf("%s/%d/%d", ev.Step, ev.Attempt, ev.Seq)
 			if seen[k] {
 				return
 			}
 			seen[k] = true
+			if ev.Type == factory.EvEgressBlocked {
+				refusals = addRefusal(refusals, ev)
+			}
 			p.event(normalizeEvent(ev))
 		})
 		if ferr == nil {
@@ -171,13 +186,42 @@ func (a *app) runThroughServe(c *factory.Client, pipeline string, p *progress, j
 	if err != nil {
 		return exitf(status.ExitServeUnavailable, "%v", err)
 	}
+	// The same refusal summary as run.go prints from Run.EgressRefusals.
+	if n := d.Run.EgressBlocked; n > 0 {
+		fmt.Fprintf(a.stderr, "kusaw: the egress proxy refused %d connection(s):\n", n)
+		for _, l := range refusals {
+			fmt.Fprintf(a.stderr, "  %s\n", l)
+		}
+		if n > len(refusals) {
+			fmt.Fprintf(a.stderr, "  ... and more: see each attempt's egress.log\n")
+		}
+	}
 	return a.finishRun(d.Run, d.ExitCode, jsonOut)
+}
+
+// addRefusal adds an egress.blocked event's line, once per host:port, at
+// most 20, worded as the engine words Run.EgressRefusals.
+func addRefusal(lines []string, ev factory.Event) []string {
+	key := fmt.Sprintf("%v:%v", ev.Data["host"], normalizeEvent(ev).Data["port"])
+	for _, l := range lines {
+		if strings.Contains(l, " "+key+" ") {
+			return lines
+		}
+	}
+	if len(lines) >= 20 {
+		return lines
+	}
+	detail, _ := ev.Data["detail"].(string)
+	if detail == "" {
+		detail = fmt.Sprint(ev.Data["reason"])
+	}
+	return append(lines, fmt.Sprintf("%s attempt %d: %s refused: %s", ev.Step, ev.Attempt, key, detail))
 }
 
 // normalizeEvent turns JSON numbers that were ints in-process back into
 // ints, so the progress lines read the same either way.
 func normalizeEvent(ev factory.Event) factory.Event {
-	for _, k := range []string{"of", "attempts", "attempt", "exit_code"} {
+	for _, k := range []string{"of", "attempts", "attempt", "exit_code", "port", "pid"} {
 		if f, ok := ev.Data[k].(float64); ok {
 			ev.Data[k] = int(f)
 		}
