@@ -278,6 +278,10 @@ type meteredConn struct {
 	up   atomic.Int64
 	down atomic.Int64
 
+	// rmu and wmu are held across each Read and Write, so Close can wait
+	// for one that already moved bytes to count them before reporting.
+	rmu, wmu sync.Mutex
+
 	mu       sync.Mutex
 	decision string
 	reason   string
@@ -301,8 +305,10 @@ func (c *meteredConn) end(decision, reason, detail string) {
 }
 
 func (c *meteredConn) Read(p []byte) (int, error) {
+	c.rmu.Lock()
 	n, err := idleRead(c.tcp, c.act, p)
 	c.down.Add(int64(n))
+	c.rmu.Unlock()
 	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
 		c.end(Allow, ReasonIdle, "")
 	}
@@ -310,17 +316,23 @@ func (c *meteredConn) Read(p []byte) (int, error) {
 }
 
 func (c *meteredConn) Write(p []byte) (int, error) {
+	c.wmu.Lock()
 	m, why := c.l.budget.take(c.t.host, len(p))
 	n, err := idleWrite(c.tcp, c.act, p[:m])
 	c.up.Add(int64(n))
+	crossed := err == nil && m < len(p)
+	if crossed {
+		// Set before unlocking, so a Close that is waiting reports it.
+		c.end(Close, why, c.l.budgetLine(c.t.host, why))
+	}
+	c.wmu.Unlock()
 	if err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			c.end(Allow, ReasonIdle, "")
 		}
 		return n, err
 	}
-	if m < len(p) {
-		c.end(Close, why, c.l.budgetLine(c.t.host, why))
+	if crossed {
 		c.Close()
 		return n, errBudget
 	}
@@ -335,9 +347,16 @@ func (c *meteredConn) Close() error {
 		return nil
 	}
 	c.closed = true
-	decision, reason, detail := c.decision, c.reason, c.detail
 	c.mu.Unlock()
 	err := c.tcp.Close()
+	// Closing unblocks a Read or Write in progress; wait for it to count.
+	c.rmu.Lock()
+	c.wmu.Lock()
+	c.wmu.Unlock()
+	c.rmu.Unlock()
+	c.mu.Lock()
+	decision, reason, detail := c.decision, c.reason, c.detail
+	c.mu.Unlock()
 	c.l.record(Decision{Time: c.t.start, Kind: c.t.kind, Host: c.t.host, Port: c.t.port, Addrs: c.t.addrStrings(),
 		Decision: decision, Reason: reason, Detail: detail, Rule: c.t.rule,
 		BytesUp: c.up.Load(), BytesDown: c.down.Load(), Duration: time.Since(c.t.start)})

@@ -269,7 +269,7 @@ func TestPlainHTTPForward(t *testing.T) {
 		t.Fatalf("upstream saw host %v path %v proxy-auth %v", gotHost.Load(), gotPath.Load(), gotProxyAuth.Load())
 	}
 	d := e.rec.wait(t, "http allow", func(d Decision) bool { return d.Kind == KindHTTP && d.Decision == Allow })
-	eventually(t, "wire counts", func() bool { return d.BytesUp == up.bytesIn.Load() && d.BytesDown == up.bytesOut.Load() })
+	eventually(t, fmt.Sprintf("wire counts: decision %+v, upstream in %d out %d", d, up.bytesIn.Load(), up.bytesOut.Load()), func() bool { return d.BytesUp == up.bytesIn.Load() && d.BytesDown == up.bytesOut.Load() })
 
 	// Refused plain requests get the same 403 line; Go's client shows the status.
 	resp, err = e.client().Get("http://evil.test/")
@@ -695,7 +695,7 @@ func TestWebSocketRelayedAndCounted(t *testing.T) {
 	if d.BytesUp < int64(len(msg)) || d.BytesDown < int64(len(msg)) {
 		t.Fatalf("counted %d up %d down", d.BytesUp, d.BytesDown)
 	}
-	eventually(t, "wire counts", func() bool { return d.BytesUp == up.bytesIn.Load() && d.BytesDown == up.bytesOut.Load() })
+	eventually(t, fmt.Sprintf("wire counts: decision %+v, upstream in %d out %d", d, up.bytesIn.Load(), up.bytesOut.Load()), func() bool { return d.BytesUp == up.bytesIn.Load() && d.BytesDown == up.bytesOut.Load() })
 	// Upgrades to other protocols and to hosts not allowed are refused.
 	for _, req := range []string{
 		"GET http://allowed.test:" + port + "/ HTTP/1.1\r\nHost: allowed.test\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n",
@@ -756,7 +756,7 @@ func TestWebSocketInsideConnectToPlainPort(t *testing.T) {
 	}
 	c.Close()
 	d := e.rec.wait(t, "tunnel end", func(d Decision) bool { return d.Kind == KindConnect && d.Decision == Allow })
-	eventually(t, "wire counts", func() bool { return d.BytesUp == up.bytesIn.Load() && d.BytesDown == up.bytesOut.Load() })
+	eventually(t, fmt.Sprintf("wire counts: decision %+v, upstream in %d out %d", d, up.bytesIn.Load(), up.bytesOut.Load()), func() bool { return d.BytesUp == up.bytesIn.Load() && d.BytesDown == up.bytesOut.Load() })
 }
 
 // The step cannot choose the key the provider sees, nor send the real
