@@ -588,6 +588,22 @@ if %[2]s get http://127.0.0.1:%[1]s/ip %[3]s 2>&1 | grep -q 'status: 200'; then 
 		if r.code != 0 || !strings.Contains(r.stdout, fmt.Sprintf("exact: 25 rounds of %d bytes, 0 wrong", exactN)) {
 			t.Errorf("exact bytes: %d\n%s%s", r.code, r.stdout, r.stderr)
 		}
+		if !r.logged(t, "allow", "localhost", atoi(fx.exactHTTP.port), "") || !r.logged(t, "allow", "localhost", atoi(fx.exactTLS.port), "") {
+			t.Errorf("egress.log: %v", r.egressLines(t))
+		}
+		// Every tunnel is logged with its bytes down: at least exactN each.
+		tunnels := 0
+		for _, m := range r.egressLines(t) {
+			if p, _ := m["port"].(float64); int(p) == atoi(fx.exactTLS.port) && m["decision"] == "allow" {
+				tunnels++
+				if down, _ := m["bytes_down"].(float64); down < exactN {
+					t.Errorf("a tunnel logged %v bytes down, want at least %d", down, exactN)
+				}
+			}
+		}
+		if tunnels != 25 {
+			t.Errorf("egress.log has %d tunnels to the exact upstream, want 25", tunnels)
+		}
 		r.verify(t, dir)
 	})
 
