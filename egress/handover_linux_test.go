@@ -198,7 +198,8 @@ func TestBridgeInBubblewrap(t *testing.T) {
 
 	script := fmt.Sprintf(`%[1]s -sS --max-time 10 --cacert %[2]s https://allowed.test:%[3]s/ok; echo " allowed=$?"
 %[1]s -sS --max-time 10 --cacert %[2]s https://evil.test:%[3]s/ 2>&1; echo " evil=$?"
-%[1]s -sS --max-time 5 --noproxy '*' --cacert %[2]s https://127.0.0.1:%[3]s/ 2>&1; echo " direct=$?"`, curl, caFile, port)
+%[1]s -sS --max-time 5 --noproxy '*' --cacert %[2]s https://127.0.0.1:%[3]s/ 2>&1; echo " direct=$?"
+echo "sockets=$(ls -l /proc/$$/fd | grep -c socket:)"`, curl, caFile, port)
 	cmd := sandboxed(t, e.l, "/bin/sh", "-c", script)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -213,6 +214,11 @@ func TestBridgeInBubblewrap(t *testing.T) {
 	}
 	if !strings.Contains(o, "direct=7") {
 		t.Fatalf("direct connection did not fail to connect:\n%s", o)
+	}
+	// The bridge's listener and hand-over socket are close-on-exec: the
+	// step holds no socket of the proxy's.
+	if !strings.Contains(o, "sockets=0") {
+		t.Fatalf("the step inherited sockets:\n%s", o)
 	}
 	if !e.l.HandedOver() {
 		t.Fatal("no hand-over recorded")
