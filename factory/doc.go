@@ -1,4 +1,21 @@
 // Package factory ties kusaw together: runs, pipelines, attempts, the queue,
 // events and records, and the engine that serve drives. It is the only
 // package that imports sandbox, egress, worktree and providers together.
+//
+// The engine:
+//
+//	e, err := factory.New(f, factory.Options{OnEvent: show, Proxy: shared})
+//	defer e.Close()                  // stops the proxy it started itself
+//	run, err := e.Run(ctx, "default") // or e.Prepare(p) then e.Execute(ctx, run)
+//	run.Record                        // run.json; run.ExitCode() is kusaw run's status
+//
+// New opens the state directory, which marks runs whose owner died as
+// interrupted and removes their worktrees (OpenState does the same for
+// commands that only read). Canceling ctx cancels the run; so does a cancel
+// file (State.RequestCancel, kusaw cancel). Each attempt runs in fresh
+// worktrees on branch kusaw/attempts/<run>/<step>/<n> from the run branch
+// kusaw/<run>, under the sandbox when its mode is required, behind an
+// egress lease when its network is allowlist; its record is attempt.json,
+// its events a chained, sealed events.jsonl (chainlog), and secrets are
+// redacted from every file the run writes.
 package factory
