@@ -719,7 +719,7 @@ pipelines:
   default: [prep, fetch, fail]
 steps:
   prep:
-    run: [sh, -c, "echo prep > p.txt"]
+    run: [sh, -c, "echo prep > p.txt; echo \"param ${KUSAW_PARAM_WHO:-none}\""]
   fetch:
 ` + step + `
   fail:
@@ -747,7 +747,32 @@ steps:
 	if norm(local.stdout) != norm(served.stdout) || norm(local.stderr) != norm(served.stderr) {
 		t.Fatalf("output differs.\nin-process:\n%s%s\nthrough serve:\n%s%s", local.stdout, local.stderr, served.stdout, served.stderr)
 	}
+	// Run parameters reach the steps both ways; bad ones are usage errors
+	// worded the same.
+	for _, env := range [][]string{{"KUSAW_NO_SERVE=1"}, nil} {
+		res := runKusawEnv(t, dir, env, "run", "--param", "WHO=world", "--param", "N=3")
+		last := filepath.Join(dir, ".kusaw", "runs", lastRun(t, dir))
+		if res.code != 1 || !strings.Contains(readFile(t, filepath.Join(last, "params.json")), `"WHO":"world"`) ||
+			!strings.Contains(readFile(t, filepath.Join(last, "steps", "prep", "1", "stdout.log")), "param world") {
+			t.Fatalf("kusaw run --param (%v): %d %s", env, res.code, res.stderr)
+		}
+	}
+	badL := runKusawEnv(t, dir, []string{"KUSAW_NO_SERVE=1"}, "run", "--param", "A-B=1")
+	badS := runKusaw(t, dir, "run", "--param", "A-B=1")
+	if badL.code != 2 || badS.code != 2 || badL.stderr != badS.stderr {
+		t.Fatalf("bad --param: in-process %d %q, through serve %d %q", badL.code, badL.stderr, badS.code, badS.stderr)
+	}
 	if sandboxWorks(t) && !strings.Contains(served.stderr, "the egress proxy refused 2 connection(s)") {
 		t.Fatalf("no refusal summary through serve:\n%s", served.stderr)
 	}
+}
+
+// lastRun is the id of the newest run.
+func lastRun(t *testing.T, dir string) string {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(dir, ".kusaw", "runs"))
+	if err != nil || len(entries) == 0 {
+		t.Fatalf("no runs: %v", err)
+	}
+	return entries[len(entries)-1].Name()
 }

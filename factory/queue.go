@@ -3,7 +3,6 @@ package factory
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -219,16 +218,11 @@ func (s *Server) Submit(pipeline string, params map[string]string) (*RunRecord, 
 		return nil, ErrQueueFull
 	}
 	s.mu.Unlock()
-	r, err := s.E.Prepare(pipeline)
+	r, err := s.E.PrepareWithParams(pipeline, params)
 	if err != nil {
 		return nil, err
 	}
 	_ = os.WriteFile(filepath.Join(r.Dir, servedFile), nil, 0o644)
-	if len(params) > 0 {
-		r.params = params
-		b, _ := json.Marshal(params)
-		_ = config.WriteFileAtomic(filepath.Join(r.Dir, paramsFile), b, 0o644)
-	}
 	s.mu.Lock()
 	if s.stopping {
 		s.mu.Unlock()

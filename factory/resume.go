@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kusaw/kusaw/chainlog"
+	"github.com/kusaw/kusaw/config"
 	"github.com/kusaw/kusaw/status"
 )
 
@@ -242,4 +243,26 @@ func removeLeaseDirs(attemptDir string) {
 		}
 		os.Remove(note)
 	}
+}
+
+// PrepareWithParams is Prepare for a run with parameters (checked first):
+// each becomes KUSAW_PARAM_<NAME> in its steps' environment, and they are
+// kept in the run's params.json.
+func (e *Engine) PrepareWithParams(pipeline string, params map[string]string) (*Run, error) {
+	if err := checkParams(params); err != nil {
+		return nil, err
+	}
+	r, err := e.Prepare(pipeline)
+	if err != nil {
+		return nil, err
+	}
+	if len(params) > 0 {
+		r.params = params
+		b, _ := json.Marshal(params)
+		if err := config.WriteFileAtomic(filepath.Join(r.Dir, paramsFile), b, 0o644); err != nil {
+			e.Abandon(r, status.RunCanceled, "cannot record the run's parameters: "+err.Error())
+			return nil, err
+		}
+	}
+	return r, nil
 }

@@ -29,6 +29,7 @@ const killGraceEnv = "KUSAW_KILL_GRACE"
 
 func newRunCmd(a *app) *cobra.Command {
 	var jsonOut bool
+	var params []string
 	cmd := &cobra.Command{
 		Use:   "run [PIPELINE]",
 		Short: "run a pipeline, through kusaw serve when it is up, else in-process (default: the pipeline called default, or the only one)",
@@ -55,7 +56,7 @@ func newRunCmd(a *app) *cobra.Command {
 			}
 			p := newProgress(a.stdout, jsonOut)
 			if c := a.serveClient(f.StateDir); c != nil {
-				return a.runThroughServe(c, pipeline, p, jsonOut)
+				return a.runThroughServe(c, pipeline, params, p, jsonOut)
 			}
 			opts.OnEvent = p.event
 			e, err := factory.New(f, opts)
@@ -85,10 +86,10 @@ func newRunCmd(a *app) *cobra.Command {
 				}
 			}()
 			p.start()
-			run, err := e.Run(ctx, pipeline)
+			run, err := runWithParams(ctx, e, pipeline, params)
 			p.stop()
 			if err != nil {
-				if errors.Is(err, factory.ErrUnknownPipeline) {
+				if errors.Is(err, factory.ErrUnknownPipeline) || errors.Is(err, factory.ErrBadParams) {
 					return exitf(status.ExitUsage, "%s", strings.TrimPrefix(err.Error(), factory.ErrUnknownPipeline.Error()+": "))
 				}
 				return exitf(status.ExitInternal, "%v", err)
@@ -106,6 +107,7 @@ func newRunCmd(a *app) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "stream the run's events as JSON lines")
+	cmd.Flags().StringArrayVar(&params, "param", nil, "NAME=VALUE: a run parameter, KUSAW_PARAM_NAME in each step's environment (repeatable)")
 	return cmd
 }
 

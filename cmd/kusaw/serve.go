@@ -128,10 +128,17 @@ func (a *app) openStore() (factory.RunStore, error) {
 
 // runThroughServe submits a run to serve and follows it with the same
 // output as an in-process run; Ctrl-C cancels it.
-func (a *app) runThroughServe(c *factory.Client, pipeline string, p *progress, jsonOut bool) error {
+func (a *app) runThroughServe(c *factory.Client, pipeline string, params []string, p *progress, jsonOut bool) error {
 	ctx := context.Background()
-	rec, err := c.Submit(ctx, pipeline, nil)
+	pm, err := parseParams(params)
 	if err != nil {
+		return exitf(status.ExitUsage, "%v", err)
+	}
+	rec, err := c.Submit(ctx, pipeline, pm)
+	if err != nil {
+		if ae, ok := err.(*factory.APIError); ok && ae.Code == "bad_params" {
+			return exitf(status.ExitUsage, "%s", ae.Message)
+		}
 		if ae, ok := err.(*factory.APIError); ok && ae.Code == "unknown_pipeline" {
 			return exitf(status.ExitUsage, "%s", ae.Message)
 		}
@@ -252,4 +259,34 @@ func (a *app) finishRun(rec *factory.RunRecord, code status.ExitCode, jsonOut bo
 		return silentExit(code)
 	}
 	return nil
+}
+
+// parseParams reads --param NAME=VALUE flags.
+func parseParams(flags []string) (map[string]string, error) {
+	if len(flags) == 0 {
+		return nil, nil
+	}
+	m := map[string]string{}
+	for _, f := range flags {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%w: --param %q is not NAME=VALUE", factory.ErrBadParams, f)
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
+// runWithParams is Engine.Run with run parameters.
+func runWithParams(ctx context.Context, e *factory.Engine, pipeline string, flags []string) (*factory.Run, error) {
+	pm, err := parseParams(flags)
+	if err != nil {
+		return nil, err
+	}
+	r, err := e.PrepareWithParams(pipeline, pm)
+	if err != nil {
+		return nil, err
+	}
+	e.Execute(ctx, r)
+	return r, nil
 }
