@@ -317,6 +317,18 @@ func TestInjectGuardAndBadConfig(t *testing.T) {
 	if resp, _ := http.Get("http://" + e.l.ListenAddr() + "/_kusaw/inject/nope/v1"); resp == nil || resp.StatusCode != 404 {
 		t.Fatal("unknown inject name not refused")
 	}
+	// Attack: another local process that knows the layout but not the
+	// lease's token cannot use the key.
+	for _, path := range []string{"/_kusaw/inject/p/v1", "/_kusaw/inject/p/" + e.l.injectToken + "x/v1", "/_kusaw/inject/p"} {
+		resp, _ := http.Get("http://" + e.l.ListenAddr() + path)
+		if resp == nil || resp.StatusCode != 403 || !strings.Contains(resp.Status, "lacks this lease's token") {
+			t.Fatalf("%s: %v", path, resp)
+		}
+		resp.Body.Close()
+	}
+	if len(e.l.injectToken) != 32 {
+		t.Fatalf("token %q", e.l.injectToken)
+	}
 	p, _ := NewProxy(Options{})
 	for _, in := range []Inject{
 		{Name: "p", Header: "x-api-key", Key: "", Host: "api.example.com"},

@@ -131,6 +131,12 @@ func (l *Lease) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeRefusal(w, &refusal{status: 404, reason: ReasonBadRequest, line: fmt.Sprintf("kusaw: no inject named %q on this lease", sanitize(rc.inject))})
 			return
 		}
+		if !ij.authorized(r.URL.Path) {
+			line := fmt.Sprintf("kusaw: the inject URL for %s lacks this lease's token; use the base URL kusaw put in %s", rc.inject, ij.in.BaseURLEnv)
+			l.record(Decision{Kind: KindInject, Host: ij.host, Port: ij.port, Decision: Refuse, Reason: ReasonBadRequest, Detail: line})
+			writeRefusal(w, &refusal{status: 403, reason: ReasonBadRequest, line: line})
+			return
+		}
 		ij.rp.ServeHTTP(w, r)
 	default:
 		line := "kusaw: " + rc.bad

@@ -22,12 +22,13 @@ const injectPrefix = "/_kusaw/inject/"
 var keyHeaders = []string{"Authorization", "X-Api-Key", "Api-Key", "X-Goog-Api-Key", "Proxy-Authorization"}
 
 type injector struct {
-	in   Inject
-	base *url.URL
-	host string
-	port int
-	tr   *http.Transport
-	rp   *httputil.ReverseProxy
+	in     Inject
+	base   *url.URL
+	host   string
+	port   int
+	prefix string // path prefix with the lease's token
+	tr     *http.Transport
+	rp     *httputil.ReverseProxy
 }
 
 func (l *Lease) newInjector(in Inject) (*injector, error) {
@@ -47,7 +48,7 @@ func (l *Lease) newInjector(in Inject) (*injector, error) {
 	if err != nil {
 		return nil, fmt.Errorf("egress lease: inject %s: %v", in.Name, err)
 	}
-	ij := &injector{in: in, base: base, host: host, port: port}
+	ij := &injector{in: in, base: base, host: host, port: port, prefix: injectPrefix + in.Name + "/" + l.injectToken}
 	ij.tr = &http.Transport{
 		Proxy: nil,
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -66,7 +67,7 @@ func (l *Lease) newInjector(in Inject) (*injector, error) {
 		IdleConnTimeout:     90 * time.Second,
 	}
 	header := textproto.CanonicalMIMEHeaderKey(in.Header)
-	prefix := injectPrefix + in.Name
+	prefix := injectPrefix + in.Name + "/" + l.injectToken
 	ij.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			rest := strings.TrimPrefix(pr.In.URL.Path, prefix)
@@ -105,4 +106,10 @@ func (l *Lease) newInjector(in Inject) (*injector, error) {
 		},
 	}
 	return ij, nil
+}
+
+// authorized reports whether a request path carries the lease's token.
+func (ij *injector) authorized(path string) bool {
+	rest, ok := strings.CutPrefix(path, ij.prefix)
+	return ok && (rest == "" || rest[0] == '/')
 }

@@ -1,6 +1,8 @@
 package egress
 
 import (
+	crand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -32,7 +34,11 @@ type Lease struct {
 	unixLn     *net.UnixListener
 	srv        *http.Server
 	injects    map[string]*injector
-	budget     budget
+	// injectToken is a random path segment of every inject URL, so only
+	// a process given the URL (the step) can use the key: on macOS the
+	// lease listens on the host's loopback, open to every local process.
+	injectToken string
+	budget      budget
 
 	mu        sync.Mutex
 	closed    bool
@@ -88,6 +94,11 @@ func (p *Proxy) Lease(c LeaseConfig) (*Lease, error) {
 		IdleTimeout:       p.o.IdleTimeout,
 		ErrorLog:          log.New(io.Discard, "", 0),
 	}
+	var tok [16]byte
+	if _, err := crand.Read(tok[:]); err != nil {
+		return nil, fmt.Errorf("egress lease: %v", err)
+	}
+	l.injectToken = hex.EncodeToString(tok[:])
 	l.injects = map[string]*injector{}
 	for _, in := range c.Inject {
 		ij, err := l.newInjector(in)
@@ -182,7 +193,7 @@ func (l *Lease) Env() []string {
 
 // InjectURL is the lease-local base URL of the named inject.
 func (l *Lease) InjectURL(name string) string {
-	return "http://" + l.listenAddr + injectPrefix + name
+	return "http://" + l.listenAddr + injectPrefix + name + "/" + l.injectToken
 }
 
 // BridgeArgv is the argv prefix that runs the step through the bridge

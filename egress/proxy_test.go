@@ -718,7 +718,7 @@ func TestEnvAndArgv(t *testing.T) {
 	want := []string{
 		"HTTPS_PROXY=" + u, "https_proxy=" + u, "HTTP_PROXY=" + u, "http_proxy=" + u, "ALL_PROXY=" + u, "all_proxy=" + u,
 		"NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1", "NODE_USE_ENV_PROXY=1",
-		"ANTHROPIC_BASE_URL=" + u + "/_kusaw/inject/claude-code", "ANTHROPIC_API_KEY=factory-egress-placeholder",
+		"ANTHROPIC_BASE_URL=" + u + "/_kusaw/inject/claude-code/" + e.l.injectToken, "ANTHROPIC_API_KEY=factory-egress-placeholder",
 	}
 	if got := strings.Join(e.l.Env(), "\n"); got != strings.Join(want, "\n") {
 		t.Fatalf("env:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
