@@ -148,6 +148,7 @@ func runChecks(env Env, stdout, stderr io.Writer) int {
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Dir = wt[1]
 		cmd.Stdout, cmd.Stderr = stdout, stderr
+		cmd.Env = toolEnv(env)
 		ran++
 		if err := cmd.Run(); err != nil {
 			r.Exit = exitStatus(err)
@@ -171,6 +172,32 @@ func runChecks(env Env, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// toolEnv is the test command's environment. In the sandbox the home is
+// hidden and read-only, so Go's module cache (default ~/go) moves to the
+// private temp folder unless GOPATH or GOMODCACHE says otherwise.
+func toolEnv(env Env) []string {
+	out := os.Environ()
+	if env.Getenv == nil || env.Getenv("GOPATH") != "" || env.Getenv("GOMODCACHE") != "" {
+		return out
+	}
+	tmp := env.Getenv("TMPDIR")
+	home := env.Getenv("HOME")
+	if tmp == "" || (home != "" && writable(home)) {
+		return out
+	}
+	return append(out, "GOPATH="+filepath.Join(tmp, "go"))
+}
+
+func writable(dir string) bool {
+	f, err := os.CreateTemp(dir, ".kusaw-probe-")
+	if err != nil {
+		return false
+	}
+	f.Close()
+	os.Remove(f.Name())
+	return true
 }
 
 func label(wt [2]string) string {
