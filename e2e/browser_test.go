@@ -211,7 +211,7 @@ pipelines:
   default: [plan, build, fetch]
 steps:
   plan:
-    run: [sh, -c, "echo planning; sleep 2; echo plan > PLAN.md"]
+    run: [sh, -c, "echo planning; sleep 3; echo plan > PLAN.md"]
   build:
     attempts: 2
     run: [sh, -c, "if [ -e $KUSAW_ARTIFACTS/../../1/artifacts/tried ]; then echo built; else touch $KUSAW_ARTIFACTS/tried; echo flaky >&2; sleep 1; exit 1; fi"]
@@ -230,10 +230,6 @@ steps:
 	if err != nil || json.Unmarshal(b, &info) != nil || info.Listen == "" {
 		t.Fatalf("serve.json: %v %s", err, b)
 	}
-	rec, err := sp.client.Submit(context.Background(), "", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	base := "http://" + info.Listen
 
 	c := startChromium(t, bin)
@@ -244,8 +240,17 @@ steps:
 	if err := c.call("Page.navigate", map[string]any{"url": base + "/?token=" + token}, nil); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the runs list", 20*time.Second, func() bool {
-		v, _ := c.eval(`document.body.dataset.page === "runs" && document.querySelectorAll("#runs tbody tr").length`)
+	waitFor(t, "the empty runs list", 20*time.Second, func() bool {
+		v, _ := c.eval(`document.body.dataset.page === "runs" && document.getElementById("app").textContent.includes("No runs yet")`)
+		return v == true
+	})
+	// The run starts once the browser is ready, so the page sees it run.
+	rec, err := sp.client.Submit(context.Background(), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the run in the runs list", 20*time.Second, func() bool {
+		v, _ := c.eval(`document.querySelectorAll("#runs tbody tr").length`)
 		n, _ := v.(float64)
 		return n >= 1
 	})
