@@ -10,7 +10,7 @@ export GOFLAGS := -buildvcs=false
 all: build
 
 deps:
-	@scripts/ensure-deps.sh git:git bwrap:bubblewrap curl:curl npm:npm
+	@scripts/ensure-deps.sh git:git bwrap:bubblewrap curl:curl node:nodejs npm:npm
 
 build:
 	$(GO) build -o $(BIN) ./cmd/kusaw
