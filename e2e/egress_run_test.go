@@ -76,6 +76,9 @@ steps:
 	if v := runKusaw(t, dir, "log", "verify", "--strict", filepath.Join(adir, "egress.log"), filepath.Join(adir, "events.jsonl")); v.code != 0 {
 		t.Errorf("kusaw log verify: %d %s%s", v.code, v.stdout, v.stderr)
 	}
+	if show := runKusaw(t, dir, "show", id); !strings.Contains(show.stdout, "1 refused") {
+		t.Errorf("kusaw show lacks the egress line:\n%s", show.stdout)
+	}
 	if _, err := os.Stat(filepath.Join(adir, "lease")); err == nil {
 		t.Error("the lease folder was left behind")
 	}

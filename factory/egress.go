@@ -278,6 +278,17 @@ func (a *attemptRun) closeLeaseAfter(p *preparedProc, l *egress.Lease, obs *egre
 			os.RemoveAll(dir)
 		}
 		hosts := make([]map[string]any, 0, len(sum.Hosts))
+		a.mu.Lock()
+		if a.rec.Egress == nil {
+			a.rec.Egress = &EgressTotals{}
+		}
+		a.rec.Egress.BytesUp += sum.BytesUp
+		a.rec.Egress.BytesDown += sum.BytesDown
+		a.rec.Egress.Refusals += sum.Refusals
+		for _, h := range sum.Hosts {
+			a.rec.Egress.Connections += h.Connections
+		}
+		a.mu.Unlock()
 		for _, h := range sum.Hosts {
 			hosts = append(hosts, map[string]any{"host": h.Host, "connections": h.Connections, "bytes_up": h.BytesUp, "bytes_down": h.BytesDown, "refusals": h.Refusals})
 		}

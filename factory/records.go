@@ -132,6 +132,7 @@ type AttemptRecord struct {
 	ModeOrigin string           `json:"mode_origin"`
 	Network    config.Network   `json:"network"`
 	Allowlist  []AllowedHost    `json:"allowlist,omitempty"`
+	Egress     *EgressTotals    `json:"egress,omitempty"`
 	Timeout    string           `json:"timeout,omitempty"`
 	Setup      [][]string       `json:"setup,omitempty"`
 	Worktrees  []WorktreeRecord `json:"worktrees"`
@@ -143,6 +144,14 @@ type AttemptRecord struct {
 	ExitCode   *int             `json:"exit_code,omitempty"`
 	Started    time.Time        `json:"started"`
 	Finished   *time.Time       `json:"finished,omitempty"`
+}
+
+// EgressTotals sums an attempt's egress summaries (one per process).
+type EgressTotals struct {
+	Connections int   `json:"connections"`
+	BytesUp     int64 `json:"bytes_up"`
+	BytesDown   int64 `json:"bytes_down"`
+	Refusals    int   `json:"refusals"`
 }
 
 // AllowedHost is one allowlist entry of an attempt with its origin.

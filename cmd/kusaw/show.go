@@ -75,6 +75,9 @@ func newShowCmd(a *app) *cobra.Command {
 							fmt.Fprintf(w, "    fix: %s\n", at.Fix)
 						}
 					}
+					if at.Egress != nil {
+						fmt.Fprintf(w, "    egress: %d connection(s), %d B up, %d B down, %d refused (egress.log)\n", at.Egress.Connections, at.Egress.BytesUp, at.Egress.BytesDown, at.Egress.Refusals)
+					}
 					for _, wt := range at.Worktrees {
 						ch := ""
 						if wt.Changed {
