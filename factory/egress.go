@@ -127,17 +127,17 @@ func (r *Run) noteRefusal(step string, n int, d egress.Decision) {
 	defer r.mu.Unlock()
 	r.Record.EgressBlocked++
 	key := fmt.Sprintf("%s:%d", d.Host, d.Port)
-	for _, s := range r.refusals {
+	for _, s := range r.Record.EgressRefused {
 		if strings.Contains(s, " "+key+" ") {
 			return
 		}
 	}
-	if len(r.refusals) < 20 {
+	if len(r.Record.EgressRefused) < 20 {
 		detail := d.Detail
 		if detail == "" {
 			detail = d.Reason
 		}
-		r.refusals = append(r.refusals, fmt.Sprintf("%s attempt %d: %s refused: %s", step, n, key, detail))
+		r.Record.EgressRefused = append(r.Record.EgressRefused, fmt.Sprintf("%s attempt %d: %s refused: %s", step, n, key, detail))
 	}
 }
 
@@ -146,7 +146,7 @@ func (r *Run) noteRefusal(step string, n int, d egress.Decision) {
 func (r *Run) EgressRefusals() ([]string, int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]string(nil), r.refusals...), r.Record.EgressBlocked
+	return append([]string(nil), r.Record.EgressRefused...), r.Record.EgressBlocked
 }
 
 // lease opens process i's lease on the proxy (network: allowlist) and

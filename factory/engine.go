@@ -118,16 +118,14 @@ type Run struct {
 	Record *RunRecord
 	Dir    string
 
-	e      *Engine
-	steps  []*config.Step
-	lock   *runLock
-	events *sink
-	redact *redactor
-	mu     sync.Mutex
-	repos  map[string]*worktree.Repo
-	// refusals are a few egress refusals, for the end of kusaw run.
-	refusals []string
-	refused  *status.Error // set when a required attempt was refused: sandbox unavailable
+	e       *Engine
+	steps   []*config.Step
+	lock    *runLock
+	events  *sink
+	redact  *redactor
+	mu      sync.Mutex
+	repos   map[string]*worktree.Repo
+	refused *status.Error // set when a required attempt was refused: sandbox unavailable
 	// tee also receives the processes' output (kusaw sandbox exec).
 	tee struct{ stdout, stderr io.Writer }
 	// extraAllow are allowlist entries of this run only (kusaw sandbox doctor).

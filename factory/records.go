@@ -77,6 +77,9 @@ type RunRecord struct {
 	Steps    []StepResult    `json:"steps"`
 	// Refusals counts egress refusals over the run, for the end of kusaw run.
 	EgressBlocked int `json:"egress_blocked,omitempty"`
+	// EgressRefused names the first 20 refused hosts, one line each
+	// ("step attempt n: host:port refused: why").
+	EgressRefused []string `json:"egress_refused,omitempty"`
 }
 
 // WorktreeRecord is one worktree of an attempt.
