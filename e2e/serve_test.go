@@ -570,6 +570,9 @@ func TestServiceStatusAndInstall(t *testing.T) {
 		st.Serve.Socket != filepath.Join(dir, ".kusaw", "serve.sock") || st.Serve.Queued+st.Serve.Running2 != 1 {
 		t.Fatalf("status with serve: exit %d (want %d)\n%s", res.code, want, res.stdout)
 	}
+	if !strings.Contains(sp.stderr.String(), `"message":"request"`) || !strings.Contains(sp.stderr.String(), `"path":"/v1/health"`) {
+		t.Fatalf("--log-level debug does not log requests:\n%s", sp.stderr.String())
+	}
 	home := t.TempDir()
 	env := []string{"HOME=" + home, "XDG_CONFIG_HOME=" + filepath.Join(home, "cfg")}
 	res = runKusawEnv(t, dir, env, "service", "install")

@@ -21,6 +21,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/kusaw/kusaw/config"
 	"github.com/kusaw/kusaw/status"
 )
@@ -109,8 +111,39 @@ func (s *Server) Handler(token string) http.Handler {
 	if token != "" {
 		h = requireToken(token, h)
 	}
-	return recoverJSON(s, h)
+	return s.logRequests(recoverJSON(s, h), token != "")
 }
+
+// logRequests logs each request at debug level (--log-level debug).
+func (s *Server) logRequests(h http.Handler, tcp bool) http.Handler {
+	if s.log.GetLevel() > zerolog.DebugLevel {
+		return h
+	}
+	via := "unix"
+	if tcp {
+		via = "tcp"
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		h.ServeHTTP(sw, r)
+		s.log.Debug().Str("via", via).Str("method", r.Method).Str("path", r.URL.Path).Int("status", sw.status).Dur("duration", time.Since(start)).Msg("request")
+	})
+}
+
+// statusWriter records a response's status; it still flushes (SSE).
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) { w.status = code; w.ResponseWriter.WriteHeader(code) }
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // recoverJSON turns a handler panic into a JSON 500 instead of a dropped
 // connection; serve keeps running.
