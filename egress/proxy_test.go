@@ -791,3 +791,36 @@ func TestInjectCannotBeRedirected(t *testing.T) {
 		t.Fatalf("inject path on another host: %s", resp.Status)
 	}
 }
+
+// The guard runs again at connect(2): even a target that skipped the
+// check (a bug upstream of dial) cannot reach a refused address.
+func TestDialRechecksTheAddress(t *testing.T) {
+	up := listenCounting(t, "127.0.0.1:0")
+	go func() {
+		for {
+			c, err := up.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	e := newEnv(t, Options{}, LeaseConfig{})
+	tg := &target{kind: KindConnect, host: "allowed.test", port: portOf(t, up.Addr().String()),
+		addrs: []netip.Addr{netip.MustParseAddr("127.0.0.1")}, start: time.Now()}
+	_, ref := e.l.dial(t.Context(), tg)
+	if ref == nil || ref.status != 502 || !strings.Contains(ref.line, "not to the address that was checked") {
+		t.Fatalf("dial of an unchecked loopback address: %+v", ref)
+	}
+	if up.accepts.Load() != 0 {
+		t.Fatal("the refused address was connected")
+	}
+	// Twin: with the range allowed the same dial connects.
+	e2 := newEnv(t, Options{}, LeaseConfig{AllowRanges: loopback8})
+	mc, ref := e2.l.dial(t.Context(), tg)
+	if ref != nil {
+		t.Fatal(ref)
+	}
+	mc.Close()
+	eventually(t, "accept", func() bool { return up.accepts.Load() == 1 })
+}
