@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -637,5 +639,55 @@ func TestEventTailReadsWholeLinesOnly(t *testing.T) {
 	}
 	if got = tail.poll(); len(got) != 0 {
 		t.Fatalf("third poll repeats: %+v", got)
+	}
+}
+
+// TestServeSocketRefusesOtherUsers: another user who can reach the state
+// directory still cannot talk to serve (the socket is 0600); the owner can.
+func TestServeSocketRefusesOtherUsers(t *testing.T) {
+	skip := func(why string) {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(why)
+		}
+		t.Skip(why)
+	}
+	if os.Geteuid() != 0 {
+		skip("switching to another user to attack the socket needs root")
+	}
+	curl, err := exec.LookPath("curl")
+	if err != nil {
+		skip("curl is not installed")
+	}
+	f := serveFactory(t, `
+pipelines:
+  default: [a]
+steps:
+  a:
+    run: [sh, -c, "true"]
+`)
+	startServer(t, f, ServeOptions{MaxParallel: 1})
+	// Open every folder on the way, so only the socket's own mode stands.
+	for d := f.StateDir; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sock := filepath.Join(f.StateDir, SocketFile)
+	get := func(uid uint32) error {
+		cmd := exec.Command(curl, "-sf", "--max-time", "5", "--unix-socket", sock, "http://kusaw/v1/health")
+		if uid != 0 {
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+		}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	}
+	if err := get(65534); err == nil {
+		t.Fatal("another user (nobody) talked to serve through its socket")
+	}
+	if err := get(0); err != nil {
+		t.Fatalf("the owner cannot talk to serve: %v", err)
 	}
 }
