@@ -288,6 +288,7 @@ func (s *State) interrupt(id string) error {
 	r.Message = "kusaw stopped while the run was running"
 	r.Fix = status.ReasonRunInterrupted.Info().Fix
 	r.Finished = &now
+	os.Remove(filepath.Join(runDir, cancelFile))
 	if err := writeJSON(filepath.Join(runDir, runFile), &r); err != nil {
 		errs = append(errs, err)
 	}
