@@ -373,6 +373,21 @@ func TestPipelineKill9IsInterrupted(t *testing.T) {
 		t.Errorf("attempt outcome %q, want interrupted", a.Outcome)
 	}
 	onlyMainWorktree(t, app)
+	// The records end like any run's: the closing events are appended and
+	// every events file ends with a final seal.
+	var logs []string
+	filepath.Walk(filepath.Join(dir, ".kusaw", "runs", id), func(p string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Name() == "events.jsonl" {
+			logs = append(logs, p)
+		}
+		return nil
+	})
+	if v := runKusaw(t, dir, append([]string{"log", "verify", "--strict"}, logs...)...); v.code != 0 {
+		t.Errorf("log verify --strict after recovery: %d\n%s%s", v.code, v.stdout, v.stderr)
+	}
+	if ev := readFile(t, filepath.Join(dir, ".kusaw", "runs", id, "events.jsonl")); !strings.Contains(ev, `"type":"run.finished"`) || !strings.Contains(ev, `"recovered":true`) {
+		t.Errorf("the run's events lack the recovered run.finished")
+	}
 	// Recovery happens once; a second look changes nothing.
 	if again := runKusaw(t, dir, "show", id); again.code != 0 || !strings.Contains(again.stdout, "interrupted") {
 		t.Errorf("kusaw show: %d %s %s", again.code, again.stdout, again.stderr)

@@ -1,8 +1,10 @@
 package factory
 
 import (
+	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kusaw/kusaw/chainlog"
+	"github.com/kusaw/kusaw/secretstore"
 	"github.com/kusaw/kusaw/status"
 	"github.com/kusaw/kusaw/worktree"
 )
@@ -227,6 +231,7 @@ func (s *State) interrupt(id string) error {
 	}
 	now := time.Now().UTC()
 	var errs []error
+	key := recoveryKey()
 	attempts, _ := s.Attempts(&r)
 	for _, a := range attempts {
 		if a.Finished != nil {
@@ -250,6 +255,8 @@ func (s *State) interrupt(id string) error {
 		}
 		dir := s.AttemptDir(r.ID, a.Step, a.Number)
 		os.RemoveAll(filepath.Join(dir, tmpDir))
+		_ = appendFinal(filepath.Join(dir, eventsFile), key, Event{TS: now, Run: r.ID, Step: a.Step, Attempt: a.Number, Type: EvAttemptFinished,
+			Data: map[string]any{"outcome": status.OutcomeInterrupted, "reason": status.ReasonRunInterrupted, "message": a.Message, "recovered": true}})
 		os.Remove(filepath.Join(dir, worktreesDir)) // empty once its worktrees are gone
 		removeLeaseDirs(dir)
 		if err := writeJSON(filepath.Join(dir, attemptFile), a); err != nil {
@@ -292,6 +299,8 @@ func (s *State) interrupt(id string) error {
 	if err := writeJSON(filepath.Join(runDir, runFile), &r); err != nil {
 		errs = append(errs, err)
 	}
+	_ = appendFinal(filepath.Join(runDir, eventsFile), key, Event{TS: now, Run: r.ID, Type: EvRunFinished,
+		Data: map[string]any{"state": r.State, "reason": r.Reason, "message": r.Message, "fix": r.Fix, "recovered": true}})
 	return errors.Join(errs...)
 }
 
@@ -315,4 +324,53 @@ func removeWorktree(w *WorktreeRecord) error {
 func within(dir, p string) bool {
 	rel, err := filepath.Rel(dir, p)
 	return err == nil && rel != "." && !strings.HasPrefix(rel, "..")
+}
+
+// appendFinal continues an events file left by a dead kusaw (chainlog.Open
+// cuts a torn last line) with a closing event, and seals it, so the record
+// of an interrupted run ends like any other.
+func appendFinal(path string, key ed25519.PrivateKey, ev Event) error {
+	if key == nil {
+		return nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		var e struct {
+			Seq int64 `json:"seq"`
+		}
+		if json.Unmarshal([]byte(line), &e) == nil && e.Seq > ev.Seq {
+			ev.Seq = e.Seq
+		}
+	}
+	ev.Seq++
+	w, err := chainlog.Open(path, key, chainlog.Options{Perm: 0o644})
+	if err != nil {
+		return err
+	}
+	if err := w.Append(ev); err != nil {
+		w.Close()
+		return err
+	}
+	return w.Close()
+}
+
+// recoveryKey loads the log-signing key for closing abandoned logs; nil
+// when it cannot (the logs then stay unsealed at their end, which verify
+// reports).
+func recoveryKey() ed25519.PrivateKey {
+	dir, err := secretstore.Dir()
+	if err != nil {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(dir, chainlog.KeyFile)); err != nil {
+		return nil
+	}
+	k, err := chainlog.LoadOrCreateKey(dir)
+	if err != nil {
+		return nil
+	}
+	return k
 }
