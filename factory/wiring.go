@@ -151,6 +151,14 @@ func (a *attemptRun) sandboxed(i int, repos []string, spec *steps.Spec, env map[
 	if d, err := secretstore.Dir(); err == nil {
 		in.HiddenPaths = append(in.HiddenPaths, d)
 	}
+	// The factory's other repos are not the step's to read. (One that
+	// holds the state folder, and so this attempt, stays: the sandbox
+	// hides a checkout only around what the step needs from it.)
+	for _, name := range a.e.F.RepoOrder {
+		if _, active := a.wts[name]; !active && !within(a.e.F.Repos[name].Path, a.dir) {
+			in.HiddenPaths = append(in.HiddenPaths, a.e.F.Repos[name].Path)
+		}
+	}
 	if spec.Kind == config.KindBuiltin || len(spec.Argv) > 0 && spec.Argv[0] == a.e.opts.Kusaw {
 		in.ExtraBinaries = append(in.ExtraBinaries, a.e.opts.Kusaw)
 	}

@@ -26,6 +26,8 @@ bench "sandbox: true under the plan vs the same bwrap argv vs bare true" -bench 
 bench "worktree: AddAttempt vs plain git worktree add; whole attempt cycle" -bench 'AddAttempt|AttemptCycle' -benchtime 10x ./worktree/
 bench "chainlog: Append vs a plain JSON line" -bench Append ./chainlog/
 bench "providers: stream parsing" -bench ParseStream ./providers/
+bench "egress: CONNECT throughput and set-up, proxy alone and full path (bwrap + bridge), vs direct" -bench 'ConnectThroughput|ConnectSetup|FullPath' -benchtime 1x ./egress/
+bench "sandbox exec CLI: kusaw sandbox exec -- true vs the same bwrap argv vs true" -bench SandboxExecCLI -benchtime 40x ./e2e/
 for extra in scripts/bench.d/*.sh; do
   [ -x "$extra" ] || continue
   say ""
