@@ -211,7 +211,7 @@ pipelines:
   default: [plan, build, fetch]
 steps:
   plan:
-    run: [sh, -c, "echo planning; sleep 3; echo plan > PLAN.md"]
+    run: [sh, -c, "echo planning; sleep 3; echo plan > PLAN.md; : '<img src=x onerror=document.body.dataset.pwned=1>' "]
   build:
     attempts: 2
     run: [sh, -c, "if [ -e $KUSAW_ARTIFACTS/../../1/artifacts/tried ]; then echo built; else touch $KUSAW_ARTIFACTS/tried; echo flaky >&2; sleep 1; exit 1; fi"]
@@ -286,6 +286,11 @@ steps:
 		v, _ := c.eval(`document.getElementById("events").textContent.includes("run.finished")`)
 		return v == true
 	})
+	// Text from runs (here a step's argv in its events) is shown, never
+	// run as markup.
+	if v, _ := c.eval(`document.body.dataset.pwned === undefined && document.getElementById("events").textContent.includes("<img src=x onerror=")`); v != true {
+		t.Errorf("markup from a run's events was not shown as text")
+	}
 	check := func(what, expr string, want float64) {
 		t.Helper()
 		v, err := c.eval(expr)
