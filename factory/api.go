@@ -31,7 +31,7 @@ import (
 //
 //	GET  /v1/health                                  serve's state and queue
 //	POST /v1/runs  {"pipeline","params"}             queue a run (201)
-//	GET  /v1/runs                                    run records, newest first
+//	GET  /v1/runs[?limit=N]                          run records, newest first
 //	GET  /v1/runs/{id}                               a run, its attempts, its exit code
 //	POST /v1/runs/{id}/cancel                        cancel a queued or running run (202)
 //	GET  /v1/runs/{id}/events                        server-sent events, replayed then live
@@ -267,6 +267,16 @@ func (s *Server) apiRuns(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		apiError(w, http.StatusInternalServerError, "internal", err.Error(), "")
 		return
+	}
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			apiError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("limit %q is not a positive number", v), "give limit=N, the newest N runs")
+			return
+		}
+		if n < len(runs) {
+			runs = runs[:n]
+		}
 	}
 	if runs == nil {
 		runs = []*RunRecord{}

@@ -339,6 +339,8 @@ steps:
 		{"GET", "/v1/runs/..%2f..%2fetc", "", 404, "run_not_found"},
 		{"POST", "/v1/runs/20990101/cancel", "", 404, "run_not_found"},
 		{"GET", "/v1/nothing", "", 404, "not_found"},
+		{"GET", "/v1/runs?limit=-1", "", 400, "bad_request"},
+		{"GET", "/v1/runs?limit=x", "", 400, "bad_request"},
 		{"DELETE", "/v1/runs", "", 405, "method_not_allowed"},
 		{"GET", "/v1/runs/x/cancel", "", 405, "method_not_allowed"},
 		{"PUT", "/v1/health", "", 405, "method_not_allowed"},

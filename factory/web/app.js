@@ -80,7 +80,7 @@ async function showRuns() {
   let timer = null;
   const render = async () => {
     let data;
-    try { data = await api("/v1/runs"); } catch (e) { app.replaceChildren(el("p", { class: "reason", text: String(e) })); return; }
+    try { data = await api("/v1/runs?limit=200"); } catch (e) { app.replaceChildren(el("p", { class: "reason", text: String(e) })); return; }
     const rows = data.runs.map(r => {
       const passed = r.steps.filter(s => s.outcome === "passed").length;
       return el("tr", {},
