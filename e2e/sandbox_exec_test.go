@@ -115,3 +115,33 @@ func TestSandboxExecNoFactory(t *testing.T) {
 		t.Fatalf("want a refusal of a folder above the home: %d %s", r.code, r.stderr)
 	}
 }
+
+// A step sees only its own repos: another repo of the factory is hidden
+// (attack), while its own worktree reads fine (twin).
+func TestSandboxOtherReposHidden(t *testing.T) {
+	need(t, "bwrap")
+	dir := factoryDir(t, `version: 1
+repos:
+  app: {path: app}
+  vault: {path: vault}
+pipelines:
+  default: [build]
+steps:
+  build:
+    run: [true]
+    repos: [app]
+    sandbox: required
+`, "app", "vault")
+	writeFile(t, filepath.Join(dir, "vault", "token.txt"), "vault-secret-123\n")
+	r := runKusaw(t, dir, "sandbox", "exec", "--step", "build", "--", "sh", "-c",
+		`cat "$0/vault/token.txt" 2>/dev/null && echo LEAKED; ls "$0/vault" 2>/dev/null | grep -q README && echo LISTED; cat "$KUSAW_WORKTREE_APP/README"`, dir)
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if strings.Contains(r.stdout, "LEAKED") || strings.Contains(r.stdout, "vault-secret-123") || strings.Contains(r.stdout, "LISTED") {
+		t.Fatalf("another repo of the factory was readable:\n%s", r.stdout)
+	}
+	if !strings.Contains(r.stdout, "app") {
+		t.Fatalf("the step's own worktree was not readable:\n%s", r.stdout)
+	}
+}
