@@ -120,7 +120,17 @@ func TestSandboxExecNoFactory(t *testing.T) {
 // (attack), while its own worktree reads fine (twin).
 func TestSandboxOtherReposHidden(t *testing.T) {
 	need(t, "bwrap")
-	dir := factoryDir(t, `version: 1
+	need(t, "git")
+	// Not under /tmp: the sandbox's /tmp is private anyway, which would
+	// hide the other repo whatever kusaw does.
+	dir, err := os.MkdirTemp("/var/tmp", "kusaw-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	newRepo(t, dir, "app")
+	newRepo(t, dir, "vault")
+	writeFile(t, filepath.Join(dir, "factory.yaml"), `version: 1
 repos:
   app: {path: app}
   vault: {path: vault}
@@ -131,7 +141,7 @@ steps:
     run: [true]
     repos: [app]
     sandbox: required
-`, "app", "vault")
+`)
 	writeFile(t, filepath.Join(dir, "vault", "token.txt"), "vault-secret-123\n")
 	r := runKusaw(t, dir, "sandbox", "exec", "--step", "build", "--", "sh", "-c",
 		`cat "$0/vault/token.txt" 2>/dev/null && echo LEAKED; ls "$0/vault" 2>/dev/null | grep -q README && echo LISTED; cat "$KUSAW_WORKTREE_APP/README"`, dir)
