@@ -237,10 +237,14 @@ func (a *attemptRun) runProcesses(ctx context.Context, procs [][]string) {
 	a.setOutcome(status.OutcomePassed, status.ReasonNone, "")
 	for i, res := range results {
 		pr := &a.rec.Processes[i]
+		// A process that ended on its own before a cancel or timeout is
+		// judged by how it ended; only one kusaw stopped is canceled or
+		// timed out.
+		stopped := res.stopped || (res.startErr != nil && actx.Err() != nil)
 		switch {
-		case ctx.Err() != nil:
+		case stopped && ctx.Err() != nil:
 			pr.Outcome, pr.Reason, pr.Message = status.OutcomeCanceled, status.ReasonStepCanceled, "the run was canceled"
-		case actx.Err() != nil && res.startErr == nil:
+		case stopped:
 			pr.Outcome, pr.Reason, pr.Message = status.OutcomeTimedOut, status.ReasonStepTimeout, fmt.Sprintf("the step ran longer than its timeout (%s)", a.step.Timeout)
 		case res.startErr != nil:
 			pr.Outcome, pr.Reason, pr.Message = status.OutcomeFailed, status.ReasonStepStartFailed, res.startErr.Error()
@@ -468,6 +472,7 @@ type procResult struct {
 	signal   string
 	dur      time.Duration
 	parsed   procParse
+	stopped  bool // kusaw signalled it (timeout or cancel)
 	// bridgeFailed: the egress bridge never handed its listener over, so
 	// the step itself did not run.
 	bridgeFailed bool
@@ -555,9 +560,11 @@ func (e *Engine) runProcess(ctx context.Context, grace time.Duration, cmd *exec.
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
 	var werr error
+	stopped := false
 	select {
 	case werr = <-waited:
 	case <-ctx.Done():
+		stopped = true
 		_ = syscall.Kill(-pgid, syscall.SIGTERM)
 		t := time.NewTimer(grace)
 		select {
@@ -582,7 +589,7 @@ func (e *Engine) runProcess(ctx context.Context, grace time.Duration, cmd *exec.
 	}
 	outR.Close()
 	errR.Close()
-	res := procResult{dur: time.Since(start)}
+	res := procResult{dur: time.Since(start), stopped: stopped}
 	st := cmd.ProcessState
 	if st == nil {
 		res.startErr = werr
