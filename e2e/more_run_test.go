@@ -165,3 +165,29 @@ steps:
 		t.Errorf("logs of a missing run: exit %d %s", bad.code, bad.stderr)
 	}
 }
+
+func TestPipelineStepListedTwice(t *testing.T) {
+	dir := factoryDir(t, `version: 1
+repos:
+  app: {path: ./app}
+pipelines:
+  default: [bump, check, bump]
+steps:
+  bump:
+    run: [sh, -c, 'echo "$KUSAW_ATTEMPT" >> bumps.txt']
+  check:
+    run: [sh, -c, 'test "$(cat bumps.txt)" = 1']
+`, "app")
+	res := runKusaw(t, dir, "run")
+	if res.code != 0 {
+		t.Fatalf("kusaw run exit %d\n%s%s", res.code, res.stdout, res.stderr)
+	}
+	id := onlyRun(t, dir)
+	if got := git(t, filepath.Join(dir, "app"), "show", "kusaw/"+id+":bumps.txt"); got != "1\n2" {
+		t.Errorf("bumps.txt = %q: the second occurrence should be attempt 2 on top of the first", got)
+	}
+	show := runKusaw(t, dir, "show", id)
+	if strings.Count(show.stdout, "attempt 1/1") != 2 || !strings.Contains(show.stdout, "attempt 2/2") {
+		t.Errorf("kusaw show:\n%s", show.stdout)
+	}
+}

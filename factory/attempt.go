@@ -60,12 +60,12 @@ func (a *attemptRun) setOutcome(o status.Outcome, r status.Reason, msg string) {
 	}
 }
 
-// attempt runs attempt n of a step (DESIGN §4, life of an attempt) and
-// returns its finished record.
-func (e *Engine) attempt(ctx context.Context, r *Run, s *config.Step, n int) *AttemptRecord {
+// attempt runs attempt n (of the last number this occurrence may reach) of
+// a step (DESIGN §4, life of an attempt) and returns its finished record.
+func (e *Engine) attempt(ctx context.Context, r *Run, s *config.Step, n, of int) *AttemptRecord {
 	dir := attemptDir(r.Dir, s.ID, n)
 	a := &attemptRun{e: e, run: r, step: s, n: n, dir: dir, wts: map[string]*worktree.Worktree{}, repos: map[string]*worktree.Repo{}}
-	a.rec = &AttemptRecord{Run: r.ID(), Step: s.ID, Number: n, Of: s.Attempts, Kind: s.Kind(), Builtin: s.Builtin,
+	a.rec = &AttemptRecord{Run: r.ID(), Step: s.ID, Number: n, Of: of, Kind: s.Kind(), Builtin: s.Builtin,
 		Setup: e.F.Setup, Started: time.Now().UTC(), Worktrees: []WorktreeRecord{}, Processes: []ProcessRecord{}}
 	if s.Kind() == config.KindAgent {
 		a.rec.Provider = s.Provider
@@ -96,7 +96,7 @@ func (e *Engine) attempt(ctx context.Context, r *Run, s *config.Step, n int) *At
 		}
 	}
 	a.events = e.openSink(filepath.Join(dir, eventsFile), r.ID(), s.ID, n, r.redact)
-	a.events.Emit(EvAttemptStarted, map[string]any{"attempt": n, "of": s.Attempts, "kind": s.Kind(), "mode": a.rec.Mode, "mode_origin": a.rec.ModeOrigin, "network": a.rec.Network})
+	a.events.Emit(EvAttemptStarted, map[string]any{"attempt": n, "of": of, "kind": s.Kind(), "mode": a.rec.Mode, "mode_origin": a.rec.ModeOrigin, "network": a.rec.Network})
 
 	if err := a.createWorktrees(); err != nil {
 		a.setOutcome(status.OutcomeFailed, status.ReasonWorktreeFailed, err.Error())

@@ -275,6 +275,10 @@ func (e *Engine) Execute(ctx context.Context, r *Run) {
 	} else {
 		r.save()
 	}
+	// A step may appear more than once in a pipeline: its attempts are
+	// numbered on across its occurrences (their folders and branches are
+	// per number).
+	used := map[string]int{}
 	for i, s := range r.steps {
 		if r.resume.skip(i) {
 			continue
@@ -287,10 +291,15 @@ func (e *Engine) Execute(ctx context.Context, r *Run) {
 		sr.Started = ptrTime(time.Now().UTC())
 		r.events.Emit(EvStepStarted, map[string]any{"step": s.ID, "attempts": s.Attempts})
 		var last *AttemptRecord
-		base := r.resume.attemptBase(s.ID)
+		base, ok := used[s.ID]
+		if !ok {
+			base = r.resume.attemptBase(s.ID)
+		}
+		sr.FirstAttempt = base + 1
 		for n := base + 1; n <= base+s.Attempts; n++ {
-			last = e.attempt(ctx, r, s, n)
-			sr.Attempts = n
+			last = e.attempt(ctx, r, s, n, base+s.Attempts)
+			sr.Attempts = n - base
+			used[s.ID] = n
 			if last.Outcome == status.OutcomePassed || last.Outcome == status.OutcomeCanceled || last.Outcome == status.OutcomeRefused {
 				break
 			}

@@ -55,9 +55,12 @@ type StepResult struct {
 	ID       string         `json:"id"`
 	Outcome  status.Outcome `json:"outcome,omitempty"`
 	Reason   status.Reason  `json:"reason,omitempty"`
-	Attempts int            `json:"attempts"`
-	Started  *time.Time     `json:"started,omitempty"`
-	Finished *time.Time     `json:"finished,omitempty"`
+	Attempts int            `json:"attempts"` // attempts made in this occurrence of the step
+	// FirstAttempt is the number of its first attempt: above 1 when the
+	// step appeared earlier in the pipeline, or the run was resumed.
+	FirstAttempt int        `json:"first_attempt,omitempty"`
+	Started      *time.Time `json:"started,omitempty"`
+	Finished     *time.Time `json:"finished,omitempty"`
 }
 
 // RunRecord is run.json.

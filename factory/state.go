@@ -119,7 +119,12 @@ func (s *State) resolveID(id string) (string, error) {
 // run's steps, then attempt number.
 func (s *State) Attempts(r *RunRecord) ([]*AttemptRecord, error) {
 	var out []*AttemptRecord
+	seen := map[string]bool{}
 	for _, st := range r.Steps {
+		if seen[st.ID] {
+			continue // a step listed twice: its attempts are read once
+		}
+		seen[st.ID] = true
 		dir := filepath.Join(s.RunDir(r.ID), stepsDir, st.ID)
 		entries, err := os.ReadDir(dir)
 		if err != nil {

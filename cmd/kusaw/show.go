@@ -56,8 +56,13 @@ func newShowCmd(a *app) *cobra.Command {
 					fmt.Fprintf(w, " (%s)", s.Reason)
 				}
 				fmt.Fprintln(w)
+				first := s.FirstAttempt
+				if first == 0 {
+					first = 1
+				}
 				for _, at := range attempts {
-					if at.Step != s.ID {
+					// A step listed twice shows each occurrence's attempts.
+					if at.Step != s.ID || (s.Attempts > 0 && (at.Number < first || at.Number >= first+s.Attempts)) {
 						continue
 					}
 					oc := string(at.Outcome)
