@@ -122,5 +122,6 @@ var NotProtected = []string{
 	"Tools that ignore HTTP(S)_PROXY: in allowlist mode they fail closed (sandbox doctor lists the known ones as W1).",
 	"Git's loose objects and the attempt's branch are writable: a step can add objects to the repository (and, since git does not re-hash on read, replace a loose one; packs and alternates stay read-only), and move its own branch.",
 	"The rest of the system is readable (read-only): /etc, /usr, /opt and paths outside the home that the factory does not hide.",
+	"Unix sockets in folders the step can see (outside the home, /tmp and /run, which are hidden): connecting to a socket needs no write access to its folder, so a service listening on one there is reachable.",
 	"Whatever sandbox.allow_read and sandbox.allow_write name.",
 }

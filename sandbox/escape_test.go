@@ -222,7 +222,7 @@ type escapeCase struct {
 
 func unchanged(path, want string) func(*testing.T, *fixture) {
 	return func(t *testing.T, f *fixture) {
-		b, err := os.ReadFile(strings.ReplaceAll(path, "$ROOT", f.root))
+		b, err := os.ReadFile(strings.NewReplacer("$ROOT", f.root, "$HOSTTMP", f.hostTmp).Replace(path))
 		if err != nil || string(b) != want {
 			t.Errorf("%s changed on the host: %q %v", path, b, err)
 		}
@@ -265,7 +265,7 @@ func escapeCases() []escapeCase {
 		{name: "write outside into the private /tmp",
 			attack: `refused mkdir -p $OUTSIDE; refused sh -c "echo x > $OUTSIDE/victim.txt"; refused sh -c "echo y > /tmp/planted"; refused sh -c "echo y > /run/planted"; exit 42`,
 			twin:   `echo ok > $TMP/scratch && test "$TMPDIR" = "$TMP"`,
-			check:  unchanged("$ROOT/outside/victim.txt", "original\n"), twinHost: present("$ROOT/state/runs/r1/steps/build/1/tmp/scratch")},
+			check:  unchanged("$HOSTTMP/outside/victim.txt", "original\n"), twinHost: present("$ROOT/state/runs/r1/steps/build/1/tmp/scratch")},
 		{name: "write the attempt's records",
 			attack: `refused sh -c "echo x >> $ATTEMPT/events.jsonl"; refused sh -c "echo x > $ATTEMPT/attempt.json"; exit 42`,
 			twin:   `echo ok > $ART/out.txt`,
@@ -498,9 +498,9 @@ func newSuite(t *testing.T, uid int) *suite {
 	os.Chmod(suid, 0o4755)
 
 	// Sockets outside: an agent socket, a session bus, an abstract socket, loopback TCP.
-	agent := listenUnix(t, filepath.Join(f.root, "agent.sock"))
+	agent := listenUnix(t, filepath.Join(f.hostTmp, "agent.sock"))
 	lease := listenUnix(t, filepath.Join(f.root, "lease.sock"))
-	bus := listenUnix(t, filepath.Join(f.root, "run-user", "bus"))
+	bus := listenUnix(t, filepath.Join(f.hostTmp, "run-user", "bus"))
 	abstract := fmt.Sprintf("@kusaw-test-%d-%d", os.Getpid(), uid)
 	listenUnix(t, abstract)
 	tl, err := net.Listen("tcp", "127.0.0.1:0")
@@ -512,10 +512,11 @@ func newSuite(t *testing.T, uid int) *suite {
 
 	if uid != 0 {
 		// Let the user reach the fixture: the temp folders above it are 0700.
-		for d := f.root; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		for d := f.hostTmp; d != os.TempDir() && d != "/" && d != "/var/tmp"; d = filepath.Dir(d) {
 			os.Chmod(d, 0o755)
 		}
 		chownTree(t, f.root, uid)
+		chownTree(t, f.hostTmp, uid)
 		os.Chown(filepath.Join(f.artifacts, "plain-id"), uid, uid)
 	}
 	s.vars = map[string]string{

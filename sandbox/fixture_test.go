@@ -37,6 +37,9 @@ func needRoot(t testing.TB, why string) {
 type fixture struct {
 	root, home, repo, common, wt, gitdir, attempt, artifacts, tmp string
 	secretStore, outside, readonly                                string
+	// hostTmp is a folder in the host's real /tmp, where agent sockets
+	// and session buses live; the sandbox's /tmp is private.
+	hostTmp string
 }
 
 const (
@@ -71,7 +74,19 @@ func git(t testing.TB, dir string, args ...string) string {
 func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	needTool(t, "/usr/bin/git", "the tests make real repositories")
-	root, err := filepath.EvalSymlinks(t.TempDir())
+	// Not under /tmp: the sandbox's own /tmp is private, so a fixture there
+	// would be out of reach whatever the plan says, and an attack on it
+	// would prove nothing. /var/tmp is seen as the host has it. The
+	// folder is made reachable for the unprivileged run here, never by
+	// changing the modes of /var/tmp or anything above it.
+	base, err := os.MkdirTemp("/var/tmp", "kusaw-sandbox-test-")
+	if err != nil {
+		base = t.TempDir()
+	} else {
+		t.Cleanup(func() { os.RemoveAll(base) })
+		os.Chmod(base, 0o755)
+	}
+	root, err := filepath.EvalSymlinks(base)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +99,12 @@ func newFixture(t testing.TB) *fixture {
 	write(t, filepath.Join(f.home, ".bashrc"), "# rc\n")
 	f.secretStore = filepath.Join(root, "secrets")
 	write(t, filepath.Join(f.secretStore, "store.json"), storeSecret)
-	f.outside = filepath.Join(root, "outside")
+	hostTmp, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.hostTmp = hostTmp
+	f.outside = filepath.Join(hostTmp, "outside")
 	write(t, filepath.Join(f.outside, "victim.txt"), "original\n")
 	f.readonly = filepath.Join(root, "shared")
 	write(t, filepath.Join(f.readonly, "victim.txt"), "original\n")
@@ -142,7 +162,7 @@ func (f *fixture) input() Input {
 		Env: map[string]string{
 			"GIT_AUTHOR_NAME": "agent", "GIT_AUTHOR_EMAIL": "agent@example.invalid",
 			"GIT_COMMITTER_NAME": "agent", "GIT_COMMITTER_EMAIL": "agent@example.invalid",
-			"STEP_TOKEN": "declared-by-step", "SSH_AUTH_SOCK": filepath.Join(f.root, "agent.sock"),
+			"STEP_TOKEN": "declared-by-step", "SSH_AUTH_SOCK": filepath.Join(f.hostTmp, "agent.sock"),
 		},
 		Network: NetworkNone,
 		Host: &Host{Env: []string{"PATH=" + os.Getenv("PATH"), "LANG=C.UTF-8",
