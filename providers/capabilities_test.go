@@ -2,11 +2,12 @@ package providers
 
 import (
 	"flag"
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/kusaw/kusaw/status"
+
+	"github.com/kusaw/kusaw/internal/generated"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/reference/capabilities.md")
@@ -14,19 +15,7 @@ var update = flag.Bool("update", false, "rewrite docs/reference/capabilities.md"
 const capsPage = "../docs/reference/capabilities.md"
 
 func TestCapabilitiesPageFresh(t *testing.T) {
-	want := CapabilitiesMarkdown()
-	if *update {
-		if err := os.WriteFile(capsPage, []byte(want), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	got, err := os.ReadFile(capsPage)
-	if err != nil {
-		t.Fatalf("%v: run `go generate ./providers`", err)
-	}
-	if string(got) != want {
-		t.Fatalf("%s is stale: run `go generate ./providers` (or go test ./providers -run CapabilitiesPage -update)", capsPage)
-	}
+	generated.CheckPage(t, capsPage, CapabilitiesMarkdown(), *update)
 }
 
 func level(t *testing.T, provider string, m Mode, c Capability) Level {

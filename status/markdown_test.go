@@ -2,8 +2,9 @@ package status
 
 import (
 	"flag"
-	"os"
 	"testing"
+
+	"github.com/kusaw/kusaw/internal/generated"
 )
 
 var update = flag.Bool("update", false, "rewrite the generated reference page")
@@ -11,19 +12,7 @@ var update = flag.Bool("update", false, "rewrite the generated reference page")
 const page = "../docs/reference/statuses.md"
 
 func TestStatusesPageFresh(t *testing.T) {
-	want := Markdown()
-	if *update {
-		if err := os.WriteFile(page, []byte(want), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	got, err := os.ReadFile(page)
-	if err != nil {
-		t.Fatalf("%v (generate it: make docs)", err)
-	}
-	if string(got) != want {
-		t.Fatalf("%s is stale: run make docs", page)
-	}
+	generated.CheckPage(t, page, Markdown(), *update)
 }
 
 func TestEnumerationsComplete(t *testing.T) {
