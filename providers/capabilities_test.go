@@ -5,9 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kusaw/kusaw/status"
-
 	"github.com/kusaw/kusaw/internal/generated"
+	"github.com/kusaw/kusaw/status"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/reference/capabilities.md")
