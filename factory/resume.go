@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -265,4 +266,48 @@ func (e *Engine) PrepareWithParams(pipeline string, params map[string]string) (*
 		}
 	}
 	return r, nil
+}
+
+// sweepAttemptDirs cleans every attempt folder of an abandoned run, those
+// without a record too (a crash between the folder and its attempt.json):
+// tmp/, the lease folders and the emptied worktrees/ go, and a folder
+// without a record gets one saying the attempt was interrupted.
+func sweepAttemptDirs(runDir string, r *RunRecord, now time.Time) error {
+	var errs []error
+	stepDirs, _ := os.ReadDir(filepath.Join(runDir, stepsDir))
+	for _, sd := range stepDirs {
+		atts, _ := os.ReadDir(filepath.Join(runDir, stepsDir, sd.Name()))
+		for _, ad := range atts {
+			n, err := strconv.Atoi(ad.Name())
+			if err != nil || !ad.IsDir() {
+				continue
+			}
+			dir := filepath.Join(runDir, stepsDir, sd.Name(), ad.Name())
+			os.RemoveAll(filepath.Join(dir, tmpDir))
+			removeLeaseDirs(dir)
+			os.Remove(filepath.Join(dir, worktreesDir)) // only when empty: git's worktrees were removed before
+			if _, err := os.Stat(filepath.Join(dir, attemptFile)); errors.Is(err, os.ErrNotExist) {
+				started := now
+				if fi, err := os.Stat(dir); err == nil {
+					started = fi.ModTime().UTC()
+				}
+				a := &AttemptRecord{Run: r.ID, Step: sd.Name(), Number: n, Started: started, Finished: &now,
+					Worktrees: []WorktreeRecord{}, Processes: []ProcessRecord{},
+					Outcome: status.OutcomeInterrupted, Reason: status.ReasonRunInterrupted,
+					Message: "kusaw stopped while the attempt was being set up", Fix: status.ReasonRunInterrupted.Info().Fix}
+				if err := writeJSON(filepath.Join(dir, attemptFile), a); err != nil {
+					errs = append(errs, err)
+				}
+				for i := range r.Steps {
+					if st := &r.Steps[i]; st.ID == a.Step {
+						st.Attempts = max(st.Attempts, n)
+						if st.Outcome == "" {
+							st.Outcome, st.Reason, st.Finished = status.OutcomeInterrupted, status.ReasonRunInterrupted, &now
+						}
+					}
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -693,3 +693,46 @@ steps:
 		t.Fatalf("the owner cannot talk to serve: %v", err)
 	}
 }
+
+// TestRecoverySweepsAttemptWithoutRecord: a crash between an attempt's
+// folder and its attempt.json leaves no temp folder behind, and the
+// attempt is recorded interrupted.
+func TestRecoverySweepsAttemptWithoutRecord(t *testing.T) {
+	f := serveFactory(t, `
+pipelines:
+  default: [a]
+steps:
+  a:
+    run: [sh, -c, "true"]
+`)
+	e, err := New(f, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.Prepare("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := attemptDir(r.Dir, "a", 1)
+	for _, sub := range []string{artifactsDir, tmpDir, worktreesDir, "lease"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(filepath.Join(dir, tmpDir, "junk"), []byte("x"), 0o600)
+	r.lock.Unlock() // the owner dies
+	st, err := OpenState(f.StateDir)
+	if err != nil || len(st.Recovered) != 1 {
+		t.Fatalf("recovery: %v %v", st.Recovered, err)
+	}
+	for _, sub := range []string{tmpDir, worktreesDir, "lease"} {
+		if _, err := os.Stat(filepath.Join(dir, sub)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left after recovery: %v", sub, err)
+		}
+	}
+	rec, _ := st.LoadRun(r.ID())
+	atts, _ := st.Attempts(rec)
+	if rec.State != status.RunInterrupted || len(atts) != 1 || atts[0].Outcome != status.OutcomeInterrupted || rec.Steps[0].Outcome != status.OutcomeInterrupted {
+		t.Fatalf("after recovery: run %s, attempts %+v, step %+v", rec.State, atts, rec.Steps[0])
+	}
+}

@@ -295,6 +295,9 @@ func (s *State) interrupt(id string) error {
 		}
 		_ = repo.Prune()
 	}
+	if err := sweepAttemptDirs(runDir, &r, now); err != nil {
+		errs = append(errs, err)
+	}
 	r.State = status.RunInterrupted
 	r.Reason = status.ReasonRunInterrupted
 	r.Message = "kusaw stopped while the run was running"
