@@ -773,9 +773,14 @@ steps:
 // lastRun is the id of the newest run.
 func lastRun(t *testing.T, dir string) string {
 	t.Helper()
-	entries, err := os.ReadDir(filepath.Join(dir, ".kusaw", "runs"))
-	if err != nil || len(entries) == 0 {
+	// Run ids sort by the second; the record's creation time is finer.
+	st, err := factory.OpenState(filepath.Join(dir, ".kusaw"))
+	if st == nil {
+		t.Fatal(err)
+	}
+	runs, err := st.Runs()
+	if err != nil || len(runs) == 0 {
 		t.Fatalf("no runs: %v", err)
 	}
-	return entries[len(entries)-1].Name()
+	return runs[0].ID
 }

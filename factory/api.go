@@ -705,6 +705,11 @@ func (s *Server) Serve(ctx context.Context) error {
 	if len(sock) > 100 {
 		return fmt.Errorf("the socket path %s is too long for a Unix socket (%d bytes; the limit is about 104); set state_dir to a shorter path", sock, len(sock))
 	}
+	// The socket lives in a folder of its own that every sandbox hides: a
+	// step connecting to it could queue runs the factory did not sandbox.
+	if err := os.MkdirAll(filepath.Dir(sock), 0o700); err != nil {
+		return fmt.Errorf("cannot create %s: %v", filepath.Dir(sock), err)
+	}
 	os.Remove(sock) // a stale socket: the serve lock says nobody owns it
 	// The socket is created 0600 from the start: no moment where another
 	// user could connect.

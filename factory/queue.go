@@ -19,12 +19,13 @@ import (
 
 // Files of the state directory that belong to serve.
 const (
-	SocketFile    = "serve.sock"  // the API's Unix socket (mode 0600)
-	serveLockFile = "serve.lock"  // flock: one serve per state directory
-	ServeInfoFile = "serve.json"  // pid, socket, listen address, limits
-	servedFile    = "served"      // in a run's folder: serve queued it (resume candidates)
-	maxQueued     = 10000         // a bound on memory, far above real use
-	paramsFile    = "params.json" // a run's submitted parameters
+	SocketDir     = "serve"            // holds the socket; hidden from every sandbox
+	SocketFile    = "serve/serve.sock" // the API's Unix socket (mode 0600)
+	serveLockFile = "serve.lock"       // flock: one serve per state directory
+	ServeInfoFile = "serve.json"       // pid, socket, listen address, limits
+	servedFile    = "served"           // in a run's folder: serve queued it (resume candidates)
+	maxQueued     = 10000              // a bound on memory, far above real use
+	paramsFile    = "params.json"      // a run's submitted parameters
 )
 
 // ServeOptions configure a Server.

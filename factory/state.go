@@ -75,7 +75,14 @@ func (s *State) Runs() ([]*RunRecord, error) {
 		}
 		out = append(out, r)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID > out[j].ID })
+	// Ids sort by the second only; the creation time orders runs started
+	// within the same second.
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].Created.Equal(out[j].Created) {
+			return out[i].Created.After(out[j].Created)
+		}
+		return out[i].ID > out[j].ID
+	})
 	return out, nil
 }
 

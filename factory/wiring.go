@@ -151,6 +151,15 @@ func (a *attemptRun) sandboxed(i int, repos []string, spec *steps.Spec, env map[
 	if d, err := secretstore.Dir(); err == nil {
 		in.HiddenPaths = append(in.HiddenPaths, d)
 	}
+	// serve's API socket and the state folder's bookkeeping are hidden: a
+	// step that could reach serve could queue runs it was not given. The
+	// socket's folder is made now so it is hidden even if serve starts
+	// after the step.
+	sockDir := filepath.Join(a.e.F.StateDir, SocketDir)
+	if err := os.MkdirAll(sockDir, 0o700); err != nil {
+		return &status.Error{Reason: status.ReasonSandboxPlanRefused, Msg: "cannot create " + sockDir + ": " + err.Error(), Fix: "check that state_dir is writable"}
+	}
+	in.HiddenPaths = append(in.HiddenPaths, sockDir, filepath.Join(a.e.F.StateDir, activeDir))
 	// The factory's other repos are not the step's to read. (One that
 	// holds the state folder, and so this attempt, stays: the sandbox
 	// hides a checkout only around what the step needs from it.)

@@ -80,6 +80,13 @@ func newRunCmd(a *app) *cobra.Command {
 					return
 				case <-ctx.Done():
 				}
+				// ctx also ends when the command returns (stop runs after
+				// finished closes): that is no signal.
+				select {
+				case <-finished:
+					return
+				default:
+				}
 				stop()
 				if !jsonOut {
 					fmt.Fprintln(a.stderr, "kusaw: canceling the run (signal again to stop at once)")

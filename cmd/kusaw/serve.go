@@ -28,7 +28,8 @@ func newServeCmd(a *app) *cobra.Command {
 		Short: "run the daemon: a run queue, the HTTP API on a Unix socket in state_dir, and a web page of runs",
 		Long: `kusaw serve runs queued runs with at most serve.max_parallel running at once
 (a run has at most one attempt running, so this also bounds attempts), and
-answers the HTTP API on state_dir/serve.sock (mode 0600). With serve.listen
+answers the HTTP API on state_dir/serve/serve.sock (mode 0600, hidden from
+every sandbox). With serve.listen
 (or --listen) it also listens on TCP; clients then send the bearer token
 stored as serve.token (kusaw config set serve.token --secret), and the web
 page opens at http://ADDR/?token=TOKEN.
