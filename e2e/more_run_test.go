@@ -145,11 +145,13 @@ steps:
 	var id string
 	waitFor(t, "the run to start", 20*time.Second, func() bool {
 		entries, _ := os.ReadDir(filepath.Join(dir, ".kusaw", "runs"))
-		if len(entries) == 1 {
-			id = entries[0].Name()
-			return true
+		if len(entries) != 1 {
+			return false
 		}
-		return false
+		// The folder exists a moment before its record.
+		_, err := os.Stat(filepath.Join(dir, ".kusaw", "runs", entries[0].Name(), "run.json"))
+		id = entries[0].Name()
+		return err == nil
 	})
 	res := runKusaw(t, dir, "logs", id, "-f")
 	if err := run.Wait(); err != nil {
