@@ -567,7 +567,7 @@ func TestServiceStatusAndInstall(t *testing.T) {
 		}
 	}
 	if res.code != want || !st.Serve.Running || st.Serve.PID != sp.cmd.Process.Pid || st.Serve.MaxParallel != 5 ||
-		st.Serve.Socket != filepath.Join(dir, ".kusaw", "serve.sock") || st.Serve.Queued+st.Serve.Running2 != 1 {
+		st.Serve.Socket != filepath.Join(dir, ".kusaw", factory.SocketFile) || st.Serve.Queued+st.Serve.Running2 != 1 {
 		t.Fatalf("status with serve: exit %d (want %d)\n%s", res.code, want, res.stdout)
 	}
 	if !strings.Contains(sp.stderr.String(), `"message":"request"`) || !strings.Contains(sp.stderr.String(), `"path":"/v1/health"`) {

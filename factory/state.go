@@ -58,6 +58,14 @@ func NewRunID(now time.Time) string {
 	return now.UTC().Format("20060102-150405") + "-" + hex.EncodeToString(b[:])
 }
 
+// idSecond is the time part of a run id (YYYYMMDD-HHMMSS).
+func idSecond(id string) string {
+	if len(id) >= 15 {
+		return id[:15]
+	}
+	return id
+}
+
 // Runs lists the run records, newest first.
 func (s *State) Runs() ([]*RunRecord, error) {
 	entries, err := os.ReadDir(filepath.Join(s.Dir, runsDir))
@@ -75,9 +83,13 @@ func (s *State) Runs() ([]*RunRecord, error) {
 		}
 		out = append(out, r)
 	}
-	// Ids sort by the second only; the creation time orders runs started
-	// within the same second.
+	// Ids sort by the second they were made in; the creation time orders
+	// runs started within the same second.
 	sort.Slice(out, func(i, j int) bool {
+		si, sj := idSecond(out[i].ID), idSecond(out[j].ID)
+		if si != sj {
+			return si > sj
+		}
 		if !out[i].Created.Equal(out[j].Created) {
 			return out[i].Created.After(out[j].Created)
 		}
