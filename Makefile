@@ -24,7 +24,9 @@ fmt:
 	gofmt -w $$(git ls-files '*.go')
 
 # test: unit tests, e2e tests against real git, bwrap and sockets, the
-# darwin build, brief fuzzing. Needs git, bubblewrap and curl.
+# darwin build, brief fuzzing. Needs git, bubblewrap, curl, Node.js and npm
+# (make deps) and Chromium for the web page test (the test installs it as
+# root, else names the command).
 test: deps lint
 	$(GO) test -count=1 $(PKGS)
 	GOOS=darwin $(GO) build ./...
