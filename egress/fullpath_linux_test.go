@@ -23,7 +23,7 @@ func init() {
 }
 
 // benchClient times connection set-ups and bulk transfers and prints
-// "setup-p50-ns setup-p99-ns bytes nanoseconds".
+// "bytes nanoseconds" and then every set-up time in nanoseconds.
 func benchClient() int {
 	hello, err := os.ReadFile(os.Getenv("BENCH_HELLO"))
 	if err != nil {
@@ -59,14 +59,24 @@ func benchClient() int {
 		}
 		total += d
 	}
-	fmt.Printf("%d %d %d %d\n", pct(ds, 0.5), pct(ds, 0.99), size*int64(rounds), total)
+	fmt.Printf("%d %d", size*int64(rounds), total)
+	for _, d := range ds {
+		fmt.Printf(" %d", d)
+	}
+	fmt.Println()
 	return 0
 }
 
 type benchResult struct {
-	p50, p99 time.Duration
-	bytes    int64
-	elapsed  time.Duration
+	setups  []time.Duration
+	bytes   int64
+	elapsed time.Duration
+}
+
+func (r *benchResult) add(o benchResult) {
+	r.setups = append(r.setups, o.setups...)
+	r.bytes += o.bytes
+	r.elapsed += o.elapsed
 }
 
 func runBenchClient(b *testing.B, cmd *exec.Cmd, env []string) benchResult {
@@ -80,12 +90,23 @@ func runBenchClient(b *testing.B, cmd *exec.Cmd, env []string) benchResult {
 		}
 		b.Fatalf("bench client: %v %s", err, msg)
 	}
+	f := strings.Fields(string(out))
 	var r benchResult
-	var p50, p99, el int64
-	if _, err := fmt.Sscan(string(out), &p50, &p99, &r.bytes, &el); err != nil {
+	var el int64
+	if len(f) < 2 {
 		b.Fatalf("bench client said %q", out)
 	}
-	r.p50, r.p99, r.elapsed = time.Duration(p50), time.Duration(p99), time.Duration(el)
+	if _, err := fmt.Sscan(f[0]+" "+f[1], &r.bytes, &el); err != nil {
+		b.Fatalf("bench client said %q", out)
+	}
+	r.elapsed = time.Duration(el)
+	for _, s := range f[2:] {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			b.Fatalf("bench client said %q", out)
+		}
+		r.setups = append(r.setups, time.Duration(n))
+	}
 	return r
 }
 
@@ -95,6 +116,13 @@ func runBenchClient(b *testing.B, cmd *exec.Cmd, env []string) benchResult {
 // connecting directly on the host. Run it with
 //
 //	go test -run '^$' -bench FullPath -benchtime 1x ./egress
+//
+// Every client is a process of its own, as a step is: the set-up rounds
+// alternate direct, host-proxy and full so that all three see the same
+// load. host-proxy is the same client on the host through a lease that
+// listens on the host's loopback: the proxy hop without sandbox, bridge
+// or namespace, which tells the cost of the proxy apart from the cost of
+// the bridge.
 func BenchmarkFullPath(b *testing.B) {
 	needBwrap(b)
 	hello := captureHello(b, "bench.test")
@@ -107,21 +135,39 @@ func BenchmarkFullPath(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	common := []string{benchClientEnv + "=1", "BENCH_HELLO=" + helloFile, "BENCH_SETUPS=500", "BENCH_SIZE=" + strconv.Itoa(256<<20), "BENCH_ROUNDS=3",
+	common := []string{benchClientEnv + "=1", "BENCH_HELLO=" + helloFile,
 		"BENCH_TARGET=bench.test:" + port, "BENCH_DIRECT=" + up.Addr().String()}
-	var direct, full benchResult
+	const rounds = 5
+	setupsOnly := []string{"BENCH_SETUPS=200", "BENCH_SIZE=0", "BENCH_ROUNDS=0"}
+	transfers := []string{"BENCH_SETUPS=0", "BENCH_SIZE=" + strconv.Itoa(256<<20), "BENCH_ROUNDS=3"}
+	allow := rules(b, "bench.test:"+port)
+	var direct, host, full benchResult
 	for i := 0; i < b.N; i++ {
-		direct = runBenchClient(b, exec.Command(self), append([]string{"PATH=/usr/bin:/bin"}, common...))
-		e := newEnv(b, Options{}, LeaseConfig{SocketDir: b.TempDir(), Allow: rules(b, "bench.test:"+port), AllowRanges: loopback8})
-		e.dns.set("bench.test", "127.0.0.1")
-		full = runBenchClient(b, sandboxed(b, e.l, self), common)
-		e.l.Close()
+		eh := newEnv(b, Options{}, LeaseConfig{Allow: allow, AllowRanges: loopback8})
+		eh.dns.set("bench.test", "127.0.0.1")
+		hostEnv := append([]string{"PATH=/usr/bin:/bin", "HTTPS_PROXY=" + eh.l.ProxyURL()}, common...)
+		directEnv := append([]string{"PATH=/usr/bin:/bin"}, common...)
+		fullPath := func(extra []string) benchResult {
+			e := newEnv(b, Options{}, LeaseConfig{SocketDir: b.TempDir(), Allow: allow, AllowRanges: loopback8})
+			e.dns.set("bench.test", "127.0.0.1")
+			defer e.l.Close()
+			return runBenchClient(b, sandboxed(b, e.l, self), append(append([]string{}, common...), extra...))
+		}
+		for r := 0; r < rounds; r++ {
+			direct.add(runBenchClient(b, exec.Command(self), append(directEnv, setupsOnly...)))
+			host.add(runBenchClient(b, exec.Command(self), append(hostEnv, setupsOnly...)))
+			full.add(fullPath(setupsOnly))
+		}
+		eh.l.Close()
+		direct.add(runBenchClient(b, exec.Command(self), append(directEnv, transfers...)))
+		full.add(fullPath(transfers))
 	}
 	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
-	b.ReportMetric(ms(direct.p50), "direct-p50-ms")
-	b.ReportMetric(ms(full.p50), "full-p50-ms")
-	b.ReportMetric(ms(full.p99), "full-p99-ms")
-	b.ReportMetric(ms(full.p50-direct.p50), "p50-overhead-ms")
+	b.ReportMetric(ms(pct(direct.setups, 0.5)), "direct-p50-ms")
+	b.ReportMetric(ms(pct(host.setups, 0.5)), "hostproxy-p50-ms")
+	b.ReportMetric(ms(pct(full.setups, 0.5)), "full-p50-ms")
+	b.ReportMetric(ms(pct(full.setups, 0.99)), "full-p99-ms")
+	b.ReportMetric(ms(pct(full.setups, 0.5)-pct(direct.setups, 0.5)), "p50-overhead-ms")
 	dr := float64(direct.bytes) / direct.elapsed.Seconds() / 1e6
 	fr := float64(full.bytes) / full.elapsed.Seconds() / 1e6
 	b.ReportMetric(dr, "direct-MB/s")
