@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -21,8 +22,8 @@ const (
 )
 
 var (
-	idPattern      = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
-	envNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	idPattern      = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`) })
+	envNamePattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) })
 )
 
 // LoadError is returned when the file cannot be read at all.
@@ -147,7 +148,7 @@ func (f *Factory) abs(p string) string {
 func (d *decoder) repos(f *Factory, n *yaml.Node) {
 	for _, fl := range d.fields(n, "repos", nil) {
 		p := join("repos", fl.key)
-		if !idPattern.MatchString(fl.key) {
+		if !idPattern().MatchString(fl.key) {
 			d.errf(ECodeBadName, fl.keyN, p, "use letters, digits, '.', '_' and '-'", "repo name %q has characters it may not have", fl.key)
 			continue
 		}
@@ -356,7 +357,7 @@ func (d *decoder) inject(n *yaml.Node, path string) []InjectEntry {
 				e.BaseURL = v
 				d.checkURL(fl.value, kp, v)
 			case "base_url_env", "key_env":
-				if !envNamePattern.MatchString(v) {
+				if !envNamePattern().MatchString(v) {
 					d.errf(ECodeBadName, fl.value, kp, "use an environment variable name such as API_BASE_URL", "%s: %q is not an environment variable name", kp, v)
 				}
 				if fl.key == "base_url_env" {
@@ -464,7 +465,7 @@ func (d *decoder) serve(f *Factory, n *yaml.Node) {
 func (d *decoder) pipelines(f *Factory, n *yaml.Node) {
 	for _, fl := range d.fields(n, "pipelines", nil) {
 		p := join("pipelines", fl.key)
-		if !idPattern.MatchString(fl.key) {
+		if !idPattern().MatchString(fl.key) {
 			d.errf(ECodeBadName, fl.keyN, p, "use letters, digits, '.', '_' and '-'", "pipeline name %q has characters it may not have", fl.key)
 			continue
 		}
@@ -491,7 +492,7 @@ var stepKeys = []string{"provider", "builtin", "run", "prompt", "prompt_file", "
 func (d *decoder) steps(f *Factory, n *yaml.Node) {
 	for _, fl := range d.fields(n, "steps", nil) {
 		p := join("steps", fl.key)
-		if !idPattern.MatchString(fl.key) {
+		if !idPattern().MatchString(fl.key) {
 			d.errf(ECodeBadName, fl.keyN, p, "use letters, digits, '.', '_' and '-'", "step id %q has characters it may not have", fl.key)
 			continue
 		}
@@ -591,7 +592,7 @@ var reservedSecretEnv = []string{"PATH", "HOME", "NODE_OPTIONS"}
 func (d *decoder) env(s *Step, n *yaml.Node, path string) {
 	for _, fl := range d.fields(n, path, nil) {
 		kp := join(path, fl.key)
-		if !envNamePattern.MatchString(fl.key) {
+		if !envNamePattern().MatchString(fl.key) {
 			d.errf(ECodeBadName, fl.keyN, kp, "use letters, digits and '_', not starting with a digit", "%q is not an environment variable name", fl.key)
 			continue
 		}
@@ -703,10 +704,10 @@ func (f *Factory) posNode(paths ...string) *yaml.Node {
 	return nil
 }
 
-var yamlLineRE = regexp.MustCompile(`line (\d+)(?::(\d+))?`)
+var yamlLineRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`line (\d+)(?::(\d+))?`) })
 
 func yamlErrPos(err error) (int, int) {
-	m := yamlLineRE.FindStringSubmatch(err.Error())
+	m := yamlLineRE().FindStringSubmatch(err.Error())
 	if m == nil {
 		return 0, 0
 	}
@@ -722,7 +723,7 @@ func yamlErrPos(err error) (int, int) {
 
 func yamlErrMsg(err error) string {
 	s := strings.TrimPrefix(err.Error(), "yaml: ")
-	s = yamlLineRE.ReplaceAllString(s, "")
+	s = yamlLineRE().ReplaceAllString(s, "")
 	s = strings.TrimLeft(s, ": ")
 	return strings.Join(strings.Fields(s), " ")
 }

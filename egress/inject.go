@@ -32,7 +32,7 @@ type injector struct {
 }
 
 func (l *Lease) newInjector(in Inject) (*injector, error) {
-	if !injectNameRE.MatchString(in.Name) {
+	if !injectNameRE().MatchString(in.Name) {
 		return nil, fmt.Errorf("egress lease: inject name %q must be lower-case letters, digits, '-' or '_'", in.Name)
 	}
 	if in.Header == "" || strings.ContainsAny(in.Header, " :\r\n") {

@@ -56,7 +56,9 @@ type Lease struct {
 	summary   Summary
 }
 
-var injectNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+// Compiled on first use: its {0,62} repetition makes a large program that
+// every kusaw start (sandbox exec -- true included) would otherwise build.
+var injectNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`) })
 
 // Lease opens a lease. With SocketDir (Linux) it waits on a Unix socket
 // for the bridge to hand over the listener it bound inside the sandbox;

@@ -18,6 +18,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -339,11 +340,13 @@ func RunExitCode(rec *RunRecord, atts []*AttemptRecord) status.ExitCode {
 
 // logPath accepts the run's own log files only: events.jsonl, and an
 // attempt's events, egress, setup, stdout and stderr logs.
-var logPath = regexp.MustCompile(`^(events\.jsonl|steps/[^/]+/[0-9]+/(events\.jsonl|egress\.log|setup\.log|std(out|err)(-[^/]+)?\.log))$`)
+var logPath = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^(events\.jsonl|steps/[^/]+/[0-9]+/(events\.jsonl|egress\.log|setup\.log|std(out|err)(-[^/]+)?\.log))$`)
+})
 
 // ValidLogPath reports whether p names a log the API serves.
 func ValidLogPath(p string) bool {
-	if !logPath.MatchString(p) || path.Clean(p) != p {
+	if !logPath().MatchString(p) || path.Clean(p) != p {
 		return false
 	}
 	for _, seg := range strings.Split(p, "/") {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // ServiceUnit is a user service that runs kusaw serve for one factory: a
@@ -21,7 +22,7 @@ type ServiceUnit struct {
 	Disable []string // commands that stop it before removal
 }
 
-var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
+var unsafeName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`[^A-Za-z0-9_.-]+`) })
 
 // NewServiceUnit builds the service of the factory at factoryPath (both
 // paths absolute) for goos, under home (and XDG_CONFIG_HOME on Linux).
@@ -30,7 +31,7 @@ func NewServiceUnit(goos, kusaw, factoryPath, stateDir, home, xdgConfig string) 
 		return nil, fmt.Errorf("service paths must be absolute: %q, %q", kusaw, factoryPath)
 	}
 	sum := sha256.Sum256([]byte(factoryPath))
-	base := unsafeName.ReplaceAllString(filepath.Base(filepath.Dir(factoryPath)), "-")
+	base := unsafeName().ReplaceAllString(filepath.Base(filepath.Dir(factoryPath)), "-")
 	id := strings.Trim(base, "-.") + "-" + hex.EncodeToString(sum[:4])
 	dir := filepath.Dir(factoryPath)
 	switch goos {

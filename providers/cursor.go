@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/kusaw/kusaw/status"
 )
@@ -57,10 +58,10 @@ var cursorSpec = Spec{
 	SandboxOffArgs: []string{"--sandbox", "disabled"},
 	Install:        "install Cursor's CLI (`agent`; older releases call it cursor-agent) and run `agent login`, or create a Cursor API key",
 	// Cursor's CLI versions are dated builds: 2025.11.25-abc1234.
-	Recognize: cursorVersionRE.MatchString,
+	Recognize: func(s string) bool { return cursorVersionRE().MatchString(s) },
 }
 
-var cursorVersionRE = regexp.MustCompile(`^\d{4}\.\d{1,2}\.\d{1,2}-[0-9a-zA-Z]+`)
+var cursorVersionRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^\d{4}\.\d{1,2}\.\d{1,2}-[0-9a-zA-Z]+`) })
 
 func (cursor) Spec() Spec { return cursorSpec }
 

@@ -46,7 +46,7 @@ var (
 	probeRuns  int // `--version` runs, for tests of the cache
 )
 
-var versionRE = regexp.MustCompile(`\d+\.\d+(?:\.\d+)?(?:[-+][0-9A-Za-z.-]+)?`)
+var versionRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\d+\.\d+(?:\.\d+)?(?:[-+][0-9A-Za-z.-]+)?`) })
 
 // probe resolves command (or the spec's names), runs `--version` unless
 // this binary was probed before, and fills in the spec's static data.
@@ -111,7 +111,7 @@ func probeBinary(ctx context.Context, spec Spec, path string) (Probe, error) {
 		RealPath:    real,
 		InstallDir:  filepath.Dir(real),
 		VersionLine: line,
-		Version:     versionRE.FindString(line),
+		Version:     versionRE().FindString(line),
 	}
 	probeMu.Lock()
 	probeCache[key] = p

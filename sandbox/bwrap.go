@@ -135,9 +135,11 @@ func (p *Plan) envArgs() []string {
 }
 
 // Prepare creates what the backend needs on disk before a start: the
-// read-only empty file for stand-ins and the temp subfolders.
+// read-only empty file for stand-ins (only when a mount uses it: creating
+// an inode is a noticeable part of a short sandbox exec) and the temp
+// subfolders.
 func (p *Plan) Prepare() error {
-	if p.EmptyFile != "" {
+	if p.EmptyFile != "" && p.usesEmptyFile() {
 		if fi, err := os.Lstat(p.EmptyFile); err != nil || !fi.Mode().IsRegular() || fi.Size() != 0 {
 			_ = os.Remove(p.EmptyFile)
 			f, err := os.OpenFile(p.EmptyFile, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o444)
@@ -174,6 +176,15 @@ func (p *Plan) Prepare() error {
 		}
 	}
 	return nil
+}
+
+func (p *Plan) usesEmptyFile() bool {
+	for _, m := range p.Mounts {
+		if m.Op == "empty-file" {
+			return true
+		}
+	}
+	return false
 }
 
 var (

@@ -483,3 +483,38 @@ func TestPlanLoginFolderSettings(t *testing.T) {
 		t.Errorf("prepare overwrote the user's settings: %q", b)
 	}
 }
+
+// The empty stand-in file is created when a mount needs it (a missing
+// protected file must get its read-only stand-in), and not otherwise: a
+// short sandbox exec should not pay for an inode nothing mounts.
+func TestPrepareEmptyFileOnlyWhenMounted(t *testing.T) {
+	f := newFixture(t)
+	p := mustPlan(t, f.input())
+	if !p.usesEmptyFile() {
+		t.Fatal("the fixture's plan has no empty-file stand-in; the test needs one")
+	}
+	if err := p.Prepare(); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(p.EmptyFile); err != nil || !fi.Mode().IsRegular() || fi.Size() != 0 {
+		t.Fatalf("prepare did not create the empty stand-in %s: %v", p.EmptyFile, err)
+	}
+
+	q := mustPlan(t, f.input())
+	if err := os.Remove(q.EmptyFile); err != nil {
+		t.Fatal(err)
+	}
+	var kept []Mount
+	for _, m := range q.Mounts {
+		if m.Op != "empty-file" {
+			kept = append(kept, m)
+		}
+	}
+	q.Mounts = kept
+	if err := q.Prepare(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(q.EmptyFile); !os.IsNotExist(err) {
+		t.Errorf("prepare created %s though no mount uses it (err %v)", q.EmptyFile, err)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Builtins are the built-in steps, run as `kusaw __builtin NAME` inside the
@@ -80,7 +81,7 @@ func (e Env) worktreeList() [][2]string {
 // target, go.mod, a package.json test script, Cargo.toml, pyproject.toml.
 // It returns nil when it finds none.
 func TestCommand(dir string) (argv []string, why string) {
-	if b, err := readSmall(filepath.Join(dir, "Makefile")); err == nil && makeTestTarget.Match(b) {
+	if b, err := readSmall(filepath.Join(dir, "Makefile")); err == nil && makeTestTarget().Match(b) {
 		return []string{"make", "test"}, "Makefile has a test target"
 	}
 	if fileExists(filepath.Join(dir, "go.mod")) {
@@ -103,7 +104,7 @@ func TestCommand(dir string) (argv []string, why string) {
 	return nil, ""
 }
 
-var makeTestTarget = regexp.MustCompile(`(?m)^test\s*:`)
+var makeTestTarget = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?m)^test\s*:`) })
 
 func readSmall(p string) ([]byte, error) {
 	f, err := os.Open(p)

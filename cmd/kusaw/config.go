@@ -8,6 +8,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
@@ -21,7 +22,9 @@ func init() { addCommand(newConfigCmd) }
 
 // Keys whose secret is referenced from the file; other keys are only stored
 // (an inject entry names them with secret: KEY).
-var fileSecretKey = regexp.MustCompile(`^(steps\.[^ ]+\.env\.[A-Za-z_][A-Za-z0-9_]*|providers\.[a-z-]+\.api_key)$`)
+var fileSecretKey = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^(steps\.[^ ]+\.env\.[A-Za-z_][A-Za-z0-9_]*|providers\.[a-z-]+\.api_key)$`)
+})
 
 func newConfigCmd(a *app) *cobra.Command {
 	c := &cobra.Command{Use: "config", Short: "read and change factory.yaml and the secret store"}
@@ -105,7 +108,7 @@ func (a *app) setSecret(key string) error {
 	if err != nil {
 		return exitf(status.ExitInternal, "%v", err)
 	}
-	if fileSecretKey.MatchString(key) {
+	if fileSecretKey().MatchString(key) {
 		// Check the file can take the reference before storing anything.
 		p, err := a.factoryPath()
 		if err != nil {
