@@ -66,6 +66,14 @@ type Input struct {
 	ArtifactsDir string
 	TmpDir       string
 	Workdir      string // where the process starts (default: the first writable worktree)
+	// ObjectDir, when set, is the attempt's private git object folder
+	// (inside AttemptDir): the repositories' own objects/ become read-only
+	// and git writes new objects here (GIT_OBJECT_DIRECTORY), reading the
+	// repositories' objects as alternates. kusaw imports what a branch
+	// needs from it outside, re-hashing every object, so a step cannot
+	// replace an existing object of the repository. Empty: objects/ stays
+	// writable (loose objects can then be replaced).
+	ObjectDir string
 
 	Home       string   // the real home: hidden
 	FreshHome  bool     // HOME is a fresh, empty folder in TmpDir and LoginPaths are not mounted (always on macOS: the agent signs in with a token)
@@ -195,6 +203,8 @@ type builder struct {
 	mounted map[string]bool // destinations already given a mount
 	home    string          // the resolved home
 	visible []string        // every bind destination (for conflict checks)
+	objDir  string          // the private object folder, or ""
+	alts    []string        // the repositories' objects/ folders (GIT_ALTERNATE_OBJECT_DIRECTORIES)
 }
 
 // BuildPlan resolves the sandbox of one attempt. It reads the filesystem
@@ -375,10 +385,26 @@ func (b *builder) build() error {
 	}
 
 	// Writable: worktrees and the git folders they need.
+	objDir, err := abs("object dir", in.ObjectDir)
+	if err != nil {
+		return err
+	}
+	if objDir != "" {
+		if !isDir(objDir) {
+			return refuse("create the attempt's object folder first", "object folder %s does not exist", objDir)
+		}
+		if !within(attempt, objDir) || objDir == attempt {
+			return refuse("put the object folder inside the attempt folder", "object folder %s is not inside the attempt folder %s", objDir, attempt)
+		}
+		b.objDir = objDir
+	}
 	for _, w := range in.Worktrees {
 		if err := b.worktree(w); err != nil {
 			return err
 		}
+	}
+	if objDir != "" {
+		b.addBind(&b.writes, "bind", objDir, objDir, "the attempt's private git object folder: new objects go here (GIT_OBJECT_DIRECTORY); kusaw imports them outside, re-hashing each")
 	}
 	if artifacts != "" {
 		if !isDir(artifacts) {
@@ -518,6 +544,9 @@ func (b *builder) worktree(w Worktree) error {
 	if !w.Writable {
 		b.addBind(&b.reads, "ro-bind", wt, wt, fmt.Sprintf("repo %s's worktree, read-only (another repo's attempt writes it)", w.Repo))
 		b.addBind(&b.reads, "ro-bind", cd, cd, fmt.Sprintf("repo %s's git folder, read-only", w.Repo))
+		if p := filepath.Join(cd, "objects"); b.objDir != "" && isDir(p) && !slices.Contains(b.alts, p) {
+			b.alts = append(b.alts, p)
+		}
 		return nil
 	}
 	if gd == cd {
@@ -531,7 +560,13 @@ func (b *builder) worktree(w Worktree) error {
 	// cover the first one's writable folders again.
 	if !b.mounted[cd] {
 		b.addBind(&b.writes, "ro-bind", cd, cd, fmt.Sprintf("repo %s's git control files (config, hooks/, info/, packed-refs, modules/, worktrees/), read-only", w.Repo))
-		if p := filepath.Join(cd, "objects"); isDir(p) {
+		if p := filepath.Join(cd, "objects"); isDir(p) && b.objDir != "" {
+			// Covered by the read-only common dir, loose objects included:
+			// git does not re-hash an object it reads, so a replaced one
+			// would change history other branches rely on.
+			b.alts = append(b.alts, p)
+			b.writes[len(b.writes)-1].Reason += "; objects/ too: new objects go to the attempt's private object folder"
+		} else if isDir(p) {
 			b.addBind(&b.writes, "bind", p, p, "git objects: a commit writes new loose objects")
 			// Packs and alternates are never written by a commit: read-only,
 			// so the step cannot swap the packed history or point the
@@ -970,6 +1005,12 @@ func (b *builder) buildEnv(home, tmp string) {
 		}
 		set(k, b.in.Env[k], "step")
 	}
+	if b.objDir != "" {
+		set("GIT_OBJECT_DIRECTORY", b.objDir, "the attempt's private git object folder")
+		if len(b.alts) > 0 {
+			set("GIT_ALTERNATE_OBJECT_DIRECTORIES", altList(b.alts), "the repositories' own objects, read-only")
+		}
+	}
 	set("TMPDIR", tmp, "temp")
 	set("XDG_CACHE_HOME", filepath.Join(tmp, "cache"), "temp")
 	set("XDG_RUNTIME_DIR", filepath.Join(tmp, "run"), "temp")
@@ -996,6 +1037,19 @@ func (b *builder) buildEnv(home, tmp string) {
 		b.plan.Env = append(b.plan.Env, k+"="+vals[k])
 		b.plan.EnvVars = append(b.plan.EnvVars, EnvVar{k, origin[k]})
 	}
+}
+
+// altList joins folders for GIT_ALTERNATE_OBJECT_DIRECTORIES: git splits
+// it at ':' and reads an entry that starts with '"' as a C-quoted string.
+func altList(dirs []string) string {
+	out := make([]string, len(dirs))
+	for i, d := range dirs {
+		if strings.ContainsAny(d, ":\"\\\n") {
+			d = `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(d) + `"`
+		}
+		out[i] = d
+	}
+	return strings.Join(out, ":")
 }
 
 // String prints the plan for people: what is writable, read-only, hidden,
