@@ -38,6 +38,10 @@ type attemptRun struct {
 	mu         sync.Mutex
 	egressOnce sync.Once
 	egress     *egressObserver
+	// objDirs: repo → the private object folder of the sandbox in which it
+	// was writable; its objects are imported before the commit.
+	objDirs     map[string]string
+	keepObjects bool // an import failed: the folder stays for inspection
 }
 
 // save writes attempt.json atomically. Process goroutines change their
@@ -619,6 +623,18 @@ func (a *attemptRun) commit() {
 		if wt == nil {
 			continue
 		}
+		// Commits the step made inside live in its private object folder:
+		// verified into the repository first, or the branch goes back to
+		// its base (the files are still committed below).
+		if od := a.objectDir(w.Repo); od != "" {
+			if err := wt.ImportObjects(od); err != nil {
+				a.keepObjects = true
+				a.events.Emit(EvCommitted, map[string]any{"repo": w.Repo, "error": err.Error()})
+				if a.rec.Outcome == status.OutcomePassed {
+					a.setOutcome(status.OutcomeFailed, status.ReasonCommitFailed, err.Error())
+				}
+			}
+		}
 		sha, changed, err := wt.CommitAll(msg)
 		if err != nil {
 			a.events.Emit(EvCommitted, map[string]any{"repo": w.Repo, "error": err.Error()})
@@ -664,6 +680,11 @@ func (a *attemptRun) finish() *AttemptRecord {
 		}
 	}
 	_ = os.RemoveAll(filepath.Join(a.dir, tmpDir))
+	if !a.keepObjects {
+		// Imported (what the branches need is in the repositories now) or
+		// never committed: the rest is unreferenced.
+		_ = os.RemoveAll(filepath.Join(a.dir, objectsDir))
+	}
 	_ = os.Remove(filepath.Join(a.dir, worktreesDir))
 	if a.egress != nil {
 		a.egress.close()

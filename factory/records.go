@@ -25,6 +25,7 @@ const (
 	artifactsDir   = "artifacts"
 	tmpDir         = "tmp"
 	worktreesDir   = "worktrees"
+	objectsDir     = "objects" // objects/<process>: each sandbox's private git objects, imported at commit
 	lockFile       = "lock"
 	cancelFile     = "cancel"
 	stepsDir       = "steps"

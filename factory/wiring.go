@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -141,6 +142,15 @@ func (a *attemptRun) sandboxed(i int, repos []string, spec *steps.Spec, env map[
 		AllowWrite:   a.e.F.AllowWrite(a.step),
 		Env:          env,
 	}
+	// A private object folder per sandbox: the repositories' own objects/
+	// are read-only inside (a loose object could otherwise be replaced),
+	// and per_repo's sandboxes do not share one either.
+	od := filepath.Join(a.dir, objectsDir, strconv.Itoa(i))
+	if err := os.MkdirAll(od, 0o700); err != nil {
+		return &status.Error{Reason: status.ReasonSandboxPlanRefused, Msg: "cannot create " + od + ": " + err.Error(), Fix: "check that state_dir is writable"}
+	}
+	in.ObjectDir = od
+	a.setObjectDir(repos, od)
 	for _, w := range a.rec.Worktrees {
 		in.Worktrees = append(in.Worktrees, sandbox.Worktree{Repo: w.Repo, Path: w.Path, GitDir: w.GitDir,
 			CommonDir: a.wts[w.Repo].CommonDir, Writable: own[w.Repo]})
@@ -207,6 +217,23 @@ func (a *attemptRun) sandboxed(i int, repos []string, spec *steps.Spec, env map[
 		}
 	}
 	return nil
+}
+
+func (a *attemptRun) setObjectDir(repos []string, dir string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.objDirs == nil {
+		a.objDirs = map[string]string{}
+	}
+	for _, r := range repos {
+		a.objDirs[r] = dir
+	}
+}
+
+func (a *attemptRun) objectDir(repo string) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.objDirs[repo]
 }
 
 // asRefusal keeps a typed error's reason, or gives an untyped one the
