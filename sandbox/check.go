@@ -98,7 +98,8 @@ func firstLine(s string) string {
 // Protections is what the Linux backend protects, in kusaw's words
 // (DESIGN §6); `kusaw sandbox check --verbose` prints it.
 var Protections = []string{
-	"Writes reach only the attempt's worktrees, the git folders they need (objects, the attempt branch's ref folder, the worktree's own git folder), artifacts/, the private temp folder (TMPDIR, XDG_CACHE_HOME, XDG_RUNTIME_DIR) and what allow_write names.",
+	"Writes reach only the attempt's worktrees, the git folders they need (the attempt branch's ref folder, the worktree's own git folder, a private object folder for new git objects), artifacts/, the private temp folder (TMPDIR, XDG_CACHE_HOME, XDG_RUNTIME_DIR) and what allow_write names.",
+	"The repositories' own git objects are read-only, loose objects included (git does not re-hash an object it reads, so a replaced one would change history other branches rely on): git writes new objects to the attempt's private object folder (GIT_OBJECT_DIRECTORY) and reads the repositories' as alternates; kusaw imports what the attempt's branch needs outside, with git index-pack --strict, so an object whose content does not match its name never gets in.",
 	"Git control files stay read-only: config, config.worktree, hooks/, info/, packed-refs, modules/, commondir, worktrees/*/gitdir, the linked worktree's .git file. kusaw's own git runs outside.",
 	"Settings that start programs later are read-only even inside a worktree: .claude/settings*.json, .claude/{hooks,commands,agents,skills}/, .cursor/, .mcp.json, .vscode/{tasks,settings}.json, .devcontainer/, .husky/, .codex/ and .gemini/ settings, and the folder core.hooksPath names. A missing one gets an empty read-only stand-in, removed after the step.",
 	"The folders leading to those settings are bound on themselves, so they cannot be moved, removed or replaced; a protected path that is a symlink refuses the attempt; a hard link to a protected file fails (it is another mount).",
@@ -120,7 +121,7 @@ var NotProtected = []string{
 	"A protected file that a program outside the sandbox replaces or removes during the step (your own agent session rewriting its settings) loses its mount in the running sandbox.",
 	"A repository the step creates inside its worktree is its own: its hooks and config are not protected; check it before running git there.",
 	"Tools that ignore HTTP(S)_PROXY: in allowlist mode they fail closed (sandbox doctor lists the known ones as W1).",
-	"Git's loose objects and the attempt's branch are writable: a step can add objects to the repository (and, since git does not re-hash on read, replace a loose one; packs and alternates stay read-only), and move its own branch.",
+	"The attempt's branch is writable, and so are the other attempt branches of the same step (they share its ref folder): a step can move them. kusaw imports, re-hashing every object, only what its own branch needs from the step's private object folder, so another branch moved onto a commit made inside names objects the repository does not have.",
 	"The rest of the system is readable (read-only): /etc, /usr, /opt and paths outside the home that the factory does not hide.",
 	"Unix sockets in folders the step can see (outside the home, /tmp and /run, which are hidden): connecting to a socket needs no write access to its folder, so a service listening on one there is reachable.",
 	"Whatever sandbox.allow_read and sandbox.allow_write name.",
