@@ -86,3 +86,35 @@ func TestAltList(t *testing.T) {
 		t.Errorf("altList: %s", got)
 	}
 }
+
+// The Seatbelt profile made from a plan with a private object folder: the
+// repository's objects are read-only, loose ones included, and the private
+// folder is writable.
+func TestSeatbeltPrivateObjectDir(t *testing.T) {
+	f := newFixture(t)
+	in := f.input()
+	in.LoginPaths = nil
+	withObjectDir(&in)
+	p, err := BuildPlan(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prof, err := p.Seatbelt(SeatbeltOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := loadPolicy(t, prof)
+	for what, c := range map[string][2]bool{
+		"replace a loose object":        {pol.canWrite(f.common + "/objects/ab/cdef"), false},
+		"remove a loose object":         {pol.canUnlink(f.common + "/objects/ab/cdef"), false},
+		"plant a pack":                  {pol.canWrite(f.common + "/objects/pack/evil.pack"), false},
+		"write the private object":      {pol.canWrite(in.ObjectDir + "/ab/cdef"), true},
+		"read the repository's objects": {pol.canRead(f.common + "/objects/ab/cdef"), true},
+		"move the attempt's branch":     {pol.canWrite(f.common + "/refs/heads/kusaw/r1/build/1"), true},
+		"write the attempt's records":   {pol.canWrite(f.attempt + "/events.jsonl"), false},
+	} {
+		if c[0] != c[1] {
+			t.Errorf("%s: allowed=%v, want %v", what, c[0], c[1])
+		}
+	}
+}
