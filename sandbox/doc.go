@@ -15,7 +15,9 @@
 // A plan is ordered mounts, each with its reason (later ones cover earlier
 // ones): the system read-only; private /dev, /proc, /tmp, /run; the home and
 // the repositories' own checkouts hidden; allow_read; the writable
-// worktrees and the git folders a commit needs; the credential folders and
+// worktrees and the git folders a commit needs (with Input.ObjectDir, new
+// objects go to the attempt's private object folder and the repositories'
+// own objects/ stay read-only); the credential folders and
 // caller's hidden paths on top; then the protected control files and agent
 // settings, read-only even inside the worktrees. The environment is built
 // from a fixed base set, the step's env, the temp variables and the proxy

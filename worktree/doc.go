@@ -12,6 +12,11 @@
 // core.fsmonitor=false). When the repository has no user.name or
 // user.email, kusaw's commits use "kusaw <kusaw@localhost>".
 //
+// A sandboxed step writes its git objects to a private folder (the
+// repository's objects/ are read-only to it); ImportObjects brings what the
+// attempt branch needs into the repository, re-hashed by index-pack
+// --strict, before CommitAll.
+//
 // worktree add, remove and prune are serialised per repository (git picks
 // colliding administrative names otherwise), within the process and across
 // kusaw processes through the lock file .git/kusaw-worktree.lock.
