@@ -259,6 +259,9 @@ func (fx *egressFixture) startGit(t *testing.T) {
 	execPath := git(t, root, "--exec-path")
 	backend := filepath.Join(execPath, "git-http-backend")
 	if _, err := os.Stat(backend); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("git-http-backend is not installed (it comes with Debian's git package): %v", err)
+		}
 		t.Skipf("git-http-backend is not installed: %v", err)
 	}
 	fx.gitUp = newUpstream(t)
