@@ -19,8 +19,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/net/netutil"
-
 	"github.com/kusaw/kusaw/config"
 )
 
@@ -214,7 +212,7 @@ func (l *Lease) addListener(ln net.Listener) bool {
 		ln.Close()
 		return false
 	}
-	ln = netutil.LimitListener(ln, l.c.MaxConns)
+	ln = newLimitListener(ln, l.c.MaxConns)
 	l.listeners = append(l.listeners, ln)
 	l.wg.Add(1)
 	l.mu.Unlock()

@@ -824,3 +824,67 @@ func TestDialRechecksTheAddress(t *testing.T) {
 	mc.Close()
 	eventually(t, "accept", func() bool { return up.accepts.Load() == 1 })
 }
+
+// The other direction: the upstream says all it has and half-closes; the
+// client reads to the end and then still sends, and the upstream gets it.
+// A tunnel that closed both ways at the upstream's FIN would lose it.
+func TestUpstreamHalfCloseReachesClient(t *testing.T) {
+	up, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { up.Close() })
+	port := strconv.Itoa(portOf(t, up.Addr().String()))
+	errs := make(chan error, 1)
+	go func() {
+		raw, err := up.Accept()
+		if err != nil {
+			errs <- err
+			return
+		}
+		defer raw.Close()
+		raw.SetDeadline(time.Now().Add(5 * time.Second))
+		tc := tls.Server(raw, &tls.Config{Certificates: []tls.Certificate{getCA(t).cert}})
+		if _, err := tc.Write([]byte("all I have")); err != nil {
+			errs <- err
+			return
+		}
+		if err := tc.CloseWrite(); err != nil { // close_notify
+			errs <- err
+			return
+		}
+		if err := raw.(*net.TCPConn).CloseWrite(); err != nil { // the FIN
+			errs <- err
+			return
+		}
+		got, err := io.ReadAll(tc)
+		if err != nil && len(got) == 0 {
+			errs <- fmt.Errorf("upstream read after its half-close: %v", err)
+			return
+		}
+		if string(got) != "late reply" {
+			errs <- fmt.Errorf("upstream got %q after its half-close", got)
+			return
+		}
+		errs <- nil
+	}()
+	e := newEnv(t, Options{}, LeaseConfig{Allow: rules(t, "allowed.test:"+port), AllowRanges: loopback8})
+	e.dns.set("allowed.test", "127.0.0.1")
+	c, br, resp := e.connect("allowed.test:"+port, nil)
+	if resp.StatusCode != 200 {
+		t.Fatal(resp.Status)
+	}
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	tc := tls.Client(&bufConn{Conn: c, r: br}, &tls.Config{ServerName: "allowed.test", RootCAs: getCA(t).pool})
+	if got := readBody(t, tc); got != "all I have" {
+		t.Fatalf("client read %q", got)
+	}
+	if _, err := tc.Write([]byte("late reply")); err != nil {
+		t.Fatalf("client write after the upstream's half-close: %v", err)
+	}
+	tc.CloseWrite()
+	c.(*net.TCPConn).CloseWrite()
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+}
