@@ -155,3 +155,49 @@ steps:
 		t.Fatalf("the step's own worktree was not readable:\n%s", r.stdout)
 	}
 }
+
+// A step may write its own branch ref, and so the folder that holds the
+// other attempts' branches of its step. Attack: attempt 2 moves attempt 1's
+// branch and adds a branch beside it. After the attempt kusaw has put both
+// back and recorded it; attempt 1's work is still on its branch.
+func TestSandboxSiblingBranchesRestored(t *testing.T) {
+	need(t, "bwrap")
+	need(t, "git")
+	dir, err := os.MkdirTemp("/var/tmp", "kusaw-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	repo := newRepo(t, dir, "app")
+	writeFile(t, filepath.Join(dir, "factory.yaml"), `version: 1
+repos:
+  app: {path: app}
+sandbox: {mode: required}
+pipelines:
+  default: [work]
+steps:
+  work:
+    attempts: 2
+    run: [sh, -c, 'if [ "$KUSAW_ATTEMPT" = 1 ]; then echo one > one.txt; exit 1; fi; d=$(git rev-parse --git-common-dir)/refs/heads/kusaw/attempts/$KUSAW_RUN/$KUSAW_STEP; cp "$d/2" "$d/1" && echo MOVED; cp "$d/2" "$d/99" && echo ADDED; true']
+`)
+	r := runKusaw(t, dir, "run")
+	if r.code != 0 {
+		t.Fatalf("kusaw run: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	id := onlyRun(t, dir)
+	out := readFile(t, filepath.Join(dir, ".kusaw", "runs", id, "steps", "work", "2", "stdout.log"))
+	if !strings.Contains(out, "MOVED") || !strings.Contains(out, "ADDED") {
+		t.Fatalf("the attack did not run as intended (the folder must be writable for it to mean anything):\n%s", out)
+	}
+	branch := "kusaw/attempts/" + id + "/work/1"
+	if files := git(t, repo, "ls-tree", "--name-only", branch); !strings.Contains(files, "one.txt") {
+		t.Fatalf("attempt 1's branch was left moved: its tree is %q", files)
+	}
+	if refs := git(t, repo, "for-each-ref", "--format=%(refname)", "refs/heads/kusaw/attempts/"+id+"/work/"); strings.Contains(refs, "/99") {
+		t.Fatalf("an added branch was left:\n%s", refs)
+	}
+	ev := readFile(t, filepath.Join(dir, ".kusaw", "runs", id, "steps", "work", "2", "events.jsonl"))
+	if !strings.Contains(ev, `"worktree.refs_restored"`) {
+		t.Fatal("the repair was not recorded")
+	}
+}

@@ -42,6 +42,9 @@ type attemptRun struct {
 	// was writable; its objects are imported before the commit.
 	objDirs     map[string]string
 	keepObjects bool // an import failed: the folder stays for inspection
+	// refGuards: repo → the other attempts' branches beside this one's,
+	// as they were before the step ran (the folder is writable inside).
+	refGuards map[string]*worktree.RefGuard
 }
 
 // save writes attempt.json atomically. Process goroutines change their
@@ -114,6 +117,7 @@ func (e *Engine) attempt(ctx context.Context, r *Run, s *config.Step, n, of int)
 		}
 		return a.finish()
 	}
+	a.guardRefs()
 	a.runProcesses(ctx, procs)
 	a.commit()
 	return a.finish()
@@ -616,6 +620,7 @@ func (a *attemptRun) commit() {
 	if len(a.wts) == 0 {
 		return
 	}
+	a.restoreRefs()
 	msg := fmt.Sprintf("kusaw: run %s, step %s, attempt %d (%s)", a.run.ID(), a.step.ID, a.n, a.rec.Outcome)
 	for i := range a.rec.Worktrees {
 		w := &a.rec.Worktrees[i]
@@ -704,4 +709,33 @@ func (a *attemptRun) finish() *AttemptRecord {
 	a.events.Emit(EvAttemptFinished, data)
 	_ = a.events.Close()
 	return a.rec
+}
+
+// guardRefs snapshots, per repo, the branches beside the attempt's own.
+func (a *attemptRun) guardRefs() {
+	a.refGuards = map[string]*worktree.RefGuard{}
+	for repo, wt := range a.wts {
+		g, err := wt.GuardSiblingRefs()
+		if err != nil {
+			a.events.Emit(EvRefsRestored, map[string]any{"repo": repo, "error": err.Error()})
+			continue
+		}
+		a.refGuards[repo] = g
+	}
+}
+
+// restoreRefs puts back the other attempts' branches a step moved, added
+// or removed; it records what it repaired, since a step that tried is
+// worth knowing about.
+func (a *attemptRun) restoreRefs() {
+	for repo, g := range a.refGuards {
+		repaired, err := g.Restore()
+		if err != nil {
+			a.events.Emit(EvRefsRestored, map[string]any{"repo": repo, "error": err.Error()})
+			continue
+		}
+		if len(repaired) > 0 {
+			a.events.Emit(EvRefsRestored, map[string]any{"repo": repo, "branches": repaired})
+		}
+	}
 }

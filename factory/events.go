@@ -25,6 +25,7 @@ const (
 	EvEgressSummary   = "egress.summary"
 	EvRepoDirty       = "repo.dirty"
 	EvCancelRequested = "run.cancel_requested"
+	EvRefsRestored    = "worktree.refs_restored"
 )
 
 // Event is one line of an events.jsonl file.

@@ -121,7 +121,7 @@ var NotProtected = []string{
 	"A protected file that a program outside the sandbox replaces or removes during the step (your own agent session rewriting its settings) loses its mount in the running sandbox.",
 	"A repository the step creates inside its worktree is its own: its hooks and config are not protected; check it before running git there.",
 	"Tools that ignore HTTP(S)_PROXY: in allowlist mode they fail closed (sandbox doctor lists the known ones as W1).",
-	"The attempt's branch is writable, and so are the other attempt branches of the same step (they share its ref folder): a step can move them. kusaw imports, re-hashing every object, only what its own branch needs from the step's private object folder, so another branch moved onto a commit made inside names objects the repository does not have.",
+	"The other attempt branches of the same step share the attempt's ref folder, which must be writable: during the step it can move, add or remove them. kusaw puts that folder back as it was when the step ends, and records the repair (worktree.refs_restored); a reader looking at the repository while the step runs may see the moved branch.",
 	"The rest of the system is readable (read-only): /etc, /usr, /opt and paths outside the home that the factory does not hide.",
 	"Unix sockets in folders the step can see (outside the home, /tmp and /run, which are hidden): connecting to a socket needs no write access to its folder, so a service listening on one there is reachable.",
 	"Whatever sandbox.allow_read and sandbox.allow_write name.",
