@@ -69,13 +69,17 @@ type DoctorStep struct {
 
 // DoctorReport is what kusaw sandbox doctor prints.
 type DoctorReport struct {
-	File     string         `json:"file"`
-	Sandbox  SandboxReport  `json:"sandbox"`
-	Probes   []DoctorProbe  `json:"probes"` // P1, P2: the machine's
-	W1Known  []ProxyIgnorer `json:"w1_known"`
-	Steps    []DoctorStep   `json:"steps"`
-	OK       bool           `json:"ok"`
-	ExitCode int            `json:"exit_code"`
+	File    string         `json:"file"`
+	Sandbox SandboxReport  `json:"sandbox"`
+	Probes  []DoctorProbe  `json:"probes"` // P1, P2: the machine's
+	W1Known []ProxyIgnorer `json:"w1_known"`
+	// NotProtected is what this backend does not protect (the macOS limits
+	// among them: process listing, detached processes, a deny list of
+	// system services), in the same words as sandbox check --verbose.
+	NotProtected []string     `json:"not_protected"`
+	Steps        []DoctorStep `json:"steps"`
+	OK           bool         `json:"ok"`
+	ExitCode     int          `json:"exit_code"`
 }
 
 // DoctorOptions choose what doctor looks at.
@@ -103,6 +107,7 @@ func (e *Engine) Doctor(ctx context.Context, o DoctorOptions) (*DoctorReport, er
 	rep := &DoctorReport{File: e.F.Path, W1Known: KnownProxyIgnorers(o.Node), Steps: []DoctorStep{}}
 	c := e.checkSandbox()
 	rep.Sandbox = SandboxReport{Backend: c.Backend, Available: c.Available, Reason: string(c.Reason), Fix: c.Fix}
+	_, rep.NotProtected = sandbox.ProtectionLists(c.Backend)
 	if !c.Available && c.Msg != "" {
 		rep.Sandbox.Reason = string(c.Reason) + ": " + c.Msg
 	}
@@ -540,6 +545,12 @@ func WriteDoctorText(w io.Writer, r *DoctorReport) {
 	fmt.Fprintln(w)
 	for _, p := range r.Probes {
 		writeProbe(w, "", p)
+	}
+	if len(r.NotProtected) > 0 {
+		fmt.Fprintf(w, "not protected by the %s backend:\n", r.Sandbox.Backend)
+		for _, l := range r.NotProtected {
+			fmt.Fprintf(w, "  - %s\n", l)
+		}
 	}
 	fmt.Fprintln(w, "W1, tools known to ignore HTTP(S)_PROXY (under an allowlist they fail closed):")
 	for _, t := range r.W1Known {

@@ -250,3 +250,26 @@ steps:
 		t.Errorf("unknown step: %v", err)
 	}
 }
+
+// Doctor says what the backend does not protect; on macOS that includes
+// the Seatbelt limits (process listing, detached processes).
+func TestDoctorTextListsBackendLimits(t *testing.T) {
+	for _, backend := range []string{"bubblewrap", "seatbelt"} {
+		_, limits := sandbox.ProtectionLists(backend)
+		rep := &DoctorReport{File: "f", Sandbox: SandboxReport{Backend: backend, Available: true}, NotProtected: limits}
+		var b strings.Builder
+		WriteDoctorText(&b, rep)
+		if len(limits) == 0 || !strings.Contains(b.String(), "not protected by the "+backend+" backend") {
+			t.Fatalf("%s: no limits printed:\n%s", backend, b.String())
+		}
+		for _, l := range limits {
+			if !strings.Contains(b.String(), l) {
+				t.Errorf("%s: limit missing from doctor's text: %s", backend, l)
+			}
+		}
+	}
+	_, mac := sandbox.ProtectionLists("seatbelt")
+	if !strings.Contains(strings.ToLower(strings.Join(mac, " ")), "process") {
+		t.Fatal("the macOS limits do not mention process listing")
+	}
+}
