@@ -171,9 +171,28 @@ var envProxy = http.ProxyFromEnvironment
 // with $ANTHROPIC_API_KEY as x-api-key and returns the streamed text. It
 // never falls back to the real API: without a base URL it fails.
 func CallMessages(prompt string) (string, error) {
+	// Like the real CLI, a request cut off on the way (a transport error,
+	// not an HTTP status) is tried again; each retry is said on stderr.
+	var err error
+	for try := 1; try <= 3; try++ {
+		var text string
+		var status bool
+		text, status, err = callMessagesOnce(prompt)
+		if err == nil || status {
+			return text, err
+		}
+		fmt.Fprintf(os.Stderr, "fake agent: the API call failed (%v); retrying\n", err)
+		time.Sleep(time.Duration(try) * 200 * time.Millisecond)
+	}
+	return "", err
+}
+
+// callMessagesOnce makes one call; status is true when the error is the
+// API's own answer (not worth a retry).
+func callMessagesOnce(prompt string) (string, bool, error) {
 	base := strings.TrimRight(os.Getenv("ANTHROPIC_BASE_URL"), "/")
 	if base == "" {
-		return "", fmt.Errorf("ANTHROPIC_BASE_URL is not set (the fake never calls the real API)")
+		return "", true, fmt.Errorf("ANTHROPIC_BASE_URL is not set (the fake never calls the real API)")
 	}
 	body, _ := json.Marshal(map[string]any{
 		"model":      "claude-fake",
@@ -183,7 +202,7 @@ func CallMessages(prompt string) (string, error) {
 	})
 	req, err := http.NewRequest("POST", base+"/v1/messages", bytes.NewReader(body))
 	if err != nil {
-		return "", err
+		return "", true, err
 	}
 	req.Header.Set("content-type", "application/json")
 	req.Header.Set("anthropic-version", "2023-06-01")
@@ -196,12 +215,12 @@ func CallMessages(prompt string) (string, error) {
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: envProxy}}
 	resp, err := client.Do(req)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		return "", fmt.Errorf("%d %s", resp.StatusCode, strings.TrimSpace(string(b)))
+		return "", true, fmt.Errorf("%d %s", resp.StatusCode, strings.TrimSpace(string(b)))
 	}
 	var text strings.Builder
 	sc := bufio.NewScanner(resp.Body)
@@ -223,9 +242,9 @@ func CallMessages(prompt string) (string, error) {
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return "", err
+		return "", false, err
 	}
-	return text.String(), nil
+	return text.String(), false, nil
 }
 
 // SortedKeys lists a set's keys, sorted.
