@@ -405,3 +405,11 @@ steps:
 	r.lock.Unlock()
 	r2.lock.Unlock()
 }
+
+func TestSignalNumberRoundTrip(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM, syscall.SIGINT} {
+		if got := signalNumber(sig.String()); got != int(sig) {
+			t.Errorf("%q -> %d, want %d", sig.String(), got, int(sig))
+		}
+	}
+}

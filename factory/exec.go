@@ -125,17 +125,13 @@ func attemptExitCode(a *AttemptRecord) int {
 	return int(status.ExitRunFailed)
 }
 
+// signalNumber turns a recorded signal (syscall.Signal's String, such as
+// "killed") back into its number.
 func signalNumber(name string) int {
-	for i := 1; i < 32; i++ {
-		if syscall.Signal(i).String() == name || "SIG"+name == syscall.Signal(i).String() {
+	for i := 1; i < 65; i++ {
+		if syscall.Signal(i).String() == name {
 			return i
 		}
-	}
-	switch name {
-	case "SIGKILL", "killed":
-		return 9
-	case "SIGTERM", "terminated":
-		return 15
 	}
 	return 1
 }
