@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -117,37 +116,6 @@ func waitDetail(t *testing.T, c *factory.Client, id string, d time.Duration) *fa
 	}
 }
 
-// overlap is the most attempts running at one moment.
-func overlap(atts []*factory.AttemptRecord) int {
-	type edge struct {
-		t time.Time
-		d int
-	}
-	var es []edge
-	for _, a := range atts {
-		es = append(es, edge{a.Started, 1}, edge{*a.Finished, -1})
-	}
-	sort.Slice(es, func(i, j int) bool {
-		if es[i].t.Equal(es[j].t) {
-			return es[i].d < es[j].d
-		}
-		return es[i].t.Before(es[j].t)
-	})
-	cur, max := 0, 0
-	for _, e := range es {
-		cur += e.d
-		max = maxInt(max, cur)
-	}
-	return max
-}
-
-func maxInt(a, b int) int {
-	if a > b {
-		return a
-	}
-	return b
-}
-
 const serveFactoryYAML = `version: 1
 repos:
   app:
@@ -201,7 +169,7 @@ func TestServeTwentyRunsAtOnce(t *testing.T) {
 	if len(all) != 40 {
 		t.Fatalf("want 40 attempts, got %d", len(all))
 	}
-	if n := overlap(all); n > 3 {
+	if n := factory.MaxOverlap(all); n > 3 {
 		t.Fatalf("%d attempts ran at once with serve.max_parallel 3", n)
 	}
 	h, err := sp.client.Health(ctx)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"time"
 
 	"github.com/kusaw/kusaw/config"
@@ -200,3 +201,30 @@ func attemptDir(runDir, step string, n int) string {
 }
 
 func ptrTime(t time.Time) *time.Time { return &t }
+
+// MaxOverlap is the most attempts whose [started, finished] intervals
+// overlap at one moment: what serve.max_parallel bounds.
+func MaxOverlap(atts []*AttemptRecord) int {
+	type edge struct {
+		t     time.Time
+		delta int
+	}
+	var es []edge
+	for _, a := range atts {
+		es = append(es, edge{a.Started, 1}, edge{*a.Finished, -1})
+	}
+	sort.Slice(es, func(i, j int) bool {
+		if es[i].t.Equal(es[j].t) {
+			return es[i].delta < es[j].delta
+		}
+		return es[i].t.Before(es[j].t)
+	})
+	cur, max := 0, 0
+	for _, e := range es {
+		cur += e.delta
+		if cur > max {
+			max = cur
+		}
+	}
+	return max
+}

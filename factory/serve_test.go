@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -112,33 +111,6 @@ func waitRun(t *testing.T, c *Client, id string, d time.Duration) *RunDetail {
 	}
 }
 
-// maxOverlap is the most attempts whose [started, finished] intervals
-// overlap at one moment.
-func maxOverlap(atts []*AttemptRecord) int {
-	type edge struct {
-		t     time.Time
-		delta int
-	}
-	var es []edge
-	for _, a := range atts {
-		es = append(es, edge{a.Started, 1}, edge{*a.Finished, -1})
-	}
-	sort.Slice(es, func(i, j int) bool {
-		if es[i].t.Equal(es[j].t) {
-			return es[i].delta < es[j].delta
-		}
-		return es[i].t.Before(es[j].t)
-	})
-	cur, max := 0, 0
-	for _, e := range es {
-		cur += e.delta
-		if cur > max {
-			max = cur
-		}
-	}
-	return max
-}
-
 func TestServeQueueRespectsLimit(t *testing.T) {
 	f := serveFactory(t, `
 pipelines:
@@ -177,7 +149,7 @@ steps:
 	if len(all) != 12 {
 		t.Fatalf("want 12 attempts, got %d", len(all))
 	}
-	if got := maxOverlap(all); got > 2 {
+	if got := MaxOverlap(all); got > 2 {
 		t.Fatalf("%d attempts ran at once with max_parallel 2", got)
 	}
 	// Six runs of 0.2s with two slots: the limit was used, not just obeyed.
