@@ -4,6 +4,11 @@ GO      ?= go
 BIN     := bin/kusaw
 PKGS    := ./...
 export GOFLAGS := -buildvcs=false
+# make build stamps what kusaw version prints (a plain go build says devel).
+VERSION  := $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+COMMIT   := $(shell git rev-parse HEAD 2>/dev/null)
+MODIFIED := $(shell test -n "$$(git status --porcelain 2>/dev/null)" && echo true || echo false)
+LDFLAGS  := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.modified=$(MODIFIED)
 
 .PHONY: all build test lint vet fmt demo e2e-egress bench docs deps clean
 
@@ -13,12 +18,13 @@ deps:
 	@scripts/ensure-deps.sh git:git bwrap:bubblewrap curl:curl node:nodejs npm:npm
 
 build:
-	$(GO) build -o $(BIN) ./cmd/kusaw
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/kusaw
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "not gofmt'd (run make fmt):"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	@GO=$(GO) scripts/check-tidy.sh
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
