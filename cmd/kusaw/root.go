@@ -53,8 +53,21 @@ func newRootCmd(a *app) *cobra.Command {
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
 	root.PersistentFlags().StringVarP(&a.file, "file", "f", "", "factory file (default: ./factory.yaml, then $KUSAW_CONFIG)")
+	// --version is kusaw version; the root runs only for it, and without
+	// it prints help as a root without RunE would.
+	var showVersion, versionJSON bool
+	root.Flags().BoolVar(&showVersion, "version", false, "print the version (as kusaw version)")
+	root.Flags().BoolVar(&versionJSON, "json", false, "with --version: print it as JSON")
+	root.RunE = func(c *cobra.Command, args []string) error {
+		if !showVersion {
+			return c.Help()
+		}
+		printVersion(a.stdout, versionJSON)
+		return nil
+	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return exitf(status.ExitUsage, "%v (see 'kusaw %s --help')", err, c.Name())
+		// CommandPath already starts with the program's name.
+		return exitf(status.ExitUsage, "%v (see '%s --help')", err, c.CommandPath())
 	})
 	for _, f := range commandFactories {
 		root.AddCommand(f(a))
