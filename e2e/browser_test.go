@@ -16,9 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kusaw/kusaw/record"
+	"github.com/kusaw/kusaw/serve"
+	"github.com/kusaw/kusaw/serve/client"
 	"golang.org/x/net/websocket"
-
-	"github.com/kusaw/kusaw/factory"
 )
 
 const chromiumInstall = "apt-get update && apt-get install -y chromium"
@@ -219,14 +220,14 @@ steps:
 ` + egressStep + "\n"
 	dir := factoryDir(t, yaml, "app")
 	token := "browser-test-token-0123456789"
-	set := exec.Command(kusawBin, "config", "set", factory.TokenSecretKey, "--secret")
+	set := exec.Command(kusawBin, "config", "set", serve.TokenSecretKey, "--secret")
 	set.Dir, set.Env, set.Stdin = dir, testEnv(t, dir), strings.NewReader(token)
 	if out, err := set.CombinedOutput(); err != nil {
 		t.Fatalf("storing the token: %v\n%s", err, out)
 	}
 	sp := startServe(t, dir)
-	var info factory.ServeInfo
-	b, err := os.ReadFile(filepath.Join(dir, ".kusaw", factory.ServeInfoFile))
+	var info client.ServeInfo
+	b, err := os.ReadFile(filepath.Join(dir, ".kusaw", record.ServeInfoFile))
 	if err != nil || json.Unmarshal(b, &info) != nil || info.Listen == "" {
 		t.Fatalf("serve.json: %v %s", err, b)
 	}
@@ -316,7 +317,7 @@ steps:
 		if err != nil || rep.Source != "summary" {
 			t.Fatalf("egress API: %+v %v", rep, err)
 		}
-		hosts := map[string]factory.HostEgress{}
+		hosts := map[string]record.HostEgress{}
 		for _, h := range rep.Hosts {
 			hosts[h.Host] = h
 		}

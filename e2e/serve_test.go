@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/kusaw/kusaw/factory"
+	"github.com/kusaw/kusaw/record"
+	"github.com/kusaw/kusaw/serve/client"
 	"github.com/kusaw/kusaw/status"
 )
 
@@ -25,7 +27,7 @@ type serveProc struct {
 	cmd    *exec.Cmd
 	stderr *syncBuffer
 	dir    string
-	client *factory.Client
+	client *client.Client
 }
 
 type syncBuffer struct {
@@ -77,7 +79,7 @@ func startServeEnv(t testing.TB, dir string, env []string, args ...string) *serv
 	})
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		c, err := factory.DialServe(filepath.Join(dir, ".kusaw"))
+		c, err := client.DialServe(filepath.Join(dir, ".kusaw"))
 		if err == nil {
 			sp.client = c
 			return sp
@@ -98,7 +100,7 @@ func (sp *serveProc) stop(t *testing.T) {
 	}
 }
 
-func waitDetail(t *testing.T, c *factory.Client, id string, d time.Duration) *factory.RunDetail {
+func waitDetail(t *testing.T, c *client.Client, id string, d time.Duration) *client.RunDetail {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
@@ -158,7 +160,7 @@ func TestServeTwentyRunsAtOnce(t *testing.T) {
 	for err := range errs {
 		t.Fatalf("submit: %v", err)
 	}
-	var all []*factory.AttemptRecord
+	var all []*record.AttemptRecord
 	for _, id := range ids {
 		d := waitDetail(t, sp.client, id, 120*time.Second)
 		if d.Run.State != status.RunSucceeded {
@@ -169,7 +171,7 @@ func TestServeTwentyRunsAtOnce(t *testing.T) {
 	if len(all) != 40 {
 		t.Fatalf("want 40 attempts, got %d", len(all))
 	}
-	if n := factory.MaxOverlap(all); n > 3 {
+	if n := record.MaxOverlap(all); n > 3 {
 		t.Fatalf("%d attempts ran at once with serve.max_parallel 3", n)
 	}
 	h, err := sp.client.Health(ctx)
@@ -210,7 +212,7 @@ func TestServeTwentyRunsAtOnce(t *testing.T) {
 		t.Fatalf("logs through serve:\n%s\n---\n%s", logs.stdout, localLogs.stdout)
 	}
 	sp.stop(t)
-	if _, err := os.Stat(filepath.Join(dir, ".kusaw", factory.SocketFile)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(dir, ".kusaw", record.ServeSocketFile)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the socket outlived serve: %v", err)
 	}
 }
@@ -242,7 +244,7 @@ func TestServeCancelAndFollow(t *testing.T) {
 	var types []string
 	done := make(chan string, 1)
 	go func() {
-		st, err := sp.client.Follow(ctx, rec.ID, func(ev factory.Event) {
+		st, err := sp.client.Follow(ctx, rec.ID, func(ev record.Event) {
 			mu.Lock()
 			types = append(types, ev.Type)
 			mu.Unlock()
@@ -256,7 +258,7 @@ func TestServeCancelAndFollow(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, ty := range types {
-			if ty == factory.EvProcessStarted {
+			if ty == record.EvProcessStarted {
 				return true
 			}
 		}
@@ -279,7 +281,7 @@ func TestServeCancelAndFollow(t *testing.T) {
 	mu.Lock()
 	got := strings.Join(types, " ")
 	mu.Unlock()
-	for _, want := range []string{factory.EvRunStarted, factory.EvCancelRequested, factory.EvAttemptFinished, factory.EvRunFinished} {
+	for _, want := range []string{record.EvRunStarted, record.EvCancelRequested, record.EvAttemptFinished, record.EvRunFinished} {
 		if !strings.Contains(got, want) {
 			t.Fatalf("stream lacks %s: %s", want, got)
 		}
@@ -535,7 +537,7 @@ func TestServiceStatusAndInstall(t *testing.T) {
 		}
 	}
 	if res.code != want || !st.Serve.Running || st.Serve.PID != sp.cmd.Process.Pid || st.Serve.MaxParallel != 5 ||
-		st.Serve.Socket != filepath.Join(dir, ".kusaw", factory.SocketFile) || st.Serve.Queued+st.Serve.Running2 != 1 {
+		st.Serve.Socket != filepath.Join(dir, ".kusaw", record.ServeSocketFile) || st.Serve.Queued+st.Serve.Running2 != 1 {
 		t.Fatalf("status with serve: exit %d (want %d)\n%s", res.code, want, res.stdout)
 	}
 	if !strings.Contains(sp.stderr.String(), `"message":"request"`) || !strings.Contains(sp.stderr.String(), `"path":"/v1/health"`) {

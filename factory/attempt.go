@@ -15,6 +15,7 @@ import (
 
 	"github.com/kusaw/kusaw/config"
 	"github.com/kusaw/kusaw/egress"
+	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/secretstore"
 	"github.com/kusaw/kusaw/status"
 	"github.com/kusaw/kusaw/steps"
@@ -30,7 +31,7 @@ type attemptRun struct {
 	step   *config.Step
 	n      int
 	dir    string
-	rec    *AttemptRecord
+	rec    *record.AttemptRecord
 	events *sink
 	wts    map[string]*worktree.Worktree
 	repos  map[string]*worktree.Repo
@@ -52,7 +53,7 @@ type attemptRun struct {
 func (a *attemptRun) save() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	_ = writeJSON(filepath.Join(a.dir, attemptFile), a.rec)
+	_ = writeJSON(filepath.Join(a.dir, record.AttemptFile), a.rec)
 }
 
 // fail ends the attempt with an outcome and a reason before or after its
@@ -69,11 +70,11 @@ func (a *attemptRun) setOutcome(o status.Outcome, r status.Reason, msg string) {
 
 // attempt runs attempt n (of the last number this occurrence may reach) of
 // a step (DESIGN §4, life of an attempt) and returns its finished record.
-func (e *Engine) attempt(ctx context.Context, r *Run, s *config.Step, n, of int) *AttemptRecord {
-	dir := attemptDir(r.Dir, s.ID, n)
+func (e *Engine) attempt(ctx context.Context, r *Run, s *config.Step, n, of int) *record.AttemptRecord {
+	dir := record.AttemptDir(r.Dir, s.ID, n)
 	a := &attemptRun{e: e, run: r, step: s, n: n, dir: dir, wts: map[string]*worktree.Worktree{}, repos: map[string]*worktree.Repo{}}
-	a.rec = &AttemptRecord{Run: r.ID(), Step: s.ID, Number: n, Of: of, Kind: s.Kind(), Builtin: s.Builtin,
-		Setup: e.F.Setup, Started: time.Now().UTC(), Worktrees: []WorktreeRecord{}, Processes: []ProcessRecord{}}
+	a.rec = &record.AttemptRecord{Run: r.ID(), Step: s.ID, Number: n, Of: of, Kind: s.Kind(), Builtin: s.Builtin,
+		Setup: e.F.Setup, Started: time.Now().UTC(), Worktrees: []record.WorktreeRecord{}, Processes: []record.ProcessRecord{}}
 	if s.Kind() == config.KindAgent {
 		a.rec.Provider = s.Provider
 	}
@@ -91,9 +92,9 @@ func (e *Engine) attempt(ctx context.Context, r *Run, s *config.Step, n, of int)
 	}
 	a.rec.Network = e.F.EffectiveNetwork(s, a.rec.Mode)
 
-	for _, sub := range []string{artifactsDir, tmpDir, worktreesDir} {
+	for _, sub := range []string{record.ArtifactsDir, record.TmpDir, record.WorktreesDir} {
 		perm := os.FileMode(0o755)
-		if sub == tmpDir {
+		if sub == record.TmpDir {
 			perm = 0o700
 		}
 		if err := os.MkdirAll(filepath.Join(dir, sub), perm); err != nil {
@@ -102,8 +103,8 @@ func (e *Engine) attempt(ctx context.Context, r *Run, s *config.Step, n, of int)
 			return a.finish()
 		}
 	}
-	a.events = e.openSink(filepath.Join(dir, eventsFile), r.ID(), s.ID, n, r.redact)
-	a.events.Emit(EvAttemptStarted, map[string]any{"attempt": n, "of": of, "kind": s.Kind(), "mode": a.rec.Mode, "mode_origin": a.rec.ModeOrigin, "network": a.rec.Network})
+	a.events = e.openSink(filepath.Join(dir, record.EventsFile), r.ID(), s.ID, n, r.redact)
+	a.events.Emit(record.EvAttemptStarted, map[string]any{"attempt": n, "of": of, "kind": s.Kind(), "mode": a.rec.Mode, "mode_origin": a.rec.ModeOrigin, "network": a.rec.Network})
 
 	if err := a.createWorktrees(); err != nil {
 		a.setOutcome(status.OutcomeFailed, status.ReasonWorktreeFailed, err.Error())
@@ -130,8 +131,8 @@ func (a *attemptRun) createWorktrees() error {
 	runID := a.run.ID()
 	for _, name := range a.e.F.ActiveRepos(a.step) {
 		rr := a.run.repo(name)
-		a.rec.Worktrees = append(a.rec.Worktrees, WorktreeRecord{Repo: name, RepoPath: rr.Path,
-			Path: filepath.Join(a.dir, worktreesDir, name), Branch: worktree.AttemptBranch(runID, a.step.ID, a.n)})
+		a.rec.Worktrees = append(a.rec.Worktrees, record.WorktreeRecord{Repo: name, RepoPath: rr.Path,
+			Path: filepath.Join(a.dir, record.WorktreesDir, name), Branch: worktree.AttemptBranch(runID, a.step.ID, a.n)})
 	}
 	a.save()
 	for i := range a.rec.Worktrees {
@@ -146,7 +147,7 @@ func (a *attemptRun) createWorktrees() error {
 		}
 		a.repos[w.Repo], a.wts[w.Repo] = repo, wt
 		w.GitDir, w.BaseSHA, w.Path = wt.GitDir, wt.BaseSHA, wt.Path
-		a.events.Emit(EvWorktreeCreated, map[string]any{"repo": w.Repo, "path": w.Path, "branch": w.Branch, "base": w.BaseSHA})
+		a.events.Emit(record.EvWorktreeCreated, map[string]any{"repo": w.Repo, "path": w.Path, "branch": w.Branch, "base": w.BaseSHA})
 	}
 	return nil
 }
@@ -158,21 +159,21 @@ func (a *attemptRun) setup(ctx context.Context) error {
 	if len(a.e.F.Setup) == 0 || a.run.skipSetup {
 		return nil
 	}
-	logf, err := os.OpenFile(filepath.Join(a.dir, setupLogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	logf, err := os.OpenFile(filepath.Join(a.dir, record.SetupLogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	defer logf.Close()
 	for _, w := range a.rec.Worktrees {
-		env := steps.HostEnv(os.Environ(), steps.TempEnv(filepath.Join(a.dir, tmpDir)), map[string]string{
+		env := steps.HostEnv(os.Environ(), steps.TempEnv(filepath.Join(a.dir, record.TmpDir)), map[string]string{
 			steps.EnvRun: a.run.ID(), steps.EnvStep: a.step.ID, steps.EnvAttempt: fmt.Sprint(a.n),
-			steps.EnvArtifacts: filepath.Join(a.dir, artifactsDir), steps.EnvWorktreePrefix + steps.EnvName(w.Repo): w.Path,
+			steps.EnvArtifacts: filepath.Join(a.dir, record.ArtifactsDir), steps.EnvWorktreePrefix + steps.EnvName(w.Repo): w.Path,
 		})
 		for _, argv := range a.e.F.Setup {
 			fmt.Fprintf(logf, "== %s: %s\n", w.Repo, strings.Join(argv, " "))
 			start := time.Now()
 			res := a.e.runProcess(ctx, 0, &exec.Cmd{Path: lookPath(argv[0]), Args: argv, Dir: w.Path, Env: env}, logf, logf, nil, nil)
-			a.events.Emit(EvSetupFinished, map[string]any{"repo": w.Repo, "argv": argv, "exit_code": res.exit, "duration_ms": time.Since(start).Milliseconds()})
+			a.events.Emit(record.EvSetupFinished, map[string]any{"repo": w.Repo, "argv": argv, "exit_code": res.exit, "duration_ms": time.Since(start).Milliseconds()})
 			if res.startErr != nil {
 				return fmt.Errorf("setup %q in %s: %v", strings.Join(argv, " "), w.Repo, res.startErr)
 			}
@@ -204,7 +205,7 @@ func (a *attemptRun) runProcesses(ctx context.Context, procs [][]string) {
 		defer cancel()
 	}
 	results := make([]procResult, len(procs))
-	a.rec.Processes = make([]ProcessRecord, len(procs))
+	a.rec.Processes = make([]record.ProcessRecord, len(procs))
 	// Prepare every process first: a refusal refuses the whole attempt
 	// before anything starts.
 	cmds := make([]*preparedProc, len(procs))
@@ -218,7 +219,7 @@ func (a *attemptRun) runProcesses(ctx context.Context, procs [][]string) {
 			if errors.As(err, &se) {
 				a.setOutcome(status.OutcomeRefused, se.Reason, se.Msg)
 				a.rec.Fix = se.Fix
-				if isSandboxReason(se.Reason) {
+				if record.IsSandboxReason(se.Reason) {
 					a.run.mu.Lock()
 					a.run.refused = se
 					a.run.mu.Unlock()
@@ -290,17 +291,6 @@ func rank(o status.Outcome) int {
 	return 0
 }
 
-// isSandboxReason reports the refusals that mean "this machine cannot run
-// the backend" (exit 4); a missing token or a refused plan is the
-// factory's to fix and fails the run like any step (exit 1).
-func isSandboxReason(r status.Reason) bool {
-	switch r {
-	case status.ReasonSandboxUnavailable, status.ReasonSandboxUntrusted, status.ReasonSandboxNoUserNS:
-		return true
-	}
-	return false
-}
-
 // preparedProc is a process ready to start.
 type preparedProc struct {
 	cmd     *exec.Cmd
@@ -315,7 +305,7 @@ type preparedProc struct {
 	// egressHosts are the provider's hosts for the allowlist.
 	egressHosts []string
 	lease       *egress.Lease
-	probe       *ProviderProbe
+	probe       *record.ProviderProbe
 }
 
 // release runs the cleanup of a process that will not start.
@@ -341,12 +331,12 @@ func (a *attemptRun) prepare(i int, repos []string, many bool) (*preparedProc, e
 		wts = append(wts, steps.Worktree{Repo: w.Repo, Path: w.Path, BaseSHA: a.run.repo(w.Repo).BaseSHA})
 	}
 	at := steps.Attempt{Run: a.run.ID(), Step: a.step, Number: a.n, Repos: repos, Worktrees: wts,
-		Artifacts: filepath.Join(a.dir, artifactsDir), Tmp: filepath.Join(a.dir, tmpDir), Kusaw: a.e.opts.Kusaw}
+		Artifacts: filepath.Join(a.dir, record.ArtifactsDir), Tmp: filepath.Join(a.dir, record.TmpDir), Kusaw: a.e.opts.Kusaw}
 	spec, err := steps.Build(at)
 	if err != nil {
 		return nil, err
 	}
-	p := &preparedProc{stdout: stdoutFile, stderr: stderrFile}
+	p := &preparedProc{stdout: record.StdoutFile, stderr: record.StderrFile}
 	if many {
 		p.stdout, p.stderr = "stdout-"+repos[0]+".log", "stderr-"+repos[0]+".log"
 	}
@@ -443,7 +433,7 @@ func (a *attemptRun) execute(ctx context.Context, i int, p *preparedProc) procRe
 		pr.PID = pid
 		a.mu.Unlock()
 		a.save()
-		a.events.Emit(EvProcessStarted, map[string]any{"pid": pid, "argv": pr.Argv, "dir": pr.Dir, "repos": pr.Repos})
+		a.events.Emit(record.EvProcessStarted, map[string]any{"pid": pid, "argv": pr.Argv, "dir": pr.Dir, "repos": pr.Repos})
 	}
 	res := a.e.runProcess(ctx, a.e.opts.KillGrace, p.cmd, stdout, stderr, started, a.run.redact)
 	if p.lease != nil && res.startErr == nil && !p.lease.HandedOver() {
@@ -468,7 +458,7 @@ func (a *attemptRun) execute(ctx context.Context, i int, p *preparedProc) procRe
 	if res.startErr != nil {
 		data["error"] = res.startErr.Error()
 	}
-	a.events.Emit(EvProcessExited, data)
+	a.events.Emit(record.EvProcessExited, data)
 	return res
 }
 
@@ -634,7 +624,7 @@ func (a *attemptRun) commit() {
 		if od := a.objectDir(w.Repo); od != "" {
 			if err := wt.ImportObjects(od); err != nil {
 				a.keepObjects = true
-				a.events.Emit(EvCommitted, map[string]any{"repo": w.Repo, "error": err.Error()})
+				a.events.Emit(record.EvCommitted, map[string]any{"repo": w.Repo, "error": err.Error()})
 				if a.rec.Outcome == status.OutcomePassed {
 					a.setOutcome(status.OutcomeFailed, status.ReasonCommitFailed, err.Error())
 				}
@@ -642,14 +632,14 @@ func (a *attemptRun) commit() {
 		}
 		sha, changed, err := wt.CommitAll(msg)
 		if err != nil {
-			a.events.Emit(EvCommitted, map[string]any{"repo": w.Repo, "error": err.Error()})
+			a.events.Emit(record.EvCommitted, map[string]any{"repo": w.Repo, "error": err.Error()})
 			if a.rec.Outcome == status.OutcomePassed {
 				a.setOutcome(status.OutcomeFailed, status.ReasonCommitFailed, err.Error())
 			}
 			continue
 		}
 		w.HeadSHA, w.Changed = sha, changed
-		a.events.Emit(EvCommitted, map[string]any{"repo": w.Repo, "branch": w.Branch, "sha": sha, "changed": changed})
+		a.events.Emit(record.EvCommitted, map[string]any{"repo": w.Repo, "branch": w.Branch, "sha": sha, "changed": changed})
 	}
 	if a.rec.Outcome != status.OutcomePassed {
 		return
@@ -665,13 +655,13 @@ func (a *attemptRun) commit() {
 			return
 		}
 		rr.HeadSHA = w.HeadSHA
-		a.events.Emit(EvBranchAdvanced, map[string]any{"repo": w.Repo, "branch": rr.Branch, "sha": w.HeadSHA})
+		a.events.Emit(record.EvBranchAdvanced, map[string]any{"repo": w.Repo, "branch": rr.Branch, "sha": w.HeadSHA})
 	}
 }
 
 // finish removes the worktrees (their branches stay) and tmp/, writes the
 // final record and event, and seals the attempt's events.
-func (a *attemptRun) finish() *AttemptRecord {
+func (a *attemptRun) finish() *record.AttemptRecord {
 	for i := range a.rec.Worktrees {
 		w := &a.rec.Worktrees[i]
 		if repo := a.repos[w.Repo]; repo != nil {
@@ -684,13 +674,13 @@ func (a *attemptRun) finish() *AttemptRecord {
 			_ = removeWorktree(w)
 		}
 	}
-	_ = os.RemoveAll(filepath.Join(a.dir, tmpDir))
+	_ = os.RemoveAll(filepath.Join(a.dir, record.TmpDir))
 	if !a.keepObjects {
 		// Imported (what the branches need is in the repositories now) or
 		// never committed: the rest is unreferenced.
-		_ = os.RemoveAll(filepath.Join(a.dir, objectsDir))
+		_ = os.RemoveAll(filepath.Join(a.dir, record.ObjectsDir))
 	}
-	_ = os.Remove(filepath.Join(a.dir, worktreesDir))
+	_ = os.Remove(filepath.Join(a.dir, record.WorktreesDir))
 	if a.egress != nil {
 		a.egress.close()
 	}
@@ -706,7 +696,7 @@ func (a *attemptRun) finish() *AttemptRecord {
 	if a.rec.ExitCode != nil {
 		data["exit_code"] = *a.rec.ExitCode
 	}
-	a.events.Emit(EvAttemptFinished, data)
+	a.events.Emit(record.EvAttemptFinished, data)
 	_ = a.events.Close()
 	return a.rec
 }
@@ -717,7 +707,7 @@ func (a *attemptRun) guardRefs() {
 	for repo, wt := range a.wts {
 		g, err := wt.GuardSiblingRefs()
 		if err != nil {
-			a.events.Emit(EvRefsRestored, map[string]any{"repo": repo, "error": err.Error()})
+			a.events.Emit(record.EvRefsRestored, map[string]any{"repo": repo, "error": err.Error()})
 			continue
 		}
 		a.refGuards[repo] = g
@@ -731,11 +721,11 @@ func (a *attemptRun) restoreRefs() {
 	for repo, g := range a.refGuards {
 		repaired, err := g.Restore()
 		if err != nil {
-			a.events.Emit(EvRefsRestored, map[string]any{"repo": repo, "error": err.Error()})
+			a.events.Emit(record.EvRefsRestored, map[string]any{"repo": repo, "error": err.Error()})
 			continue
 		}
 		if len(repaired) > 0 {
-			a.events.Emit(EvRefsRestored, map[string]any{"repo": repo, "branches": repaired})
+			a.events.Emit(record.EvRefsRestored, map[string]any{"repo": repo, "branches": repaired})
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/kusaw/kusaw/internal/testkit"
 	"github.com/kusaw/kusaw/status"
 )
 
@@ -32,7 +33,7 @@ steps:
 // (run branch, worktrees, processes, commits, records, chained events,
 // cleanup). DESIGN §12 target: ≤ 0.5 s end to end.
 func BenchmarkPipelineNoop3Steps(b *testing.B) {
-	f := testFactory(b, noopFactory, "app")
+	f := testkit.Factory(b, noopFactory, "app")
 	e, err := New(f, Options{})
 	if err != nil {
 		b.Fatal(err)
@@ -50,7 +51,7 @@ func BenchmarkPipelineNoop3Steps(b *testing.B) {
 // BenchmarkPipelineGitBaseline: three `git worktree add -b` + `true` +
 // `git worktree remove`, the floor under any worktree-per-attempt engine.
 func BenchmarkPipelineGitBaseline(b *testing.B) {
-	f := testFactory(b, noopFactory, "app")
+	f := testkit.Factory(b, noopFactory, "app")
 	repo := filepath.Join(f.Dir, "app")
 	wt := filepath.Join(f.Dir, "wt")
 	git := func(args ...string) {

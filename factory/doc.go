@@ -1,5 +1,5 @@
-// Package factory ties kusaw together: runs, pipelines, attempts, the queue,
-// events and records, and the engine that serve drives. It is the only
+// Package factory is the engine of one machine: runs, pipelines, attempts,
+// events and records, driven by kusaw run and by serve. It is the only
 // package that imports sandbox, egress, worktree and providers together.
 //
 // The engine:

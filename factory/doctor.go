@@ -21,6 +21,7 @@ import (
 
 	"github.com/kusaw/kusaw/config"
 	"github.com/kusaw/kusaw/providers"
+	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/sandbox"
 	"github.com/kusaw/kusaw/secretstore"
 	"github.com/kusaw/kusaw/status"
@@ -98,7 +99,7 @@ func (e *Engine) Doctor(ctx context.Context, o DoctorOptions) (*DoctorReport, er
 	var ids []string
 	if o.Step != "" {
 		if e.F.Steps[o.Step] == nil {
-			return nil, fmt.Errorf("%w %q (steps: %v)", ErrUnknownStep, o.Step, e.F.StepOrder)
+			return nil, fmt.Errorf("%w %q (steps: %v)", record.ErrUnknownStep, o.Step, e.F.StepOrder)
 		}
 		ids = []string{o.Step}
 	} else {
@@ -357,12 +358,12 @@ func (e *Engine) probeStep(ctx context.Context, s *config.Step, ds *DoctorStep, 
 	}
 	if res != nil && res.Run != nil {
 		ds.ProbeRun = res.Run.ID()
-		adir := attemptDir(res.Run.Dir, s.ID, 1)
+		adir := record.AttemptDir(res.Run.Dir, s.ID, 1)
 		if p := filepath.Join(adir, ".kusaw-probe-out"); exists(p) {
 			obs.leftBehind = append(obs.leftBehind, p)
 			os.Remove(p)
 		}
-		ds.EgressLog = filepath.Join(adir, egressLogFile)
+		ds.EgressLog = filepath.Join(adir, record.EgressLogFile)
 		if b, err := os.ReadFile(ds.EgressLog); err == nil {
 			obs.egressLog = string(b)
 		}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kusaw/kusaw/internal/testkit"
 	"github.com/kusaw/kusaw/sandbox"
 	"github.com/kusaw/kusaw/status"
 )
@@ -162,7 +163,7 @@ func TestKnownProxyIgnorersNodeVersion(t *testing.T) {
 }
 
 func TestDoctorSandboxUnavailable(t *testing.T) {
-	f := testFactory(t, `version: 1
+	f := testkit.Factory(t, `version: 1
 repos:
   app: {path: ./app}
 sandbox:

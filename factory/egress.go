@@ -15,6 +15,7 @@ import (
 	"github.com/kusaw/kusaw/config"
 	"github.com/kusaw/kusaw/egress"
 	"github.com/kusaw/kusaw/providers"
+	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/sandbox"
 	"github.com/kusaw/kusaw/status"
 )
@@ -70,7 +71,7 @@ type egressObserver struct {
 func (a *attemptRun) egressLog() *egressObserver {
 	a.egressOnce.Do(func() {
 		o := &egressObserver{a: a}
-		o.log, o.err = chainlog.Create(filepath.Join(a.dir, egressLogFile), a.e.opts.Key, chainlog.Options{Perm: 0o644})
+		o.log, o.err = chainlog.Create(filepath.Join(a.dir, record.EgressLogFile), a.e.opts.Key, chainlog.Options{Perm: 0o644})
 		a.egress = o
 	})
 	return a.egress
@@ -102,7 +103,7 @@ func (o *egressObserver) Decision(d egress.Decision) {
 		o.a.run.noteRefusal(o.a.step.ID, o.a.n, d)
 	}
 	if show {
-		o.a.events.Emit(EvEgressBlocked, map[string]any{"host": d.Host, "port": d.Port, "kind": d.Kind, "reason": d.Reason, "detail": d.Detail, "decision": d.Decision})
+		o.a.events.Emit(record.EvEgressBlocked, map[string]any{"host": d.Host, "port": d.Port, "kind": d.Kind, "reason": d.Reason, "detail": d.Detail, "decision": d.Decision})
 	}
 }
 
@@ -178,7 +179,7 @@ func (a *attemptRun) lease(i int, repos []string, p *preparedProc) (*sandbox.Pro
 	a.rec.Allowlist = nil
 	for _, h := range append(a.e.F.Allowlist(s, p.egressHosts), a.run.extraAllow...) {
 		cfg.Allow = append(cfg.Allow, egress.Rule{Pattern: h.Pattern, Origin: h.Origin})
-		a.rec.Allowlist = append(a.rec.Allowlist, AllowedHost{Host: h.Pattern.String(), Origin: h.Origin})
+		a.rec.Allowlist = append(a.rec.Allowlist, record.AllowedHost{Host: h.Pattern.String(), Origin: h.Origin})
 	}
 	injects, err := a.injects()
 	if err != nil {
@@ -280,7 +281,7 @@ func (a *attemptRun) closeLeaseAfter(p *preparedProc, l *egress.Lease, obs *egre
 		hosts := make([]map[string]any, 0, len(sum.Hosts))
 		a.mu.Lock()
 		if a.rec.Egress == nil {
-			a.rec.Egress = &EgressTotals{}
+			a.rec.Egress = &record.EgressTotals{}
 		}
 		a.rec.Egress.BytesUp += sum.BytesUp
 		a.rec.Egress.BytesDown += sum.BytesDown
@@ -300,6 +301,6 @@ func (a *attemptRun) closeLeaseAfter(p *preparedProc, l *egress.Lease, obs *egre
 		if blocked > maxBlockedEvents {
 			data["blocked_not_shown"] = blocked - maxBlockedEvents
 		}
-		a.events.Emit(EvEgressSummary, data)
+		a.events.Emit(record.EvEgressSummary, data)
 	}
 }

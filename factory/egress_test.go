@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kusaw/kusaw/internal/testkit"
+	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/sandbox"
 	"github.com/kusaw/kusaw/status"
 )
@@ -89,7 +91,7 @@ func TestInjectKeepsKeyOutside(t *testing.T) {
 	api.StartTLS()
 	defer api.Close()
 	_, port, _ := net.SplitHostPort(api.Listener.Addr().String())
-	f := testFactory(t, `version: 1
+	f := testkit.Factory(t, `version: 1
 repos:
   app: {path: ./app}
 sandbox:
@@ -114,10 +116,10 @@ steps:
 	defer e.Close()
 	r, _ := e.Run(context.Background(), "")
 	adir := e.State.AttemptDir(r.ID(), "call", 1)
-	out, _ := os.ReadFile(filepath.Join(adir, stdoutFile))
+	out, _ := os.ReadFile(filepath.Join(adir, record.StdoutFile))
 	if r.Record.State != status.RunSucceeded {
-		errOut, _ := os.ReadFile(filepath.Join(adir, stderrFile))
-		elog, _ := os.ReadFile(filepath.Join(adir, egressLogFile))
+		errOut, _ := os.ReadFile(filepath.Join(adir, record.StderrFile))
+		elog, _ := os.ReadFile(filepath.Join(adir, record.EgressLogFile))
 		t.Fatalf("run %s: %s\nstdout %s\nstderr %s\negress.log %s", r.Record.State, r.Record.Message, out, errOut, elog)
 	}
 	if string(out) != "key=factory-egress-placeholder\n0\n" {
@@ -126,13 +128,13 @@ steps:
 	if sawKey != realKey {
 		t.Errorf("the API got key %q", sawKey)
 	}
-	if got := gitRun(t, filepath.Join(f.Dir, "app"), "show", "kusaw/"+r.ID()+":answer.txt"); got != "api says hi" {
+	if got := testkit.GitRun(t, filepath.Join(f.Dir, "app"), "show", "kusaw/"+r.ID()+":answer.txt"); got != "api says hi" {
 		t.Errorf("answer %q", got)
 	}
 	if leaks := grepTree(t, r.Dir, realKey); len(leaks) > 0 {
 		t.Errorf("the real key appears in %v", leaks)
 	}
-	if elog, _ := os.ReadFile(filepath.Join(adir, egressLogFile)); !strings.Contains(string(elog), `"kind":"inject"`) {
+	if elog, _ := os.ReadFile(filepath.Join(adir, record.EgressLogFile)); !strings.Contains(string(elog), `"kind":"inject"`) {
 		t.Errorf("egress.log has no inject decision:\n%s", elog)
 	}
 }
@@ -162,7 +164,7 @@ func localhostCert(t *testing.T) (tls.Certificate, *x509.CertPool) {
 // the first 50 become events; the summary counts the rest.
 func TestEgressBlockedEventsCapped(t *testing.T) {
 	needSandboxAndCurl(t)
-	f := testFactory(t, `version: 1
+	f := testkit.Factory(t, `version: 1
 repos:
   app: {path: ./app}
 pipelines:
@@ -182,14 +184,14 @@ steps:
 		t.Fatalf("run %s: %s", r.Record.State, r.Record.Message)
 	}
 	adir := e.State.AttemptDir(r.ID(), "noisy", 1)
-	events, _ := os.ReadFile(filepath.Join(adir, eventsFile))
+	events, _ := os.ReadFile(filepath.Join(adir, record.EventsFile))
 	if n := strings.Count(string(events), `"type":"egress.blocked"`); n != maxBlockedEvents {
 		t.Errorf("%d egress.blocked events, want %d", n, maxBlockedEvents)
 	}
 	if !strings.Contains(string(events), `"blocked_not_shown":5`) {
 		t.Errorf("the summary does not count the refusals beyond the cap")
 	}
-	elog, _ := os.ReadFile(filepath.Join(adir, egressLogFile))
+	elog, _ := os.ReadFile(filepath.Join(adir, record.EgressLogFile))
 	if n := strings.Count(string(elog), `"decision":"refuse"`); n != 55 {
 		t.Errorf("egress.log has %d refusals, want 55", n)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/kusaw/kusaw/chainlog"
 	"github.com/kusaw/kusaw/config"
 	"github.com/kusaw/kusaw/egress"
+	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/sandbox"
 	"github.com/kusaw/kusaw/secretstore"
 	"github.com/kusaw/kusaw/status"
@@ -37,7 +38,7 @@ type Options struct {
 	KillGrace time.Duration
 	// OnEvent is called for every event of every run, after it is written.
 	// It must not block for long.
-	OnEvent func(Event)
+	OnEvent func(record.Event)
 	// Secrets resolves {secret: KEY} env values. Default: the user's
 	// secret store, opened on first use.
 	Secrets SecretSource
@@ -115,12 +116,12 @@ func New(f *config.Factory, opts Options) (*Engine, error) {
 
 // Run is one execution of a pipeline.
 type Run struct {
-	Record *RunRecord
+	Record *record.RunRecord
 	Dir    string
 
 	e       *Engine
 	steps   []*config.Step
-	lock    *runLock
+	lock    *RunLock
 	events  *sink
 	redact  *redactor
 	mu      sync.Mutex
@@ -184,16 +185,12 @@ func (e *Engine) Pipeline(name string) (string, []*config.Step, error) {
 	return name, steps, nil
 }
 
-// ErrUnknownPipeline wraps Pipeline's errors for callers that map it to a
-// usage exit code.
-var ErrUnknownPipeline = errors.New("unknown pipeline")
-
 // Prepare creates a queued run of a pipeline: its id, folder, record and
 // lock. Execute runs it.
 func (e *Engine) Prepare(pipeline string) (*Run, error) {
 	name, steps, err := e.Pipeline(pipeline)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrUnknownPipeline, err)
+		return nil, fmt.Errorf("%w: %v", record.ErrUnknownPipeline, err)
 	}
 	return e.prepareSteps(name, steps)
 }
@@ -211,23 +208,23 @@ func (e *Engine) prepareSteps(name string, steps []*config.Step) (*Run, error) {
 			return nil, fmt.Errorf("cannot create the run folder %s: %v", dir, err)
 		}
 	}
-	l, ok, err := tryLock(filepath.Join(dir, lockFile))
+	l, ok, err := TryLock(filepath.Join(dir, record.LockFile))
 	if err != nil || !ok {
 		return nil, fmt.Errorf("cannot lock %s: %v", dir, err)
 	}
 	host, _ := os.Hostname()
-	rec := &RunRecord{ID: id, Pipeline: name, Factory: e.F.Path, State: status.RunQueued, Created: time.Now().UTC(),
-		Owner: &Owner{PID: os.Getpid(), Host: host, Start: processStart}}
+	rec := &record.RunRecord{ID: id, Pipeline: name, Factory: e.F.Path, State: status.RunQueued, Created: time.Now().UTC(),
+		Owner: &record.Owner{PID: os.Getpid(), Host: host, Start: processStart}}
 	for _, s := range steps {
-		rec.Steps = append(rec.Steps, StepResult{ID: s.ID})
+		rec.Steps = append(rec.Steps, record.StepResult{ID: s.ID})
 	}
 	r := &Run{Record: rec, Dir: dir, e: e, steps: steps, lock: l, redact: &redactor{}}
-	if err := writeJSON(filepath.Join(dir, runFile), rec); err != nil {
+	if err := writeJSON(filepath.Join(dir, record.RunFile), rec); err != nil {
 		l.Unlock()
 		return nil, err
 	}
 	// The marker tells the next kusaw to check this run's lock.
-	if err := os.WriteFile(filepath.Join(e.State.Dir, activeDir, id), nil, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(e.State.Dir, record.ActiveDir, id), nil, 0o644); err != nil {
 		l.Unlock()
 		return nil, err
 	}
@@ -265,7 +262,7 @@ func (e *Engine) Execute(ctx context.Context, r *Run) {
 	r.events = e.openRunSink(r)
 	started := map[string]any{"pipeline": rec.Pipeline, "steps": stepIDs(r.steps), "factory": e.F.Path}
 	r.resumeStarted(started)
-	r.events.Emit(EvRunStarted, started)
+	r.events.Emit(record.EvRunStarted, started)
 
 	if r.resume == nil {
 		if err := e.createRunBranches(r); err != nil {
@@ -289,8 +286,8 @@ func (e *Engine) Execute(ctx context.Context, r *Run) {
 		}
 		sr := &rec.Steps[i]
 		sr.Started = ptrTime(time.Now().UTC())
-		r.events.Emit(EvStepStarted, map[string]any{"step": s.ID, "attempts": s.Attempts})
-		var last *AttemptRecord
+		r.events.Emit(record.EvStepStarted, map[string]any{"step": s.ID, "attempts": s.Attempts})
+		var last *record.AttemptRecord
 		base, ok := used[s.ID]
 		if !ok {
 			base = r.resume.attemptBase(s.ID)
@@ -310,7 +307,7 @@ func (e *Engine) Execute(ctx context.Context, r *Run) {
 		sr.Outcome, sr.Reason = last.Outcome, last.Reason
 		sr.Finished = ptrTime(time.Now().UTC())
 		r.save()
-		r.events.Emit(EvStepFinished, map[string]any{"step": s.ID, "outcome": sr.Outcome, "reason": sr.Reason, "attempts": sr.Attempts})
+		r.events.Emit(record.EvStepFinished, map[string]any{"step": s.ID, "outcome": sr.Outcome, "reason": sr.Reason, "attempts": sr.Attempts})
 		switch {
 		case last.Outcome == status.OutcomePassed:
 			continue
@@ -338,14 +335,14 @@ func stepIDs(steps []*config.Step) []string {
 func (e *Engine) watchCancel(ctx context.Context, r *Run, cancel context.CancelCauseFunc) {
 	t := time.NewTicker(e.opts.CancelPoll)
 	defer t.Stop()
-	p := filepath.Join(r.Dir, cancelFile)
+	p := filepath.Join(r.Dir, record.CancelFile)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 			if _, err := os.Stat(p); err == nil {
-				r.events.Emit(EvCancelRequested, map[string]any{"by": "kusaw cancel"})
+				r.events.Emit(record.EvCancelRequested, map[string]any{"by": "kusaw cancel"})
 				cancel(errCanceled)
 				return
 			}
@@ -373,11 +370,11 @@ func (e *Engine) createRunBranches(r *Run) error {
 			if err != nil {
 				return fmt.Errorf("repo %s: %v", name, err)
 			}
-			r.Record.Repos = append(r.Record.Repos, RunRepo{Name: name, Path: repo.String(), Base: cr.Base, BaseSHA: sha, Branch: branch, HeadSHA: sha, Dirty: dirty})
+			r.Record.Repos = append(r.Record.Repos, record.RunRepo{Name: name, Path: repo.String(), Base: cr.Base, BaseSHA: sha, Branch: branch, HeadSHA: sha, Dirty: dirty})
 			if len(dirty) > 0 {
 				// The main checkout is never read or written: the run starts
 				// from the committed base and leaves these changes alone.
-				r.events.Emit(EvRepoDirty, map[string]any{"repo": name, "paths": dirty, "note": "uncommitted changes in the main checkout are not part of the run"})
+				r.events.Emit(record.EvRepoDirty, map[string]any{"repo": name, "paths": dirty, "note": "uncommitted changes in the main checkout are not part of the run"})
 			}
 		}
 	}
@@ -421,7 +418,7 @@ func createOrReuseRunBranch(repo *worktree.Repo, runID, base string) (string, st
 	return repo.CreateRunBranch(runID, base)
 }
 
-func (r *Run) repo(name string) *RunRepo {
+func (r *Run) repo(name string) *record.RunRepo {
 	for i := range r.Record.Repos {
 		if r.Record.Repos[i].Name == name {
 			return &r.Record.Repos[i]
@@ -434,7 +431,7 @@ func (r *Run) repo(name string) *RunRepo {
 func (r *Run) save() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	_ = writeJSON(filepath.Join(r.Dir, runFile), r.Record)
+	_ = writeJSON(filepath.Join(r.Dir, record.RunFile), r.Record)
 }
 
 func (r *Run) end(st status.RunState, reason status.Reason, msg string) {
@@ -455,7 +452,7 @@ func (r *Run) end(st status.RunState, reason status.Reason, msg string) {
 	if reason != status.ReasonNone {
 		data["reason"], data["message"], data["fix"] = reason, rec.Message, rec.Fix
 	}
-	r.events.Emit(EvRunFinished, data)
+	r.events.Emit(record.EvRunFinished, data)
 }
 
 // finish releases the run: closes (seals) its events, drops the active
@@ -467,8 +464,8 @@ func (r *Run) finish() {
 	if r.events != nil {
 		_ = r.events.Close()
 	}
-	os.Remove(filepath.Join(r.Dir, cancelFile))
-	os.Remove(filepath.Join(r.e.State.Dir, activeDir, r.Record.ID))
+	os.Remove(filepath.Join(r.Dir, record.CancelFile))
+	os.Remove(filepath.Join(r.e.State.Dir, record.ActiveDir, r.Record.ID))
 	r.lock.Unlock()
 }
 
@@ -491,3 +488,6 @@ func (e *Engine) secretSource() (SecretSource, error) {
 	})
 	return e.secrets, e.secretsErr
 }
+
+// PublicKey is the public half of the key that seals this engine's logs.
+func (e *Engine) PublicKey() ed25519.PublicKey { return e.opts.Key.Public().(ed25519.PublicKey) }

@@ -14,59 +14,12 @@ import (
 	"testing/iotest"
 	"time"
 
-	"github.com/kusaw/kusaw/config"
+	"github.com/kusaw/kusaw/internal/testkit"
+	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/sandbox"
 	"github.com/kusaw/kusaw/status"
 	"github.com/kusaw/kusaw/worktree"
 )
-
-func needGit(t testing.TB) {
-	t.Helper()
-	if _, err := exec.LookPath("git"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("git is not installed")
-		}
-		t.Skip("git is not installed")
-	}
-}
-
-func gitRun(t testing.TB, dir string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command("git", args...)
-	cmd.Dir = dir
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %v: %v\n%s", args, err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
-
-// testFactory writes repos and a factory file into a temp folder and loads it.
-func testFactory(t testing.TB, yaml string, repos ...string) *config.Factory {
-	t.Helper()
-	needGit(t)
-	dir := t.TempDir()
-	t.Setenv("KUSAW_SECRETS_DIR", filepath.Join(dir, "secrets"))
-	for _, r := range repos {
-		p := filepath.Join(dir, r)
-		os.MkdirAll(p, 0o755)
-		gitRun(t, p, "init", "-q", "-b", "main")
-		gitRun(t, p, "config", "user.email", "t@example.invalid")
-		gitRun(t, p, "config", "user.name", "t")
-		os.WriteFile(filepath.Join(p, "README"), []byte(r), 0o644)
-		gitRun(t, p, "add", ".")
-		gitRun(t, p, "commit", "-qm", "init")
-	}
-	path := filepath.Join(dir, "factory.yaml")
-	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f, fs, err := config.Load(path)
-	if err != nil || len(fs.Errors()) > 0 {
-		t.Fatalf("load: %v %v", err, fs.Errors())
-	}
-	return f
-}
 
 type fakeSecrets map[string]string
 
@@ -80,7 +33,7 @@ func (f fakeSecrets) Get(k string) (string, error) {
 
 func TestRequiredAttemptRefusedWhenSandboxUnavailable(t *testing.T) {
 	marker := filepath.Join(t.TempDir(), "ran")
-	f := testFactory(t, `version: 1
+	f := testkit.Factory(t, `version: 1
 repos:
   app: {path: ./app}
 pipelines:
@@ -91,8 +44,8 @@ steps:
     attempts: 3
     run: [touch, `+marker+`]
 `, "app")
-	var events []Event
-	e, err := New(f, Options{Kusaw: "/bin/false", OnEvent: func(ev Event) { events = append(events, ev) },
+	var events []record.Event
+	e, err := New(f, Options{Kusaw: "/bin/false", OnEvent: func(ev record.Event) { events = append(events, ev) },
 		SandboxCheck: func() sandbox.CheckResult {
 			return sandbox.CheckResult{Backend: "bubblewrap", Reason: status.ReasonSandboxNoUserNS, Msg: "no user namespaces here", Fix: "allow them"}
 		}})
@@ -119,7 +72,7 @@ steps:
 }
 
 func TestSandboxOffStepRunsWhenBackendUnavailable(t *testing.T) {
-	f := testFactory(t, `version: 1
+	f := testkit.Factory(t, `version: 1
 repos:
   app: {path: ./app}
 pipelines:
@@ -137,7 +90,7 @@ steps:
 
 func TestSecretsResolvedAndRedacted(t *testing.T) {
 	const secret = "tok-9f8e7d6c5b4a"
-	f := testFactory(t, `version: 1
+	f := testkit.Factory(t, `version: 1
 repos:
   app: {path: ./app}
 pipelines:
@@ -151,7 +104,7 @@ steps:
     run: [sh, -c, 'case "$TOKEN" in tok-9f8e*) ;; *) exit 9;; esac; echo "out $TOKEN"; echo "err $TOKEN" >&2; exit 4']
 `, "app")
 	var streamed bytes.Buffer
-	e, _ := New(f, Options{Secrets: fakeSecrets{"steps.leaky.env.TOKEN": secret}, OnEvent: func(ev Event) {
+	e, _ := New(f, Options{Secrets: fakeSecrets{"steps.leaky.env.TOKEN": secret}, OnEvent: func(ev record.Event) {
 		b, _ := json.Marshal(ev)
 		streamed.Write(b)
 	}})
@@ -163,7 +116,7 @@ steps:
 	if atts[0].Processes[0].Env["TOKEN"] != secretRedacted || atts[0].Processes[0].Env["PLAIN"] != "visible" {
 		t.Errorf("recorded env: %v", atts[0].Processes[0].Env)
 	}
-	out, _ := os.ReadFile(filepath.Join(e.State.AttemptDir(r.ID(), "leaky", 1), stdoutFile))
+	out, _ := os.ReadFile(filepath.Join(e.State.AttemptDir(r.ID(), "leaky", 1), record.StdoutFile))
 	if string(out) != "out <secret>\n" {
 		t.Errorf("stdout.log = %q", out)
 	}
@@ -177,7 +130,7 @@ steps:
 }
 
 func TestSecretMissingRefuses(t *testing.T) {
-	f := testFactory(t, `version: 1
+	f := testkit.Factory(t, `version: 1
 repos:
   app: {path: ./app}
 pipelines:
@@ -246,7 +199,7 @@ func TestRunIDsSortByTime(t *testing.T) {
 }
 
 func TestRecoveryMarksAbandonedRunInterrupted(t *testing.T) {
-	f := testFactory(t, `version: 1
+	f := testkit.Factory(t, `version: 1
 repos:
   app: {path: ./app}
 pipelines:
@@ -270,8 +223,8 @@ steps:
 	if err := e.createRunBranches(r); err != nil {
 		t.Fatal(err)
 	}
-	a := &attemptRun{e: e, run: r, step: r.steps[0], n: 1, dir: attemptDir(r.Dir, "s", 1), wts: nil}
-	a.rec = &AttemptRecord{Run: r.ID(), Step: "s", Number: 1, Started: time.Now()}
+	a := &attemptRun{e: e, run: r, step: r.steps[0], n: 1, dir: record.AttemptDir(r.Dir, "s", 1), wts: nil}
+	a.rec = &record.AttemptRecord{Run: r.ID(), Step: "s", Number: 1, Started: time.Now()}
 	a.wts, a.repos = map[string]*worktree.Worktree{}, map[string]*worktree.Repo{}
 	a.events = &sink{}
 	os.MkdirAll(a.dir, 0o755)
@@ -295,7 +248,7 @@ steps:
 		t.Errorf("attempts %+v", atts)
 	}
 	app := filepath.Join(f.Dir, "app")
-	if out := gitRun(t, app, "worktree", "list"); strings.Count(out, "\n") != 0 {
+	if out := testkit.GitRun(t, app, "worktree", "list"); strings.Count(out, "\n") != 0 {
 		t.Errorf("worktrees left:\n%s", out)
 	}
 	if again, _ := OpenState(f.StateDir); len(again.Recovered) != 0 {
@@ -373,7 +326,7 @@ func alive(pid int) bool {
 }
 
 func TestRunBranchLeftByCrashIsReused(t *testing.T) {
-	f := testFactory(t, `version: 1
+	f := testkit.Factory(t, `version: 1
 repos:
   app: {path: ./app}
 pipelines:
@@ -390,15 +343,15 @@ steps:
 	}
 	// The branch exists at the base: a crash came between creating it and
 	// recording it. The run takes it over.
-	gitRun(t, app, "branch", "kusaw/"+r.ID(), "main")
+	testkit.GitRun(t, app, "branch", "kusaw/"+r.ID(), "main")
 	if err := e.createRunBranches(r); err != nil {
 		t.Fatalf("reuse: %v", err)
 	}
 	// Elsewhere than the base, it is not the run's: refused.
 	r2, _ := e.Prepare("")
-	gitRun(t, app, "commit", "-q", "--allow-empty", "-m", "moved")
-	gitRun(t, app, "branch", "kusaw/"+r2.ID(), "main")
-	gitRun(t, app, "reset", "-q", "--hard", "HEAD~1")
+	testkit.GitRun(t, app, "commit", "-q", "--allow-empty", "-m", "moved")
+	testkit.GitRun(t, app, "branch", "kusaw/"+r2.ID(), "main")
+	testkit.GitRun(t, app, "reset", "-q", "--hard", "HEAD~1")
 	if err := e.createRunBranches(r2); err == nil || !strings.Contains(err.Error(), "already exists") {
 		t.Fatalf("a foreign branch was taken over: %v", err)
 	}

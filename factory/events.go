@@ -4,40 +4,9 @@ import (
 	"encoding/json"
 	"sync"
 	"time"
-)
 
-// Event types (DESIGN §4).
-const (
-	EvRunStarted      = "run.started"
-	EvRunFinished     = "run.finished"
-	EvStepStarted     = "step.started"
-	EvStepFinished    = "step.finished"
-	EvAttemptStarted  = "attempt.started"
-	EvAttemptFinished = "attempt.finished"
-	EvWorktreeCreated = "worktree.created"
-	EvSetupFinished   = "setup.finished"
-	EvProcessStarted  = "process.started"
-	EvProcessExited   = "process.exited"
-	EvSandboxPlan     = "sandbox.plan"
-	EvCommitted       = "worktree.committed"
-	EvBranchAdvanced  = "branch.advanced"
-	EvEgressBlocked   = "egress.blocked"
-	EvEgressSummary   = "egress.summary"
-	EvRepoDirty       = "repo.dirty"
-	EvCancelRequested = "run.cancel_requested"
-	EvRefsRestored    = "worktree.refs_restored"
+	"github.com/kusaw/kusaw/record"
 )
-
-// Event is one line of an events.jsonl file.
-type Event struct {
-	Seq     int64          `json:"seq"`
-	TS      time.Time      `json:"ts"`
-	Run     string         `json:"run"`
-	Step    string         `json:"step,omitempty"`
-	Attempt int            `json:"attempt,omitempty"`
-	Type    string         `json:"type"`
-	Data    map[string]any `json:"data,omitempty"`
-}
 
 // lineLog is an append-only JSON-lines file: a chainlog.Writer, which
 // chains each line to the one before and seals periodically (every 100
@@ -57,7 +26,7 @@ type sink struct {
 	run     string
 	step    string
 	attempt int
-	emit    func(Event)
+	emit    func(record.Event)
 	err     error
 	redact  *redactor
 }
@@ -65,7 +34,7 @@ type sink struct {
 func (s *sink) Emit(typ string, data map[string]any) {
 	s.mu.Lock()
 	s.seq++
-	ev := Event{Seq: s.seq, TS: time.Now().UTC(), Run: s.run, Step: s.step, Attempt: s.attempt, Type: typ, Data: data}
+	ev := record.Event{Seq: s.seq, TS: time.Now().UTC(), Run: s.run, Step: s.step, Attempt: s.attempt, Type: typ, Data: data}
 	if s.redact != nil && data != nil {
 		ev.Data = redactData(data, s.redact.String)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kusaw/kusaw/config"
+	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/sandbox"
 	"github.com/kusaw/kusaw/secretstore"
 	"github.com/kusaw/kusaw/status"
@@ -44,13 +45,10 @@ type ExecRequest struct {
 // ExecResult is how it ended.
 type ExecResult struct {
 	Run      *Run
-	Attempt  *AttemptRecord
+	Attempt  *record.AttemptRecord
 	ExitCode int  // the command's exit status (128+signal when killed)
 	Forced   bool // the step's own mode is off; exec sandboxed it anyway
 }
-
-// ErrUnknownStep is returned for a step id the factory does not have.
-var ErrUnknownStep = errors.New("unknown step")
 
 // Exec runs one command as a one-attempt run of a step: the same worktrees,
 // sandbox plan, egress lease and records as the step itself, with the
@@ -65,7 +63,7 @@ func (e *Engine) Exec(ctx context.Context, req ExecRequest) (*ExecResult, error)
 	if req.Step == "" {
 		base = &config.Step{ID: ExecStepID, Attempts: 1}
 	} else if base = e.F.Steps[req.Step]; base == nil {
-		return nil, fmt.Errorf("%w %q (steps: %v)", ErrUnknownStep, req.Step, e.F.StepOrder)
+		return nil, fmt.Errorf("%w %q (steps: %v)", record.ErrUnknownStep, req.Step, e.F.StepOrder)
 	}
 	s := *base
 	s.Run = append([]string(nil), req.Argv...)
@@ -93,8 +91,8 @@ func (e *Engine) Exec(ctx context.Context, req ExecRequest) (*ExecResult, error)
 	r.extraAllow, r.skipSetup = req.ExtraAllow, req.SkipSetup
 	e.Execute(ctx, r)
 	res.Run = r
-	var a AttemptRecord
-	if err := readJSON(filepath.Join(attemptDir(r.Dir, s.ID, 1), attemptFile), &a); err != nil {
+	var a record.AttemptRecord
+	if err := readJSON(filepath.Join(record.AttemptDir(r.Dir, s.ID, 1), record.AttemptFile), &a); err != nil {
 		return res, err
 	}
 	res.Attempt = &a
@@ -104,7 +102,7 @@ func (e *Engine) Exec(ctx context.Context, req ExecRequest) (*ExecResult, error)
 
 // attemptExitCode is what kusaw sandbox exec exits with: the command's own
 // status, 128+n for a signal, 4 when the sandbox refused it, 1 otherwise.
-func attemptExitCode(a *AttemptRecord) int {
+func attemptExitCode(a *record.AttemptRecord) int {
 	if a.Outcome == status.OutcomeRefused {
 		return int(status.ExitSandboxUnavailable)
 	}

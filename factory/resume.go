@@ -13,6 +13,7 @@ import (
 
 	"github.com/kusaw/kusaw/chainlog"
 	"github.com/kusaw/kusaw/config"
+	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/status"
 )
 
@@ -70,7 +71,7 @@ func (e *Engine) Resume(id string) (*Run, error) {
 		}
 	}
 	dir := e.State.RunDir(rec.ID)
-	l, ok, err := tryLock(filepath.Join(dir, lockFile))
+	l, ok, err := TryLock(filepath.Join(dir, record.LockFile))
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +82,7 @@ func (e *Engine) Resume(id string) (*Run, error) {
 	// Attempt folders on disk count, not only the record: a crash can come
 	// between an attempt's folder and the step's line in run.json.
 	for _, st := range rec.Steps {
-		entries, _ := os.ReadDir(filepath.Join(dir, stepsDir, st.ID))
+		entries, _ := os.ReadDir(filepath.Join(dir, record.StepsDir, st.ID))
 		for _, en := range entries {
 			var n int
 			if _, err := fmt.Sscan(en.Name(), &n); err == nil && n > p.attempts[st.ID] {
@@ -109,13 +110,13 @@ func (e *Engine) Resume(id string) (*Run, error) {
 	}
 	host, _ := os.Hostname()
 	rec.State, rec.Reason, rec.Message, rec.Fix, rec.Finished = status.RunQueued, "", "", "", nil
-	rec.Owner = &Owner{PID: os.Getpid(), Host: host, Start: processStart}
+	rec.Owner = &record.Owner{PID: os.Getpid(), Host: host, Start: processStart}
 	r := &Run{Record: rec, Dir: dir, e: e, steps: steps, lock: l, redact: &redactor{}, resume: p, params: loadParams(dir)}
-	if err := writeJSON(filepath.Join(dir, runFile), rec); err != nil {
+	if err := writeJSON(filepath.Join(dir, record.RunFile), rec); err != nil {
 		l.Unlock()
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(e.State.Dir, activeDir, rec.ID), nil, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(e.State.Dir, record.ActiveDir, rec.ID), nil, 0o644); err != nil {
 		l.Unlock()
 		return nil, err
 	}
@@ -147,7 +148,7 @@ func (e *Engine) Abandon(r *Run, st status.RunState, msg string) {
 	r.events = e.openRunSink(r)
 	rec.State, rec.Reason, rec.Message, rec.Fix, rec.Finished = st, reason, msg, reason.Info().Fix, &now
 	r.save()
-	r.events.Emit(EvRunFinished, map[string]any{"state": st, "reason": reason, "message": msg, "fix": rec.Fix, "duration_ms": int64(0), "queued": true})
+	r.events.Emit(record.EvRunFinished, map[string]any{"state": st, "reason": reason, "message": msg, "fix": rec.Fix, "duration_ms": int64(0), "queued": true})
 	r.finish()
 }
 
@@ -168,34 +169,31 @@ func (r *Run) paramEnv(env, recorded map[string]string) {
 	}
 }
 
-// checkParams refuses parameter names that are not environment names and
+// CheckParams refuses parameter names that are not environment names and
 // oversized values.
-func checkParams(p map[string]string) error {
+func CheckParams(p map[string]string) error {
 	if len(p) > 64 {
-		return fmt.Errorf("%w: %d parameters (at most 64)", ErrBadParams, len(p))
+		return fmt.Errorf("%w: %d parameters (at most 64)", record.ErrBadParams, len(p))
 	}
 	for k, v := range p {
 		if k == "" || len(k) > 64 {
-			return fmt.Errorf("%w: name %q must be 1 to 64 characters", ErrBadParams, k)
+			return fmt.Errorf("%w: name %q must be 1 to 64 characters", record.ErrBadParams, k)
 		}
 		for i, c := range k {
 			if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
-				return fmt.Errorf("%w: name %q may hold only letters, digits and _ (not first)", ErrBadParams, k)
+				return fmt.Errorf("%w: name %q may hold only letters, digits and _ (not first)", record.ErrBadParams, k)
 			}
 		}
 		if len(v) > 8192 || strings.ContainsRune(v, 0) {
-			return fmt.Errorf("%w: value of %s is longer than 8 KiB or holds a NUL byte", ErrBadParams, k)
+			return fmt.Errorf("%w: value of %s is longer than 8 KiB or holds a NUL byte", record.ErrBadParams, k)
 		}
 	}
 	return nil
 }
 
-// ErrBadParams wraps a refused run parameter.
-var ErrBadParams = errors.New("bad run parameter")
-
 func loadParams(dir string) map[string]string {
 	var p map[string]string
-	if b, err := os.ReadFile(filepath.Join(dir, paramsFile)); err == nil {
+	if b, err := os.ReadFile(filepath.Join(dir, record.ParamsFile)); err == nil {
 		_ = json.Unmarshal(b, &p)
 	}
 	return p
@@ -205,14 +203,14 @@ func loadParams(dir string) map[string]string {
 // that already has one (resumed, or ended from the queue after a restart),
 // the same log continued, its events numbered after the last.
 func (e *Engine) openRunSink(r *Run) *sink {
-	path := filepath.Join(r.Dir, eventsFile)
+	path := filepath.Join(r.Dir, record.EventsFile)
 	if _, err := os.Stat(path); err != nil {
 		return e.openSink(path, r.ID(), "", 0, r.redact)
 	}
 	s := &sink{run: r.ID(), emit: e.opts.OnEvent, redact: r.redact}
 	if b, err := os.ReadFile(path); err == nil {
 		for _, line := range bytes.Split(b, []byte{'\n'}) {
-			var ev Event
+			var ev record.Event
 			if json.Unmarshal(line, &ev) == nil && ev.Type != "" && ev.Seq > s.seq {
 				s.seq = ev.Seq
 			}
@@ -250,7 +248,7 @@ func removeLeaseDirs(attemptDir string) {
 // each becomes KUSAW_PARAM_<NAME> in its steps' environment, and they are
 // kept in the run's params.json.
 func (e *Engine) PrepareWithParams(pipeline string, params map[string]string) (*Run, error) {
-	if err := checkParams(params); err != nil {
+	if err := CheckParams(params); err != nil {
 		return nil, err
 	}
 	r, err := e.Prepare(pipeline)
@@ -260,7 +258,7 @@ func (e *Engine) PrepareWithParams(pipeline string, params map[string]string) (*
 	if len(params) > 0 {
 		r.params = params
 		b, _ := json.Marshal(params)
-		if err := config.WriteFileAtomic(filepath.Join(r.Dir, paramsFile), b, 0o644); err != nil {
+		if err := config.WriteFileAtomic(filepath.Join(r.Dir, record.ParamsFile), b, 0o644); err != nil {
 			e.Abandon(r, status.RunCanceled, "cannot record the run's parameters: "+err.Error())
 			return nil, err
 		}
@@ -272,30 +270,30 @@ func (e *Engine) PrepareWithParams(pipeline string, params map[string]string) (*
 // without a record too (a crash between the folder and its attempt.json):
 // tmp/, the lease folders and the emptied worktrees/ go, and a folder
 // without a record gets one saying the attempt was interrupted.
-func sweepAttemptDirs(runDir string, r *RunRecord, now time.Time) error {
+func sweepAttemptDirs(runDir string, r *record.RunRecord, now time.Time) error {
 	var errs []error
-	stepDirs, _ := os.ReadDir(filepath.Join(runDir, stepsDir))
+	stepDirs, _ := os.ReadDir(filepath.Join(runDir, record.StepsDir))
 	for _, sd := range stepDirs {
-		atts, _ := os.ReadDir(filepath.Join(runDir, stepsDir, sd.Name()))
+		atts, _ := os.ReadDir(filepath.Join(runDir, record.StepsDir, sd.Name()))
 		for _, ad := range atts {
 			n, err := strconv.Atoi(ad.Name())
 			if err != nil || !ad.IsDir() {
 				continue
 			}
-			dir := filepath.Join(runDir, stepsDir, sd.Name(), ad.Name())
-			os.RemoveAll(filepath.Join(dir, tmpDir))
+			dir := filepath.Join(runDir, record.StepsDir, sd.Name(), ad.Name())
+			os.RemoveAll(filepath.Join(dir, record.TmpDir))
 			removeLeaseDirs(dir)
-			os.Remove(filepath.Join(dir, worktreesDir)) // only when empty: git's worktrees were removed before
-			if _, err := os.Stat(filepath.Join(dir, attemptFile)); errors.Is(err, os.ErrNotExist) {
+			os.Remove(filepath.Join(dir, record.WorktreesDir)) // only when empty: git's worktrees were removed before
+			if _, err := os.Stat(filepath.Join(dir, record.AttemptFile)); errors.Is(err, os.ErrNotExist) {
 				started := now
 				if fi, err := os.Stat(dir); err == nil {
 					started = fi.ModTime().UTC()
 				}
-				a := &AttemptRecord{Run: r.ID, Step: sd.Name(), Number: n, Started: started, Finished: &now,
-					Worktrees: []WorktreeRecord{}, Processes: []ProcessRecord{},
+				a := &record.AttemptRecord{Run: r.ID, Step: sd.Name(), Number: n, Started: started, Finished: &now,
+					Worktrees: []record.WorktreeRecord{}, Processes: []record.ProcessRecord{},
 					Outcome: status.OutcomeInterrupted, Reason: status.ReasonRunInterrupted,
 					Message: "kusaw stopped while the attempt was being set up", Fix: status.ReasonRunInterrupted.Info().Fix}
-				if err := writeJSON(filepath.Join(dir, attemptFile), a); err != nil {
+				if err := writeJSON(filepath.Join(dir, record.AttemptFile), a); err != nil {
 					errs = append(errs, err)
 				}
 				for i := range r.Steps {

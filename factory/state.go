@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kusaw/kusaw/chainlog"
+	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/secretstore"
 	"github.com/kusaw/kusaw/status"
 	"github.com/kusaw/kusaw/worktree"
@@ -28,18 +30,15 @@ type State struct {
 	Recovered []string
 }
 
-// ErrNoRun is returned for a run id that does not exist.
-var ErrNoRun = errors.New("no such run")
-
 // OpenState opens (creating) a state directory and recovers runs whose
 // owner died: each is marked interrupted with its running attempts, and
 // their worktrees are removed.
 func OpenState(dir string) (*State, error) {
-	if err := os.MkdirAll(filepath.Join(dir, runsDir), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, record.RunsDir), 0o755); err != nil {
 		return nil, fmt.Errorf("cannot create the state directory %s: %v (fix: check state_dir in the factory file)", dir, err)
 	}
-	if err := os.MkdirAll(filepath.Join(dir, activeDir), 0o755); err != nil {
-		return nil, fmt.Errorf("cannot create %s: %v", filepath.Join(dir, activeDir), err)
+	if err := os.MkdirAll(filepath.Join(dir, record.ActiveDir), 0o755); err != nil {
+		return nil, fmt.Errorf("cannot create %s: %v", filepath.Join(dir, record.ActiveDir), err)
 	}
 	s := &State{Dir: dir}
 	if err := s.recover(); err != nil {
@@ -49,7 +48,7 @@ func OpenState(dir string) (*State, error) {
 }
 
 // RunDir is the folder of one run.
-func (s *State) RunDir(id string) string { return filepath.Join(s.Dir, runsDir, id) }
+func (s *State) RunDir(id string) string { return filepath.Join(s.Dir, record.RunsDir, id) }
 
 // NewRunID returns a sortable run id: UTC time and 4 random hex digits.
 func NewRunID(now time.Time) string {
@@ -67,12 +66,12 @@ func idSecond(id string) string {
 }
 
 // Runs lists the run records, newest first.
-func (s *State) Runs() ([]*RunRecord, error) {
-	entries, err := os.ReadDir(filepath.Join(s.Dir, runsDir))
+func (s *State) Runs() ([]*record.RunRecord, error) {
+	entries, err := os.ReadDir(filepath.Join(s.Dir, record.RunsDir))
 	if err != nil {
 		return nil, err
 	}
-	var out []*RunRecord
+	var out []*record.RunRecord
 	for _, e := range entries {
 		if !e.IsDir() {
 			continue
@@ -99,13 +98,13 @@ func (s *State) Runs() ([]*RunRecord, error) {
 }
 
 // LoadRun reads a run's record. A unique prefix of an id is accepted.
-func (s *State) LoadRun(id string) (*RunRecord, error) {
+func (s *State) LoadRun(id string) (*record.RunRecord, error) {
 	full, err := s.resolveID(id)
 	if err != nil {
 		return nil, err
 	}
-	var r RunRecord
-	if err := readJSON(filepath.Join(s.RunDir(full), runFile), &r); err != nil {
+	var r record.RunRecord
+	if err := readJSON(filepath.Join(s.RunDir(full), record.RunFile), &r); err != nil {
 		return nil, err
 	}
 	return &r, nil
@@ -113,12 +112,12 @@ func (s *State) LoadRun(id string) (*RunRecord, error) {
 
 func (s *State) resolveID(id string) (string, error) {
 	if id == "" || strings.ContainsAny(id, "/\\") || id == "." || id == ".." {
-		return "", fmt.Errorf("%w %q", ErrNoRun, id)
+		return "", fmt.Errorf("%w %q", record.ErrNoRun, id)
 	}
-	if _, err := os.Stat(filepath.Join(s.RunDir(id), runFile)); err == nil {
+	if _, err := os.Stat(filepath.Join(s.RunDir(id), record.RunFile)); err == nil {
 		return id, nil
 	}
-	entries, _ := os.ReadDir(filepath.Join(s.Dir, runsDir))
+	entries, _ := os.ReadDir(filepath.Join(s.Dir, record.RunsDir))
 	var match []string
 	for _, e := range entries {
 		if strings.HasPrefix(e.Name(), id) {
@@ -131,28 +130,28 @@ func (s *State) resolveID(id string) (string, error) {
 	if len(match) > 1 {
 		return "", fmt.Errorf("run id %q is ambiguous: %s", id, strings.Join(match, ", "))
 	}
-	return "", fmt.Errorf("%w %q (list runs with: kusaw runs)", ErrNoRun, id)
+	return "", fmt.Errorf("%w %q (list runs with: kusaw runs)", record.ErrNoRun, id)
 }
 
 // Attempts reads every attempt record of a run, in pipeline order of the
 // run's steps, then attempt number.
-func (s *State) Attempts(r *RunRecord) ([]*AttemptRecord, error) {
-	var out []*AttemptRecord
+func (s *State) Attempts(r *record.RunRecord) ([]*record.AttemptRecord, error) {
+	var out []*record.AttemptRecord
 	seen := map[string]bool{}
 	for _, st := range r.Steps {
 		if seen[st.ID] {
 			continue // a step listed twice: its attempts are read once
 		}
 		seen[st.ID] = true
-		dir := filepath.Join(s.RunDir(r.ID), stepsDir, st.ID)
+		dir := filepath.Join(s.RunDir(r.ID), record.StepsDir, st.ID)
 		entries, err := os.ReadDir(dir)
 		if err != nil {
 			continue
 		}
-		var recs []*AttemptRecord
+		var recs []*record.AttemptRecord
 		for _, e := range entries {
-			var a AttemptRecord
-			if err := readJSON(filepath.Join(dir, e.Name(), attemptFile), &a); err != nil {
+			var a record.AttemptRecord
+			if err := readJSON(filepath.Join(dir, e.Name(), record.AttemptFile), &a); err != nil {
 				continue
 			}
 			recs = append(recs, &a)
@@ -165,12 +164,12 @@ func (s *State) Attempts(r *RunRecord) ([]*AttemptRecord, error) {
 
 // AttemptDir is the folder of one attempt.
 func (s *State) AttemptDir(run, step string, n int) string {
-	return attemptDir(s.RunDir(run), step, n)
+	return record.AttemptDir(s.RunDir(run), step, n)
 }
 
 // RequestCancel asks the run's owner to cancel it: the owner watches for the
 // cancel file. It fails for a run that already ended.
-func (s *State) RequestCancel(id string) (*RunRecord, error) {
+func (s *State) RequestCancel(id string) (*record.RunRecord, error) {
 	r, err := s.LoadRun(id)
 	if err != nil {
 		return nil, err
@@ -178,17 +177,19 @@ func (s *State) RequestCancel(id string) (*RunRecord, error) {
 	if r.State.Final() {
 		return r, fmt.Errorf("run %s already ended (%s)", r.ID, r.State)
 	}
-	if err := os.WriteFile(filepath.Join(s.RunDir(r.ID), cancelFile), []byte(time.Now().UTC().Format(time.RFC3339Nano)+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(s.RunDir(r.ID), record.CancelFile), []byte(time.Now().UTC().Format(time.RFC3339Nano)+"\n"), 0o644); err != nil {
 		return r, err
 	}
 	return r, nil
 }
 
-// runLock is an exclusive flock on a run's lock file. The kernel drops it
-// when its holder dies however it dies, which is what recovery relies on.
-type runLock struct{ f *os.File }
+// RunLock is an exclusive flock held for as long as its owner lives: a run's
+// executor, or serve on its state directory.
+type RunLock struct{ f *os.File }
 
-func tryLock(path string) (*runLock, bool, error) {
+// TryLock takes the lock at path without waiting; ok is false when another
+// process holds it.
+func TryLock(path string) (*RunLock, bool, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, false, err
@@ -200,10 +201,10 @@ func tryLock(path string) (*runLock, bool, error) {
 		}
 		return nil, false, err
 	}
-	return &runLock{f: f}, true, nil
+	return &RunLock{f: f}, true, nil
 }
 
-func (l *runLock) Unlock() {
+func (l *RunLock) Unlock() {
 	if l != nil && l.f != nil {
 		_ = syscall.Flock(int(l.f.Fd()), syscall.LOCK_UN)
 		l.f.Close()
@@ -213,20 +214,20 @@ func (l *runLock) Unlock() {
 
 // recover marks every active run whose owner is gone as interrupted.
 func (s *State) recover() error {
-	entries, err := os.ReadDir(filepath.Join(s.Dir, activeDir))
+	entries, err := os.ReadDir(filepath.Join(s.Dir, record.ActiveDir))
 	if err != nil {
 		return err
 	}
 	var errs []error
 	for _, e := range entries {
 		id := e.Name()
-		marker := filepath.Join(s.Dir, activeDir, id)
+		marker := filepath.Join(s.Dir, record.ActiveDir, id)
 		runDir := s.RunDir(id)
 		if _, err := os.Stat(runDir); err != nil {
 			os.Remove(marker)
 			continue
 		}
-		l, ok, err := tryLock(filepath.Join(runDir, lockFile))
+		l, ok, err := TryLock(filepath.Join(runDir, record.LockFile))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("run %s: %v", id, err))
 			continue
@@ -249,8 +250,8 @@ func (s *State) recover() error {
 // attempts left in the repositories.
 func (s *State) interrupt(id string) error {
 	runDir := s.RunDir(id)
-	var r RunRecord
-	if err := readJSON(filepath.Join(runDir, runFile), &r); err != nil {
+	var r record.RunRecord
+	if err := readJSON(filepath.Join(runDir, record.RunFile), &r); err != nil {
 		return fmt.Errorf("recover run %s: %v", id, err)
 	}
 	now := time.Now().UTC()
@@ -278,12 +279,12 @@ func (s *State) interrupt(id string) error {
 			}
 		}
 		dir := s.AttemptDir(r.ID, a.Step, a.Number)
-		os.RemoveAll(filepath.Join(dir, tmpDir))
-		_ = appendFinal(filepath.Join(dir, eventsFile), key, Event{TS: now, Run: r.ID, Step: a.Step, Attempt: a.Number, Type: EvAttemptFinished,
+		os.RemoveAll(filepath.Join(dir, record.TmpDir))
+		_ = appendFinal(filepath.Join(dir, record.EventsFile), key, record.Event{TS: now, Run: r.ID, Step: a.Step, Attempt: a.Number, Type: record.EvAttemptFinished,
 			Data: map[string]any{"outcome": status.OutcomeInterrupted, "reason": status.ReasonRunInterrupted, "message": a.Message, "recovered": true}})
-		os.Remove(filepath.Join(dir, worktreesDir)) // empty once its worktrees are gone
+		os.Remove(filepath.Join(dir, record.WorktreesDir)) // empty once its worktrees are gone
 		removeLeaseDirs(dir)
-		if err := writeJSON(filepath.Join(dir, attemptFile), a); err != nil {
+		if err := writeJSON(filepath.Join(dir, record.AttemptFile), a); err != nil {
 			errs = append(errs, err)
 		}
 		for i := range r.Steps {
@@ -322,18 +323,18 @@ func (s *State) interrupt(id string) error {
 	r.Message = "kusaw stopped while the run was running"
 	r.Fix = status.ReasonRunInterrupted.Info().Fix
 	r.Finished = &now
-	os.Remove(filepath.Join(runDir, cancelFile))
-	if err := writeJSON(filepath.Join(runDir, runFile), &r); err != nil {
+	os.Remove(filepath.Join(runDir, record.CancelFile))
+	if err := writeJSON(filepath.Join(runDir, record.RunFile), &r); err != nil {
 		errs = append(errs, err)
 	}
-	_ = appendFinal(filepath.Join(runDir, eventsFile), key, Event{TS: now, Run: r.ID, Type: EvRunFinished,
+	_ = appendFinal(filepath.Join(runDir, record.EventsFile), key, record.Event{TS: now, Run: r.ID, Type: record.EvRunFinished,
 		Data: map[string]any{"state": r.State, "reason": r.Reason, "message": r.Message, "fix": r.Fix, "recovered": true}})
 	return errors.Join(errs...)
 }
 
 // removeWorktree removes an attempt's worktree from its repository; the
 // branch stays.
-func removeWorktree(w *WorktreeRecord) error {
+func removeWorktree(w *record.WorktreeRecord) error {
 	if w.Removed || w.Path == "" {
 		return nil
 	}
@@ -356,7 +357,7 @@ func within(dir, p string) bool {
 // appendFinal continues an events file left by a dead kusaw (chainlog.Open
 // cuts a torn last line) with a closing event, and seals it, so the record
 // of an interrupted run ends like any other.
-func appendFinal(path string, key ed25519.PrivateKey, ev Event) error {
+func appendFinal(path string, key ed25519.PrivateKey, ev record.Event) error {
 	if key == nil {
 		return nil
 	}
@@ -400,4 +401,28 @@ func recoveryKey() ed25519.PrivateKey {
 		return nil
 	}
 	return k
+}
+
+// ReadLog reads a run's log file (a path relative to the run's folder,
+// checked by record.ValidLogPath) from offset, at most max bytes. A missing file
+// reads as empty.
+func (s *State) ReadLog(runID, rel string, offset, max int64) ([]byte, error) {
+	if !record.ValidLogPath(rel) {
+		return nil, fmt.Errorf("%w: %q", record.ErrBadLogPath, rel)
+	}
+	f, err := os.Open(filepath.Join(s.RunDir(runID), filepath.FromSlash(rel)))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: %q is not a regular file", record.ErrBadLogPath, rel)
+	}
+	if _, err := f.Seek(offset, io.SeekStart); err != nil {
+		return nil, err
+	}
+	return io.ReadAll(io.LimitReader(f, max))
 }

@@ -8,16 +8,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kusaw/kusaw/internal/testkit"
+	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/status"
 )
 
-func writeRun(t *testing.T, st *State, rec RunRecord) {
+func writeRun(t *testing.T, st *State, rec record.RunRecord) {
 	t.Helper()
 	dir := st.RunDir(rec.ID)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := writeJSON(filepath.Join(dir, runFile), &rec); err != nil {
+	if err := writeJSON(filepath.Join(dir, record.RunFile), &rec); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -28,7 +30,7 @@ func TestStateRunsAndIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"20261130-031500-ab12", "20261130-031501-cd34", "20261129-235959-0000"} {
-		writeRun(t, st, RunRecord{ID: id, Pipeline: "default", State: status.RunSucceeded, Created: time.Now()})
+		writeRun(t, st, record.RunRecord{ID: id, Pipeline: "default", State: status.RunSucceeded, Created: time.Now()})
 	}
 	os.MkdirAll(st.RunDir("20261130-040000-half"), 0o755) // a folder without a record yet
 	runs, err := st.Runs()
@@ -42,7 +44,7 @@ func TestStateRunsAndIDs(t *testing.T) {
 		t.Errorf("ambiguous prefix: %v", err)
 	}
 	for _, bad := range []string{"nope", "", "../x", ".."} {
-		if _, err := st.LoadRun(bad); !errors.Is(err, ErrNoRun) {
+		if _, err := st.LoadRun(bad); !errors.Is(err, record.ErrNoRun) {
 			t.Errorf("LoadRun(%q): %v", bad, err)
 		}
 	}
@@ -53,13 +55,13 @@ func TestStateRunsAndIDs(t *testing.T) {
 
 func TestRecoverySkipsRunsWithLiveOwner(t *testing.T) {
 	st, _ := OpenState(t.TempDir())
-	rec := RunRecord{ID: "20261130-031500-live", State: status.RunRunning, Created: time.Now()}
+	rec := record.RunRecord{ID: "20261130-031500-live", State: status.RunRunning, Created: time.Now()}
 	writeRun(t, st, rec)
-	l, ok, err := tryLock(filepath.Join(st.RunDir(rec.ID), lockFile))
+	l, ok, err := TryLock(filepath.Join(st.RunDir(rec.ID), record.LockFile))
 	if err != nil || !ok {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(st.Dir, activeDir, rec.ID), nil, 0o644)
+	os.WriteFile(filepath.Join(st.Dir, record.ActiveDir, rec.ID), nil, 0o644)
 	again, _ := OpenState(st.Dir)
 	if got, _ := again.LoadRun(rec.ID); got.State != status.RunRunning || len(again.Recovered) != 0 {
 		t.Fatalf("a run whose owner holds its lock was recovered: %v", got.State)
@@ -69,7 +71,54 @@ func TestRecoverySkipsRunsWithLiveOwner(t *testing.T) {
 	if got, _ := again.LoadRun(rec.ID); got.State != status.RunInterrupted || got.Reason != status.ReasonRunInterrupted {
 		t.Fatalf("after the owner let go: %v", got.State)
 	}
-	if _, err := os.Stat(filepath.Join(st.Dir, activeDir, rec.ID)); err == nil {
+	if _, err := os.Stat(filepath.Join(st.Dir, record.ActiveDir, rec.ID)); err == nil {
 		t.Error("the active marker stayed")
+	}
+}
+
+// TestRecoverySweepsAttemptWithoutRecord: a crash between an attempt's
+// folder and its attempt.json leaves no temp folder behind, and the
+// attempt is recorded interrupted.
+func TestRecoverySweepsAttemptWithoutRecord(t *testing.T) {
+	f := testkit.Factory(t, `
+version: 1
+repos:
+  app:
+    path: app
+pipelines:
+  default: [a]
+steps:
+  a:
+    run: [sh, -c, "true"]
+`, "app")
+	e, err := New(f, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.Prepare("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := record.AttemptDir(r.Dir, "a", 1)
+	for _, sub := range []string{record.ArtifactsDir, record.TmpDir, record.WorktreesDir, "lease"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(filepath.Join(dir, record.TmpDir, "junk"), []byte("x"), 0o600)
+	r.lock.Unlock() // the owner dies
+	st, err := OpenState(f.StateDir)
+	if err != nil || len(st.Recovered) != 1 {
+		t.Fatalf("recovery: %v %v", st.Recovered, err)
+	}
+	for _, sub := range []string{record.TmpDir, record.WorktreesDir, "lease"} {
+		if _, err := os.Stat(filepath.Join(dir, sub)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left after recovery: %v", sub, err)
+		}
+	}
+	rec, _ := st.LoadRun(r.ID())
+	atts, _ := st.Attempts(rec)
+	if rec.State != status.RunInterrupted || len(atts) != 1 || atts[0].Outcome != status.OutcomeInterrupted || rec.Steps[0].Outcome != status.OutcomeInterrupted {
+		t.Fatalf("after recovery: run %s, attempts %+v, step %+v", rec.State, atts, rec.Steps[0])
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kusaw/kusaw/config"
 	"github.com/kusaw/kusaw/providers"
+	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/sandbox"
 	"github.com/kusaw/kusaw/secretstore"
 	"github.com/kusaw/kusaw/status"
@@ -68,7 +69,7 @@ func (a *attemptRun) agentSpec(spec *steps.Spec, at steps.Attempt, p *preparedPr
 		}
 	}
 	p.loginPaths, p.readPaths, p.egressHosts = prep.LoginPaths, prep.ReadPaths, prep.Probe.EgressHosts
-	p.probe = &ProviderProbe{Path: prep.Probe.Path, Version: prep.Probe.Version}
+	p.probe = &record.ProviderProbe{Path: prep.Probe.Path, Version: prep.Probe.Version}
 	prov, _ := providers.Get(prep.Probe.Provider)
 	if prov == nil {
 		prov, _ = providers.Get(s.Provider)
@@ -135,8 +136,8 @@ func (a *attemptRun) sandboxed(i int, repos []string, spec *steps.Spec, env map[
 	}
 	in := sandbox.Input{
 		AttemptDir:   a.dir,
-		ArtifactsDir: filepath.Join(a.dir, artifactsDir),
-		TmpDir:       filepath.Join(a.dir, tmpDir),
+		ArtifactsDir: filepath.Join(a.dir, record.ArtifactsDir),
+		TmpDir:       filepath.Join(a.dir, record.TmpDir),
 		Workdir:      spec.Dir,
 		AllowRead:    append(a.e.F.AllowRead(a.step), p.readPaths...),
 		AllowWrite:   a.e.F.AllowWrite(a.step),
@@ -145,7 +146,7 @@ func (a *attemptRun) sandboxed(i int, repos []string, spec *steps.Spec, env map[
 	// A private object folder per sandbox: the repositories' own objects/
 	// are read-only inside (a loose object could otherwise be replaced),
 	// and per_repo's sandboxes do not share one either.
-	od := filepath.Join(a.dir, objectsDir, strconv.Itoa(i))
+	od := filepath.Join(a.dir, record.ObjectsDir, strconv.Itoa(i))
 	if err := os.MkdirAll(od, 0o700); err != nil {
 		return &status.Error{Reason: status.ReasonSandboxPlanRefused, Msg: "cannot create " + od + ": " + err.Error(), Fix: "check that state_dir is writable"}
 	}
@@ -165,11 +166,11 @@ func (a *attemptRun) sandboxed(i int, repos []string, spec *steps.Spec, env map[
 	// step that could reach serve could queue runs it was not given. The
 	// socket's folder is made now so it is hidden even if serve starts
 	// after the step.
-	sockDir := filepath.Join(a.e.F.StateDir, SocketDir)
+	sockDir := filepath.Join(a.e.F.StateDir, record.ServeSocketDir)
 	if err := os.MkdirAll(sockDir, 0o700); err != nil {
 		return &status.Error{Reason: status.ReasonSandboxPlanRefused, Msg: "cannot create " + sockDir + ": " + err.Error(), Fix: "check that state_dir is writable"}
 	}
-	in.HiddenPaths = append(in.HiddenPaths, sockDir, filepath.Join(a.e.F.StateDir, activeDir))
+	in.HiddenPaths = append(in.HiddenPaths, sockDir, filepath.Join(a.e.F.StateDir, record.ActiveDir))
 	// The factory's other repos are not the step's to read. (One that
 	// holds the state folder, and so this attempt, stays: the sandbox
 	// hides a checkout only around what the step needs from it.)
@@ -199,7 +200,7 @@ func (a *attemptRun) sandboxed(i int, repos []string, spec *steps.Spec, env map[
 	}
 	planJSON := json.RawMessage(plan.JSON())
 	a.rec.Processes[i].Sandbox = planJSON
-	a.events.Emit(EvSandboxPlan, map[string]any{"repos": repos, "plan": planJSON})
+	a.events.Emit(record.EvSandboxPlan, map[string]any{"repos": repos, "plan": planJSON})
 	// The engine's own process handling (group signals, grace period)
 	// applies, so the command gets a context that never ends.
 	cmd, err := sandbox.Command(context.Background(), plan, spec.Argv)

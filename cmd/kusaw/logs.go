@@ -10,7 +10,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kusaw/kusaw/factory"
 	"github.com/kusaw/kusaw/status"
 )
 
@@ -164,7 +163,7 @@ type logPrinter struct {
 	w       io.Writer
 	offsets map[string]int64
 	headed  map[string]bool
-	st      factory.RunStore // reads the files itself, or through serve
+	st      RunStore // reads the files itself, or through serve
 	run     string
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kusaw/kusaw/factory"
+	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/status"
 )
 
@@ -96,8 +97,8 @@ func newRunCmd(a *app) *cobra.Command {
 			run, err := runWithParams(ctx, e, pipeline, params)
 			p.stop()
 			if err != nil {
-				if errors.Is(err, factory.ErrUnknownPipeline) || errors.Is(err, factory.ErrBadParams) {
-					return exitf(status.ExitUsage, "%s", strings.TrimPrefix(err.Error(), factory.ErrUnknownPipeline.Error()+": "))
+				if errors.Is(err, record.ErrUnknownPipeline) || errors.Is(err, record.ErrBadParams) {
+					return exitf(status.ExitUsage, "%s", strings.TrimPrefix(err.Error(), record.ErrUnknownPipeline.Error()+": "))
 				}
 				return exitf(status.ExitInternal, "%v", err)
 			}
@@ -198,7 +199,7 @@ func (p *progress) redraw() {
 	p.drawn = true
 }
 
-func (p *progress) event(ev factory.Event) {
+func (p *progress) event(ev record.Event) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.json {
@@ -207,9 +208,9 @@ func (p *progress) event(ev factory.Event) {
 		return
 	}
 	switch ev.Type {
-	case factory.EvRunStarted:
+	case record.EvRunStarted:
 		p.pipeline = fmt.Sprint(ev.Data["pipeline"])
-	case factory.EvAttemptStarted:
+	case record.EvAttemptStarted:
 		p.step, p.attempt, p.astart = ev.Step, ev.Attempt, time.Now()
 		if of, ok := ev.Data["of"].(int); ok {
 			p.of = of
@@ -218,20 +219,20 @@ func (p *progress) event(ev factory.Event) {
 	p.latest = ev.Type + latestDetail(ev)
 	line := ""
 	switch ev.Type {
-	case factory.EvRunStarted:
+	case record.EvRunStarted:
 		line = fmt.Sprintf("run %s: pipeline %v %v", ev.Run, ev.Data["pipeline"], ev.Data["steps"])
-	case factory.EvAttemptStarted:
+	case record.EvAttemptStarted:
 		line = fmt.Sprintf("%s: attempt %d/%v started (sandbox %v)", ev.Step, ev.Attempt, ev.Data["of"], ev.Data["mode"])
-	case factory.EvAttemptFinished:
+	case record.EvAttemptFinished:
 		line = fmt.Sprintf("%s: attempt %d %v in %s", ev.Step, ev.Attempt, ev.Data["outcome"], msDur(ev.Data["duration_ms"]))
 		if r, ok := ev.Data["reason"]; ok {
 			line += fmt.Sprintf(" (%v: %v)", r, ev.Data["message"])
 		}
-	case factory.EvStepFinished:
+	case record.EvStepFinished:
 		line = fmt.Sprintf("%v: %v after %v attempt(s)", ev.Data["step"], ev.Data["outcome"], ev.Data["attempts"])
-	case factory.EvEgressBlocked:
+	case record.EvEgressBlocked:
 		line = fmt.Sprintf("%s: egress blocked: %v", ev.Step, summary(ev.Data))
-	case factory.EvCancelRequested:
+	case record.EvCancelRequested:
 		line = "cancel requested"
 	}
 	if line == "" {
@@ -248,10 +249,10 @@ func (p *progress) event(ev factory.Event) {
 }
 
 // latestDetail is the part of an event worth a glance on the status line.
-func latestDetail(ev factory.Event) string {
+func latestDetail(ev record.Event) string {
 	keys := map[string][]string{
-		factory.EvWorktreeCreated: {"repo"}, factory.EvProcessStarted: {"pid"}, factory.EvProcessExited: {"exit_code", "signal"},
-		"provider.tool": {"tool", "name"}, factory.EvEgressBlocked: {"host", "port"}, factory.EvCommitted: {"repo", "changed"},
+		record.EvWorktreeCreated: {"repo"}, record.EvProcessStarted: {"pid"}, record.EvProcessExited: {"exit_code", "signal"},
+		"provider.tool": {"tool", "name"}, record.EvEgressBlocked: {"host", "port"}, record.EvCommitted: {"repo", "changed"},
 	}[ev.Type]
 	var b strings.Builder
 	for _, k := range keys {

@@ -7,16 +7,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kusaw/kusaw/factory"
+	"github.com/kusaw/kusaw/record"
 )
 
 func TestProgressPlainAndJSON(t *testing.T) {
-	evs := []factory.Event{
-		{Seq: 1, TS: time.Now(), Run: "r1", Type: factory.EvRunStarted, Data: map[string]any{"pipeline": "default", "steps": []string{"a"}}},
-		{Seq: 1, TS: time.Now(), Run: "r1", Step: "a", Attempt: 1, Type: factory.EvAttemptStarted, Data: map[string]any{"of": 2, "mode": "required"}},
-		{Seq: 2, TS: time.Now(), Run: "r1", Step: "a", Attempt: 1, Type: factory.EvProcessStarted, Data: map[string]any{"pid": 42}},
-		{Seq: 3, TS: time.Now(), Run: "r1", Step: "a", Attempt: 1, Type: factory.EvEgressBlocked, Data: map[string]any{"host": "evil.example", "port": 443}},
-		{Seq: 4, TS: time.Now(), Run: "r1", Step: "a", Attempt: 1, Type: factory.EvAttemptFinished, Data: map[string]any{"outcome": "failed", "duration_ms": int64(1500), "reason": "step.exit_nonzero", "message": "exit code 1"}},
+	evs := []record.Event{
+		{Seq: 1, TS: time.Now(), Run: "r1", Type: record.EvRunStarted, Data: map[string]any{"pipeline": "default", "steps": []string{"a"}}},
+		{Seq: 1, TS: time.Now(), Run: "r1", Step: "a", Attempt: 1, Type: record.EvAttemptStarted, Data: map[string]any{"of": 2, "mode": "required"}},
+		{Seq: 2, TS: time.Now(), Run: "r1", Step: "a", Attempt: 1, Type: record.EvProcessStarted, Data: map[string]any{"pid": 42}},
+		{Seq: 3, TS: time.Now(), Run: "r1", Step: "a", Attempt: 1, Type: record.EvEgressBlocked, Data: map[string]any{"host": "evil.example", "port": 443}},
+		{Seq: 4, TS: time.Now(), Run: "r1", Step: "a", Attempt: 1, Type: record.EvAttemptFinished, Data: map[string]any{"outcome": "failed", "duration_ms": int64(1500), "reason": "step.exit_nonzero", "message": "exit code 1"}},
 	}
 	var plain bytes.Buffer
 	p := newProgress(&plain, false)
@@ -45,7 +45,7 @@ func TestProgressPlainAndJSON(t *testing.T) {
 		t.Fatalf("%d JSON lines for %d events", len(lines), len(evs))
 	}
 	for i, l := range lines {
-		var ev factory.Event
+		var ev record.Event
 		if err := json.Unmarshal([]byte(l), &ev); err != nil || ev.Type != evs[i].Type {
 			t.Errorf("line %d: %q (%v)", i, l, err)
 		}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kusaw/kusaw/factory"
+	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/status"
 )
 
@@ -30,7 +30,7 @@ func newRunsCmd(a *app) *cobra.Command {
 			}
 			if jsonOut {
 				if runs == nil {
-					runs = []*factory.RunRecord{}
+					runs = []*record.RunRecord{}
 				}
 				b, _ := json.MarshalIndent(runs, "", "  ")
 				fmt.Fprintf(a.stdout, "%s\n", b)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kusaw/kusaw/factory"
+	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/status"
 )
 
@@ -27,9 +28,9 @@ func (a *app) openState() (*factory.State, error) {
 }
 
 // loadRun maps a missing run to exit 5.
-func loadRun(st factory.RunStore, id string) (*factory.RunRecord, error) {
+func loadRun(st RunStore, id string) (*record.RunRecord, error) {
 	r, err := st.LoadRun(id)
-	if errors.Is(err, factory.ErrNoRun) {
+	if errors.Is(err, record.ErrNoRun) {
 		return nil, exitf(status.ExitNotFound, "%v", err)
 	}
 	if err != nil {
@@ -49,7 +50,7 @@ func fmtDur(d time.Duration) string {
 	}
 }
 
-func runDuration(r *factory.RunRecord) string {
+func runDuration(r *record.RunRecord) string {
 	if r.Started == nil {
 		return "-"
 	}

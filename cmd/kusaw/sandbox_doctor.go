@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kusaw/kusaw/factory"
+	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/status"
 )
 
@@ -56,7 +57,7 @@ is unavailable, 1 when a probe failed (each failure prints its fix).`,
 			defer stop()
 			rep, err := e.Doctor(ctx, factory.DoctorOptions{Step: step})
 			if err != nil {
-				if errors.Is(err, factory.ErrUnknownStep) {
+				if errors.Is(err, record.ErrUnknownStep) {
 					return exitf(status.ExitUsage, "%v", err)
 				}
 				return exitf(status.ExitInternal, "%v", err)

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kusaw/kusaw/factory"
+	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/status"
 )
 
@@ -58,7 +59,7 @@ sandbox cannot run here.`,
 			defer stop()
 			res, err := e.Exec(ctx, factory.ExecRequest{Step: step, Argv: args, Stdout: a.stdout, Stderr: a.stderr})
 			if err != nil {
-				if errors.Is(err, factory.ErrUnknownStep) {
+				if errors.Is(err, record.ErrUnknownStep) {
 					return exitf(status.ExitUsage, "%v", err)
 				}
 				if res == nil {

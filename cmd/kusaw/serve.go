@@ -13,7 +13,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kusaw/kusaw/factory"
+	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/secretstore"
+	"github.com/kusaw/kusaw/serve"
+	"github.com/kusaw/kusaw/serve/client"
 	"github.com/kusaw/kusaw/status"
 )
 
@@ -56,7 +59,7 @@ Logs: JSON lines on stderr.`,
 				return err
 			}
 			log := zerolog.New(a.stderr).Level(lvl).With().Timestamp().Str("component", "serve").Logger()
-			opts := factory.ServeOptions{Log: log, MaxParallel: maxParallel, Listen: listen, StopGrace: grace}
+			opts := serve.ServeOptions{Log: log, MaxParallel: maxParallel, Listen: listen, StopGrace: grace}
 			if v := os.Getenv(killGraceEnv); v != "" {
 				d, err := time.ParseDuration(v)
 				if err != nil || d <= 0 {
@@ -70,13 +73,13 @@ Logs: JSON lines on stderr.`,
 			if opts.Listen != "" {
 				store, err := secretstore.Open()
 				if err == nil {
-					opts.Token, err = store.Get(factory.TokenSecretKey)
+					opts.Token, err = store.Get(serve.TokenSecretKey)
 				}
 				if err != nil || opts.Token == "" {
-					return exitf(status.ExitInvalidConfig, "listening on %s needs a token in the secret store: kusaw config set %s --secret", opts.Listen, factory.TokenSecretKey)
+					return exitf(status.ExitInvalidConfig, "listening on %s needs a token in the secret store: kusaw config set %s --secret", opts.Listen, serve.TokenSecretKey)
 				}
 			}
-			s, err := factory.NewServer(f, opts)
+			s, err := serve.NewServer(f, opts)
 			if err != nil {
 				return exitf(status.ExitServeUnavailable, "%v", err)
 			}
@@ -104,11 +107,11 @@ Logs: JSON lines on stderr.`,
 // serveClient returns a client of the factory's serve when one is up,
 // else nil (the command works in-process). KUSAW_NO_SERVE=1 forces
 // in-process.
-func (a *app) serveClient(stateDir string) *factory.Client {
+func (a *app) serveClient(stateDir string) *client.Client {
 	if os.Getenv("KUSAW_NO_SERVE") == "1" {
 		return nil
 	}
-	c, err := factory.DialServe(stateDir)
+	c, err := client.DialServe(stateDir)
 	if err != nil {
 		return nil
 	}
@@ -116,7 +119,7 @@ func (a *app) serveClient(stateDir string) *factory.Client {
 }
 
 // openStore is openState, through serve when it is up.
-func (a *app) openStore() (factory.RunStore, error) {
+func (a *app) openStore() (RunStore, error) {
 	f, err := a.loadFactory()
 	if err != nil {
 		return nil, err
@@ -129,7 +132,7 @@ func (a *app) openStore() (factory.RunStore, error) {
 
 // runThroughServe submits a run to serve and follows it with the same
 // output as an in-process run; Ctrl-C cancels it.
-func (a *app) runThroughServe(c *factory.Client, pipeline string, params []string, p *progress, jsonOut bool) error {
+func (a *app) runThroughServe(c *client.Client, pipeline string, params []string, p *progress, jsonOut bool) error {
 	ctx := context.Background()
 	pm, err := parseParams(params)
 	if err != nil {
@@ -137,10 +140,10 @@ func (a *app) runThroughServe(c *factory.Client, pipeline string, params []strin
 	}
 	rec, err := c.Submit(ctx, pipeline, pm)
 	if err != nil {
-		if ae, ok := err.(*factory.APIError); ok && ae.Code == "bad_params" {
+		if ae, ok := err.(*client.APIError); ok && ae.Code == "bad_params" {
 			return exitf(status.ExitUsage, "%s", ae.Message)
 		}
-		if ae, ok := err.(*factory.APIError); ok && ae.Code == "unknown_pipeline" {
+		if ae, ok := err.(*client.APIError); ok && ae.Code == "unknown_pipeline" {
 			return exitf(status.ExitUsage, "%s", ae.Message)
 		}
 		return exitf(status.ExitServeUnavailable, "kusaw serve refused the run: %v", err)
@@ -170,13 +173,13 @@ func (a *app) runThroughServe(c *factory.Client, pipeline string, params []strin
 	seen := map[string]bool{}
 	var refusals []string
 	for tries := 0; tries < 5; tries++ {
-		_, ferr = c.Follow(ctx, rec.ID, func(ev factory.Event) {
+		_, ferr = c.Follow(ctx, rec.ID, func(ev record.Event) {
 			k := fmt.Sprintf("%s/%d/%d", ev.Step, ev.Attempt, ev.Seq)
 			if seen[k] {
 				return
 			}
 			seen[k] = true
-			if ev.Type == factory.EvEgressBlocked {
+			if ev.Type == record.EvEgressBlocked {
 				refusals = addRefusal(refusals, ev)
 			}
 			p.event(normalizeEvent(ev))
@@ -209,7 +212,7 @@ func (a *app) runThroughServe(c *factory.Client, pipeline string, params []strin
 
 // addRefusal adds an egress.blocked event's line, once per host:port, at
 // most 20, worded as the engine words Run.EgressRefusals.
-func addRefusal(lines []string, ev factory.Event) []string {
+func addRefusal(lines []string, ev record.Event) []string {
 	key := fmt.Sprintf("%v:%v", ev.Data["host"], normalizeEvent(ev).Data["port"])
 	for _, l := range lines {
 		if strings.Contains(l, " "+key+" ") {
@@ -228,7 +231,7 @@ func addRefusal(lines []string, ev factory.Event) []string {
 
 // normalizeEvent turns JSON numbers that were ints in-process back into
 // ints, so the progress lines read the same either way.
-func normalizeEvent(ev factory.Event) factory.Event {
+func normalizeEvent(ev record.Event) record.Event {
 	for _, k := range []string{"of", "attempts", "attempt", "exit_code", "port", "pid"} {
 		if f, ok := ev.Data[k].(float64); ok {
 			ev.Data[k] = int(f)
@@ -242,7 +245,7 @@ func normalizeEvent(ev factory.Event) factory.Event {
 
 // finishRun prints the end of kusaw run (in-process or through serve) and
 // returns its exit status.
-func (a *app) finishRun(rec *factory.RunRecord, code status.ExitCode, jsonOut bool) error {
+func (a *app) finishRun(rec *record.RunRecord, code status.ExitCode, jsonOut bool) error {
 	if !jsonOut {
 		fmt.Fprintf(a.stdout, "run %s %s in %s\n", rec.ID, rec.State, runDuration(rec))
 		for _, rr := range rec.Repos {
@@ -271,7 +274,7 @@ func parseParams(flags []string) (map[string]string, error) {
 	for _, f := range flags {
 		k, v, ok := strings.Cut(f, "=")
 		if !ok || k == "" {
-			return nil, fmt.Errorf("%w: --param %q is not NAME=VALUE", factory.ErrBadParams, f)
+			return nil, fmt.Errorf("%w: --param %q is not NAME=VALUE", record.ErrBadParams, f)
 		}
 		m[k] = v
 	}

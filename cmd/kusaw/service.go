@@ -12,8 +12,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kusaw/kusaw/factory"
+	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/sandbox"
+	"github.com/kusaw/kusaw/serve"
+	"github.com/kusaw/kusaw/serve/client"
 	"github.com/kusaw/kusaw/status"
 )
 
@@ -55,24 +57,24 @@ available (the reason and fix are printed).`,
 				return err
 			}
 			var st serviceStatus
-			st.Serve.Socket = filepath.Join(f.StateDir, factory.SocketFile)
+			st.Serve.Socket = filepath.Join(f.StateDir, record.ServeSocketFile)
 			if os.Getenv("KUSAW_NO_SERVE") != "1" {
-				cl, derr := factory.DialServe(f.StateDir)
+				cl, derr := client.DialServe(f.StateDir)
 				if derr == nil {
 					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 					h, herr := cl.Health(ctx)
 					cancel()
 					if herr == nil {
 						st.Serve.Running, st.Serve.PID, st.Serve.Queued, st.Serve.RunningRuns, st.Serve.MaxParallel = true, h.PID, h.Queued, h.Running, h.MaxParallel
-						var info factory.ServeInfo
-						if b, err := os.ReadFile(filepath.Join(f.StateDir, factory.ServeInfoFile)); err == nil && json.Unmarshal(b, &info) == nil {
+						var info client.ServeInfo
+						if b, err := os.ReadFile(filepath.Join(f.StateDir, record.ServeInfoFile)); err == nil && json.Unmarshal(b, &info) == nil {
 							st.Serve.Listen = info.Listen
 						}
 					} else {
 						derr = herr
 					}
 				}
-				if derr != nil && !errors.Is(derr, factory.ErrServeDown) {
+				if derr != nil && !errors.Is(derr, client.ErrServeDown) {
 					st.Serve.Error = derr.Error()
 				}
 			}
@@ -86,7 +88,7 @@ available (the reason and fix are printed).`,
 					fmt.Fprintf(w, "serve:     running (pid %d)\n", st.Serve.PID)
 					fmt.Fprintf(w, "socket:    %s\n", st.Serve.Socket)
 					if st.Serve.Listen != "" {
-						fmt.Fprintf(w, "listen:    %s (bearer token: %s in the secret store)\n", st.Serve.Listen, factory.TokenSecretKey)
+						fmt.Fprintf(w, "listen:    %s (bearer token: %s in the secret store)\n", st.Serve.Listen, serve.TokenSecretKey)
 					}
 					fmt.Fprintf(w, "queue:     %d queued, %d running, at most %d at once\n", st.Serve.Queued, st.Serve.RunningRuns, st.Serve.MaxParallel)
 				} else {
@@ -153,7 +155,7 @@ the factory file's absolute path.`,
 				return exitf(status.ExitInternal, "cannot find the home folder: %v (set HOME)", err)
 			}
 			fp, _ := filepath.Abs(f.Path)
-			u, err := factory.NewServiceUnit(runtime.GOOS, exe, fp, f.StateDir, home, os.Getenv("XDG_CONFIG_HOME"))
+			u, err := serve.NewServiceUnit(runtime.GOOS, exe, fp, f.StateDir, home, os.Getenv("XDG_CONFIG_HOME"))
 			if err != nil {
 				return exitf(status.ExitUsage, "%v", err)
 			}

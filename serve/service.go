@@ -1,4 +1,4 @@
-package factory
+package serve
 
 import (
 	"crypto/sha256"

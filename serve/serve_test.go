@@ -1,9 +1,8 @@
-package factory
+package serve
 
 import (
 	"bytes"
 	"context"
-	"crypto/ed25519"
 	"encoding/json"
 	"encoding/xml"
 	"errors"
@@ -23,6 +22,10 @@ import (
 
 	"github.com/kusaw/kusaw/chainlog"
 	"github.com/kusaw/kusaw/config"
+	"github.com/kusaw/kusaw/factory"
+	"github.com/kusaw/kusaw/internal/testkit"
+	"github.com/kusaw/kusaw/record"
+	"github.com/kusaw/kusaw/serve/client"
 	"github.com/kusaw/kusaw/status"
 )
 
@@ -30,7 +33,7 @@ import (
 // pipelines, and loads it.
 func serveFactory(t *testing.T, body string) *config.Factory {
 	t.Helper()
-	needGit(t)
+	testkit.NeedGit(t)
 	dir := t.TempDir()
 	repo := filepath.Join(dir, "app")
 	for _, args := range [][]string{{"init", "-q", "-b", "main", repo}, {"-C", repo, "-c", "user.email=t@example.invalid", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m", "init"}} {
@@ -54,7 +57,7 @@ func serveFactory(t *testing.T, body string) *config.Factory {
 
 // startServer runs a Server until the test ends and returns a client of
 // its socket.
-func startServer(t *testing.T, f *config.Factory, opts ServeOptions) (*Server, *Client, func()) {
+func startServer(t *testing.T, f *config.Factory, opts ServeOptions) (*Server, *client.Client, func()) {
 	t.Helper()
 	opts.Engine.KillGrace = time.Second
 	opts.Engine.CancelPoll = 20 * time.Millisecond
@@ -66,10 +69,10 @@ func startServer(t *testing.T, f *config.Factory, opts ServeOptions) (*Server, *
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ctx) }()
-	var c *Client
+	var c *client.Client
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		c, err = DialServe(f.StateDir)
+		c, err = client.DialServe(f.StateDir)
 		if err == nil {
 			break
 		}
@@ -93,7 +96,7 @@ func startServer(t *testing.T, f *config.Factory, opts ServeOptions) (*Server, *
 	return s, c, stop
 }
 
-func waitRun(t *testing.T, c *Client, id string, d time.Duration) *RunDetail {
+func waitRun(t *testing.T, c *client.Client, id string, d time.Duration) *client.RunDetail {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
@@ -134,7 +137,7 @@ steps:
 		}
 		ids = append(ids, rec.ID)
 	}
-	var all []*AttemptRecord
+	var all []*record.AttemptRecord
 	for _, id := range ids {
 		d := waitRun(t, c, id, 60*time.Second)
 		if d.Run.State != status.RunSucceeded || d.ExitCode != status.ExitOK {
@@ -149,7 +152,7 @@ steps:
 	if len(all) != 12 {
 		t.Fatalf("want 12 attempts, got %d", len(all))
 	}
-	if got := MaxOverlap(all); got > 2 {
+	if got := record.MaxOverlap(all); got > 2 {
 		t.Fatalf("%d attempts ran at once with max_parallel 2", got)
 	}
 	// Six runs of 0.2s with two slots: the limit was used, not just obeyed.
@@ -205,7 +208,7 @@ steps:
 	}
 	// A second cancel is a conflict with a code, not a crash.
 	_, err = c.CancelCtx(ctx, first.ID)
-	var ae *APIError
+	var ae *client.APIError
 	if !errors.As(err, &ae) || ae.Status != http.StatusConflict || ae.Code != "run_ended" {
 		t.Fatalf("cancel of an ended run: %v", err)
 	}
@@ -229,14 +232,14 @@ steps:
 		t.Fatal(err)
 	}
 	var types []string
-	state, err := c.Follow(ctx, rec.ID, func(ev Event) { types = append(types, ev.Type) })
+	state, err := c.Follow(ctx, rec.ID, func(ev record.Event) { types = append(types, ev.Type) })
 	if err != nil {
 		t.Fatal(err)
 	}
 	if state != string(status.RunFailed) {
 		t.Fatalf("stream ended with state %q", state)
 	}
-	want := []string{EvRunStarted, EvStepStarted, EvAttemptStarted, EvAttemptFinished, EvStepFinished, EvStepStarted, EvAttemptStarted, EvAttemptFinished, EvStepFinished, EvRunFinished}
+	want := []string{record.EvRunStarted, record.EvStepStarted, record.EvAttemptStarted, record.EvAttemptFinished, record.EvStepFinished, record.EvStepStarted, record.EvAttemptStarted, record.EvAttemptFinished, record.EvStepFinished, record.EvRunFinished}
 	var got []string
 	for _, ty := range types {
 		for _, w := range want {
@@ -251,7 +254,7 @@ steps:
 	}
 	// Following a finished run replays it and ends.
 	var again int
-	if _, err := c.Follow(ctx, rec.ID, func(Event) { again++ }); err != nil || again != len(types) {
+	if _, err := c.Follow(ctx, rec.ID, func(record.Event) { again++ }); err != nil || again != len(types) {
 		t.Fatalf("replay: %d events (want %d), %v", again, len(types), err)
 	}
 	d, _ := c.Detail(ctx, rec.ID)
@@ -292,7 +295,7 @@ steps:
     run: [sh, -c, "true"]
 `)
 	_, c, _ := startServer(t, f, ServeOptions{MaxParallel: 1})
-	sock := filepath.Join(f.StateDir, SocketFile)
+	sock := filepath.Join(f.StateDir, record.ServeSocketFile)
 	fi, err := os.Stat(sock)
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("socket mode %v (%v), want 0600", fi.Mode().Perm(), err)
@@ -344,7 +347,7 @@ steps:
 	}
 	// The legitimate twin: a step's own log reads.
 	b, err := c.ReadLog(rec.ID, "steps/a/1/events.jsonl", 0, 1<<20)
-	if err != nil || !strings.Contains(string(b), EvAttemptFinished) {
+	if err != nil || !strings.Contains(string(b), record.EvAttemptFinished) {
 		t.Fatalf("reading the attempt's events through the API: %v %q", err, b)
 	}
 	if st, m := rawCall(t, sock, "GET", "/v1/health", "", nil); st != 200 || m["ok"] != true {
@@ -382,7 +385,7 @@ steps:
 	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 403 {
 		t.Fatalf("cookie-only POST: %v %v, want 403", resp.StatusCode, err)
 	}
-	c := NewTCPClient(addr, "tok-0123456789", f.StateDir)
+	c := client.NewTCPClient(addr, "tok-0123456789", f.StateDir)
 	rec, err := c.Submit(context.Background(), "", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -435,7 +438,7 @@ steps:
 		time.Sleep(20 * time.Millisecond)
 	}
 	stop()
-	st := &State{Dir: f.StateDir}
+	st := &factory.State{Dir: f.StateDir}
 	r1, _ := st.LoadRun(rec.ID)
 	a, _ := st.Attempts(r1)
 	if r1.State != status.RunInterrupted || a[len(a)-1].Outcome != status.OutcomeInterrupted {
@@ -467,11 +470,11 @@ steps:
 	// The run's events continue the same chained log, which verifies, and
 	// say where the run resumed.
 	for _, id := range []string{rec.ID, queued.ID} {
-		b, err := os.ReadFile(filepath.Join(st.RunDir(id), eventsFile))
+		b, err := os.ReadFile(filepath.Join(st.RunDir(id), record.EventsFile))
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := chainlog.Verify(bytes.NewReader(b), s2.E.opts.Key.Public().(ed25519.PublicKey))
+		res, err := chainlog.Verify(bytes.NewReader(b), s2.E.PublicKey())
 		if err != nil || res.Unsealed() != 0 {
 			t.Fatalf("events of resumed run %s: %v (%d unsealed)", id, err, res.Unsealed())
 		}
@@ -479,7 +482,7 @@ steps:
 			t.Fatalf("events of resumed run %s:\n%s", id, b)
 		}
 	}
-	b, _ := os.ReadFile(filepath.Join(st.RunDir(rec.ID), eventsFile))
+	b, _ := os.ReadFile(filepath.Join(st.RunDir(rec.ID), record.EventsFile))
 	if !strings.Contains(string(b), `"resumed_from":"slow"`) || strings.Count(string(b), `"type":"run.started"`) != 2 {
 		t.Fatalf("the resumed run's events do not say where it resumed:\n%s", b)
 	}
@@ -555,7 +558,7 @@ steps:
     run: [sh, -c, "true"]
 `)
 	startServer(t, f, ServeOptions{MaxParallel: 1})
-	sock := filepath.Join(f.StateDir, SocketFile)
+	sock := filepath.Join(f.StateDir, record.ServeSocketFile)
 	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 	}}}
@@ -584,31 +587,31 @@ steps:
 }
 
 func TestEventTailReadsWholeLinesOnly(t *testing.T) {
-	st := &State{Dir: t.TempDir()}
+	st := &factory.State{Dir: t.TempDir()}
 	dir := st.RunDir("r1")
-	if err := os.MkdirAll(filepath.Join(dir, stepsDir, "a", "1"), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, record.StepsDir, "a", "1"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	runEv := filepath.Join(dir, eventsFile)
-	attEv := filepath.Join(dir, stepsDir, "a", "1", eventsFile)
+	runEv := filepath.Join(dir, record.EventsFile)
+	attEv := filepath.Join(dir, record.StepsDir, "a", "1", record.EventsFile)
 	line := func(seq int, typ string, ts time.Time) string {
 		b, _ := json.Marshal(map[string]any{"prev": "x", "seq": seq, "ts": ts, "run": "r1", "type": typ})
 		return string(b) + "\n"
 	}
 	t0 := time.Now().UTC()
-	full := line(2, EvAttemptStarted, t0.Add(time.Millisecond))
-	os.WriteFile(runEv, []byte(line(1, EvRunStarted, t0)+`{"prev":"x","seal":"sig"}`+"\n"), 0o644)
+	full := line(2, record.EvAttemptStarted, t0.Add(time.Millisecond))
+	os.WriteFile(runEv, []byte(line(1, record.EvRunStarted, t0)+`{"prev":"x","seal":"sig"}`+"\n"), 0o644)
 	os.WriteFile(attEv, []byte(full[:10]), 0o644) // a line still being written
 	tail := newEventTail(st, "r1")
 	got := tail.poll()
-	if len(got) != 1 || got[0].Type != EvRunStarted {
+	if len(got) != 1 || got[0].Type != record.EvRunStarted {
 		t.Fatalf("first poll: %+v (want run.started only: seal lines and half lines skipped)", got)
 	}
 	f, _ := os.OpenFile(attEv, os.O_APPEND|os.O_WRONLY, 0)
 	f.WriteString(full[10:])
 	f.Close()
 	got = tail.poll()
-	if len(got) != 1 || got[0].Type != EvAttemptStarted || got[0].Seq != 2 {
+	if len(got) != 1 || got[0].Type != record.EvAttemptStarted || got[0].Seq != 2 {
 		t.Fatalf("second poll: %+v", got)
 	}
 	if got = tail.poll(); len(got) != 0 {
@@ -646,7 +649,7 @@ steps:
 			t.Fatal(err)
 		}
 	}
-	sock := filepath.Join(f.StateDir, SocketFile)
+	sock := filepath.Join(f.StateDir, record.ServeSocketFile)
 	get := func(uid uint32) error {
 		cmd := exec.Command(curl, "-sf", "--max-time", "5", "--unix-socket", sock, "http://kusaw/v1/health")
 		if uid != 0 {
@@ -663,48 +666,5 @@ steps:
 	}
 	if err := get(0); err != nil {
 		t.Fatalf("the owner cannot talk to serve: %v", err)
-	}
-}
-
-// TestRecoverySweepsAttemptWithoutRecord: a crash between an attempt's
-// folder and its attempt.json leaves no temp folder behind, and the
-// attempt is recorded interrupted.
-func TestRecoverySweepsAttemptWithoutRecord(t *testing.T) {
-	f := serveFactory(t, `
-pipelines:
-  default: [a]
-steps:
-  a:
-    run: [sh, -c, "true"]
-`)
-	e, err := New(f, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := e.Prepare("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := attemptDir(r.Dir, "a", 1)
-	for _, sub := range []string{artifactsDir, tmpDir, worktreesDir, "lease"} {
-		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
-	os.WriteFile(filepath.Join(dir, tmpDir, "junk"), []byte("x"), 0o600)
-	r.lock.Unlock() // the owner dies
-	st, err := OpenState(f.StateDir)
-	if err != nil || len(st.Recovered) != 1 {
-		t.Fatalf("recovery: %v %v", st.Recovered, err)
-	}
-	for _, sub := range []string{tmpDir, worktreesDir, "lease"} {
-		if _, err := os.Stat(filepath.Join(dir, sub)); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("%s left after recovery: %v", sub, err)
-		}
-	}
-	rec, _ := st.LoadRun(r.ID())
-	atts, _ := st.Attempts(rec)
-	if rec.State != status.RunInterrupted || len(atts) != 1 || atts[0].Outcome != status.OutcomeInterrupted || rec.Steps[0].Outcome != status.OutcomeInterrupted {
-		t.Fatalf("after recovery: run %s, attempts %+v, step %+v", rec.State, atts, rec.Steps[0])
 	}
 }

@@ -1,4 +1,4 @@
-package factory
+package serve
 
 import (
 	"context"
@@ -14,24 +14,21 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/kusaw/kusaw/config"
+	"github.com/kusaw/kusaw/factory"
+	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/status"
 )
 
-// Files of the state directory that belong to serve.
+// Files of the state directory that only serve uses.
 const (
-	SocketDir     = "serve"            // holds the socket; hidden from every sandbox
-	SocketFile    = "serve/serve.sock" // the API's Unix socket (mode 0600)
-	serveLockFile = "serve.lock"       // flock: one serve per state directory
-	ServeInfoFile = "serve.json"       // pid, socket, listen address, limits
-	servedFile    = "served"           // in a run's folder: serve queued it (resume candidates)
-	maxQueued     = 10000              // a bound on memory, far above real use
-	paramsFile    = "params.json"      // a run's submitted parameters
+	serveLockFile = "serve.lock" // flock: one serve per state directory
+	maxQueued     = 10000        // a bound on memory, far above real use
 )
 
 // ServeOptions configure a Server.
 type ServeOptions struct {
 	// Engine options; OnEvent is chained after serve's own.
-	Engine Options
+	Engine factory.Options
 	// MaxParallel overrides serve.max_parallel (0: the file, else the
 	// number of cores).
 	MaxParallel int
@@ -47,16 +44,6 @@ type ServeOptions struct {
 	Log zerolog.Logger
 }
 
-// ServeInfo is serve.json: how to reach a running serve.
-type ServeInfo struct {
-	PID         int       `json:"pid"`
-	Socket      string    `json:"socket"`
-	Listen      string    `json:"listen,omitempty"`
-	MaxParallel int       `json:"max_parallel"`
-	Started     time.Time `json:"started"`
-	Factory     string    `json:"factory"`
-}
-
 // Server is kusaw serve: a queue of runs executed on one engine with at
 // most MaxParallel runs at once, and the HTTP API over them.
 //
@@ -67,7 +54,7 @@ type ServeInfo struct {
 // attempt's processes are one attempt).
 type Server struct {
 	F    *config.Factory
-	E    *Engine
+	E    *factory.Engine
 	opts ServeOptions
 	log  zerolog.Logger
 	max  int
@@ -75,13 +62,13 @@ type Server struct {
 
 	mu       sync.Mutex
 	cond     *sync.Cond
-	queue    []*Run
+	queue    []*factory.Run
 	running  map[string]*activeRun
 	stopping bool
 	wg       sync.WaitGroup
 	started  time.Time
 	peak     int // most runs running at once, for tests and health
-	lock     *runLock
+	lock     *factory.RunLock
 	fileSum  [32]byte // the factory file serve loaded
 }
 
@@ -98,7 +85,7 @@ func fileSum(p string) [32]byte {
 }
 
 type activeRun struct {
-	run    *Run
+	run    *factory.Run
 	cancel context.CancelCauseFunc
 }
 
@@ -109,7 +96,7 @@ func NewServer(f *config.Factory, opts ServeOptions) (*Server, error) {
 	if err := os.MkdirAll(f.StateDir, 0o755); err != nil {
 		return nil, fmt.Errorf("cannot create the state directory %s: %v", f.StateDir, err)
 	}
-	l, ok, err := tryLock(filepath.Join(f.StateDir, serveLockFile))
+	l, ok, err := factory.TryLock(filepath.Join(f.StateDir, serveLockFile))
 	if err != nil {
 		return nil, fmt.Errorf("cannot lock %s: %v", filepath.Join(f.StateDir, serveLockFile), err)
 	}
@@ -133,13 +120,13 @@ func NewServer(f *config.Factory, opts ServeOptions) (*Server, error) {
 	}
 	eo := opts.Engine
 	user := eo.OnEvent
-	eo.OnEvent = func(ev Event) {
+	eo.OnEvent = func(ev record.Event) {
 		s.bus.publish(ev.Run)
 		if user != nil {
 			user(ev)
 		}
 	}
-	e, err := New(f, eo)
+	e, err := factory.New(f, eo)
 	if e == nil {
 		l.Unlock()
 		return nil, err
@@ -173,15 +160,15 @@ func (s *Server) requeue() {
 		if rec.State != status.RunInterrupted {
 			continue
 		}
-		if _, err := os.Stat(filepath.Join(s.E.State.RunDir(rec.ID), servedFile)); err != nil {
+		if _, err := os.Stat(filepath.Join(s.E.State.RunDir(rec.ID), record.ServedFile)); err != nil {
 			continue // an in-process kusaw run's: not serve's to restart
 		}
 		r, err := s.E.Resume(rec.ID)
 		if err != nil {
 			s.log.Warn().Str("run", rec.ID).Err(err).Msg("cannot resume run; it stays interrupted")
-			if errors.Is(err, ErrNotResumable) {
+			if errors.Is(err, factory.ErrNotResumable) {
 				// Not again at every start: the pipeline changed under it.
-				os.Remove(filepath.Join(s.E.State.RunDir(rec.ID), servedFile))
+				os.Remove(filepath.Join(s.E.State.RunDir(rec.ID), record.ServedFile))
 			}
 			continue
 		}
@@ -202,8 +189,8 @@ var ErrQueueFull = errors.New("the run queue is full")
 
 // Submit queues a run of a pipeline. Params become KUSAW_PARAM_<NAME> in
 // the environment of the run's steps.
-func (s *Server) Submit(pipeline string, params map[string]string) (*RunRecord, error) {
-	if err := checkParams(params); err != nil {
+func (s *Server) Submit(pipeline string, params map[string]string) (*record.RunRecord, error) {
+	if err := factory.CheckParams(params); err != nil {
 		return nil, err
 	}
 	if fileSum(s.F.Path) != s.fileSum {
@@ -223,7 +210,7 @@ func (s *Server) Submit(pipeline string, params map[string]string) (*RunRecord, 
 	if err != nil {
 		return nil, err
 	}
-	_ = os.WriteFile(filepath.Join(r.Dir, servedFile), nil, 0o644)
+	_ = os.WriteFile(filepath.Join(r.Dir, record.ServedFile), nil, 0o644)
 	s.mu.Lock()
 	if s.stopping {
 		s.mu.Unlock()
@@ -241,13 +228,13 @@ func (s *Server) Submit(pipeline string, params map[string]string) (*RunRecord, 
 
 // Cancel cancels a queued or running run. A queued run ends at once,
 // without starting.
-func (s *Server) Cancel(id string) (*RunRecord, error) {
+func (s *Server) Cancel(id string) (*record.RunRecord, error) {
 	rec, err := s.E.State.LoadRun(id)
 	if err != nil {
 		return nil, err
 	}
 	if rec.State.Final() {
-		return rec, fmt.Errorf("%w: run %s already ended (%s)", ErrRunEnded, rec.ID, rec.State)
+		return rec, fmt.Errorf("%w: run %s already ended (%s)", record.ErrRunEnded, rec.ID, rec.State)
 	}
 	s.mu.Lock()
 	for i, r := range s.queue {
@@ -266,9 +253,6 @@ func (s *Server) Cancel(id string) (*RunRecord, error) {
 	s.log.Info().Str("run", rec.ID).Msg("cancel requested")
 	return s.E.State.RequestCancel(rec.ID)
 }
-
-// ErrRunEnded is returned when canceling a run that already ended.
-var ErrRunEnded = errors.New("run already ended")
 
 // Counts returns the number of queued and running runs.
 func (s *Server) Counts() (queued, running int) {

@@ -1,7 +1,6 @@
-package factory
+package serve
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/subtle"
@@ -12,19 +11,19 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/kusaw/kusaw/config"
+	"github.com/kusaw/kusaw/factory"
+	"github.com/kusaw/kusaw/record"
+	"github.com/kusaw/kusaw/serve/client"
 	"github.com/kusaw/kusaw/status"
 )
 
@@ -42,40 +41,6 @@ import (
 // The Unix socket needs no token (it is mode 0600 in the state directory);
 // the TCP listener wants "Authorization: Bearer TOKEN", or the cookie the
 // web page gets from /?token=TOKEN.
-
-// APIErrorBody is the JSON of an API error.
-type APIErrorBody struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-	Fix     string `json:"fix,omitempty"`
-}
-
-// RunDetail is GET /v1/runs/{id}.
-type RunDetail struct {
-	Run      *RunRecord       `json:"run"`
-	Attempts []*AttemptRecord `json:"attempts"`
-	ExitCode status.ExitCode  `json:"exit_code"`
-}
-
-// Health is GET /v1/health.
-type Health struct {
-	OK          bool      `json:"ok"`
-	PID         int       `json:"pid"`
-	Queued      int       `json:"queued"`
-	Running     int       `json:"running"`
-	MaxParallel int       `json:"max_parallel"`
-	PeakRunning int       `json:"peak_running"`
-	Started     time.Time `json:"started"`
-	StateDir    string    `json:"state_dir"`
-	Factory     string    `json:"factory"`
-	Stopping    bool      `json:"stopping,omitempty"`
-}
-
-// SubmitRequest is POST /v1/runs.
-type SubmitRequest struct {
-	Pipeline string            `json:"pipeline"`
-	Params   map[string]string `json:"params,omitempty"`
-}
 
 const tokenCookie = "kusaw_token"
 
@@ -198,7 +163,7 @@ func requireToken(token string, h http.Handler) http.Handler {
 const TokenSecretKey = "serve.token"
 
 func apiError(w http.ResponseWriter, code int, errCode, msg, fix string) {
-	writeJSONResponse(w, code, map[string]any{"error": APIErrorBody{Code: errCode, Message: msg, Fix: fix}})
+	writeJSONResponse(w, code, map[string]any{"error": client.APIErrorBody{Code: errCode, Message: msg, Fix: fix}})
 }
 
 func writeJSONResponse(w http.ResponseWriter, code int, v any) {
@@ -209,10 +174,10 @@ func writeJSONResponse(w http.ResponseWriter, code int, v any) {
 	w.Write(append(b, '\n'))
 }
 
-// runError maps a State error to an API error.
+// runError maps a factory.State error to an API error.
 func runError(w http.ResponseWriter, err error) {
 	switch {
-	case errors.Is(err, ErrNoRun):
+	case errors.Is(err, record.ErrNoRun):
 		apiError(w, http.StatusNotFound, "run_not_found", err.Error(), "list runs with: kusaw runs")
 	case strings.Contains(err.Error(), "ambiguous"):
 		apiError(w, http.StatusBadRequest, "run_ambiguous", err.Error(), "give more of the run id")
@@ -221,10 +186,10 @@ func runError(w http.ResponseWriter, err error) {
 	}
 }
 
-func (s *Server) health() Health {
+func (s *Server) health() client.Health {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return Health{OK: !s.stopping, PID: os.Getpid(), Queued: len(s.queue), Running: len(s.running), MaxParallel: s.max,
+	return client.Health{OK: !s.stopping, PID: os.Getpid(), Queued: len(s.queue), Running: len(s.running), MaxParallel: s.max,
 		PeakRunning: s.peak, Started: s.started, StateDir: s.F.StateDir, Factory: s.F.Path, Stopping: s.stopping}
 }
 
@@ -233,7 +198,7 @@ func (s *Server) apiHealth(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) apiSubmit(w http.ResponseWriter, r *http.Request) {
-	var req SubmitRequest
+	var req client.SubmitRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil && !errors.Is(err, io.EOF) {
@@ -248,9 +213,9 @@ func (s *Server) apiSubmit(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err == nil:
 		writeJSONResponse(w, http.StatusCreated, map[string]any{"run": rec})
-	case errors.Is(err, ErrUnknownPipeline):
-		apiError(w, http.StatusBadRequest, "unknown_pipeline", strings.TrimPrefix(err.Error(), ErrUnknownPipeline.Error()+": "), "name one of the file's pipelines")
-	case errors.Is(err, ErrBadParams):
+	case errors.Is(err, record.ErrUnknownPipeline):
+		apiError(w, http.StatusBadRequest, "unknown_pipeline", strings.TrimPrefix(err.Error(), record.ErrUnknownPipeline.Error()+": "), "name one of the file's pipelines")
+	case errors.Is(err, record.ErrBadParams):
 		apiError(w, http.StatusBadRequest, "bad_params", err.Error(), "parameters are environment names (letters, digits, _) with short values")
 	case errors.Is(err, ErrFactoryChanged):
 		apiError(w, http.StatusConflict, "factory_changed", err.Error(), "stop kusaw serve (SIGTERM; running attempts finish or are recorded interrupted) and start it again")
@@ -280,21 +245,21 @@ func (s *Server) apiRuns(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if runs == nil {
-		runs = []*RunRecord{}
+		runs = []*record.RunRecord{}
 	}
 	writeJSONResponse(w, http.StatusOK, map[string]any{"runs": runs})
 }
 
-func (s *Server) detail(id string) (*RunDetail, error) {
+func (s *Server) detail(id string) (*client.RunDetail, error) {
 	rec, err := s.E.State.LoadRun(id)
 	if err != nil {
 		return nil, err
 	}
 	atts, _ := s.E.State.Attempts(rec)
 	if atts == nil {
-		atts = []*AttemptRecord{}
+		atts = []*record.AttemptRecord{}
 	}
-	return &RunDetail{Run: rec, Attempts: atts, ExitCode: RunExitCode(rec, atts)}, nil
+	return &client.RunDetail{Run: rec, Attempts: atts, ExitCode: record.RunExitCode(rec, atts)}, nil
 }
 
 func (s *Server) apiRun(w http.ResponseWriter, r *http.Request) {
@@ -308,8 +273,8 @@ func (s *Server) apiRun(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) apiCancel(w http.ResponseWriter, r *http.Request) {
 	rec, err := s.Cancel(r.PathValue("id"))
-	if errors.Is(err, ErrRunEnded) || err != nil && rec != nil && rec.State.Final() {
-		writeJSONResponse(w, http.StatusConflict, map[string]any{"error": APIErrorBody{Code: "run_ended", Message: err.Error()}, "run": rec})
+	if errors.Is(err, record.ErrRunEnded) || err != nil && rec != nil && rec.State.Final() {
+		writeJSONResponse(w, http.StatusConflict, map[string]any{"error": client.APIErrorBody{Code: "run_ended", Message: err.Error()}, "run": rec})
 		return
 	}
 	if err != nil {
@@ -318,71 +283,6 @@ func (s *Server) apiCancel(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSONResponse(w, http.StatusAccepted, map[string]any{"run": rec})
 }
-
-// RunExitCode is kusaw run's exit status for a run read from its records
-// (the same as Run.ExitCode for a run executed in-process).
-func RunExitCode(rec *RunRecord, atts []*AttemptRecord) status.ExitCode {
-	switch rec.State {
-	case status.RunSucceeded:
-		return status.ExitOK
-	case status.RunCanceled, status.RunInterrupted:
-		return status.ExitInterrupted
-	case status.RunQueued, status.RunRunning:
-		return status.ExitOK
-	}
-	for _, a := range atts {
-		if a.Outcome == status.OutcomeRefused && isSandboxReason(a.Reason) {
-			return status.ExitSandboxUnavailable
-		}
-	}
-	return status.ExitRunFailed
-}
-
-// logPath accepts the run's own log files only: events.jsonl, and an
-// attempt's events, egress, setup, stdout and stderr logs.
-var logPath = sync.OnceValue(func() *regexp.Regexp {
-	return regexp.MustCompile(`^(events\.jsonl|steps/[^/]+/[0-9]+/(events\.jsonl|egress\.log|setup\.log|std(out|err)(-[^/]+)?\.log))$`)
-})
-
-// ValidLogPath reports whether p names a log the API serves.
-func ValidLogPath(p string) bool {
-	if !logPath().MatchString(p) || path.Clean(p) != p {
-		return false
-	}
-	for _, seg := range strings.Split(p, "/") {
-		if seg == ".." || seg == "." {
-			return false
-		}
-	}
-	return true
-}
-
-// ReadLog reads a run's log file (a path relative to the run's folder,
-// checked by ValidLogPath) from offset, at most max bytes. A missing file
-// reads as empty.
-func (s *State) ReadLog(runID, rel string, offset, max int64) ([]byte, error) {
-	if !ValidLogPath(rel) {
-		return nil, fmt.Errorf("%w: %q", ErrBadLogPath, rel)
-	}
-	f, err := os.Open(filepath.Join(s.RunDir(runID), filepath.FromSlash(rel)))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%w: %q is not a regular file", ErrBadLogPath, rel)
-	}
-	if _, err := f.Seek(offset, io.SeekStart); err != nil {
-		return nil, err
-	}
-	return io.ReadAll(io.LimitReader(f, max))
-}
-
-// ErrBadLogPath is returned for a log path outside the run's logs.
-var ErrBadLogPath = errors.New("not a log of the run")
 
 const maxLogChunk = 4 << 20
 
@@ -401,7 +301,7 @@ func (s *Server) apiLog(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	b, err := s.E.State.ReadLog(rec.ID, q.Get("path"), offset, maxLogChunk)
-	if errors.Is(err, ErrBadLogPath) {
+	if errors.Is(err, record.ErrBadLogPath) {
 		apiError(w, http.StatusBadRequest, "bad_log_path", err.Error(), "path is events.jsonl or steps/STEP/N/{events.jsonl,egress.log,setup.log,stdout.log,stderr.log}")
 		return
 	}
@@ -411,24 +311,9 @@ func (s *Server) apiLog(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("X-Kusaw-Next-Offset", strconv.FormatInt(offset+int64(len(b)), 10))
-	w.Header().Set("X-Kusaw-Run-State", string(rec.State))
+	w.Header().Set("X-Kusaw-factory.Run-factory.State", string(rec.State))
 	w.WriteHeader(http.StatusOK)
 	w.Write(b)
-}
-
-// HostEgress is one host of an attempt's egress.
-type HostEgress struct {
-	Host        string `json:"host"`
-	Connections int    `json:"connections"`
-	Refusals    int    `json:"refusals"`
-	BytesUp     int64  `json:"bytes_up"`
-	BytesDown   int64  `json:"bytes_down"`
-}
-
-// EgressReport is GET .../attempts/{step}/{n}/egress.
-type EgressReport struct {
-	Source string       `json:"source"` // "summary" (egress.summary), "log" (egress.log) or "none"
-	Hosts  []HostEgress `json:"hosts"`
 }
 
 func (s *Server) apiEgress(w http.ResponseWriter, r *http.Request) {
@@ -448,112 +333,7 @@ func (s *Server) apiEgress(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusNotFound, "attempt_not_found", fmt.Sprintf("run %s has no attempt %d of step %s", rec.ID, n, step), "see the run's attempts: kusaw show "+rec.ID)
 		return
 	}
-	writeJSONResponse(w, http.StatusOK, AttemptEgress(dir))
-}
-
-// AttemptEgress reads an attempt's egress per host: from its egress.summary
-// event when it has one, else by adding up egress.log.
-func AttemptEgress(dir string) EgressReport {
-	rep := EgressReport{Source: "none", Hosts: []HostEgress{}}
-	if f, err := os.Open(filepath.Join(dir, eventsFile)); err == nil {
-		sc := bufio.NewScanner(f)
-		sc.Buffer(make([]byte, 64<<10), 16<<20)
-		for sc.Scan() {
-			if !bytes.Contains(sc.Bytes(), []byte(EvEgressSummary)) {
-				continue
-			}
-			var ev Event
-			if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Type == EvEgressSummary {
-				if hs := hostsFrom(ev.Data); hs != nil {
-					rep = EgressReport{Source: "summary", Hosts: hs}
-				}
-			}
-		}
-		f.Close()
-		if rep.Source == "summary" {
-			return rep
-		}
-	}
-	f, err := os.Open(filepath.Join(dir, egressLogFile))
-	if err != nil {
-		return rep
-	}
-	defer f.Close()
-	by := map[string]*HostEgress{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	for sc.Scan() {
-		var m map[string]any
-		if json.Unmarshal(sc.Bytes(), &m) != nil {
-			continue
-		}
-		host, _ := field(m, "host").(string)
-		if host == "" {
-			continue
-		}
-		h := by[host]
-		if h == nil {
-			h = &HostEgress{Host: host}
-			by[host] = h
-		}
-		switch strings.ToLower(fmt.Sprint(field(m, "decision"))) {
-		case "allow":
-			h.Connections++
-		case "refuse", "close":
-			h.Refusals++
-		}
-		h.BytesUp += num(field(m, "bytes_up"))
-		h.BytesDown += num(field(m, "bytes_down"))
-	}
-	rep.Source = "log"
-	for _, h := range by {
-		rep.Hosts = append(rep.Hosts, *h)
-	}
-	sort.Slice(rep.Hosts, func(i, j int) bool { return rep.Hosts[i].Host < rep.Hosts[j].Host })
-	return rep
-}
-
-// hostsFrom reads the per-host list of an egress.summary event, whatever
-// the case of its keys.
-func hostsFrom(d map[string]any) []HostEgress {
-	list, _ := field(d, "hosts").([]any)
-	if list == nil {
-		return nil
-	}
-	out := []HostEgress{}
-	for _, it := range list {
-		m, _ := it.(map[string]any)
-		if m == nil {
-			continue
-		}
-		host, _ := field(m, "host").(string)
-		out = append(out, HostEgress{Host: host, Connections: int(num(field(m, "connections"))), Refusals: int(num(field(m, "refusals"))),
-			BytesUp: num(field(m, "bytes_up")), BytesDown: num(field(m, "bytes_down"))})
-	}
-	return out
-}
-
-// field looks a key up ignoring case and underscores: bytes_up, BytesUp.
-func field(m map[string]any, key string) any {
-	norm := func(s string) string { return strings.ToLower(strings.ReplaceAll(s, "_", "")) }
-	k := norm(key)
-	for mk, v := range m {
-		if norm(mk) == k {
-			return v
-		}
-	}
-	return nil
-}
-
-func num(v any) int64 {
-	switch x := v.(type) {
-	case float64:
-		return int64(x)
-	case json.Number:
-		n, _ := x.Int64()
-		return n
-	}
-	return 0
+	writeJSONResponse(w, http.StatusOK, record.AttemptEgress(dir))
 }
 
 // apiEvents streams a run's events as server-sent events: everything
@@ -587,7 +367,7 @@ func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) {
 			b, _ := json.Marshal(ev)
 			writeSSE(w, ev, b)
 			lastWrite = time.Now()
-			if ev.Type == EvRunFinished && ev.Step == "" {
+			if ev.Type == record.EvRunFinished && ev.Step == "" {
 				sawEnd = true
 			}
 		}
@@ -621,7 +401,7 @@ func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func stateOf(r *RunRecord) status.RunState {
+func stateOf(r *record.RunRecord) status.RunState {
 	if r == nil {
 		return ""
 	}
@@ -645,26 +425,26 @@ func (s *Server) isActive(id string) bool {
 // eventTail reads new complete lines of a run's event files (the run's and
 // each attempt's), oldest first.
 type eventTail struct {
-	st      *State
+	st      *factory.State
 	run     string
 	offsets map[string]int64
 }
 
-func newEventTail(st *State, run string) *eventTail {
+func newEventTail(st *factory.State, run string) *eventTail {
 	return &eventTail{st: st, run: run, offsets: map[string]int64{}}
 }
 
-func (t *eventTail) poll() []Event {
+func (t *eventTail) poll() []record.Event {
 	dir := t.st.RunDir(t.run)
-	files := []string{filepath.Join(dir, eventsFile)}
-	steps, _ := os.ReadDir(filepath.Join(dir, stepsDir))
+	files := []string{filepath.Join(dir, record.EventsFile)}
+	steps, _ := os.ReadDir(filepath.Join(dir, record.StepsDir))
 	for _, sd := range steps {
-		atts, _ := os.ReadDir(filepath.Join(dir, stepsDir, sd.Name()))
+		atts, _ := os.ReadDir(filepath.Join(dir, record.StepsDir, sd.Name()))
 		for _, ad := range atts {
-			files = append(files, filepath.Join(dir, stepsDir, sd.Name(), ad.Name(), eventsFile))
+			files = append(files, filepath.Join(dir, record.StepsDir, sd.Name(), ad.Name(), record.EventsFile))
 		}
 	}
-	var out []Event
+	var out []record.Event
 	for _, p := range files {
 		out = append(out, t.read(p)...)
 	}
@@ -672,7 +452,7 @@ func (t *eventTail) poll() []Event {
 	return out
 }
 
-func (t *eventTail) read(p string) []Event {
+func (t *eventTail) read(p string) []record.Event {
 	f, err := os.Open(p)
 	if err != nil {
 		return nil
@@ -688,9 +468,9 @@ func (t *eventTail) read(p string) []Event {
 		return nil
 	}
 	t.offsets[p] = off + int64(end) + 1
-	var out []Event
+	var out []record.Event
 	for _, line := range bytes.Split(b[:end], []byte{'\n'}) {
-		var ev Event
+		var ev record.Event
 		// Seal lines of a chained log have no type: skipped.
 		if json.Unmarshal(line, &ev) == nil && ev.Type != "" {
 			out = append(out, ev)
@@ -704,7 +484,7 @@ func (t *eventTail) read(p string) []Event {
 // stop describes and returns.
 func (s *Server) Serve(ctx context.Context) error {
 	defer s.lock.Unlock()
-	sock := filepath.Join(s.F.StateDir, SocketFile)
+	sock := filepath.Join(s.F.StateDir, record.ServeSocketFile)
 	if len(sock) > 100 {
 		return fmt.Errorf("the socket path %s is too long for a Unix socket (%d bytes; the limit is about 104); set state_dir to a shorter path", sock, len(sock))
 	}
@@ -741,10 +521,10 @@ func (s *Server) Serve(ctx context.Context) error {
 		servers = append(servers, &http.Server{Handler: s.Handler(s.opts.Token), ReadHeaderTimeout: 10 * time.Second})
 		listeners = append(listeners, tl)
 	}
-	info := ServeInfo{PID: os.Getpid(), Socket: sock, Listen: s.opts.Listen, MaxParallel: s.max, Started: s.started, Factory: s.F.Path}
+	info := client.ServeInfo{PID: os.Getpid(), Socket: sock, Listen: s.opts.Listen, MaxParallel: s.max, Started: s.started, Factory: s.F.Path}
 	b, _ := json.MarshalIndent(info, "", "  ")
-	_ = config.WriteFileAtomic(filepath.Join(s.F.StateDir, ServeInfoFile), append(b, '\n'), 0o644)
-	defer os.Remove(filepath.Join(s.F.StateDir, ServeInfoFile))
+	_ = config.WriteFileAtomic(filepath.Join(s.F.StateDir, record.ServeInfoFile), append(b, '\n'), 0o644)
+	defer os.Remove(filepath.Join(s.F.StateDir, record.ServeInfoFile))
 	errc := make(chan error, len(servers))
 	for i, hs := range servers {
 		go func() { errc <- hs.Serve(listeners[i]) }()
@@ -796,6 +576,6 @@ func (s *Server) ServeAddr() string {
 // writeSSE writes one event as an unnamed server-sent event (its type is
 // in the data), so an EventSource's onmessage sees every type; only the
 // stream's last message is named: "end".
-func writeSSE(w io.Writer, ev Event, b []byte) {
+func writeSSE(w io.Writer, ev record.Event, b []byte) {
 	fmt.Fprintf(w, "id: %s/%d/%d\ndata: %s\n\n", ev.Step, ev.Attempt, ev.Seq, b)
 }

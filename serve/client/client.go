@@ -1,4 +1,4 @@
-package factory
+package client
 
 import (
 	"bufio"
@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kusaw/kusaw/record"
 )
 
 // Client talks to a running kusaw serve over its Unix socket (or TCP with
@@ -43,15 +45,15 @@ func (e *APIError) Error() string {
 	return e.Message
 }
 
-// Unwrap lets errors.Is(err, ErrNoRun) work across the API.
+// Unwrap lets errors.Is(err, record.ErrNoRun) work across the API.
 func (e *APIError) Unwrap() error {
 	switch e.Code {
 	case "run_not_found":
-		return ErrNoRun
+		return record.ErrNoRun
 	case "unknown_pipeline":
-		return ErrUnknownPipeline
+		return record.ErrUnknownPipeline
 	case "run_ended":
-		return ErrRunEnded
+		return record.ErrRunEnded
 	}
 	return nil
 }
@@ -59,7 +61,7 @@ func (e *APIError) Unwrap() error {
 // DialServe connects to the serve of a state directory through its socket
 // and checks it answers. ErrServeDown means: work in-process.
 func DialServe(stateDir string) (*Client, error) {
-	sock := filepath.Join(stateDir, SocketFile)
+	sock := filepath.Join(stateDir, record.ServeSocketFile)
 	dial := func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", sock)
@@ -140,17 +142,17 @@ func (c *Client) Health(ctx context.Context) (*Health, error) {
 }
 
 // Submit queues a run.
-func (c *Client) Submit(ctx context.Context, pipeline string, params map[string]string) (*RunRecord, error) {
+func (c *Client) Submit(ctx context.Context, pipeline string, params map[string]string) (*record.RunRecord, error) {
 	var out struct {
-		Run *RunRecord `json:"run"`
+		Run *record.RunRecord `json:"run"`
 	}
 	return out.Run, c.getJSON(ctx, "POST", "/v1/runs", SubmitRequest{Pipeline: pipeline, Params: params}, &out)
 }
 
 // RunsCtx lists runs, newest first.
-func (c *Client) RunsCtx(ctx context.Context) ([]*RunRecord, error) {
+func (c *Client) RunsCtx(ctx context.Context) ([]*record.RunRecord, error) {
 	var out struct {
-		Runs []*RunRecord `json:"runs"`
+		Runs []*record.RunRecord `json:"runs"`
 	}
 	return out.Runs, c.getJSON(ctx, "GET", "/v1/runs", nil, &out)
 }
@@ -162,22 +164,22 @@ func (c *Client) Detail(ctx context.Context, id string) (*RunDetail, error) {
 }
 
 // CancelCtx cancels a run.
-func (c *Client) CancelCtx(ctx context.Context, id string) (*RunRecord, error) {
+func (c *Client) CancelCtx(ctx context.Context, id string) (*record.RunRecord, error) {
 	var out struct {
-		Run *RunRecord `json:"run"`
+		Run *record.RunRecord `json:"run"`
 	}
 	return out.Run, c.getJSON(ctx, "POST", "/v1/runs/"+url.PathEscape(id)+"/cancel", struct{}{}, &out)
 }
 
 // Egress reads an attempt's egress per host.
-func (c *Client) Egress(ctx context.Context, id, step string, n int) (*EgressReport, error) {
-	var r EgressReport
+func (c *Client) Egress(ctx context.Context, id, step string, n int) (*record.EgressReport, error) {
+	var r record.EgressReport
 	return &r, c.getJSON(ctx, "GET", fmt.Sprintf("/v1/runs/%s/attempts/%s/%d/egress", url.PathEscape(id), url.PathEscape(step), n), nil, &r)
 }
 
 // Follow calls fn for each event of a run, recorded and live, until the
 // run ends (it returns the final state) or ctx ends.
-func (c *Client) Follow(ctx context.Context, id string, fn func(Event)) (string, error) {
+func (c *Client) Follow(ctx context.Context, id string, fn func(record.Event)) (string, error) {
 	resp, err := c.do(ctx, c.stream, "GET", "/v1/runs/"+url.PathEscape(id)+"/events", nil)
 	if err != nil {
 		return "", err
@@ -199,7 +201,7 @@ func (c *Client) Follow(ctx context.Context, id string, fn func(Event)) (string,
 				return e.State, nil
 			}
 			if len(data) > 0 {
-				var ev Event
+				var ev record.Event
 				if err := json.Unmarshal(data, &ev); err == nil {
 					fn(ev)
 				}
@@ -221,13 +223,13 @@ func (c *Client) Follow(ctx context.Context, id string, fn func(Event)) (string,
 }
 
 // The methods below give the CLI one view of runs whether it reads the
-// state directory itself (*State) or asks serve (*Client).
+// state directory itself (*factory.State) or asks serve (*Client).
 
 // Runs lists runs, newest first.
-func (c *Client) Runs() ([]*RunRecord, error) { return c.RunsCtx(context.Background()) }
+func (c *Client) Runs() ([]*record.RunRecord, error) { return c.RunsCtx(context.Background()) }
 
 // LoadRun reads a run's record (a unique prefix of its id works).
-func (c *Client) LoadRun(id string) (*RunRecord, error) {
+func (c *Client) LoadRun(id string) (*record.RunRecord, error) {
 	d, err := c.Detail(context.Background(), id)
 	if err != nil {
 		return nil, err
@@ -236,7 +238,7 @@ func (c *Client) LoadRun(id string) (*RunRecord, error) {
 }
 
 // Attempts reads a run's attempt records.
-func (c *Client) Attempts(r *RunRecord) ([]*AttemptRecord, error) {
+func (c *Client) Attempts(r *record.RunRecord) ([]*record.AttemptRecord, error) {
 	d, err := c.Detail(context.Background(), r.ID)
 	if err != nil {
 		return nil, err
@@ -245,15 +247,15 @@ func (c *Client) Attempts(r *RunRecord) ([]*AttemptRecord, error) {
 }
 
 // RunDir is the run's folder (on this machine's state directory).
-func (c *Client) RunDir(id string) string { return (&State{Dir: c.stateDir}).RunDir(id) }
+func (c *Client) RunDir(id string) string { return record.RunDir(c.stateDir, id) }
 
 // AttemptDir is an attempt's folder.
 func (c *Client) AttemptDir(run, step string, n int) string {
-	return (&State{Dir: c.stateDir}).AttemptDir(run, step, n)
+	return record.AttemptDir(record.RunDir(c.stateDir, run), step, n)
 }
 
 // RequestCancel cancels a run through serve.
-func (c *Client) RequestCancel(id string) (*RunRecord, error) {
+func (c *Client) RequestCancel(id string) (*record.RunRecord, error) {
 	return c.CancelCtx(context.Background(), id)
 }
 
@@ -268,19 +270,3 @@ func (c *Client) ReadLog(runID, rel string, offset, max int64) ([]byte, error) {
 	return io.ReadAll(io.LimitReader(resp.Body, max))
 }
 
-// RunStore is what the CLI reads runs through: *State in-process, *Client
-// when serve is up.
-type RunStore interface {
-	Runs() ([]*RunRecord, error)
-	LoadRun(id string) (*RunRecord, error)
-	Attempts(r *RunRecord) ([]*AttemptRecord, error)
-	RunDir(id string) string
-	AttemptDir(run, step string, n int) string
-	RequestCancel(id string) (*RunRecord, error)
-	ReadLog(runID, rel string, offset, max int64) ([]byte, error)
-}
-
-var (
-	_ RunStore = (*State)(nil)
-	_ RunStore = (*Client)(nil)
-)

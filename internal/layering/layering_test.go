@@ -1,0 +1,114 @@
+// Package layering holds the test that keeps kusaw's packages pointing one
+// way (docs/architecture.md, "Packages"): a package that imports what the
+// layout forbids fails here, with the rule it broke.
+package layering
+
+import (
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const mod = "github.com/kusaw/kusaw/"
+
+// never lists, for each package (a prefix: "serve" covers serve/...
+// unless a longer entry names the sub-package), the kusaw packages it must
+// not depend on, directly or through another package.
+var never = map[string][]string{
+	"config":           {"factory", "serve", "cluster", "sandbox", "egress", "worktree", "providers", "steps", "record", "deliver"},
+	"status":           {"config", "factory", "serve", "cluster", "record"},
+	"chainlog":         {"config", "factory", "serve", "cluster", "record"},
+	"secretstore":      {"factory", "serve", "cluster", "record"},
+	"record":           {"factory", "serve", "cluster", "sandbox", "egress", "worktree", "providers", "steps"},
+	"internal/proc":    {"config", "factory", "serve", "cluster", "sandbox", "egress", "worktree", "providers", "steps", "record"},
+	"sandbox":          {"egress", "worktree", "providers", "factory", "serve", "cluster", "steps"},
+	"egress":           {"sandbox", "worktree", "providers", "factory", "serve", "cluster", "steps"},
+	"worktree":         {"sandbox", "egress", "providers", "factory", "serve", "cluster", "steps"},
+	"providers":        {"sandbox", "egress", "worktree", "factory", "serve", "cluster", "steps"},
+	"steps":            {"factory", "serve", "cluster"},
+	"deliver":          {"factory", "serve", "cluster", "sandbox", "egress"},
+	"factory":          {"serve", "cluster"},
+	"serve":            {"sandbox", "egress", "worktree", "providers", "cluster/worker"},
+	"serve/client":     {"serve", "factory", "cluster", "sandbox", "egress", "worktree", "providers", "steps"},
+	"cluster":          {"serve", "factory", "sandbox"},
+	"cluster/dispatch": {"cluster/worker", "sandbox", "egress", "serve"},
+	"cluster/worker":   {"serve", "cluster/dispatch"},
+}
+
+// allowed are deliberate exceptions, each with its reason.
+var allowed = map[[2]string]string{
+	// serve runs attempts on its own machine through the engine, which
+	// links the sandbox and the proxy; serve's own code calls neither.
+	{"serve", "sandbox"}:   "through factory: serve's engine runs local attempts",
+	{"serve", "egress"}:    "through factory: serve runs one shared proxy for its engine",
+	{"serve", "worktree"}:  "through factory",
+	{"serve", "providers"}: "through factory",
+	// a worker runs attempts with the engine of one machine.
+	{"cluster/worker", "factory"}: "the worker runs an attempt through factory",
+}
+
+type pkg struct {
+	ImportPath string
+	Imports    []string
+	Deps       []string
+}
+
+func rule(path string) (string, []string) {
+	best := ""
+	for p := range never {
+		if (path == p || strings.HasPrefix(path, p+"/")) && len(p) > len(best) {
+			best = p
+		}
+	}
+	return best, never[best]
+}
+
+func under(dep, p string) bool { return dep == p || strings.HasPrefix(dep, p+"/") }
+
+func TestLayering(t *testing.T) {
+	out, err := exec.Command("go", "list", "-json", mod+"...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	seen := 0
+	for dec.More() {
+		var p pkg
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		path := strings.TrimPrefix(p.ImportPath, mod)
+		name, forbidden := rule(path)
+		if name == "" {
+			continue
+		}
+		seen++
+		// Direct imports are checked against every rule; transitive
+		// dependencies too, except where an exception names the path.
+		for _, dep := range p.Deps {
+			if !strings.HasPrefix(dep, mod) {
+				continue
+			}
+			d := strings.TrimPrefix(dep, mod)
+			for _, f := range forbidden {
+				if !under(d, f) || under(d, path) {
+					continue
+				}
+				direct := false
+				for _, im := range p.Imports {
+					if im == dep {
+						direct = true
+					}
+				}
+				if _, ok := allowed[[2]string{name, f}]; ok && !direct {
+					continue
+				}
+				t.Errorf("%s depends on %s (%s): the layout says %s never imports %s", path, d, map[bool]string{true: "directly", false: "through another package"}[direct], name, f)
+			}
+		}
+	}
+	if seen < 10 {
+		t.Fatalf("only %d packages matched a rule: the table is out of date", seen)
+	}
+}

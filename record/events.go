@@ -1,0 +1,36 @@
+package record
+
+import "time"
+
+// Event types (DESIGN §4).
+const (
+	EvRunStarted      = "run.started"
+	EvRunFinished     = "run.finished"
+	EvStepStarted     = "step.started"
+	EvStepFinished    = "step.finished"
+	EvAttemptStarted  = "attempt.started"
+	EvAttemptFinished = "attempt.finished"
+	EvWorktreeCreated = "worktree.created"
+	EvSetupFinished   = "setup.finished"
+	EvProcessStarted  = "process.started"
+	EvProcessExited   = "process.exited"
+	EvSandboxPlan     = "sandbox.plan"
+	EvCommitted       = "worktree.committed"
+	EvBranchAdvanced  = "branch.advanced"
+	EvEgressBlocked   = "egress.blocked"
+	EvEgressSummary   = "egress.summary"
+	EvRepoDirty       = "repo.dirty"
+	EvCancelRequested = "run.cancel_requested"
+	EvRefsRestored    = "worktree.refs_restored"
+)
+
+// Event is one line of an events.jsonl file.
+type Event struct {
+	Seq     int64          `json:"seq"`
+	TS      time.Time      `json:"ts"`
+	Run     string         `json:"run"`
+	Step    string         `json:"step,omitempty"`
+	Attempt int            `json:"attempt,omitempty"`
+	Type    string         `json:"type"`
+	Data    map[string]any `json:"data,omitempty"`
+}

@@ -1,0 +1,41 @@
+package record
+
+import (
+	"fmt"
+	"path/filepath"
+)
+
+// File and folder names of the state directory (docs/architecture.md, "Records").
+const (
+	RunsDir       = "runs"
+	ActiveDir     = "active" // runs/active/<id>: runs whose owner may still be alive
+	RunFile       = "run.json"
+	EventsFile    = "events.jsonl"
+	AttemptFile   = "attempt.json"
+	EgressLogFile = "egress.log"
+	StdoutFile    = "stdout.log"
+	StderrFile    = "stderr.log"
+	SetupLogFile  = "setup.log"
+	ArtifactsDir  = "artifacts"
+	TmpDir        = "tmp"
+	WorktreesDir  = "worktrees"
+	ObjectsDir    = "objects" // objects/<process>: each sandbox's private git objects, imported at commit
+	LockFile      = "lock"
+	CancelFile    = "cancel"
+	StepsDir      = "steps"
+
+	// Serve's files.
+	ServeSocketDir  = "serve"            // holds the socket; hidden from every sandbox
+	ServeSocketFile = "serve/serve.sock" // the API's Unix socket (mode 0600)
+	ServeInfoFile   = "serve.json"       // pid, socket, listen address, limits
+	ServedFile      = "served"           // in a run's folder: serve queued it (resume candidates)
+	ParamsFile      = "params.json"      // a run's submitted parameters
+)
+
+// RunDir is runs/<id> under a state directory.
+func RunDir(stateDir, id string) string { return filepath.Join(stateDir, RunsDir, id) }
+
+// AttemptDir is steps/<step>/<n> under a run's folder.
+func AttemptDir(runDir, step string, n int) string {
+	return filepath.Join(runDir, StepsDir, step, fmt.Sprint(n))
+}

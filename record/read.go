@@ -1,0 +1,190 @@
+package record
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/kusaw/kusaw/status"
+)
+
+// RunExitCode is kusaw run's exit status for a run read from its records
+// (the same as Run.ExitCode for a run executed in-process).
+func RunExitCode(rec *RunRecord, atts []*AttemptRecord) status.ExitCode {
+	switch rec.State {
+	case status.RunSucceeded:
+		return status.ExitOK
+	case status.RunCanceled, status.RunInterrupted:
+		return status.ExitInterrupted
+	case status.RunQueued, status.RunRunning:
+		return status.ExitOK
+	}
+	for _, a := range atts {
+		if a.Outcome == status.OutcomeRefused && IsSandboxReason(a.Reason) {
+			return status.ExitSandboxUnavailable
+		}
+	}
+	return status.ExitRunFailed
+}
+
+// logPath accepts the run's own log files only: events.jsonl, and an
+// attempt's events, egress, setup, stdout and stderr logs.
+var logPath = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^(events\.jsonl|steps/[^/]+/[0-9]+/(events\.jsonl|egress\.log|setup\.log|std(out|err)(-[^/]+)?\.log))$`)
+})
+
+// ValidLogPath reports whether p names a log the API serves.
+func ValidLogPath(p string) bool {
+	if !logPath().MatchString(p) || path.Clean(p) != p {
+		return false
+	}
+	for _, seg := range strings.Split(p, "/") {
+		if seg == ".." || seg == "." {
+			return false
+		}
+	}
+	return true
+}
+
+// ErrBadLogPath is returned for a log path outside the run's logs.
+var ErrBadLogPath = errors.New("not a log of the run")
+
+// HostEgress is one host of an attempt's egress.
+type HostEgress struct {
+	Host        string `json:"host"`
+	Connections int    `json:"connections"`
+	Refusals    int    `json:"refusals"`
+	BytesUp     int64  `json:"bytes_up"`
+	BytesDown   int64  `json:"bytes_down"`
+}
+
+// EgressReport is GET .../attempts/{step}/{n}/egress.
+type EgressReport struct {
+	Source string       `json:"source"` // "summary" (egress.summary), "log" (egress.log) or "none"
+	Hosts  []HostEgress `json:"hosts"`
+}
+
+// AttemptEgress reads an attempt's egress per host: from its egress.summary
+// event when it has one, else by adding up egress.log.
+func AttemptEgress(dir string) EgressReport {
+	rep := EgressReport{Source: "none", Hosts: []HostEgress{}}
+	if f, err := os.Open(filepath.Join(dir, EventsFile)); err == nil {
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 64<<10), 16<<20)
+		for sc.Scan() {
+			if !bytes.Contains(sc.Bytes(), []byte(EvEgressSummary)) {
+				continue
+			}
+			var ev Event
+			if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Type == EvEgressSummary {
+				if hs := hostsFrom(ev.Data); hs != nil {
+					rep = EgressReport{Source: "summary", Hosts: hs}
+				}
+			}
+		}
+		f.Close()
+		if rep.Source == "summary" {
+			return rep
+		}
+	}
+	f, err := os.Open(filepath.Join(dir, EgressLogFile))
+	if err != nil {
+		return rep
+	}
+	defer f.Close()
+	by := map[string]*HostEgress{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		var m map[string]any
+		if json.Unmarshal(sc.Bytes(), &m) != nil {
+			continue
+		}
+		host, _ := field(m, "host").(string)
+		if host == "" {
+			continue
+		}
+		h := by[host]
+		if h == nil {
+			h = &HostEgress{Host: host}
+			by[host] = h
+		}
+		switch strings.ToLower(fmt.Sprint(field(m, "decision"))) {
+		case "allow":
+			h.Connections++
+		case "refuse", "close":
+			h.Refusals++
+		}
+		h.BytesUp += num(field(m, "bytes_up"))
+		h.BytesDown += num(field(m, "bytes_down"))
+	}
+	rep.Source = "log"
+	for _, h := range by {
+		rep.Hosts = append(rep.Hosts, *h)
+	}
+	sort.Slice(rep.Hosts, func(i, j int) bool { return rep.Hosts[i].Host < rep.Hosts[j].Host })
+	return rep
+}
+
+// hostsFrom reads the per-host list of an egress.summary event, whatever
+// the case of its keys.
+func hostsFrom(d map[string]any) []HostEgress {
+	list, _ := field(d, "hosts").([]any)
+	if list == nil {
+		return nil
+	}
+	out := []HostEgress{}
+	for _, it := range list {
+		m, _ := it.(map[string]any)
+		if m == nil {
+			continue
+		}
+		host, _ := field(m, "host").(string)
+		out = append(out, HostEgress{Host: host, Connections: int(num(field(m, "connections"))), Refusals: int(num(field(m, "refusals"))),
+			BytesUp: num(field(m, "bytes_up")), BytesDown: num(field(m, "bytes_down"))})
+	}
+	return out
+}
+
+// field looks a key up ignoring case and underscores: bytes_up, BytesUp.
+func field(m map[string]any, key string) any {
+	norm := func(s string) string { return strings.ToLower(strings.ReplaceAll(s, "_", "")) }
+	k := norm(key)
+	for mk, v := range m {
+		if norm(mk) == k {
+			return v
+		}
+	}
+	return nil
+}
+
+func num(v any) int64 {
+	switch x := v.(type) {
+	case float64:
+		return int64(x)
+	case json.Number:
+		n, _ := x.Int64()
+		return n
+	}
+	return 0
+}
+
+// IsSandboxReason reports the refusals that mean "this machine cannot run
+// the backend" (exit 4); a missing token or a refused plan is the
+// factory's to fix and fails the run like any step (exit 1).
+func IsSandboxReason(r status.Reason) bool {
+	switch r {
+	case status.ReasonSandboxUnavailable, status.ReasonSandboxUntrusted, status.ReasonSandboxNoUserNS:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,180 @@
+package record
+
+import (
+	"encoding/json"
+	"sort"
+	"time"
+
+	"github.com/kusaw/kusaw/config"
+	"github.com/kusaw/kusaw/status"
+)
+
+// Owner identifies the process that executes a run; it holds an exclusive
+// flock on the run's lock file for as long as it lives.
+type Owner struct {
+	PID   int       `json:"pid"`
+	Host  string    `json:"host,omitempty"`
+	Start time.Time `json:"start"`
+}
+
+// RunRepo is one repo of a run: where it started and its run branch.
+type RunRepo struct {
+	Name    string   `json:"name"`
+	Path    string   `json:"path"`
+	Base    string   `json:"base,omitempty"`
+	BaseSHA string   `json:"base_sha"`
+	Branch  string   `json:"branch"`
+	HeadSHA string   `json:"head_sha,omitempty"`
+	Dirty   []string `json:"uncommitted_in_checkout,omitempty"`
+}
+
+// StepResult is one step's line in run.json.
+type StepResult struct {
+	ID       string         `json:"id"`
+	Outcome  status.Outcome `json:"outcome,omitempty"`
+	Reason   status.Reason  `json:"reason,omitempty"`
+	Attempts int            `json:"attempts"` // attempts made in this occurrence of the step
+	// FirstAttempt is the number of its first attempt: above 1 when the
+	// step appeared earlier in the pipeline, or the run was resumed.
+	FirstAttempt int        `json:"first_attempt,omitempty"`
+	Started      *time.Time `json:"started,omitempty"`
+	Finished     *time.Time `json:"finished,omitempty"`
+}
+
+// RunRecord is run.json.
+type RunRecord struct {
+	ID       string          `json:"id"`
+	Pipeline string          `json:"pipeline"`
+	Factory  string          `json:"factory"`
+	State    status.RunState `json:"state"`
+	Reason   status.Reason   `json:"reason,omitempty"`
+	Message  string          `json:"message,omitempty"`
+	Fix      string          `json:"fix,omitempty"`
+	Created  time.Time       `json:"created"`
+	Started  *time.Time      `json:"started,omitempty"`
+	Finished *time.Time      `json:"finished,omitempty"`
+	Owner    *Owner          `json:"owner,omitempty"`
+	Repos    []RunRepo       `json:"repos"`
+	Steps    []StepResult    `json:"steps"`
+	// Refusals counts egress refusals over the run, for the end of kusaw run.
+	EgressBlocked int `json:"egress_blocked,omitempty"`
+	// EgressRefused names the first 20 refused hosts, one line each
+	// ("step attempt n: host:port refused: why").
+	EgressRefused []string `json:"egress_refused,omitempty"`
+}
+
+// WorktreeRecord is one worktree of an attempt.
+type WorktreeRecord struct {
+	Repo     string `json:"repo"`
+	RepoPath string `json:"repo_path"`
+	Path     string `json:"path"`
+	GitDir   string `json:"git_dir,omitempty"`
+	Branch   string `json:"branch"`
+	BaseSHA  string `json:"base_sha,omitempty"`
+	HeadSHA  string `json:"head_sha,omitempty"`
+	Changed  bool   `json:"changed,omitempty"`
+	Removed  bool   `json:"removed,omitempty"`
+}
+
+// ProcessRecord is one process of an attempt (per_repo: one per repo).
+type ProcessRecord struct {
+	Repos   []string          `json:"repos"`
+	Dir     string            `json:"dir"`
+	Argv    []string          `json:"argv"`
+	Env     map[string]string `json:"env"` // the step's own env; secrets as <secret>
+	Sandbox json.RawMessage   `json:"sandbox_plan,omitempty"`
+	PID     int               `json:"pid,omitempty"`
+	Exit    *int              `json:"exit_code,omitempty"`
+	Signal  string            `json:"signal,omitempty"`
+	Outcome status.Outcome    `json:"outcome,omitempty"`
+	Reason  status.Reason     `json:"reason,omitempty"`
+	Message string            `json:"message,omitempty"`
+	Stdout  string            `json:"stdout"`
+	Stderr  string            `json:"stderr"`
+	Result  any               `json:"provider_result,omitempty"`
+	// Probe is what kusaw found of the provider's CLI (agent steps).
+	Probe *ProviderProbe `json:"provider_probe,omitempty"`
+}
+
+// ProviderProbe is the agent CLI an attempt ran.
+type ProviderProbe struct {
+	Path    string `json:"path"`
+	Version string `json:"version,omitempty"`
+}
+
+// AttemptRecord is attempt.json: the resolved configuration of one attempt
+// and how it ended.
+type AttemptRecord struct {
+	Run        string           `json:"run"`
+	Step       string           `json:"step"`
+	Number     int              `json:"attempt"`
+	Of         int              `json:"of"`
+	Kind       config.StepKind  `json:"kind"`
+	Provider   string           `json:"provider,omitempty"`
+	Builtin    string           `json:"builtin,omitempty"`
+	Mode       config.Mode      `json:"mode"`
+	ModeOrigin string           `json:"mode_origin"`
+	Network    config.Network   `json:"network"`
+	Allowlist  []AllowedHost    `json:"allowlist,omitempty"`
+	Egress     *EgressTotals    `json:"egress,omitempty"`
+	Timeout    string           `json:"timeout,omitempty"`
+	Setup      [][]string       `json:"setup,omitempty"`
+	Worktrees  []WorktreeRecord `json:"worktrees"`
+	Processes  []ProcessRecord  `json:"processes"`
+	Outcome    status.Outcome   `json:"outcome,omitempty"`
+	Reason     status.Reason    `json:"reason,omitempty"`
+	Message    string           `json:"message,omitempty"`
+	Fix        string           `json:"fix,omitempty"`
+	ExitCode   *int             `json:"exit_code,omitempty"`
+	Started    time.Time        `json:"started"`
+	Finished   *time.Time       `json:"finished,omitempty"`
+}
+
+// EgressTotals sums an attempt's egress summaries (one per process).
+type EgressTotals struct {
+	Connections int   `json:"connections"`
+	BytesUp     int64 `json:"bytes_up"`
+	BytesDown   int64 `json:"bytes_down"`
+	Refusals    int   `json:"refusals"`
+}
+
+// AllowedHost is one allowlist entry of an attempt with its origin.
+type AllowedHost struct {
+	Host   string `json:"host"`
+	Origin string `json:"origin"`
+}
+
+// Duration is how long the attempt took (or has taken so far).
+func (a *AttemptRecord) Duration() time.Duration {
+	if a.Finished != nil {
+		return a.Finished.Sub(a.Started)
+	}
+	return time.Since(a.Started)
+}
+
+// MaxOverlap is the most attempts whose [started, finished] intervals
+// overlap at one moment: what serve.max_parallel bounds.
+func MaxOverlap(atts []*AttemptRecord) int {
+	type edge struct {
+		t     time.Time
+		delta int
+	}
+	var es []edge
+	for _, a := range atts {
+		es = append(es, edge{a.Started, 1}, edge{*a.Finished, -1})
+	}
+	sort.Slice(es, func(i, j int) bool {
+		if es[i].t.Equal(es[j].t) {
+			return es[i].delta < es[j].delta
+		}
+		return es[i].t.Before(es[j].t)
+	})
+	cur, max := 0, 0
+	for _, e := range es {
+		cur += e.delta
+		if cur > max {
+			max = cur
+		}
+	}
+	return max
+}

@@ -1,0 +1,54 @@
+package client
+
+import (
+	"time"
+
+	"github.com/kusaw/kusaw/record"
+	"github.com/kusaw/kusaw/status"
+)
+
+// The API's wire types: what serve answers and the client decodes.
+
+// APIErrorBody is the JSON of an API error.
+type APIErrorBody struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Fix     string `json:"fix,omitempty"`
+}
+
+// RunDetail is GET /v1/runs/{id}.
+type RunDetail struct {
+	Run      *record.RunRecord       `json:"run"`
+	Attempts []*record.AttemptRecord `json:"attempts"`
+	ExitCode status.ExitCode         `json:"exit_code"`
+}
+
+// Health is GET /v1/health.
+type Health struct {
+	OK          bool      `json:"ok"`
+	PID         int       `json:"pid"`
+	Queued      int       `json:"queued"`
+	Running     int       `json:"running"`
+	MaxParallel int       `json:"max_parallel"`
+	PeakRunning int       `json:"peak_running"`
+	Started     time.Time `json:"started"`
+	StateDir    string    `json:"state_dir"`
+	Factory     string    `json:"factory"`
+	Stopping    bool      `json:"stopping,omitempty"`
+}
+
+// SubmitRequest is POST /v1/runs.
+type SubmitRequest struct {
+	Pipeline string            `json:"pipeline"`
+	Params   map[string]string `json:"params,omitempty"`
+}
+
+// ServeInfo is serve.json: how to reach a running serve.
+type ServeInfo struct {
+	PID         int       `json:"pid"`
+	Socket      string    `json:"socket"`
+	Listen      string    `json:"listen,omitempty"`
+	MaxParallel int       `json:"max_parallel"`
+	Started     time.Time `json:"started"`
+	Factory     string    `json:"factory"`
+}
