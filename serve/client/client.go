@@ -269,4 +269,3 @@ func (c *Client) ReadLog(runID, rel string, offset, max int64) ([]byte, error) {
 	defer resp.Body.Close()
 	return io.ReadAll(io.LimitReader(resp.Body, max))
 }
-
