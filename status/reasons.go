@@ -29,16 +29,19 @@ const (
 	ReasonProviderError       Reason = "provider.error"
 	ReasonProviderMissing     Reason = "provider.missing"
 	ReasonProviderExitLied    Reason = "provider.exit_after_success"
-	ReasonWorktreeFailed      Reason = "worktree.failed"
-	ReasonWorktreeDirty       Reason = "worktree.dirty_repo"
-	ReasonCommitFailed        Reason = "worktree.commit_failed"
-	ReasonEgressBudget        Reason = "egress.budget"
-	ReasonEgressLeaseFailed   Reason = "egress.lease_failed"
-	ReasonEgressBridgeFailed  Reason = "egress.bridge_failed"
-	ReasonSecretMissing       Reason = "secret.missing"
-	ReasonRunInterrupted      Reason = "run.interrupted"
-	ReasonRunCanceled         Reason = "run.canceled"
-	ReasonInternal            Reason = "kusaw.internal"
+	// ReasonProviderMultipleResults: the stream held more than one result
+	// event, so which one decides the attempt is unclear.
+	ReasonProviderMultipleResults Reason = "provider.multiple_results"
+	ReasonWorktreeFailed          Reason = "worktree.failed"
+	ReasonWorktreeDirty           Reason = "worktree.dirty_repo"
+	ReasonCommitFailed            Reason = "worktree.commit_failed"
+	ReasonEgressBudget            Reason = "egress.budget"
+	ReasonEgressLeaseFailed       Reason = "egress.lease_failed"
+	ReasonEgressBridgeFailed      Reason = "egress.bridge_failed"
+	ReasonSecretMissing           Reason = "secret.missing"
+	ReasonRunInterrupted          Reason = "run.interrupted"
+	ReasonRunCanceled             Reason = "run.canceled"
+	ReasonInternal                Reason = "kusaw.internal"
 )
 
 // Reasons lists every reason code with its message and fix. The reference
@@ -58,6 +61,7 @@ var Reasons = []ReasonInfo{
 	{ReasonProviderError, "the agent CLI reported an error result (is_error)", "read the result event in the attempt's events; a rate limit or login problem is common"},
 	{ReasonProviderMissing, "the provider's CLI is not installed or not on PATH", "install it, or set providers.<name>.command to its path"},
 	{ReasonProviderExitLied, "the agent reported success but its process exited non-zero", "read stderr.log; the CLI failed after finishing its work"},
+	{ReasonProviderMultipleResults, "the agent CLI printed more than one result event, so it is unclear which one decides", "read stdout.log; a wrapper script or a second agent writing to the same output is the usual cause"},
 	{ReasonWorktreeFailed, "a git worktree could not be created or removed", "run `git worktree prune` in the repository and check its base ref exists"},
 	{ReasonWorktreeDirty, "the repository's main checkout has uncommitted changes; kusaw does not touch it", "commit or stash the changes in the repository, then run again"},
 	{ReasonCommitFailed, "the attempt's changes could not be committed on its branch", "read the attempt's events; check git's user.name/user.email and hooks"},
