@@ -2,11 +2,15 @@ package e2e
 
 import (
 	"encoding/json"
+	"net"
+	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 // repoRoot is the checkout the e2e tests build from.
@@ -100,5 +104,126 @@ func TestLintUntidyGoMod(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "go.mod"), "module example.invalid/m\n\ngo 1.22\n")
 	if out, err := check(); err != nil {
 		t.Fatalf("a tidy go.mod failed the check: %v\n%s", err, out)
+	}
+}
+
+// TestEnvLayering: kusaw env shows each setting's value and origin:
+// default, the user settings file, KUSAW_* over the file, a flag over
+// all; a bad value or an unknown key names where it came from (exit 2).
+func TestEnvLayering(t *testing.T) {
+	dir := t.TempDir()
+	settingsPath := filepath.Join(dir, "home", ".config", "kusaw", "config.yaml")
+	writeFile(t, settingsPath, "log_level: debug\ncolor: never\nlisten: 127.0.0.1:7001\n")
+	env := func(extra ...string) map[string][2]string {
+		cmd := exec.Command(kusawBin, "env", "--json")
+		cmd.Dir = dir
+		cmd.Env = append(testEnv(t, dir), extra...)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("kusaw env: %v", err)
+		}
+		var r struct {
+			SettingsFile string `json:"settings_file"`
+			Settings     []struct{ Key, Value, Source string }
+		}
+		if err := json.Unmarshal(out, &r); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		if r.SettingsFile != settingsPath {
+			t.Errorf("settings file %q, want %q", r.SettingsFile, settingsPath)
+		}
+		m := map[string][2]string{}
+		for _, s := range r.Settings {
+			m[s.Key] = [2]string{s.Value, s.Source}
+		}
+		return m
+	}
+	m := env("KUSAW_LISTEN=127.0.0.1:7002")
+	want := map[string][2]string{
+		"log_level":  {"debug", "file " + settingsPath},
+		"color":      {"never", "file " + settingsPath},
+		"listen":     {"127.0.0.1:7002", "env KUSAW_LISTEN"},
+		"log_format": {"json", "default"},
+		"token_file": {"", "unset"},
+	}
+	for k, w := range want {
+		if m[k] != w {
+			t.Errorf("%s = %v, want %v", k, m[k], w)
+		}
+	}
+	// A factory.yaml in the folder decides the file before KUSAW_CONFIG.
+	writeFile(t, filepath.Join(dir, "factory.yaml"), "version: 1\n")
+	if got := env("KUSAW_CONFIG=/elsewhere.yaml")["file"]; got != [2]string{"factory.yaml", "current folder"} {
+		t.Errorf("file = %v", got)
+	}
+	// A flag wins over the file and the environment: its bad value is
+	// reported as the flag's.
+	cmd := exec.Command(kusawBin, "serve", "--log-level", "loud")
+	cmd.Dir = dir
+	cmd.Env = append(testEnv(t, dir), "KUSAW_LOG_LEVEL=warn")
+	out, err := cmd.CombinedOutput()
+	if exitCode(err) != 2 || !strings.Contains(string(out), `log_level "loud" (from flag --log-level) is not one of debug, info, warn, error`) {
+		t.Errorf("serve --log-level loud: exit %d: %s", exitCode(err), out)
+	}
+	writeFile(t, settingsPath, "log_levl: debug\n")
+	r := runKusaw(t, dir, "env")
+	if r.code != 2 || !strings.Contains(r.stderr, `settings file `+settingsPath+`: unknown setting "log_levl"`) {
+		t.Errorf("unknown key: exit %d: %s", r.code, r.stderr)
+	}
+}
+
+// TestServeTokenFile: the token_file setting gives serve's TCP listener
+// its token; a file others can read is refused before serve starts; a
+// request without the token is refused and one with it answers.
+func TestServeTokenFile(t *testing.T) {
+	dir := factoryDir(t, "version: 1\nrepos:\n  app: {path: app}\npipelines:\n  default: [t]\nsteps:\n  t: {run: [\"true\"]}\n", "app")
+	tok := filepath.Join(dir, "token")
+	writeFile(t, tok, "tok-from-file-0123456789\n")
+	if err := os.Chmod(tok, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	cmd := exec.Command(kusawBin, "serve", "--listen", addr)
+	cmd.Dir = dir
+	cmd.Env = append(testEnv(t, dir), "KUSAW_TOKEN_FILE="+tok)
+	out, err := cmd.CombinedOutput()
+	if exitCode(err) != 3 || !strings.Contains(string(out), "can be read by others") {
+		t.Fatalf("a 0644 token file: exit %d: %s", exitCode(err), out)
+	}
+	if err := os.Chmod(tok, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv := exec.Command(kusawBin, "serve", "--listen", addr)
+	srv.Dir = dir
+	srv.Env = append(testEnv(t, dir), "KUSAW_TOKEN_FILE="+tok)
+	var logs syncBuffer
+	srv.Stderr = &logs
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Process.Signal(os.Interrupt); _ = srv.Wait() })
+	get := func(token string) int {
+		req, _ := http.NewRequest("GET", "http://"+addr+"/v1/health", nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := (&http.Client{Transport: &http.Transport{Proxy: nil}}).Do(req)
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	waitFor(t, "serve to listen", 20*time.Second, func() bool { return get("") != 0 })
+	if c := get(""); c != http.StatusUnauthorized {
+		t.Errorf("no token: %d", c)
+	}
+	if c := get("tok-from-file-0123456789"); c != http.StatusOK {
+		t.Errorf("token from the file: %d\n%s", c, logs.String())
 	}
 }

@@ -50,7 +50,19 @@ func CachedCheck() CheckResult {
 	return res
 }
 
+// CheckCacheFile is where CachedCheck remembers a passed check: "" for the
+// user cache folder, "off" to check every time (kusaw's probe_cache
+// setting).
+var CheckCacheFile string
+
 func checkCachePath() string {
+	switch CheckCacheFile {
+	case "off":
+		return ""
+	case "":
+	default:
+		return CheckCacheFile
+	}
 	d, err := os.UserCacheDir()
 	if err != nil || d == "" {
 		return ""

@@ -9,19 +9,30 @@ import (
 	"github.com/kusaw/kusaw/status"
 )
 
-// factoryPath picks the factory file: -f, else ./factory.yaml, else
-// $KUSAW_CONFIG.
+// factoryPath picks the factory file: -f, else ./factory.yaml, else the
+// file setting ($KUSAW_CONFIG, then the settings file).
 func (a *app) factoryPath() (string, error) {
+	p, _, err := a.factoryPathSource()
+	return p, err
+}
+
+// factoryPathSource is factoryPath and where the choice came from, for
+// kusaw env.
+func (a *app) factoryPathSource() (string, string, error) {
 	if a.file != "" {
-		return a.file, nil
+		return a.file, "flag --file", nil
 	}
 	if _, err := os.Stat("factory.yaml"); err == nil {
-		return "factory.yaml", nil
+		return "factory.yaml", "current folder", nil
 	}
-	if p := os.Getenv("KUSAW_CONFIG"); p != "" {
-		return p, nil
+	cfg, err := a.settings(nil)
+	if err != nil {
+		return "", "", err
 	}
-	return "", exitf(status.ExitInvalidConfig, "no factory.yaml in this directory; pass -f FILE or set KUSAW_CONFIG")
+	if p := cfg.get("file"); p != "" {
+		return p, cfg.source["file"], nil
+	}
+	return "", "unset", exitf(status.ExitInvalidConfig, "no factory.yaml in this directory; pass -f FILE, set KUSAW_CONFIG, or run kusaw init")
 }
 
 // loadFactory loads the factory file and fails with exit 3 and the first
@@ -35,6 +46,13 @@ func (a *app) loadFactory() (*config.Factory, error) {
 	f, fs, err := config.Load(p)
 	if err != nil {
 		return nil, exitf(status.ExitInvalidConfig, "%v", err)
+	}
+	cfg, err := a.settings(nil)
+	if err != nil {
+		return nil, err
+	}
+	if d := cfg.get("state_dir"); d != "" {
+		f.StateDir, _ = filepath.Abs(d)
 	}
 	if errs := fs.Errors(); len(errs) > 0 {
 		e := errs[0]

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kusaw/kusaw/sandbox"
 	"github.com/kusaw/kusaw/status"
 )
 
@@ -17,7 +18,8 @@ type app struct {
 	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
-	file   string // -f/--file
+	file   string    // -f/--file
+	cfg    *settings // kusaw's own settings, loaded on first use
 }
 
 // exitError makes a command end with a documented exit code. Its message is
@@ -63,6 +65,18 @@ func newRootCmd(a *app) *cobra.Command {
 			return c.Help()
 		}
 		printVersion(a.stdout, versionJSON)
+		return nil
+	}
+	root.PersistentPreRunE = func(c *cobra.Command, args []string) error {
+		if c.Hidden {
+			// The helpers kusaw runs inside a sandbox read no settings.
+			return nil
+		}
+		cfg, err := a.settings(nil)
+		if err != nil {
+			return err
+		}
+		sandbox.CheckCacheFile = cfg.get("probe_cache")
 		return nil
 	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {

@@ -56,6 +56,11 @@ func newRunCmd(a *app) *cobra.Command {
 				pipeline = args[0]
 			}
 			p := newProgress(a.stdout, jsonOut)
+			cfg, err := a.settings(nil)
+			if err != nil {
+				return err
+			}
+			p.color = useColor(cfg.get("color"), p.tty)
 			if c := a.serveClient(f.StateDir); c != nil {
 				return a.runThroughServe(c, pipeline, params, p, jsonOut)
 			}
@@ -134,7 +139,36 @@ type progress struct {
 	astart   time.Time // the attempt's start
 	latest   string
 	drawn    bool
+	color    bool // colour the outcome words (the color setting)
 	done     chan struct{}
+}
+
+// useColor decides the color setting: auto means a terminal without
+// NO_COLOR (no-color.org).
+func useColor(setting string, tty bool) bool {
+	switch setting {
+	case "always":
+		return true
+	case "never":
+		return false
+	}
+	return tty && os.Getenv("NO_COLOR") == ""
+}
+
+// paint colours an outcome or state word: green when it passed, red when
+// it did not; plain when colour is off.
+func (p *progress) paint(word any) string {
+	s := fmt.Sprint(word)
+	if !p.color {
+		return s
+	}
+	switch s {
+	case "passed", "succeeded":
+		return "\033[32m" + s + "\033[0m"
+	case "failed", "timed_out", "refused", "canceled", "interrupted", "lost":
+		return "\033[31m" + s + "\033[0m"
+	}
+	return s
 }
 
 func newProgress(w io.Writer, jsonOut bool) *progress {
@@ -224,7 +258,7 @@ func (p *progress) event(ev record.Event) {
 	case record.EvAttemptStarted:
 		line = fmt.Sprintf("%s: attempt %d/%v started (sandbox %v)", ev.Step, ev.Attempt, ev.Data["of"], ev.Data["mode"])
 	case record.EvAttemptFinished:
-		line = fmt.Sprintf("%s: attempt %d %v in %s", ev.Step, ev.Attempt, ev.Data["outcome"], msDur(ev.Data["duration_ms"]))
+		line = fmt.Sprintf("%s: attempt %d %s in %s", ev.Step, ev.Attempt, p.paint(ev.Data["outcome"]), msDur(ev.Data["duration_ms"]))
 		if r, ok := ev.Data["reason"]; ok {
 			line += fmt.Sprintf(" (%v: %v)", r, ev.Data["message"])
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -23,7 +24,6 @@ import (
 func init() { addCommand(newServeCmd) }
 
 func newServeCmd(a *app) *cobra.Command {
-	var logLevel, listen string
 	var maxParallel int
 	var grace time.Duration
 	cmd := &cobra.Command{
@@ -50,16 +50,21 @@ it queues them again from their first step that did not pass.
 Logs: JSON lines on stderr.`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, args []string) error {
-			lvl, err := zerolog.ParseLevel(strings.ToLower(logLevel))
-			if err != nil || logLevel == "" {
-				return exitf(status.ExitUsage, "--log-level %q is not one of debug, info, warn, error", logLevel)
+			cfg, err := a.settings(c.Flags())
+			if err != nil {
+				return err
 			}
+			lvl, _ := zerolog.ParseLevel(cfg.get("log_level"))
 			f, err := a.loadFactory()
 			if err != nil {
 				return err
 			}
-			log := zerolog.New(a.stderr).Level(lvl).With().Timestamp().Str("component", "serve").Logger()
-			opts := serve.ServeOptions{Log: log, MaxParallel: maxParallel, Listen: listen, StopGrace: grace}
+			var logw io.Writer = a.stderr
+			if cfg.get("log_format") == "text" {
+				logw = zerolog.ConsoleWriter{Out: a.stderr, NoColor: !useColor(cfg.get("color"), false)}
+			}
+			log := zerolog.New(logw).Level(lvl).With().Timestamp().Str("component", "serve").Logger()
+			opts := serve.ServeOptions{Log: log, MaxParallel: maxParallel, Listen: cfg.get("listen"), StopGrace: grace}
 			if v := os.Getenv(killGraceEnv); v != "" {
 				d, err := time.ParseDuration(v)
 				if err != nil || d <= 0 {
@@ -71,12 +76,11 @@ Logs: JSON lines on stderr.`,
 				opts.Listen = f.Serve.Listen
 			}
 			if opts.Listen != "" {
-				store, err := secretstore.Open()
-				if err == nil {
-					opts.Token, err = store.Get(serve.TokenSecretKey)
+				if opts.Token, err = serveToken(cfg); err != nil {
+					return err
 				}
-				if err != nil || opts.Token == "" {
-					return exitf(status.ExitInvalidConfig, "listening on %s needs a token in the secret store: kusaw config set %s --secret", opts.Listen, serve.TokenSecretKey)
+				if opts.Token == "" {
+					return exitf(status.ExitInvalidConfig, "listening on %s needs a token in the secret store: kusaw config set %s --secret (or the token_file setting)", opts.Listen, serve.TokenSecretKey)
 				}
 			}
 			s, err := serve.NewServer(f, opts)
@@ -91,17 +95,38 @@ Logs: JSON lines on stderr.`,
 			return nil
 		},
 	}
-	def := func(env, d string) string {
-		if v := os.Getenv(env); v != "" {
-			return v
-		}
-		return d
-	}
-	cmd.Flags().StringVar(&logLevel, "log-level", def("KUSAW_LOG_LEVEL", "info"), "debug, info, warn or error ($KUSAW_LOG_LEVEL)")
-	cmd.Flags().StringVar(&listen, "listen", os.Getenv("KUSAW_LISTEN"), "also listen on this TCP address, with the token (default serve.listen; $KUSAW_LISTEN)")
+	// Their defaults live in the settings table (kusaw env shows them).
+	cmd.Flags().String("log-level", "", "debug, info, warn or error (setting log_level; default info)")
+	cmd.Flags().String("log-format", "", "json or text (setting log_format; default json)")
+	cmd.Flags().String("listen", "", "also listen on this TCP address, with the token (setting listen; default serve.listen)")
 	cmd.Flags().IntVar(&maxParallel, "max-parallel", 0, "runs (and so attempts) at once (default serve.max_parallel, else the number of cores)")
 	cmd.Flags().DurationVar(&grace, "grace", 30*time.Second, "on SIGTERM/SIGINT, how long running attempts may finish before they are interrupted")
 	return cmd
+}
+
+// serveToken reads the TCP listener's token from the token_file setting,
+// else from the secret store.
+func serveToken(cfg *settings) (string, error) {
+	if p := cfg.get("token_file"); p != "" {
+		st, err := os.Stat(p)
+		if err != nil {
+			return "", exitf(status.ExitInvalidConfig, "token_file %s (from %s): %v", p, cfg.source["token_file"], err)
+		}
+		if st.Mode().Perm()&0o077 != 0 {
+			return "", exitf(status.ExitInvalidConfig, "token_file %s can be read by others (mode %v); chmod 600 it", p, st.Mode().Perm())
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return "", exitf(status.ExitInvalidConfig, "token_file %s: %v", p, err)
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+	store, err := secretstore.Open()
+	if err != nil {
+		return "", exitf(status.ExitInvalidConfig, "the secret store: %v", err)
+	}
+	t, _ := store.Get(serve.TokenSecretKey)
+	return t, nil
 }
 
 // serveClient returns a client of the factory's serve when one is up,
