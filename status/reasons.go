@@ -42,6 +42,13 @@ const (
 	ReasonRunInterrupted          Reason = "run.interrupted"
 	ReasonRunCanceled             Reason = "run.canceled"
 	ReasonInternal                Reason = "kusaw.internal"
+	ReasonLost                    Reason = "lost"
+	ReasonMergeConflict           Reason = "merge_conflict"
+	ReasonLimitReached            Reason = "limit_reached"
+	ReasonResourceLimit           Reason = "resource_limit"
+	ReasonGateRejected            Reason = "gate_rejected"
+	ReasonGateTimeout             Reason = "gate_timeout"
+	ReasonDeliverFailed           Reason = "deliver.failed"
 )
 
 // Reasons lists every reason code with its message and fix. The reference
@@ -72,6 +79,13 @@ var Reasons = []ReasonInfo{
 	{ReasonRunInterrupted, "kusaw stopped while the run was running", "start the run again (or set serve.resume: true)"},
 	{ReasonRunCanceled, "the run was canceled", "start the run again when ready"},
 	{ReasonInternal, "kusaw hit an internal error", "report it with the attempt's events.jsonl"},
+	{ReasonLost, "the worker running the attempt stopped answering (killed, machine gone, network cut); the infrastructure failed, not the step, so the attempt does not count against the step's attempts and is dispatched again", "see kusaw workers; check the worker's machine and its network to serve"},
+	{ReasonMergeConflict, "the commits of a parallel group's members conflict when merged into the run branch", "give the group a resolve step, or change the steps so they touch different files; every member's branch is kept"},
+	{ReasonLimitReached, "a limit of the step or the pipeline was crossed (cost, tokens, turns or duration); the message names it", "raise the limit under limits:, or make the step cheaper"},
+	{ReasonResourceLimit, "the attempt reached a resource limit of its sandbox (processes, memory, disk or output); the message names it", "raise sandbox.resources.<limit> for the step, or find out why it needs so much"},
+	{ReasonGateRejected, "a person rejected the run at an approval gate", "read the rejection's reason in the run's events; start a new run when ready"},
+	{ReasonGateTimeout, "nobody approved the gate before its timeout", "approve sooner (kusaw approve RUN), or raise the gate's timeout"},
+	{ReasonDeliverFailed, "delivering the run's work (merge, push or pull request) failed; the run itself still succeeded", "read the deliver.* events, fix the cause, then kusaw deliver RUN"},
 }
 
 // Info returns the message and fix of a reason code.

@@ -6,6 +6,7 @@ type RunState string
 const (
 	RunQueued      RunState = "queued"
 	RunRunning     RunState = "running"
+	RunWaiting     RunState = "waiting"
 	RunSucceeded   RunState = "succeeded"
 	RunFailed      RunState = "failed"
 	RunCanceled    RunState = "canceled"
@@ -16,6 +17,7 @@ const (
 var RunStates = []Described[RunState]{
 	{RunQueued, "accepted and waiting for a free slot"},
 	{RunRunning, "a step of the run is executing"},
+	{RunWaiting, "the run waits at an approval gate for kusaw approve or kusaw reject (or the gate's timeout)"},
 	{RunSucceeded, "every step of the pipeline passed"},
 	{RunFailed, "a step failed after its last attempt"},
 	{RunCanceled, "stopped on request (kusaw cancel, Ctrl-C)"},
@@ -37,6 +39,7 @@ const (
 	OutcomeCanceled    Outcome = "canceled"
 	OutcomeRefused     Outcome = "refused"
 	OutcomeInterrupted Outcome = "interrupted"
+	OutcomeLost        Outcome = "lost"
 )
 
 // Outcomes lists every attempt outcome with what it means.
@@ -47,6 +50,7 @@ var Outcomes = []Described[Outcome]{
 	{OutcomeCanceled, "the run was canceled while the attempt ran"},
 	{OutcomeRefused, "the attempt never started: a precondition failed (sandbox unavailable, token missing, ...)"},
 	{OutcomeInterrupted, "kusaw stopped while the attempt ran"},
+	{OutcomeLost, "the worker running the attempt was lost; the attempt is dispatched again and does not count against the step's attempts"},
 }
 
 // Described pairs an enumeration value with its one-line meaning.
