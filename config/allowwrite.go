@@ -7,8 +7,20 @@ import (
 	"strings"
 )
 
-// systemDirs are never writable from a sandbox.
-var systemDirs = []string{"/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/proc", "/run", "/sbin", "/srv", "/sys", "/usr", "/var", "/snap", "/System", "/Library", "/Applications", "/private/etc", "/private/var"}
+// systemDirs belong to the operating system: neither they nor anything
+// below them may be writable from a sandbox.
+var systemDirs = []string{
+	"/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run", "/sbin", "/sys", "/usr", "/snap",
+	"/var/log", "/var/cache", "/var/spool", "/var/mail", "/var/run", "/var/lock", "/var/backups", "/var/db", "/var/empty", "/var/root",
+	"/var/lib/dpkg", "/var/lib/apt", "/var/lib/rpm", "/var/lib/systemd", "/var/lib/sudo", "/var/lib/snapd",
+	"/opt/homebrew", "/opt/local",
+	"/System", "/Library", "/Applications", "/private/etc", "/private/var/db", "/private/var/log", "/private/var/root",
+}
+
+// systemRoots hold projects on servers and in containers (/srv/app,
+// /opt/build, /var/tmp/ci, /var/lib/jenkins, /mnt/data): a folder below
+// them may be writable, the root itself never.
+var systemRoots = []string{"/var", "/var/lib", "/opt", "/srv", "/mnt", "/media", "/home", "/root", "/private", "/private/var", "/Users", "/Volumes"}
 
 // homeRefused are paths under the home that allow_write may never name:
 // credentials, shell start-up files, agents' own settings, kusaw's store.
@@ -20,8 +32,9 @@ var homeRefused = []string{
 	".config/kusaw", ".local/share/kusaw",
 }
 
-// CheckAllowWrite refuses allow_write entries that would let a sandboxed
-// step change the system, the home, credentials or what starts programs.
+// CheckAllowWrite refuses allow_write entries (and the folder of kusaw
+// sandbox exec) that would let a sandboxed step change the system, the
+// home, credentials or what starts programs.
 func CheckAllowWrite(p string) error {
 	return checkAllowWrite(p, homeDir())
 }
@@ -41,9 +54,12 @@ func checkAllowWrite(p, home string) error {
 	}
 	for _, s := range systemDirs {
 		if p == s || strings.HasPrefix(p, s+"/") {
-			// /var/tmp-like scratch under /var is still refused: kusaw gives
-			// every attempt a private temp folder instead.
 			return fmt.Errorf("%s is a system directory", p)
+		}
+	}
+	for _, s := range systemRoots {
+		if p == s {
+			return fmt.Errorf("%s is a system directory (a project folder below it is fine)", p)
 		}
 	}
 	if home != "" {

@@ -127,13 +127,15 @@ func TestAllowlistOrigins(t *testing.T) {
 
 func TestCheckAllowWrite(t *testing.T) {
 	home := "/home/u"
-	refused := []string{"/", "/etc", "/usr/local/bin", "/home", "/home/u", "/home/u/.ssh", "/home/u/.ssh/keys", "/home/u/.bashrc", "/home/u/.config", "/home/u/.claude", "/home/u/.config/kusaw", "/var/lib"}
+	refused := []string{"/", "/etc", "/usr/local/bin", "/home", "/home/u", "/home/u/.ssh", "/home/u/.ssh/keys", "/home/u/.bashrc", "/home/u/.config", "/home/u/.claude", "/home/u/.config/kusaw", "/var/lib",
+		"/usr/local", "/usr/local/src/app", "/var", "/var/log/app", "/var/cache/x", "/var/lib/dpkg/info", "/opt", "/srv", "/mnt", "/private/etc/x", "/opt/homebrew/lib"}
 	for _, p := range refused {
 		if err := checkAllowWrite(p, home); err == nil {
 			t.Errorf("%s must be refused", p)
 		}
 	}
-	allowed := []string{"/home/u/.cache/go-build", "/home/u/src/cache", "/tmp", "/work/cache", "/home/u/.npm"}
+	allowed := []string{"/home/u/.cache/go-build", "/home/u/src/cache", "/tmp", "/work/cache", "/home/u/.npm",
+		"/srv/app", "/opt/build/proj", "/var/tmp", "/var/tmp/ci/proj", "/var/lib/jenkins/workspace", "/mnt/data/proj", "/media/disk/x"}
 	for _, p := range allowed {
 		if err := checkAllowWrite(p, home); err != nil {
 			t.Errorf("%s must be allowed: %v", p, err)

@@ -201,3 +201,40 @@ steps:
 		t.Fatal("the repair was not recorded")
 	}
 }
+
+// Projects under /srv and /var/tmp are ordinary checkouts on servers and
+// in containers: sandbox exec runs there (twin), while a system folder
+// such as /usr/local stays refused (attack).
+func TestSandboxExecServerFolders(t *testing.T) {
+	need(t, "bwrap")
+	home := t.TempDir()
+	for _, root := range []string{"/srv", "/var/tmp"} {
+		dir, err := os.MkdirTemp(root, "kusaw-e2e-")
+		if err != nil {
+			if os.Getenv("CI") == "true" || os.Geteuid() == 0 {
+				t.Fatalf("cannot make a project folder under %s: %v", root, err)
+			}
+			t.Skipf("cannot make a project folder under %s as this user: %v", root, err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		cmd := exec.Command(kusawBin, "sandbox", "exec", "--", "sh", "-c", "echo ok > here.txt && cat here.txt")
+		cmd.Dir = dir
+		cmd.Env = testEnv(t, home)
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "ok") {
+			t.Fatalf("sandbox exec in %s: %v\n%s", dir, err, out)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "here.txt")); err != nil {
+			t.Fatalf("%s was not writable in the sandbox", dir)
+		}
+	}
+	for _, dir := range []string{"/usr/local", "/srv", "/etc"} {
+		cmd := exec.Command(kusawBin, "sandbox", "exec", "--", "true")
+		cmd.Dir = dir
+		cmd.Env = testEnv(t, home)
+		out, err := cmd.CombinedOutput()
+		if exitCode(err) != 2 || !strings.Contains(string(out), "system directory") {
+			t.Fatalf("sandbox exec in %s: want a refusal naming a system directory, got %d\n%s", dir, exitCode(err), out)
+		}
+	}
+}
