@@ -10,11 +10,11 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/kusaw/kusaw/config"
 	"github.com/kusaw/kusaw/egress"
+	"github.com/kusaw/kusaw/internal/proc"
 	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/secretstore"
 	"github.com/kusaw/kusaw/status"
@@ -477,10 +477,7 @@ type procResult struct {
 }
 
 func (r procResult) describe() string {
-	if r.signal != "" {
-		return "signal " + r.signal
-	}
-	return fmt.Sprintf("exit code %d", r.exit)
+	return proc.Result{Signal: r.signal, Exit: r.exit}.Describe()
 }
 
 func (r procResult) classify() (status.Outcome, status.Reason, string) {
@@ -496,111 +493,15 @@ func (r procResult) classify() (status.Outcome, status.Reason, string) {
 	return status.OutcomeFailed, status.ReasonStepExitNonzero, "the process ended with " + r.describe()
 }
 
-// runProcess starts cmd as the leader of its own process group, copies its
-// output (redacting secrets) and waits. When ctx ends, the group gets
-// SIGTERM, then SIGKILL after grace. Whatever is left of the group when the
-// leader exits is killed: nothing outlives its step.
+// runProcess runs cmd under internal/proc (its own process group,
+// SIGTERM then SIGKILL after grace when ctx ends), copying its output
+// through the redactor.
 func (e *Engine) runProcess(ctx context.Context, grace time.Duration, cmd *exec.Cmd, stdout, stderr io.Writer, started func(int), red *redactor) procResult {
 	if grace <= 0 {
 		grace = e.opts.KillGrace
 	}
-	if cmd.SysProcAttr == nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{}
-	}
-	cmd.SysProcAttr.Setpgid = true
-	// If kusaw dies (kill -9), the step dies with it instead of running on
-	// unrecorded.
-	setDeathSignal(cmd.SysProcAttr)
-	cmd.Stdin = nil
-	// Our own pipes, not exec's: Wait then returns when the process exits,
-	// even if something it started still holds the pipe.
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		return procResult{startErr: err}
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		outR.Close()
-		outW.Close()
-		return procResult{startErr: err}
-	}
-	cmd.Stdout, cmd.Stderr = outW, errW
-	start := time.Now()
-	if ctx.Err() != nil {
-		outR.Close()
-		outW.Close()
-		errR.Close()
-		errW.Close()
-		return procResult{startErr: ctx.Err()}
-	}
-	err = cmd.Start()
-	outW.Close()
-	errW.Close()
-	for _, f := range cmd.ExtraFiles {
-		if f != nil {
-			f.Close() // the child has its copy (the sandbox's --args memfd)
-		}
-	}
-	if err != nil {
-		outR.Close()
-		errR.Close()
-		return procResult{startErr: err}
-	}
-	if started != nil {
-		started(cmd.Process.Pid)
-	}
-	var copies sync.WaitGroup
-	copies.Add(2)
-	go func() { defer copies.Done(); _ = red.copyRedacted(stdout, outR) }()
-	go func() { defer copies.Done(); _ = red.copyRedacted(stderr, errR) }()
-
-	pgid := cmd.Process.Pid
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
-	var werr error
-	stopped := false
-	select {
-	case werr = <-waited:
-	case <-ctx.Done():
-		stopped = true
-		_ = syscall.Kill(-pgid, syscall.SIGTERM)
-		t := time.NewTimer(grace)
-		select {
-		case werr = <-waited:
-			t.Stop()
-		case <-t.C:
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
-			werr = <-waited
-		}
-	}
-	_ = syscall.Kill(-pgid, syscall.SIGKILL)
-	// A process that left the group (setsid) may still hold the pipes:
-	// give the copies a moment, then cut them off.
-	done := make(chan struct{})
-	go func() { copies.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(2 * time.Second):
-		outR.Close()
-		errR.Close()
-		<-done
-	}
-	outR.Close()
-	errR.Close()
-	res := procResult{dur: time.Since(start), stopped: stopped}
-	st := cmd.ProcessState
-	if st == nil {
-		res.startErr = werr
-		return res
-	}
-	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		res.signal = ws.Signal().String()
-		res.exit = 128 + int(ws.Signal())
-	} else {
-		res.exit = st.ExitCode()
-		res.hasExit = true
-	}
-	return res
+	r := proc.Run(ctx, cmd, proc.Options{Grace: grace, Stdout: stdout, Stderr: stderr, Started: started, Copy: red.copyRedacted})
+	return procResult{startErr: r.StartErr, hasExit: r.HasExit, exit: r.Exit, signal: r.Signal, dur: r.Dur, stopped: r.Stopped}
 }
 
 // commit commits each worktree's changes on the attempt branch (whatever the
