@@ -145,7 +145,7 @@ func TestCursorArgv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = []string{"/x/cursor-agent", "-p", "--output-format", "stream-json", "--force", "--trust", "--sandbox", "disabled", "--", "fix it"}
+	want = []string{"/x/cursor-agent", "-p", "--output-format", "stream-json", "--force", "--trust", "--sandbox", "disabled", "--add-dir", "/w/docs", "--", "fix it"}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("sandboxed argv\n got %q\nwant %q", got, want)
 	}
@@ -206,7 +206,12 @@ func TestSpecs(t *testing.T) {
 		t.Fatalf("cursor login paths with XDG %q", got)
 	}
 	env["CURSOR_CONFIG_DIR"] = "/c"
-	if got := cu.LoginPaths("/home/u", getenv); !reflect.DeepEqual(got, []string{"/c"}) {
+	// Project state stays under ~/.cursor unless CURSOR_DATA_DIR moves it.
+	if got := cu.LoginPaths("/home/u", getenv); !reflect.DeepEqual(got, []string{"/c", "/home/u/.cursor", "/xdg/cursor"}) {
 		t.Fatalf("cursor login paths with CURSOR_CONFIG_DIR %q", got)
+	}
+	env["CURSOR_DATA_DIR"] = "/d"
+	if got := cu.LoginPaths("/home/u", getenv); !reflect.DeepEqual(got, []string{"/c", "/d", "/xdg/cursor"}) {
+		t.Fatalf("cursor login paths with CURSOR_DATA_DIR %q", got)
 	}
 }

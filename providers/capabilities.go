@@ -144,9 +144,9 @@ func CapabilitiesOf(provider string, m Mode) Matrix {
 
 	switch spec.Name {
 	case "claude-code":
-		add(CapStreamEvents, Supported, "init, tool_use/tool_result, text and result (turns, duration, usage, cost)")
+		add(CapStreamEvents, Supported, "init, tool_use/tool_result, text, per-message usage, API retries and result (turns, duration, usage, cost)")
 	default:
-		add(CapStreamEvents, Supported, "init, tool_call started/completed, text and result (duration only)")
+		add(CapStreamEvents, Supported, "init, thinking (one event per phase), tool_call started/completed (MCP calls by their tool's name), text and result (duration, token usage); --stream-partial-output is refused")
 	}
 
 	if m.FreshHome {
@@ -156,9 +156,9 @@ func CapabilitiesOf(provider string, m Mode) Matrix {
 	}
 
 	if spec.Name == "claude-code" {
-		add(CapCostReporting, Supported, "total_cost_usd and token usage from the result event")
+		add(CapCostReporting, Supported, "total_cost_usd, usage and modelUsage (per model) from the result; per-message usage while it runs")
 	} else {
-		add(CapCostReporting, NotSupported, "the result event carries no cost or usage")
+		add(CapCostReporting, Partial, "token usage (input, output, cache read and write) from the result; no cost in USD and nothing while it runs, so limits.cost_usd is refused")
 	}
 	return mx
 }
@@ -241,6 +241,10 @@ func CapabilitiesMarkdown() string {
 		fmt.Fprintf(&b, "- egress hosts: %s\n", codeList(s.EgressHosts))
 		fmt.Fprintf(&b, "- handshake hosts (never auto-allowed, W3): %s\n", codeList(s.HandshakeHosts))
 		fmt.Fprintf(&b, "- login token env: %s\n", codeList(s.Env.LoginToken))
+		if s.ExtraDirsFlag != "" {
+			fmt.Fprintf(&b, "- other worktrees: `%s DIR` each\n", s.ExtraDirsFlag)
+		}
+		fmt.Fprintf(&b, "- checked against: %s\n", s.CheckedAgainst)
 	}
 	return b.String()
 }

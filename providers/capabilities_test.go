@@ -58,7 +58,7 @@ func TestCapabilityLevels(t *testing.T) {
 		{"claude-code", off, CapResume, Supported},
 		{"claude-code", mac, CapResume, NotSupported},
 		{"claude-code", off, CapCostReporting, Supported},
-		{"cursor", off, CapCostReporting, NotSupported},
+		{"cursor", off, CapCostReporting, Partial},
 	}
 	for _, tc := range tests {
 		if got := level(t, tc.provider, tc.m, tc.c); got != tc.want {

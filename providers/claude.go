@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/status"
 )
 
@@ -60,6 +61,7 @@ var claudeSpec = Spec{
 		StripHeaders: []string{"x-api-key", "authorization"},
 	},
 	ExtraDirsFlag:  "--add-dir",
+	CheckedAgainst: "Claude Code 2.1.332 (npm): a captured stream against a local Messages API; flags from `claude --help`",
 	SandboxOffArgs: []string{"--settings", `{"sandbox":{"enabled":false}}`},
 	Install:        "npm install -g @anthropic-ai/claude-code (or Anthropic's native installer), then `claude` once to sign in",
 	Recognize:      func(line string) bool { return strings.Contains(line, "Claude Code") },
@@ -274,6 +276,7 @@ func (claudeCode) Outcome(res Result, exitCode int) (status.Outcome, status.Reas
 // and the final result.
 func (claudeCode) ParseStream(r io.Reader, emit func(Event)) Result {
 	var res Result
+	var live tally
 	tools := map[string]string{} // tool_use id -> name
 	eachLine(r, func(line []byte) {
 		res.Lines++
@@ -315,6 +318,11 @@ func (claudeCode) ParseStream(r io.Reader, emit func(Event)) Result {
 			emit(Event{Type: EventInit, Data: d})
 		case "assistant":
 			msg := sub(m, "message")
+			if u, ok := tokens(sub(msg, "usage"), "input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"); ok && !res.Seen {
+				if live.message(str(msg, "id"), u) {
+					emit(Event{Type: EventUsage, Data: usageData(live.usage())})
+				}
+			}
 			if res.Model == "" {
 				if mod := str(msg, "model"); mod != "" && !strings.HasPrefix(mod, "<") {
 					res.Model = mod
@@ -361,6 +369,7 @@ func (claudeCode) ParseStream(r io.Reader, emit func(Event)) Result {
 			}
 		case "result":
 			res.Seen = true
+			res.Results++
 			res.Subtype = str(m, "subtype")
 			// An error subtype (error_max_turns, error_during_execution)
 			// fails the run even if is_error is missing.
@@ -373,14 +382,7 @@ func (claudeCode) ParseStream(r io.Reader, emit func(Event)) Result {
 			if c, ok := float(m, "total_cost_usd"); ok {
 				res.CostUSD = &c
 			}
-			if u := sub(m, "usage"); u != nil {
-				var us Usage
-				us.InputTokens, _ = integer(u, "input_tokens")
-				us.OutputTokens, _ = integer(u, "output_tokens")
-				us.CacheCreationInputTokens, _ = integer(u, "cache_creation_input_tokens")
-				us.CacheReadInputTokens, _ = integer(u, "cache_read_input_tokens")
-				res.Usage = &us
-			}
+			res.Usage = claudeUsage(m, res)
 			if s := str(m, "session_id"); s != "" {
 				res.SessionID = s
 			}
@@ -395,7 +397,37 @@ func (claudeCode) ParseStream(r io.Reader, emit func(Event)) Result {
 			emit(Event{Type: EventResult, Data: d})
 		}
 	}, func() { res.Lines++; res.Malformed++ })
+	if res.Usage == nil {
+		res.Usage = live.usage()
+	}
 	return res
+}
+
+// claudeUsage is a result's usage: tokens by kind, cost, turns and
+// modelUsage per model. Nil when the result reports none of them.
+func claudeUsage(m map[string]any, res Result) *record.Usage {
+	u, ok := tokens(sub(m, "usage"), "input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+	if !ok && res.CostUSD == nil {
+		return nil
+	}
+	u.CostUSD, u.Turns = res.CostUSD, res.Turns
+	for name, v := range sub(m, "modelUsage") {
+		mm, _ := v.(map[string]any)
+		t, ok := tokens(mm, "inputTokens", "outputTokens", "cacheReadInputTokens", "cacheCreationInputTokens")
+		c, hasCost := float(mm, "costUSD")
+		if !ok && !hasCost {
+			continue
+		}
+		mu := &record.ModelUsage{InputTokens: t.InputTokens, OutputTokens: t.OutputTokens, CacheReadTokens: t.CacheReadTokens, CacheWriteTokens: t.CacheWriteTokens}
+		if hasCost {
+			mu.CostUSD = &c
+		}
+		if u.Models == nil {
+			u.Models = map[string]*record.ModelUsage{}
+		}
+		u.Models[name] = mu
+	}
+	return &u
 }
 
 // toolResultText flattens a tool_result's content (a string or text blocks).

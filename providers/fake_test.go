@@ -147,7 +147,8 @@ func TestFakeEditFile(t *testing.T) {
 			if err != nil || string(b) != "# plan\n" {
 				t.Fatalf("%s sandboxed=%v: file not written: %q %v", prov.name, sandboxed, b, err)
 			}
-			if r.res.Tools != 1 || types(r.events) != "init,text,tool,tool,text,result" {
+			want := map[string]string{"claude-code": "init,text,tool,tool,text,result", "cursor": "init,thinking,text,tool,tool,text,result"}[prov.name]
+			if r.res.Tools != 1 || types(r.events) != want {
 				t.Fatalf("%s: tools %d events %s", prov.name, r.res.Tools, types(r.events))
 			}
 		}
@@ -161,7 +162,7 @@ func TestFakeEditFile(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "FAKE_AGENT.md")); err == nil {
 		t.Fatal("default permission mode still wrote the file")
 	}
-	if d := r.events[3].Data; d["is_error"] != true {
+	if d := withoutUsage(r.events)[3].Data; d["is_error"] != true {
 		t.Fatalf("denied write not reported as a failed tool: %v", d)
 	}
 }
@@ -228,7 +229,7 @@ func TestFakesAcceptKusawArgv(t *testing.T) {
 			if len(got) == 0 || got[len(got)-1] != req.Prompt {
 				t.Fatalf("%s: prompt not passed intact: %q", name, got)
 			}
-			if !strings.Contains(r.events[1].Data["text"].(string), strings.SplitN(req.Prompt, "\n", 2)[0]) && name == "claude-code" {
+			if !strings.Contains(withoutUsage(r.events)[1].Data["text"].(string), strings.SplitN(req.Prompt, "\n", 2)[0]) && name == "claude-code" {
 				t.Fatalf("%s: the fake did not see the prompt: %v", name, r.events[1].Data)
 			}
 		}
@@ -254,7 +255,8 @@ func TestFakesRejectBadArgv(t *testing.T) {
 		{"settings not JSON", []string{f.Claude, "-p", "--settings", "{nope", "--", "hi"}, nil, "invalid settings JSON"},
 		{"cursor without --trust", []string{f.Cursor, "-p", "--output-format", "stream-json", "--", "hi"}, nil, "--trust"},
 		{"cursor bad sandbox", []string{f.Cursor, "-p", "--trust", "--sandbox", "off", "--", "hi"}, nil, "Allowed choices are enabled, disabled"},
-		{"cursor unknown flag", []string{f.Cursor, "-p", "--trust", "--add-dir", dir, "--", "hi"}, nil, "unknown option '--add-dir'"},
+		{"cursor unknown flag", []string{f.Cursor, "-p", "--trust", "--frobnicate", "--", "hi"}, nil, "unknown option '--frobnicate'"},
+		{"cursor --add-dir not a folder", []string{f.Cursor, "-p", "--trust", "--add-dir", filepath.Join(dir, "nope"), "--", "hi"}, nil, "not a directory"},
 		{"cursor without login", []string{f.Cursor, "-p", "--trust", "--", "hi"}, []string{}, "Authentication required"},
 		{"unknown scenario", []string{f.Claude, "-p", "--", "hi"}, []string{"FAKE_AGENT_SCENARIO=okk"}, `unknown scenario "okk"`},
 		{"cursor cannot call_api", []string{f.Cursor, "-p", "--trust", "--", "hi"}, []string{"CURSOR_API_KEY=k", "FAKE_AGENT_SCENARIO=call_api"}, "unknown scenario"},
@@ -448,5 +450,69 @@ func TestProbeSkipsForeignAgent(t *testing.T) {
 	// A command the user names is taken as it is.
 	if pr, err := p.Probe(ctx, foreign); err != nil || pr.Path != foreign {
 		t.Fatalf("explicit command: %+v %v", pr, err)
+	}
+}
+
+func withoutUsage(evs []Event) []Event {
+	var out []Event
+	for _, e := range evs {
+		if e.Type != EventUsage {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// The scenarios of #19: two results, the real Cursor's failure shape,
+// a CLI that does not exit after its result, an MCP call.
+func TestFakeNewScenarios(t *testing.T) {
+	f := buildFakes(t)
+	for _, prov := range []struct {
+		name, cmd, keyEnv string
+	}{{"claude-code", f.Claude, "ANTHROPIC_API_KEY=k"}, {"cursor", f.Cursor, "CURSOR_API_KEY=k"}} {
+		p := mustGet(t, prov.name)
+		req := RunRequest{Command: prov.cmd, Prompt: "do the thing"}
+		argv, _ := p.Argv(req)
+		r := runAgent(t, p, argv, t.TempDir(), prov.keyEnv, "FAKE_AGENT_SCENARIO=two_results")
+		if o, reason := p.Outcome(r.res, r.code); o != status.OutcomeFailed || reason != status.ReasonProviderMultipleResults {
+			t.Errorf("%s two_results: %s %s", prov.name, o, reason)
+		}
+		// hang_after_result: the result comes first; the process (and the
+		// child holding its pipes) goes on for FAKE_AGENT_SLEEP.
+		start := time.Now()
+		r = runAgent(t, p, argv, t.TempDir(), prov.keyEnv, "FAKE_AGENT_SCENARIO=hang_after_result", "FAKE_AGENT_SLEEP=1500ms")
+		if !r.res.Seen || r.res.IsError || time.Since(start) < 1500*time.Millisecond {
+			t.Errorf("%s hang_after_result: %+v after %s", prov.name, r.res, time.Since(start))
+		}
+		r = runAgent(t, p, argv, t.TempDir(), prov.keyEnv, "FAKE_AGENT_SCENARIO=error_then_hang", "FAKE_AGENT_SLEEP=10ms")
+		if o, reason := p.Outcome(r.res, r.code); o != status.OutcomeFailed || reason != status.ReasonProviderError {
+			t.Errorf("%s error_then_hang: %s %s", prov.name, o, reason)
+		}
+		if r.res.Usage == nil || r.res.Usage.InputTokens == 0 {
+			t.Errorf("%s: the fake's result has no usage: %+v", prov.name, r.res.Usage)
+		}
+	}
+	cp := mustGet(t, "cursor")
+	argv, _ := cp.Argv(RunRequest{Command: f.Cursor, Prompt: "hi"})
+	r := runAgent(t, cp, argv, t.TempDir(), "CURSOR_API_KEY=k", "FAKE_AGENT_SCENARIO=api_error")
+	if r.code != 1 || r.res.Seen || !strings.Contains(r.stderr, "unavailable") || types(r.events) != "init" {
+		t.Errorf("cursor api_error: exit %d events %s stderr %q", r.code, types(r.events), r.stderr)
+	}
+	r = runAgent(t, cp, argv, t.TempDir(), "CURSOR_API_KEY=k", "FAKE_AGENT_SCENARIO=mcp")
+	var mcp bool
+	for _, e := range r.events {
+		mcp = mcp || e.Type == EventTool && e.Data["name"] == "search" && e.Data["mcp_server"] == "docs"
+	}
+	if !mcp {
+		t.Errorf("cursor mcp: no tool event named search: %v", r.events)
+	}
+	// kusaw refuses --stream-partial-output; the fake shows why (each
+	// chunk its own assistant event).
+	if _, err := cp.Argv(RunRequest{Prompt: "hi", Args: []string{"--stream-partial-output"}}); err == nil || !strings.Contains(err.Error(), "stream-partial-output") {
+		t.Errorf("--stream-partial-output accepted: %v", err)
+	}
+	r = runAgent(t, cp, append(argv[:len(argv)-2:len(argv)-2], "--stream-partial-output", "--", "hi"), t.TempDir(), "CURSOR_API_KEY=k")
+	if n := strings.Count(types(r.events), "text"); n < 3 {
+		t.Errorf("the fake's partial output: %d text events", n)
 	}
 }

@@ -22,6 +22,10 @@ type PrepareInput struct {
 	FreshHome bool     // the sandbox gives a fresh HOME (FreshHome(goos, sandboxed))
 	Inject    bool     // the proxy injects this provider's key
 	StepEnv   []string // names (NAME or NAME=...) the step's env sets, secrets included
+	// ConfigDir is a private folder of the attempt, visible inside its
+	// sandbox, where a provider may write per-attempt CLI settings
+	// (Cursor's cli-config.json). Empty: none are written.
+	ConfigDir string
 }
 
 // Prepared is everything needed to start the process.
@@ -38,6 +42,9 @@ type Prepared struct {
 	// folder (it may live under the hidden home).
 	ReadPaths []string
 	Token     TokenNeed
+	// ConfigDir is the per-attempt settings folder the provider wrote
+	// (empty when none): Env points the CLI at it.
+	ConfigDir string
 }
 
 // Prepare probes the provider's CLI, checks the login token and builds argv
@@ -77,6 +84,15 @@ func Prepare(ctx context.Context, in PrepareInput) (Prepared, error) {
 			Fix: fmt.Sprintf("fix steps.%s or providers.%s.args as the message says", stepName(in.Step), name)}
 	}
 	out.Env = p.Env(req)
+	if c, ok := p.(configurer); ok && in.Sandboxed && in.ConfigDir != "" {
+		home, _ := os.UserHomeDir()
+		env, err := c.attemptConfig(in.ConfigDir, in, home, os.Getenv)
+		if err != nil {
+			return Prepared{}, &status.Error{Reason: status.ReasonStepStartFailed, Msg: fmt.Sprintf("step %s: %s settings: %v", stepName(in.Step), name, err),
+				Fix: "check that the state folder is writable"}
+		}
+		out.Env, out.ConfigDir = append(out.Env, env...), in.ConfigDir
+	}
 	if !in.FreshHome {
 		for _, lp := range pr.LoginPaths {
 			if _, err := os.Lstat(lp); err == nil {

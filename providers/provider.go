@@ -5,6 +5,7 @@ import (
 	"io"
 	"sort"
 
+	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/status"
 )
 
@@ -57,6 +58,9 @@ type Spec struct {
 	// SandboxOffArgs is what turns the CLI's own sandbox off when kusaw's
 	// sandbox wraps the step (nested sandboxes fail).
 	SandboxOffArgs []string
+	// CheckedAgainst names the CLI releases whose flags and stream this
+	// provider was last checked against (shown on the capability page).
+	CheckedAgainst string
 	// Install is a one-line hint shown when the CLI is missing.
 	Install string
 	// Recognize tells this CLI's --version line from another program's
@@ -109,6 +113,12 @@ const (
 	EventText   = "provider.text"
 	EventResult = "provider.result"
 	EventRetry  = "provider.retry" // the CLI retries a failed API call
+	// EventUsage carries the running totals while the agent works (per
+	// message, before the result): what limits are checked against.
+	EventUsage = "provider.usage"
+	// EventThinking is one finished thinking phase (Cursor), its deltas
+	// folded into one text.
+	EventThinking = "provider.thinking"
 )
 
 // Event is one parsed stream event, ready to be written as an attempt event.
@@ -117,33 +127,31 @@ type Event struct {
 	Data map[string]any
 }
 
-// Usage is token usage from a result event.
-type Usage struct {
-	InputTokens              int64 `json:"input_tokens"`
-	OutputTokens             int64 `json:"output_tokens"`
-	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens,omitempty"`
-	CacheReadInputTokens     int64 `json:"cache_read_input_tokens,omitempty"`
-}
-
 // Result is what the stream said about the run. Zero when no result event
 // was seen (Seen false).
 type Result struct {
-	Seen              bool     `json:"seen"`
-	IsError           bool     `json:"is_error"`
-	Subtype           string   `json:"subtype,omitempty"`
-	Turns             int      `json:"turns,omitempty"`
-	DurationMS        int64    `json:"duration_ms,omitempty"`
-	DurationAPIMS     int64    `json:"duration_api_ms,omitempty"`
-	CostUSD           *float64 `json:"cost_usd,omitempty"`
-	Usage             *Usage   `json:"usage,omitempty"`
-	SessionID         string   `json:"session_id,omitempty"`
-	Model             string   `json:"model,omitempty"`
-	Text              string   `json:"text,omitempty"` // truncated to ResultTextLimit
-	PermissionDenials int      `json:"permission_denials,omitempty"`
-	Tools             int      `json:"tools"`             // tool calls started
-	Retries           int      `json:"retries,omitempty"` // API retries the CLI reported
-	Lines             int      `json:"lines"`             // stream lines read
-	Malformed         int      `json:"malformed"`         // lines that were not JSON objects
+	Seen bool `json:"seen"`
+	// Results counts result events: more than one fails the attempt
+	// (provider.multiple_results), since which one decides is unclear.
+	Results       int      `json:"results,omitempty"`
+	IsError       bool     `json:"is_error"`
+	Subtype       string   `json:"subtype,omitempty"`
+	Turns         int      `json:"turns,omitempty"`
+	DurationMS    int64    `json:"duration_ms,omitempty"`
+	DurationAPIMS int64    `json:"duration_api_ms,omitempty"`
+	CostUSD       *float64 `json:"cost_usd,omitempty"`
+	// Usage is the result's usage when it reports one, else the running
+	// totals of the messages seen (a process stopped before its result);
+	// nil when the provider reported nothing.
+	Usage             *record.Usage `json:"usage,omitempty"`
+	SessionID         string        `json:"session_id,omitempty"`
+	Model             string        `json:"model,omitempty"`
+	Text              string        `json:"text,omitempty"` // truncated to ResultTextLimit
+	PermissionDenials int           `json:"permission_denials,omitempty"`
+	Tools             int           `json:"tools"`             // tool calls started
+	Retries           int           `json:"retries,omitempty"` // API retries the CLI reported
+	Lines             int           `json:"lines"`             // stream lines read
+	Malformed         int           `json:"malformed"`         // lines that were not JSON objects
 }
 
 // Limits on text carried by events and results; the whole stream stays in

@@ -8,6 +8,7 @@ import (
 	"math"
 	"unicode/utf8"
 
+	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/status"
 )
 
@@ -160,6 +161,8 @@ func outcome(res Result, exitCode int) (status.Outcome, status.Reason) {
 	switch {
 	case !res.Seen:
 		return status.OutcomeFailed, status.ReasonProviderNoResult
+	case res.Results > 1:
+		return status.OutcomeFailed, status.ReasonProviderMultipleResults
 	case res.IsError:
 		return status.OutcomeFailed, status.ReasonProviderError
 	case exitCode != 0:
@@ -167,4 +170,67 @@ func outcome(res Result, exitCode int) (status.Outcome, status.Reason) {
 	default:
 		return status.OutcomePassed, status.ReasonNone
 	}
+}
+
+// tally keeps a stream's running usage, one entry per API message: Claude
+// Code repeats a message's usage on each of its content blocks, and the
+// last copy counts.
+type tally struct {
+	msgs map[string]record.Usage
+	sum  record.Usage
+	seen bool
+}
+
+// message records message id's usage; it reports whether the totals
+// changed.
+func (t *tally) message(id string, u record.Usage) bool {
+	if t.msgs == nil {
+		t.msgs = map[string]record.Usage{}
+	}
+	old, had := t.msgs[id]
+	if had && old.InputTokens == u.InputTokens && old.OutputTokens == u.OutputTokens &&
+		old.CacheReadTokens == u.CacheReadTokens && old.CacheWriteTokens == u.CacheWriteTokens {
+		return false
+	}
+	t.msgs[id] = u
+	t.sum.InputTokens += u.InputTokens - old.InputTokens
+	t.sum.OutputTokens += u.OutputTokens - old.OutputTokens
+	t.sum.CacheReadTokens += u.CacheReadTokens - old.CacheReadTokens
+	t.sum.CacheWriteTokens += u.CacheWriteTokens - old.CacheWriteTokens
+	t.sum.Turns = len(t.msgs)
+	t.seen = true
+	return true
+}
+
+// usage is a copy of the totals; nil when no message reported any.
+func (t *tally) usage() *record.Usage {
+	if !t.seen {
+		return nil
+	}
+	u := t.sum
+	return &u
+}
+
+// usageData is the data of a provider.usage event: the running totals.
+func usageData(u *record.Usage) map[string]any {
+	d := map[string]any{"tokens": u.Tokens(), "input_tokens": u.InputTokens, "output_tokens": u.OutputTokens}
+	if u.Turns > 0 {
+		d["turns"] = u.Turns
+	}
+	if u.CostUSD != nil {
+		d["cost_usd"] = *u.CostUSD
+	}
+	return d
+}
+
+// tokens reads a usage object's counts under the given key names
+// (input, output, cache read, cache write); false when none is there.
+func tokens(m map[string]any, in, out, read, write string) (record.Usage, bool) {
+	var u record.Usage
+	var ok [4]bool
+	u.InputTokens, ok[0] = integer(m, in)
+	u.OutputTokens, ok[1] = integer(m, out)
+	u.CacheReadTokens, ok[2] = integer(m, read)
+	u.CacheWriteTokens, ok[3] = integer(m, write)
+	return u, ok[0] || ok[1] || ok[2] || ok[3]
 }

@@ -57,6 +57,7 @@ var spec = fakecli.Spec{
 var permissionModes = map[string]bool{"acceptEdits": true, "auto": true, "bypassPermissions": true, "default": true, "dontAsk": true, "plan": true, "manual": true}
 
 func main() {
+	fakecli.MaybeHold()
 	fakecli.Record()
 	p, err := fakecli.Parse(spec, os.Args[1:])
 	if err != nil {
@@ -120,7 +121,7 @@ func main() {
 	if prompt == "" {
 		fakecli.Fail(1, "Error: Input must be provided either through stdin or as a prompt argument when using --print")
 	}
-	scen := fakecli.Scenarios("fakeclaude", func(string) bool { return true })
+	scen := fakecli.Scenarios("fakeclaude", func(n string) bool { return n != "api_error" && n != "mcp" })
 	run(format, mode, prompt, scen)
 }
 
@@ -159,13 +160,22 @@ func loggedIn() (string, bool) {
 }
 
 type session struct {
-	out     fakecli.Emitter
-	id      string
-	model   string
-	turns   int
-	texts   []string
-	started time.Time
-	format  string
+	out           fakecli.Emitter
+	id            string
+	model         string
+	turns         int
+	texts         []string
+	started       time.Time
+	format        string
+	inTok, outTok int // tokens used so far
+}
+
+// usage counts one API message's tokens and returns its usage object.
+func (s *session) usage(out int) map[string]any {
+	in := fakecli.Tokens(12)
+	s.inTok += in
+	s.outTok += out
+	return map[string]any{"input_tokens": in, "output_tokens": out}
 }
 
 func (s *session) emit(v map[string]any) {
@@ -181,7 +191,7 @@ func (s *session) text(t string) {
 	s.emit(map[string]any{"type": "assistant", "parent_tool_use_id": nil, "message": map[string]any{
 		"id": fakecli.ID("msg_"), "type": "message", "role": "assistant", "model": s.model,
 		"content": []any{map[string]any{"type": "text", "text": t}}, "stop_reason": nil,
-		"usage": map[string]any{"input_tokens": 12, "output_tokens": 4}}})
+		"usage": s.usage(4)}})
 }
 
 func (s *session) tool(name string, input map[string]any, result string, isErr bool) {
@@ -190,7 +200,7 @@ func (s *session) tool(name string, input map[string]any, result string, isErr b
 	s.emit(map[string]any{"type": "assistant", "parent_tool_use_id": nil, "message": map[string]any{
 		"id": fakecli.ID("msg_"), "type": "message", "role": "assistant", "model": s.model,
 		"content":     []any{map[string]any{"type": "tool_use", "id": id, "name": name, "input": input}},
-		"stop_reason": "tool_use", "usage": map[string]any{"input_tokens": 20, "output_tokens": 9}}})
+		"stop_reason": "tool_use", "usage": s.usage(9)}})
 	blk := map[string]any{"tool_use_id": id, "type": "tool_result", "content": result}
 	if isErr {
 		blk["is_error"] = true
@@ -204,9 +214,12 @@ func (s *session) result(isErr bool, text string) {
 		"type": "result", "subtype": "success", "is_error": isErr,
 		"duration_ms": time.Since(s.started).Milliseconds() + 1, "duration_api_ms": 1,
 		"num_turns": s.turns, "result": text, "stop_reason": "end_turn",
-		"total_cost_usd": 0.0012 * float64(s.turns),
-		"usage": map[string]any{"input_tokens": 12 * s.turns, "cache_creation_input_tokens": 0,
-			"cache_read_input_tokens": 0, "output_tokens": 4 * s.turns, "service_tier": "standard"},
+		"total_cost_usd": s.cost(),
+		"usage": map[string]any{"input_tokens": s.inTok, "cache_creation_input_tokens": 0,
+			"cache_read_input_tokens": 0, "output_tokens": s.outTok, "service_tier": "standard"},
+		"modelUsage": map[string]any{s.model: map[string]any{"inputTokens": s.inTok, "outputTokens": s.outTok,
+			"cacheReadInputTokens": 0, "cacheCreationInputTokens": 0, "webSearchRequests": 0, "costUSD": s.cost(),
+			"contextWindow": 200000, "maxOutputTokens": 32000}},
 		"permission_denials": []any{},
 	}
 	switch s.format {
@@ -218,6 +231,12 @@ func (s *session) result(isErr bool, text string) {
 	default:
 		fmt.Println(text)
 	}
+}
+
+// cost prices the fake model at $3 per million input and $15 per
+// million output tokens.
+func (s *session) cost() float64 {
+	return (3*float64(s.inTok) + 15*float64(s.outTok)) / 1e6
 }
 
 func run(format, mode, prompt string, scen map[string]bool) {
@@ -278,6 +297,18 @@ func run(format, mode, prompt string, scen map[string]bool) {
 		s.result(false, final)
 		fmt.Fprintln(os.Stderr, "fakeclaude: failed after the result")
 		os.Exit(1)
+	case scen["hang_after_result"]:
+		s.result(false, final)
+		fakecli.Hang()
+		os.Exit(0)
+	case scen["error_then_hang"]:
+		s.result(true, "API Error: 529 {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}")
+		fakecli.Hang()
+		os.Exit(1)
+	case scen["two_results"]:
+		s.result(false, final)
+		s.result(false, final)
+		os.Exit(0)
 	}
 	s.result(false, final)
 }

@@ -14,8 +14,10 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -31,6 +33,8 @@ const (
 	EnvEnvFile  = "FAKE_AGENT_ENV_FILE"  // if set, the environment is written there as a JSON object
 	EnvVersion  = "FAKE_AGENT_VERSION"   // overrides the version printed by --version
 	EnvText     = "FAKE_AGENT_TEXT"      // the assistant's text in ok
+	EnvTokens   = "FAKE_AGENT_TOKENS"    // input tokens of each API message
+	EnvMarker   = "FAKE_AGENT_MARKER"    // argv word of the child hang_after_result leaves holding the pipes
 )
 
 // Scenarios every fake knows.
@@ -44,6 +48,11 @@ var Known = map[string]string{
 	"no_result":          "no result event, exit code 0",
 	"crash":              "malformed output, no result, exit code 2",
 	"sleep":              "wait FAKE_AGENT_SLEEP before the result",
+	"hang_after_result":  "a successful result, then no exit for FAKE_AGENT_SLEEP (a child holds the output pipes too)",
+	"error_then_hang":    "an error result, then no exit for FAKE_AGENT_SLEEP",
+	"two_results":        "two result events, exit code 0",
+	"api_error":          "init and user lines, then exit 1 with the API's error on stderr and no result (how the real CLIs fail)",
+	"mcp":                "one MCP tool call (cursor only)",
 }
 
 // Scenarios parses FAKE_AGENT_SCENARIO; unknown names end the process with
@@ -264,4 +273,42 @@ func Sleep() {
 		d = 30 * time.Second
 	}
 	time.Sleep(d)
+}
+
+// Hang is what a CLI does when it prints its result and then does not
+// exit: it starts a child that keeps the output pipes open (as a leftover
+// MCP server or shell would) and sleeps FAKE_AGENT_SLEEP.
+func Hang() {
+	if self, err := os.Executable(); err == nil {
+		marker := os.Getenv(EnvMarker)
+		if marker == "" {
+			marker = "fake-agent-child"
+		}
+		cmd := exec.Command(self, HoldArg, marker)
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		_ = cmd.Start()
+	}
+	Sleep()
+}
+
+// HoldArg is argv[1] of the child Hang starts.
+const HoldArg = "__fake_agent_hold"
+
+// MaybeHold runs the child Hang starts: it sleeps FAKE_AGENT_SLEEP and
+// exits. Call it first in main.
+func MaybeHold() {
+	if len(os.Args) > 1 && os.Args[1] == HoldArg {
+		Sleep()
+		os.Exit(0)
+	}
+}
+
+// Tokens is FAKE_AGENT_TOKENS: the input tokens each API message uses
+// (def when unset).
+func Tokens(def int) int {
+	n, err := strconv.Atoi(os.Getenv(EnvTokens))
+	if err != nil || n < 0 {
+		return def
+	}
+	return n
 }

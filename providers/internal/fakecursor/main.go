@@ -7,7 +7,10 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -32,6 +35,8 @@ var spec = fakecli.Spec{
 	"--plan":         {"plan", fakecli.Bool},
 	"--api-key":      {"api-key", fakecli.Value},
 	"-H":             {"header", fakecli.Value}, "--header": {"header", fakecli.Value},
+	"--add-dir": {"add-dir", fakecli.Value},
+	"-e":        {"endpoint", fakecli.Value}, "--endpoint": {"endpoint", fakecli.Value},
 	"--resume":   {"resume", fakecli.Optional},
 	"--continue": {"continue", fakecli.Bool},
 	"-v":         {"version", fakecli.Bool}, "--version": {"version", fakecli.Bool},
@@ -39,6 +44,7 @@ var spec = fakecli.Spec{
 }
 
 func main() {
+	fakecli.MaybeHold()
 	fakecli.Record()
 	p, err := fakecli.Parse(spec, os.Args[1:])
 	if err != nil {
@@ -77,6 +83,11 @@ func main() {
 			fakecli.Fail(1, "Error: workspace %s: %v", ws, err)
 		}
 	}
+	for _, d := range p.Flags["add-dir"] {
+		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+			fakecli.Fail(1, "Error: --add-dir %s: not a directory", d)
+		}
+	}
 	prompt := strings.Join(p.Args, " ")
 	if prompt == "" {
 		fakecli.Fail(1, "Error: No prompt provided for print mode")
@@ -87,7 +98,11 @@ func main() {
 		fakecli.Fail(1, "Error: Authentication required. Please run 'agent login' first, or set CURSOR_API_KEY environment variable.")
 	}
 	scen := fakecli.Scenarios("fakecursor", func(n string) bool { return n != "call_api" })
-	run(format, keySource, p.Has("force"), prompt, scen)
+	endpoint := p.Get("endpoint")
+	if endpoint == "" {
+		endpoint = os.Getenv("CURSOR_API_ENDPOINT")
+	}
+	run(format, keySource, p.Has("force"), p.Has("partial"), prompt, endpoint, scen)
 }
 
 func loggedIn(flagKey string) (string, bool) {
@@ -117,11 +132,13 @@ func loggedIn(flagKey string) (string, bool) {
 }
 
 type session struct {
-	out     fakecli.Emitter
-	id      string
-	format  string
-	texts   []string
-	started time.Time
+	out           fakecli.Emitter
+	id            string
+	format        string
+	partial       bool
+	texts         []string
+	started       time.Time
+	inTok, outTok int // tokens used so far
 }
 
 func (s *session) emit(v map[string]any) {
@@ -133,19 +150,44 @@ func (s *session) emit(v map[string]any) {
 
 func (s *session) text(t string) {
 	s.texts = append(s.texts, t)
+	s.inTok += fakecli.Tokens(40)
+	s.outTok += len(strings.Fields(t)) + 1
+	if s.partial {
+		// With --stream-partial-output each chunk is its own event.
+		for _, w := range strings.SplitAfter(t, " ") {
+			s.emit(map[string]any{"type": "assistant", "message": map[string]any{"role": "assistant", "content": []any{map[string]any{"type": "text", "text": w}}}, "timestamp_ms": time.Now().UnixMilli()})
+		}
+	}
 	s.emit(map[string]any{"type": "assistant", "message": map[string]any{"role": "assistant", "content": []any{map[string]any{"type": "text", "text": t}}}})
 }
 
+// think emits a thinking phase as the real CLI does: deltas, then
+// completed.
+func (s *session) think(t string) {
+	for _, w := range strings.SplitAfter(t, " ") {
+		s.emit(map[string]any{"type": "thinking", "subtype": "delta", "text": w, "timestamp_ms": time.Now().UnixMilli()})
+	}
+	s.emit(map[string]any{"type": "thinking", "subtype": "completed", "timestamp_ms": time.Now().UnixMilli()})
+}
+
+// tool emits a tool call's started and completed events with the keys
+// today's CLI adds: toolCallId in the args, and the call's own
+// bookkeeping beside it.
 func (s *session) tool(kind string, args map[string]any, result map[string]any) {
 	id := fakecli.ID("call_")
-	s.emit(map[string]any{"type": "tool_call", "subtype": "started", "call_id": id, "tool_call": map[string]any{kind: map[string]any{"args": args}}})
-	s.emit(map[string]any{"type": "tool_call", "subtype": "completed", "call_id": id, "tool_call": map[string]any{kind: map[string]any{"args": args, "result": result}}})
+	args["toolCallId"] = id
+	started := time.Now().UnixMilli()
+	s.emit(map[string]any{"type": "tool_call", "subtype": "started", "call_id": id, "model_call_id": s.id + "-1", "timestamp_ms": started,
+		"tool_call": map[string]any{kind: map[string]any{"args": args}, "startedAtMs": started, "toolCallId": id}})
+	s.emit(map[string]any{"type": "tool_call", "subtype": "completed", "call_id": id, "model_call_id": s.id + "-1", "timestamp_ms": time.Now().UnixMilli(),
+		"tool_call": map[string]any{kind: map[string]any{"args": args, "result": result}, "startedAtMs": started, "toolCallId": id}})
 }
 
 func (s *session) result(isErr bool, text string) {
 	d := time.Since(s.started).Milliseconds() + 1
 	r := map[string]any{"type": "result", "subtype": "success", "duration_ms": d, "duration_api_ms": d,
-		"is_error": isErr, "result": text, "request_id": fakecli.UUID()}
+		"is_error": isErr, "result": text, "request_id": fakecli.UUID(),
+		"usage": map[string]any{"inputTokens": s.inTok, "outputTokens": s.outTok, "cacheReadTokens": 0, "cacheWriteTokens": 0}}
 	switch s.format {
 	case "stream-json":
 		s.emit(r)
@@ -157,17 +199,31 @@ func (s *session) result(isErr bool, text string) {
 	}
 }
 
-func run(format, keySource string, force bool, prompt string, scen map[string]bool) {
-	s := &session{out: fakecli.Emitter{W: os.Stdout}, id: fakecli.UUID(), format: format, started: time.Now()}
+func run(format, keySource string, force, partial bool, prompt, endpoint string, scen map[string]bool) {
+	s := &session{out: fakecli.Emitter{W: os.Stdout}, id: fakecli.UUID(), format: format, partial: partial, started: time.Now()}
 	wd, _ := os.Getwd()
 	s.emit(map[string]any{"type": "system", "subtype": "init", "apiKeySource": keySource, "cwd": wd, "model": "Fake 1", "permissionMode": "default"})
 	s.emit(map[string]any{"type": "user", "message": map[string]any{"role": "user", "content": []any{map[string]any{"type": "text", "text": prompt}}}})
+	if scen["api_error"] {
+		// The real CLI fails this way: no result, the error on stderr.
+		fakecli.Fail(1, "Error: [unavailable] The service is temporarily unavailable")
+	}
+	if endpoint != "" {
+		if err := agentStream(endpoint); err != nil {
+			fakecli.Fail(1, "Error: [unavailable] %v", err)
+		}
+	}
 	if scen["crash"] {
 		fmt.Println(`{"type":"tool_call","subtype":"started",`)
 		fmt.Fprintln(os.Stderr, "fakecursor: crashed")
 		os.Exit(2)
 	}
+	s.think("The user wants a change. I will look first.")
 	s.text("Working on it.")
+	if scen["mcp"] {
+		s.tool("mcpToolCall", map[string]any{"name": "docs-search", "toolName": "search", "providerIdentifier": "docs", "args": map[string]any{"q": "limits"}},
+			map[string]any{"success": map[string]any{"content": []any{map[string]any{"text": map[string]any{"text": "3 hits"}}}, "isError": false}})
+	}
 	if scen["edit_file"] {
 		path, content := fakecli.EditTarget("fakecursor")
 		args := map[string]any{"path": path, "fileText": content}
@@ -208,6 +264,78 @@ func run(format, keySource string, force bool, prompt string, scen map[string]bo
 		s.result(false, final)
 		fmt.Fprintln(os.Stderr, "fakecursor: failed after the result")
 		os.Exit(1)
+	case scen["hang_after_result"]:
+		// Cursor's print mode is known to do this.
+		s.result(false, strings.Join(s.texts, ""))
+		fakecli.Hang()
+		os.Exit(0)
+	case scen["error_then_hang"]:
+		s.result(true, "Error: usage limit reached")
+		fakecli.Hang()
+		os.Exit(1)
+	case scen["two_results"]:
+		s.result(false, final)
+		s.result(false, final)
+		os.Exit(0)
 	}
 	s.result(false, strings.Join(s.texts, ""))
+}
+
+// agentStream stands for the CLI's agent connection to the endpoint. Like
+// the real CLI's HTTP/2 stream, it ignores HTTPS_PROXY unless its config
+// says network.useHttp1ForAgent; then it goes through the proxy (even to
+// a loopback name, since the proxy is the only way out of a sandbox).
+func agentStream(endpoint string) error {
+	tr := &http.Transport{Proxy: nil}
+	if http1ForAgent() {
+		for _, k := range []string{"HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"} {
+			if v := os.Getenv(k); v != "" {
+				u, err := url.Parse(v)
+				if err != nil {
+					return err
+				}
+				tr.Proxy = http.ProxyURL(u)
+				break
+			}
+		}
+	}
+	c := &http.Client{Timeout: 10 * time.Second, Transport: tr}
+	resp, err := c.Post(strings.TrimRight(endpoint, "/")+"/agent.v1.AgentService/Run", "application/json", strings.NewReader("{}"))
+	if err != nil {
+		return fmt.Errorf("agent stream: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("agent stream: %s", resp.Status)
+	}
+	return nil
+}
+
+// http1ForAgent reads network.useHttp1ForAgent from cli-config.json where
+// the CLI looks for it: CURSOR_CONFIG_DIR, XDG_CONFIG_HOME/cursor, ~/.cursor.
+func http1ForAgent() bool {
+	var dirs []string
+	if d := os.Getenv("CURSOR_CONFIG_DIR"); d != "" {
+		dirs = append(dirs, d)
+	} else {
+		if x := os.Getenv("XDG_CONFIG_HOME"); x != "" {
+			dirs = append(dirs, filepath.Join(x, "cursor"))
+		}
+		home, _ := os.UserHomeDir()
+		dirs = append(dirs, filepath.Join(home, ".cursor"))
+	}
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, "cli-config.json"))
+		if err != nil {
+			continue
+		}
+		var cfg struct {
+			Network struct {
+				UseHTTP1ForAgent bool `json:"useHttp1ForAgent"`
+			} `json:"network"`
+		}
+		_ = json.Unmarshal(b, &cfg)
+		return cfg.Network.UseHTTP1ForAgent
+	}
+	return false
 }
