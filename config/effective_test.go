@@ -1,6 +1,9 @@
 package config
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -165,5 +168,34 @@ func TestStepInjectReplacesFactory(t *testing.T) {
 	off := &Step{ID: "y", Sandbox: &StepSandbox{InjectSet: true}}
 	if got := f.Inject(off); len(got) != 0 {
 		t.Fatalf("inject: [] on the step must turn it off: %+v", got)
+	}
+}
+
+// TestPipelineForms: the list form and the map form read the same, and a
+// parallel group keeps its members in written order.
+func TestPipelineForms(t *testing.T) {
+	dir := t.TempDir()
+	for _, r := range []string{"app"} {
+		if err := os.MkdirAll(filepath.Join(dir, r, ".git"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	body := "version: 1\nrepos:\n  app: {path: app}\nsteps:\n  a: {run: [true]}\n  b: {run: [true]}\n  c: {run: [true]}\npipelines:\n  short: [a, [b, c], a]\n  long:\n    steps: [a, [b, c], a]\n"
+	p := filepath.Join(dir, "factory.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, fs, err := Load(p)
+	if err != nil || len(fs.Errors()) > 0 {
+		t.Fatalf("load: %v %v", err, fs.Errors())
+	}
+	for _, name := range []string{"short", "long"} {
+		pl := f.Pipelines[name]
+		if len(pl.Steps) != 3 || pl.Steps[0].Step != "a" || strings.Join(pl.Steps[1].Group, ",") != "b,c" || pl.Steps[2].Step != "a" {
+			t.Errorf("%s: %+v", name, pl.Steps)
+		}
+		if got := strings.Join(pl.StepIDs(), ","); got != "a,b,c,a" {
+			t.Errorf("%s: StepIDs %s", name, got)
+		}
 	}
 }

@@ -71,6 +71,7 @@ const (
 	ECodeCapMissing      = "E062"
 	ECodeEmptyPipeline   = "E070"
 	ECodeNoPipelines     = "E071"
+	ECodeGroup           = "E072"
 
 	WCodeProxyIgnored  = "W1"
 	WCodeNoRestriction = "W2"
@@ -111,6 +112,7 @@ var CodeInfo = []struct{ Code, Meaning string }{
 	{ECodeCapMissing, "a step requires a capability its provider or mode does not support"},
 	{ECodeEmptyPipeline, "a pipeline with no steps"},
 	{ECodeNoPipelines, "no pipelines defined"},
+	{ECodeGroup, "a parallel group with fewer than two steps, or a step named twice in one group"},
 	{WCodeProxyIgnored, "allowlist mode with a tool known to ignore HTTP(S)_PROXY: it will fail closed"},
 	{WCodeNoRestriction, "network: allowlist on an attempt whose sandbox is off: nothing is restricted"},
 	{WCodeHandshake, "a provider's handshake hosts (login, telemetry) are not in the allowlist"},

@@ -59,7 +59,7 @@ func Parse(data []byte, file string) (*Factory, Findings) {
 		Dir:       filepath.Dir(file),
 		Repos:     map[string]*Repo{},
 		Providers: map[string]*ProviderConfig{},
-		Pipelines: map[string][]string{},
+		Pipelines: map[string]*Pipeline{},
 		Steps:     map[string]*Step{},
 		pos:       d.pos,
 	}
@@ -462,6 +462,10 @@ func (d *decoder) serve(f *Factory, n *yaml.Node) {
 	}
 }
 
+// pipelineKeys are the keys of a pipeline written as a map; the list form
+// is the shorthand for {steps: [...]}.
+var pipelineKeys = []string{"steps"}
+
 func (d *decoder) pipelines(f *Factory, n *yaml.Node) {
 	for _, fl := range d.fields(n, "pipelines", nil) {
 		p := join("pipelines", fl.key)
@@ -469,22 +473,82 @@ func (d *decoder) pipelines(f *Factory, n *yaml.Node) {
 			d.errf(ECodeBadName, fl.keyN, p, "use letters, digits, '.', '_' and '-'", "pipeline name %q has characters it may not have", fl.key)
 			continue
 		}
-		ids, nodes := d.strList(fl.value, p)
-		if len(ids) == 0 {
-			d.errf(ECodeEmptyPipeline, fl.value, p, "list at least one step: [step-a, step-b]", "pipeline %s has no steps", fl.key)
-		}
-		for i, id := range ids {
-			if _, ok := f.Steps[id]; !ok {
-				fix := "define steps." + id + ", or fix the name"
-				if s := closest(id, f.StepOrder); s != "" {
-					fix = "did you mean " + s + "?"
+		pl := &Pipeline{Name: fl.key}
+		stepsN, stepsPath := fl.value, p
+		if v := resolve(fl.value); v != nil && v.Kind == yaml.MappingNode {
+			stepsN, stepsPath = nil, join(p, "steps")
+			for _, kv := range d.fields(v, p, pipelineKeys) {
+				switch kv.key {
+				case "steps":
+					stepsN = kv.value
 				}
-				d.errf(ECodeUnknownStep, nodes[i], fmt.Sprintf("%s[%d]", p, i), fix, "pipeline %s names unknown step %q", fl.key, id)
 			}
 		}
-		f.Pipelines[fl.key] = ids
+		if stepsN != nil {
+			pl.Steps = d.pipelineItems(f, stepsN, stepsPath, fl.key)
+		}
+		if len(pl.Steps) == 0 {
+			at := fl.value
+			if stepsN != nil {
+				at = stepsN
+			}
+			d.errf(ECodeEmptyPipeline, at, stepsPath, "list at least one step: [step-a, step-b]", "pipeline %s has no steps", fl.key)
+		}
+		f.Pipelines[fl.key] = pl
 		f.PipelineOrder = append(f.PipelineOrder, fl.key)
 	}
+}
+
+// pipelineItems reads a pipeline's list: each item a step id, or a list of
+// step ids that run at the same time (a parallel group).
+func (d *decoder) pipelineItems(f *Factory, n *yaml.Node, p, name string) []PipelineItem {
+	n = resolve(n)
+	if n == nil || n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		d.errf(ECodeType, n, p, "write a list: [step-a, [step-b, step-c], step-d]", "%s must be a list, not %s", p, kindName(n))
+		return nil
+	}
+	known := func(id string, node *yaml.Node, ip string) {
+		if _, ok := f.Steps[id]; !ok {
+			fix := "define steps." + id + ", or fix the name"
+			if s := closest(id, f.StepOrder); s != "" {
+				fix = "did you mean " + s + "?"
+			}
+			d.errf(ECodeUnknownStep, node, ip, fix, "pipeline %s names unknown step %q", name, id)
+		}
+	}
+	var items []PipelineItem
+	for i, c := range n.Content {
+		ip := fmt.Sprintf("%s[%d]", p, i)
+		c = resolve(c)
+		if c.Kind == yaml.SequenceNode {
+			ids, nodes := d.strList(c, ip)
+			if len(ids) < 2 {
+				d.errf(ECodeGroup, c, ip, "list two or more steps in a parallel group, or write the step id alone", "pipeline %s: a parallel group needs at least two steps", name)
+			}
+			seen := map[string]bool{}
+			for j, id := range ids {
+				if seen[id] {
+					d.errf(ECodeGroup, nodes[j], fmt.Sprintf("%s[%d]", ip, j), "name each step once in a group; use candidates: N to run one step several times", "pipeline %s names step %s twice in one parallel group", name, id)
+				}
+				seen[id] = true
+				known(id, nodes[j], fmt.Sprintf("%s[%d]", ip, j))
+			}
+			d.pos[ip] = Pos{c.Line, c.Column}
+			items = append(items, PipelineItem{Group: ids})
+			continue
+		}
+		if c.Kind != yaml.ScalarNode || c.Tag == "!!null" {
+			d.errf(ECodeType, c, ip, "write a step id, or a list of step ids for a parallel group", "%s must be a step id or a list of step ids, not %s", ip, kindName(c))
+			continue
+		}
+		d.pos[ip] = Pos{c.Line, c.Column}
+		known(c.Value, c, ip)
+		items = append(items, PipelineItem{Step: c.Value})
+	}
+	return items
 }
 
 var stepKeys = []string{"provider", "builtin", "run", "prompt", "prompt_file", "repos", "per_repo", "attempts", "timeout", "env", "sandbox", "requires"}
@@ -681,8 +745,8 @@ func (d *decoder) crossChecks(f *Factory) {
 		}
 	}
 	used := map[string]bool{}
-	for _, ids := range f.Pipelines {
-		for _, id := range ids {
+	for _, pl := range f.Pipelines {
+		for _, id := range pl.StepIDs() {
 			used[id] = true
 		}
 	}

@@ -60,7 +60,7 @@ type Factory struct {
 	Sandbox   SandboxPolicy
 	Serve     Serve
 
-	Pipelines     map[string][]string
+	Pipelines     map[string]*Pipeline
 	PipelineOrder []string
 
 	Steps     map[string]*Step
@@ -204,4 +204,36 @@ func (f *Factory) ActiveRepos(s *Step) []string {
 		return s.Repos
 	}
 	return f.RepoOrder
+}
+
+// Pipeline is one pipelines.<name>: written as a list (the shorthand) or
+// as a map {steps: [...], ...}.
+type Pipeline struct {
+	Name  string
+	Steps []PipelineItem
+}
+
+// PipelineItem is one item of a pipeline's steps: a step id, or a parallel
+// group of step ids that start from the same run-branch tip.
+type PipelineItem struct {
+	Step  string   // set for a single step
+	Group []string // set for a parallel group (two or more steps)
+}
+
+// IDs are the item's step ids: the step, or the group's members.
+func (it PipelineItem) IDs() []string {
+	if it.Group != nil {
+		return it.Group
+	}
+	return []string{it.Step}
+}
+
+// StepIDs are every step id of the pipeline in written order, groups
+// flattened.
+func (p *Pipeline) StepIDs() []string {
+	var out []string
+	for _, it := range p.Steps {
+		out = append(out, it.IDs()...)
+	}
+	return out
 }

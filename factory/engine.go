@@ -170,12 +170,17 @@ func (e *Engine) Pipeline(name string) (string, []*config.Step, error) {
 			return "", nil, fmt.Errorf("name a pipeline: there is no pipeline called default (pipelines: %v)", e.F.PipelineOrder)
 		}
 	}
-	ids, ok := e.F.Pipelines[name]
+	pl, ok := e.F.Pipelines[name]
 	if !ok {
 		return "", nil, fmt.Errorf("no pipeline %q in %s (pipelines: %v)", name, e.F.Path, e.F.PipelineOrder)
 	}
 	var steps []*config.Step
-	for _, id := range ids {
+	for _, it := range pl.Steps {
+		if it.Group != nil {
+			return "", nil, fmt.Errorf("pipeline %s has a parallel group %v, which the engine cannot run yet", name, it.Group)
+		}
+	}
+	for _, id := range pl.StepIDs() {
 		s := e.F.Steps[id]
 		if s == nil {
 			return "", nil, fmt.Errorf("pipeline %s names unknown step %q", name, id)
