@@ -4,7 +4,7 @@ package sandbox
 // from the same Plan that drives bubblewrap on Linux. This file is portable
 // (no build tag) so the profile is tested on Linux; seatbelt_darwin.go runs it.
 //
-// Two rules shape the generator:
+// Three rules shape the generator:
 //
 //   - No path ever enters the profile text. Every path becomes a parameter
 //     (sandbox-exec -D P3=/the/path) and the text names it as (param "P3").
@@ -13,22 +13,25 @@ package sandbox
 //     `")(allow default)(` or one with a newline cannot change what the
 //     profile means. Not even a comment carries plan text.
 //
-//   - Later rules win in Seatbelt (the usual reading; the tests also check
-//     the "most specific wins" one), as later mounts cover earlier ones in
-//     bubblewrap. The plan's mounts are translated one by one, in order, so
-//     both backends reach the same decision for every path; the move
-//     blocking rules come last so that nothing can re-open them.
+//   - Seatbelt's precedence: the rules written for an operation itself
+//     (file-write-data, mach-lookup) are tried before those written for
+//     its family (file-write*, file*, then default), whatever their order;
+//     among the rules of one operation the later wins. The generator writes
+//     every rule so that the plain "later wins" reading gives the same
+//     answer, and the tests evaluate both. The plan's mounts are translated
+//     one by one, in order, as later mounts cover earlier ones in
+//     bubblewrap; the move blocking rules come last.
 //
-// Why (allow default) and not (deny default): kusaw's profile starts from
-// deny for what it protects (every file write, all network, reading the
-// hidden paths) and denies by name the system services that would act
-// outside the sandbox for the process. A (deny default) profile needs an
-// allow list of Mach services, IOKit classes and sysctls that differs
-// between macOS releases and between tools (Node, Go, git, Python, an
-// agent CLI); an incomplete list breaks tools in ways that push users to
-// `sandbox: off`, which protects nothing. The price is a documented limit:
-// a system service not on the deny list that does file or network work for
-// its caller is not stopped (docs/sandbox-macos.md, sandbox check --verbose).
+//   - Services start from deny. File reads start from allow (a step reads
+//     the system, its tools and the worktree; what is secret is hidden by
+//     name), and so do the operations that only touch the process itself.
+//     Everything that asks the system to act for the process starts from
+//     deny with a short allow list, each entry with its reason: Mach
+//     services, IOKit user clients, socket families, mounts, NVRAM, sysctl
+//     writes and reads, devices. The list is the one Codex CLI's and
+//     sandbox-runtime's deny-default profiles share; what a tool needs
+//     beyond it fails with a refusal tagged "kusaw" that `log stream`
+//     finds (docs/sandbox-macos.md).
 
 import (
 	"fmt"
@@ -59,9 +62,8 @@ type SeatbeltOptions struct {
 	TTY string
 	// UserTempDir is the user's own temp folder (getconf
 	// DARWIN_USER_TEMP_DIR). It stays hidden like the rest of
-	// /private/var/folders except the cache files of xcrun, which Apple's
-	// tool shims (/usr/bin/git, cc, make) write on every run; its path
-	// answers stat so that confstr finds it. "" leaves it wholly hidden.
+	// /private/var/folders; only its path answers stat, so that confstr
+	// finds it. "" leaves it wholly hidden.
 	UserTempDir string
 }
 
@@ -88,44 +90,192 @@ func (s *SeatbeltProfile) Args() []string {
 	return append(a, "-p", s.Text)
 }
 
-// Mach services denied by name. With (allow default) these are the system
-// services that would otherwise act for the sandboxed process outside the
-// sandbox: read the Keychain or other credential stores, open apps and
-// URLs, send Apple Events, read or fill the pasteboard, fetch URLs in the
-// background, start launchd jobs or login items.
-var seatbeltDeniedServices = []struct{ filter, name, why string }{
-	{"global-name", "com.apple.SecurityServer", "the Keychain (securityd)"},
-	{"global-name-prefix", "com.apple.securityd", "the Keychain (securityd's XPC services)"},
-	{"global-name", "com.apple.secd", "the data-protection and iCloud Keychain"},
-	{"global-name", "com.apple.security.agent", "Keychain and authorization prompts"},
-	{"global-name", "com.apple.security.authhost", "authorization prompts"},
-	{"global-name-prefix", "com.apple.accountsd", "Internet Accounts (stored logins)"},
-	{"global-name", "com.apple.GSSCred", "Kerberos credentials"},
-	{"global-name", "com.apple.coreservices.launchservicesd", "LaunchServices (opening apps, files and URLs)"},
-	{"global-name", "com.apple.coreservices.appleevents", "Apple Events"},
-	{"global-name", "com.apple.pasteboard.1", "the pasteboard"},
-	{"global-name", "com.apple.pbs.fetch_services", "the pasteboard's services"},
-	{"global-name-prefix", "com.apple.coreservices.uasharedpasteboard", "the shared (Handoff) pasteboard"},
-	{"global-name-prefix", "com.apple.nsurlsessiond", "background URL sessions (downloads and uploads made by a daemon)"},
-	{"global-name", "com.apple.xpc.smd", "ServiceManagement (login items, launchd jobs)"},
-	{"global-name-prefix", "com.apple.backgroundtaskmanagement", "background items"},
-	{"global-name", "com.apple.coreservices.sharedfilelistd", "login items and recent-items lists"},
-	{"global-name-prefix", "com.apple.windowserver", "the window server: screen capture and synthetic keystrokes, with your terminal's permissions"},
+// SeatbeltDenyMessage tags every refusal of kusaw's profile in the system
+// log, so a first run on a Mac can trace one:
+// log stream --style compact --predicate 'eventMessage CONTAINS "kusaw"'.
+const SeatbeltDenyMessage = "kusaw"
+
+// sbEntry is one entry of an allow or deny list: a filter, its argument and
+// why it is there (the why becomes the comment at the end of its line).
+type sbEntry struct{ filter, arg, why string }
+
+// Mach services every step may look up: the list that Codex CLI's and
+// sandbox-runtime's deny-default profiles share. Every other service is
+// refused.
+var seatbeltAllowedServices = []sbEntry{
+	{"global-name", "com.apple.system.opendirectoryd.libinfo", "user and group names (getpwuid): shells, git, ssh-keygen"},
+	{"global-name", "com.apple.system.opendirectoryd.membership", "group membership, for access checks"},
+	{"global-name", "com.apple.cfprefsd.daemon", "reading preferences (user-preference-write stays denied)"},
+	{"global-name", "com.apple.cfprefsd.agent", "reading the user's preferences; the fresh HOME has none"},
+	{"local-name", "com.apple.cfprefsd.agent", "the same, in the session's namespace"},
+	{"global-name", "com.apple.logd", "os_log: the process's own log lines"},
+	{"global-name", "com.apple.system.logger", "the older logging interface (asl)"},
+	{"global-name", "com.apple.system.notification_center", "notify(3): time-zone and network notices libSystem watches"},
+	{"global-name", "com.apple.PowerManagement.control", "power assertions (caffeinate keeping a long build awake)"},
+	{"global-name", "com.apple.bsd.dirhelper", "confstr: the name of the per-user temp folder"},
 }
 
-// IOKit user clients denied by class: reading the keyboard and posting
-// input events (with the terminal's Input Monitoring or Accessibility
-// permission, a step could log keys or type into another window).
-var seatbeltDeniedIOKit = []string{"IOHIDLibUserClient", "IOHIDParamUserClient"}
+// Network services, only when the network is open: then the step reaches
+// the network directly, so a daemon that resolves or fetches for it is no
+// way around a proxy.
+var seatbeltOpenNetworkServices = []sbEntry{
+	{"global-name", "com.apple.dnssd.service", "DNS through mDNSResponder (getaddrinfo)"},
+	{"global-name", "com.apple.SystemConfiguration.DNSConfiguration", "the resolver's configuration"},
+	{"global-name", "com.apple.SystemConfiguration.configd", "network configuration"},
+	{"global-name", "com.apple.networkd", "Network.framework"},
+	{"global-name", "com.apple.trustd.agent", "certificate checks (Go's and Security.framework's TLS)"},
+	{"global-name", "com.apple.trustd", "certificate checks against the system's trust store"},
+	{"global-name", "com.apple.ocspd", "certificate revocation checks"},
+}
+
+// Mach services refused by name after the allow lists, so no allow, now
+// or added later, reaches them. Deny-by-default refuses them already; the
+// names say why each matters, and the tests ask for each. outsideOpen
+// marks the network services, refused unless the network is open.
+var seatbeltDeniedServices = []struct {
+	sbEntry
+	outsideOpen bool
+}{
+	{sbEntry{"global-name", "com.apple.SecurityServer", "the Keychain (securityd)"}, false},
+	{sbEntry{"global-name-prefix", "com.apple.securityd", "the Keychain (securityd's XPC services)"}, false},
+	{sbEntry{"global-name", "com.apple.secd", "the data-protection and iCloud Keychain"}, false},
+	{sbEntry{"global-name", "com.apple.security.agent", "Keychain and authorization prompts"}, false},
+	{sbEntry{"global-name", "com.apple.security.authhost", "authorization prompts"}, false},
+	{sbEntry{"global-name-prefix", "com.apple.accountsd", "Internet Accounts (stored logins)"}, false},
+	{sbEntry{"global-name", "com.apple.GSSCred", "Kerberos credentials"}, false},
+	{sbEntry{"global-name", "com.apple.coreservices.launchservicesd", "LaunchServices (opening apps, files and URLs)"}, false},
+	{sbEntry{"global-name-prefix", "com.apple.lsd.", "the LaunchServices database: registering an app in the worktree as a URL or file handler"}, false},
+	{sbEntry{"global-name", "com.apple.CoreServices.coreservicesd", "CoreServices (launching and registering apps)"}, false},
+	{sbEntry{"global-name-prefix", "com.apple.coreservices.quarantine-resolver", "the quarantine resolver"}, false},
+	{sbEntry{"global-name", "com.apple.coreservices.appleevents", "Apple Events"}, false},
+	{sbEntry{"global-name", "com.apple.pasteboard.1", "the pasteboard"}, false},
+	{sbEntry{"global-name", "com.apple.pbs.fetch_services", "the pasteboard's services"}, false},
+	{sbEntry{"global-name-prefix", "com.apple.coreservices.uasharedpasteboard", "the shared (Handoff) pasteboard"}, false},
+	{sbEntry{"global-name-prefix", "com.apple.nsurlsessiond", "background URL sessions (a daemon downloads and uploads)"}, false},
+	{sbEntry{"global-name", "com.apple.xpc.smd", "ServiceManagement (login items, launchd jobs)"}, false},
+	{sbEntry{"global-name-prefix", "com.apple.backgroundtaskmanagement", "background items"}, false},
+	{sbEntry{"global-name", "com.apple.coreservices.sharedfilelistd", "login items and recent-items lists"}, false},
+	{sbEntry{"global-name-prefix", "com.apple.DiskArbitration", "DiskArbitration: mounting a disk image over a folder outside the sandbox"}, false},
+	{sbEntry{"global-name-prefix", "com.apple.diskimages", "the disk image helpers behind hdiutil attach"}, false},
+	{sbEntry{"global-name-prefix", "com.apple.windowserver", "the window server: screen capture and synthetic keystrokes, with your terminal's permissions"}, false},
+	{sbEntry{"global-name", "com.apple.replayd", "screen recording"}, false},
+	{sbEntry{"global-name-prefix", "com.apple.locationd", "Location Services"}, false},
+	{sbEntry{"global-name-prefix", "com.apple.cmio", "cameras (CoreMediaIO)"}, false},
+	{sbEntry{"global-name", "com.apple.audio.audiohald", "microphones and speakers (coreaudiod)"}, false},
+	{sbEntry{"global-name-prefix", "com.apple.tccd", "privacy permissions (TCC) and their prompts"}, false},
+	{sbEntry{"global-name", "com.apple.dnssd.service", "DNS: a lookup of <secret>.attacker.example leaves the machine"}, true},
+	{sbEntry{"global-name-prefix", "com.apple.mDNSResponder", "DNS and Bonjour"}, true},
+	{sbEntry{"global-name-prefix", "com.apple.trustd", "certificate checks fetch the AIA, OCSP and CRL addresses a certificate names"}, true},
+	{sbEntry{"global-name", "com.apple.ocspd", "revocation checks fetch the addresses a certificate names"}, true},
+	{sbEntry{"global-name", "com.apple.networkd", "Network.framework's daemon"}, true},
+}
+
+// IOKit user clients a step may open: power management only (the same
+// assertions as com.apple.PowerManagement.control).
+var seatbeltAllowedIOKit = []sbEntry{
+	{"iokit-registry-entry-class", "RootDomainUserClient", "power management: sleep assertions"},
+}
+
+// IOKit user clients refused by name after the allow list: reading the
+// keyboard and posting input events (with the terminal's Input Monitoring
+// or Accessibility permission, a step could log keys or type into another
+// window).
+var seatbeltDeniedIOKit = []sbEntry{
+	{"iokit-user-client-class", "IOHIDLibUserClient", "reading the keyboard"},
+	{"iokit-user-client-class", "IOHIDParamUserClient", "posting input events"},
+}
+
+// sysctls a step may read: what language runtimes, compilers, uname and
+// ps read about the machine and the step's own processes. Other
+// processes' command lines (kern.procargs*), which can hold tokens, are
+// not on it.
+var seatbeltSysctlReads = []sbEntry{
+	{"sysctl-name-prefix", "hw.optional.", "CPU features (Homebrew, rustup, compilers)"},
+	{"sysctl-name-prefix", "hw.perflevel", "performance and efficiency cores"},
+	{"sysctl-name-prefix", "machdep.cpu.", "the CPU's name and features"},
+	{"sysctl-name", "hw.activecpu", "CPU counts"},
+	{"sysctl-name", "hw.ncpu", ""},
+	{"sysctl-name", "hw.logicalcpu", ""},
+	{"sysctl-name", "hw.logicalcpu_max", ""},
+	{"sysctl-name", "hw.physicalcpu", ""},
+	{"sysctl-name", "hw.physicalcpu_max", ""},
+	{"sysctl-name", "hw.nperflevels", ""},
+	{"sysctl-name", "hw.packages", ""},
+	{"sysctl-name", "hw.byteorder", "the machine's shape: architecture, memory, caches, page size"},
+	{"sysctl-name", "hw.machine", ""},
+	{"sysctl-name", "hw.model", ""},
+	{"sysctl-name", "hw.cputype", ""},
+	{"sysctl-name", "hw.cpusubtype", ""},
+	{"sysctl-name", "hw.cpufamily", ""},
+	{"sysctl-name", "hw.cpufrequency", ""},
+	{"sysctl-name", "hw.cpufrequency_compat", ""},
+	{"sysctl-name", "hw.busfrequency_compat", ""},
+	{"sysctl-name", "hw.tbfrequency", ""},
+	{"sysctl-name", "hw.tbfrequency_compat", ""},
+	{"sysctl-name", "hw.memsize", ""},
+	{"sysctl-name", "hw.pagesize", ""},
+	{"sysctl-name", "hw.pagesize_compat", ""},
+	{"sysctl-name", "hw.vectorunit", ""},
+	{"sysctl-name", "hw.cacheconfig", ""},
+	{"sysctl-name", "hw.cachelinesize", ""},
+	{"sysctl-name", "hw.cachelinesize_compat", ""},
+	{"sysctl-name", "hw.l1dcachesize", ""},
+	{"sysctl-name", "hw.l1dcachesize_compat", ""},
+	{"sysctl-name", "hw.l1icachesize", ""},
+	{"sysctl-name", "hw.l1icachesize_compat", ""},
+	{"sysctl-name", "hw.l2cachesize", ""},
+	{"sysctl-name", "hw.l2cachesize_compat", ""},
+	{"sysctl-name", "hw.l3cachesize", ""},
+	{"sysctl-name", "hw.l3cachesize_compat", ""},
+	{"sysctl-name", "kern.ostype", "the system's name and version (uname, sw_vers, runtimes)"},
+	{"sysctl-name", "kern.osrelease", ""},
+	{"sysctl-name", "kern.osversion", ""},
+	{"sysctl-name", "kern.osproductversion", ""},
+	{"sysctl-name", "kern.osvariant_status", ""},
+	{"sysctl-name", "kern.version", ""},
+	{"sysctl-name", "kern.hostname", ""},
+	{"sysctl-name", "kern.secure_kernel", ""},
+	{"sysctl-name", "kern.boottime", "uptime"},
+	{"sysctl-name", "kern.argmax", "process limits (xargs, shells)"},
+	{"sysctl-name", "kern.maxfiles", ""},
+	{"sysctl-name", "kern.maxfilesperproc", ""},
+	{"sysctl-name", "kern.maxproc", ""},
+	{"sysctl-name", "kern.ngroups", ""},
+	{"sysctl-name", "kern.usrstack64", "the stack's address (runtimes)"},
+	{"sysctl-name", "kern.tcsm_available", "V8's side-channel mitigation"},
+	{"sysctl-name", "kern.tcsm_enable", ""},
+	{"sysctl-name", "sysctl.proc_cputype", "the process's architecture"},
+	{"sysctl-name", "sysctl.proc_translated", "whether it runs under Rosetta"},
+	{"sysctl-name", "vm.loadavg", "load average"},
+	{"sysctl-name-prefix", "user.", "POSIX limits and the default PATH (getconf)"},
+	{"sysctl-name-prefix", "net.routetable.", "the network interfaces (getifaddrs)"},
+	{"sysctl-name-prefix", "kern.proc.pid.", "one process's id, name and state (ps -p); not its command line"},
+	{"sysctl-name-prefix", "kern.proc.pgrp.", "a process group's members"},
+	{"sysctl-name", "kern.proc.all", "the process list (pgrep, ps -A, tree-kill): ids and names, a documented limit"},
+}
+
+// sysctls a step may write: two that are reads in disguise (the value is
+// passed in the write buffer) and that change nothing outside the process.
+var seatbeltSysctlWrites = []sbEntry{
+	{"sysctl-name", "kern.grade_cputype", "the JVM asks which CPU type runs best"},
+	{"sysctl-name", "kern.tcsm_enable", "V8 turns the mitigation on for its own threads"},
+}
 
 // Devices a step writes as a matter of course. They are fixed system
 // paths, not plan paths, so they appear in the text.
 var seatbeltDevices = []string{"/dev/null", "/dev/zero", "/dev/dtracehelper", "/dev/stdout", "/dev/stderr"}
 
-// seatbeltExtraHidden are macOS places that hold other programs' private
-// files and that no plan mount covers: the per-user temp and cache folders
-// of every app. The step has its own TMPDIR.
-var seatbeltExtraHidden = []string{"/private/var/folders"}
+// seatbeltExtraHidden are macOS places that no plan mount covers and
+// that must not be read or written:
+//   - /private/var/folders: every app's per-user temp and cache folders
+//     (the step has its own TMPDIR);
+//   - /System/Volumes/Data: the data volume, where /Users, /private/var
+//     and the rest of the writable system are a second time, under a
+//     second spelling that the plan's rules do not name
+//     (/System/Volumes/Data/Users/dev/.ssh is ~/.ssh). Denying the whole
+//     spelling covers every hidden and protected path at once; nothing a
+//     step needs is reached that way.
+var seatbeltExtraHidden = []string{"/private/var/folders", "/System/Volumes/Data"}
 
 type sbGen struct {
 	lines  []string
@@ -140,6 +290,9 @@ type sbGen struct {
 	visible  []seqPath
 	hidden   []seqPath
 	writable []string
+	// statOnly are paths inside hidden folders that answer stat
+	// themselves (the user's temp folder, for confstr).
+	statOnly []string
 	seq      int // rule order, so only hides that come before a visible path count
 }
 
@@ -150,6 +303,30 @@ type seqPath struct {
 
 func (g *sbGen) add(format string, args ...any) {
 	g.lines = append(g.lines, fmt.Sprintf(format, args...))
+}
+
+// deny writes a deny rule tagged with kusaw's message: ops, then the
+// filters (already formatted), each filter on the same line.
+func (g *sbGen) deny(ops string, filters ...string) {
+	g.lines = append(g.lines, "(deny "+strings.Join(append([]string{ops}, filters...), " ")+fmt.Sprintf(" (with message %q))", SeatbeltDenyMessage))
+}
+
+// list writes one rule whose filters are a table, one per line with its
+// reason as a comment; a deny carries kusaw's message.
+func (g *sbGen) list(action, ops string, rules []sbEntry) {
+	g.add("(%s %s", action, ops)
+	for _, r := range rules {
+		if r.why == "" {
+			g.add("  (%s %q)", r.filter, r.arg)
+		} else {
+			g.add("  (%s %q) ; %s", r.filter, r.arg, r.why)
+		}
+	}
+	if action == "deny" {
+		g.add("  (with message %q))", SeatbeltDenyMessage)
+	} else {
+		g.add(")")
+	}
 }
 
 // param returns the parameter naming path p, one per distinct path.
@@ -251,36 +428,104 @@ func (p *Plan) Seatbelt(opt SeatbeltOptions) (*SeatbeltProfile, error) {
 	}
 
 	g.add("(version 1)")
-	g.add(";; kusaw: every path is a parameter (-D Pn=path); none is in this text. Later rules win.")
-	g.add(";; Start from allow and deny what kusaw protects: see docs/sandbox-macos.md for why.")
+	g.add(";; kusaw: every path is a parameter (-D Pn=path); none is in this text.")
+	g.add(";; An operation's own rules rank above its family's (file-write-data above file-write*),")
+	g.add(";; and a later rule above an earlier one; kusaw writes them so that order alone agrees.")
+	g.add(";; File reads and the process's own work start from allow; services start from deny below.")
+	g.add(";; Every refusal is logged with the message %q (docs/sandbox-macos.md).", SeatbeltDenyMessage)
 	g.add("(allow default)")
+	g.processes()
+	g.services(p.Network)
+	if err := g.files(p, opt); err != nil {
+		return nil, err
+	}
+	g.network(p.Network, ports, opt.LocalBind)
+
 	g.add("")
-	g.add(";; Processes: signals and process details only within this sandbox; no command lines of others.")
-	g.add("(deny signal)")
+	g.add(";; Move blocking, last so nothing re-opens it: a protected or hidden path and every folder")
+	g.add(";; above it cannot be renamed or removed, so none can be moved out of reach or replaced.")
+	if len(g.protected) > 0 {
+		g.deny("file-write-unlink file-link", g.filters("literal", g.protected...))
+	}
+	if a := ancestors(g.protected); len(a) > 0 {
+		g.deny("file-write-unlink", g.filters("literal", a...))
+	}
+	return &SeatbeltProfile{Text: strings.Join(g.lines, "\n") + "\n", Params: g.params}, nil
+}
+
+// processes: signals, process details and task ports reach only the
+// sandbox's own processes; sysctls from a named list.
+func (g *sbGen) processes() {
+	g.add("")
+	g.add(";; Processes: signals, details and task ports only within this sandbox (no debugger")
+	g.add(";; attaches to a process outside, no command lines of others).")
+	g.deny("signal")
 	g.add("(allow signal (target same-sandbox))")
-	g.add("(deny process-info*)")
+	g.deny("process-info*")
 	g.add("(allow process-info* (target same-sandbox))")
-	g.add(`(deny sysctl-read (sysctl-name "kern.procargs") (sysctl-name "kern.procargs2"))`)
+	g.deny("mach-priv* mach-task-name")
+	g.add("(allow mach-priv-task-port mach-task-name (target same-sandbox))")
+	g.add(";; sysctls: reads from a named list, writes from a shorter one.")
+	g.deny("sysctl-read")
+	g.list("allow", "sysctl-read", seatbeltSysctlReads)
+	g.deny("sysctl-write")
+	g.list("allow", "sysctl-write", seatbeltSysctlWrites)
+}
+
+// services: what would act for the process outside the sandbox starts
+// from deny. Each family is denied whole, then its allow list, then the
+// names that must stay refused whatever the list says.
+func (g *sbGen) services(network string) {
 	g.add("")
-	g.add(";; System services that would act for the process outside the sandbox.")
-	g.add("(deny appleevent-send)")
-	g.add("(deny lsopen)")
-	g.add("(deny job-creation)")
-	g.add("(deny user-preference-write)")
-	g.add("(deny mach-lookup")
+	g.add(";; Mach services: none but the list below.")
+	g.deny("mach-lookup")
+	g.list("allow", "mach-lookup", seatbeltAllowedServices)
+	var never []sbEntry
 	for _, s := range seatbeltDeniedServices {
-		g.add("  (%s %q) ; %s", s.filter, s.name, s.why)
+		if !s.outsideOpen || network != NetworkOpen {
+			never = append(never, s.sbEntry)
+		}
 	}
-	g.add(")")
-	var hid []string
-	for _, c := range seatbeltDeniedIOKit {
-		hid = append(hid, fmt.Sprintf("(iokit-user-client-class %q)", c))
+	if network == NetworkOpen {
+		g.add(";; network: open, so the network's own services too")
+		g.list("allow", "mach-lookup", seatbeltOpenNetworkServices)
 	}
-	g.add(";; the keyboard and input events")
-	g.add("(deny iokit-open %s)", strings.Join(hid, " "))
+	g.add(";; Refused by name, after every allow: services that would act outside the sandbox.")
+	g.list("deny", "mach-lookup", never)
+	g.add("")
+	g.add(";; IOKit: no device but power management; never the keyboard or input events.")
+	g.deny("iokit-open")
+	g.list("allow", "iokit-open", seatbeltAllowedIOKit)
+	g.list("deny", "iokit-open", seatbeltDeniedIOKit)
+	g.add("")
+	g.add(";; Sockets: Unix, IPv4 and IPv6 only (the network rules below decide where they go);")
+	g.add(";; no routing, kernel-control or raw families.")
+	g.deny("system-socket")
+	g.add("(allow system-socket (socket-domain AF_UNIX) (socket-domain AF_INET) (socket-domain AF_INET6))")
+	if network == NetworkOpen {
+		g.add(";; network: open: the kernel-control sockets the network stack queries")
+		g.add("(allow system-socket (require-all (socket-domain AF_SYSTEM) (socket-protocol 2)))")
+	}
+	g.add("")
+	g.add(";; No mounts (a disk image over a folder outside changes what runs later), no NVRAM,")
+	g.add(";; no camera or microphone, no synthetic input.")
+	g.deny("file-mount file-mount-update file-unmount")
+	g.deny("nvram*")
+	g.deny("device-camera device-microphone")
+	g.deny("hid-control")
+	g.add(";; No apps, Apple Events, launchd jobs or preference writes on the step's behalf.")
+	g.deny("appleevent-send")
+	g.deny("lsopen")
+	g.deny("job-creation")
+	g.deny("user-preference-write")
+}
+
+// files: no writes but the plan's writable paths, no terminal but the
+// step's own, the macOS places no plan names, then the plan's mounts.
+func (g *sbGen) files(p *Plan, opt SeatbeltOptions) error {
 	g.add("")
 	g.add(";; Files: no writes but the plan's writable paths; the plan's mounts follow in order.")
-	g.add("(deny file-write*)")
+	g.deny("file-write*")
 	var devs []string
 	for _, d := range seatbeltDevices {
 		devs = append(devs, fmt.Sprintf("(literal %q)", d))
@@ -289,38 +534,42 @@ func (p *Plan) Seatbelt(opt SeatbeltOptions) (*SeatbeltProfile, error) {
 	// Terminals are the user's: a step that opened one could read the
 	// keys typed into it or push its own. The controlling terminal
 	// (/dev/tty) is denied too unless it is the step's own pty.
-	g.add(";; Terminals: none but the step's own pseudo-terminal.")
+	g.add(";; Terminals: none but the step's own pseudo-terminal and those it opens itself.")
 	// /dev/tty is named once, in the rule that decides it, so no reading of
-	// Seatbelt's rule order (last match, or most specific with deny on a
-	// tie) can turn it around.
+	// the rule order can turn it around.
 	const terminals = `(regex #"^/dev/ttys[0-9]+$") (regex #"^/dev/pty") (regex #"^/dev/(tty|cu)[.]") (literal "/dev/console")`
 	if opt.TTY == "" {
-		g.add(`(deny file-read* file-write* file-ioctl (literal "/dev/tty") %s)`, terminals)
+		g.deny("file-read* file-write* file-ioctl", `(literal "/dev/tty")`, terminals)
 	} else {
 		t, err := checkPath(opt.TTY)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		g.add(`(deny file-read* file-write* file-ioctl %s)`, terminals)
+		g.deny("file-read* file-write* file-ioctl", terminals)
 		g.add(`(allow file-read* file-write* file-ioctl (literal "/dev/tty") %s)`, g.filters("literal", t))
 	}
-	g.add(";; macOS: other programs' temp and cache folders")
+	// The kernel gives the process that opens a new pty (openpty, script,
+	// expect) an extension for its terminal side; no other process holds
+	// it, so this reaches no terminal of the user's.
+	g.add(`(allow file-read* file-write* file-ioctl (require-all (regex #"^/dev/ttys[0-9]+$") (extension "com.apple.sandbox.pty")))`)
+	g.add(";; macOS: other programs' temp and cache folders, and the data volume's second spelling")
 	for _, h := range seatbeltExtraHidden {
 		g.hide(h)
 	}
 	if opt.UserTempDir != "" {
 		t, err := checkPath(opt.UserTempDir)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		g.add(";; ...but for xcrun's cache files in the user's temp folder (Apple's tool shims write them)")
-		g.add(`(allow file-read* file-write* (require-all (require-any %s) (regex #"/xcrun_db[^/]*$")))`, g.filters("subpath", t))
-		g.see(filepath.Join(t, "xcrun_db"))
+		// Only its name answers stat: confstr checks the folder exists.
+		// Nothing in it is readable or writable: a cache there (xcrun's)
+		// is read by programs outside the sandbox.
+		g.statOnly = append(g.statOnly, t)
 	}
 
 	for i, m := range p.Mounts {
 		if err := g.mount(i, m); err != nil {
-			return nil, err
+			return err
 		}
 	}
 
@@ -330,19 +579,7 @@ func (p *Plan) Seatbelt(opt SeatbeltOptions) (*SeatbeltProfile, error) {
 	if len(anc) > 0 {
 		g.add("(allow file-read-metadata %s)", g.filters("literal", anc...))
 	}
-
-	g.network(p.Network, ports, opt.LocalBind)
-
-	g.add("")
-	g.add(";; Move blocking, last so nothing re-opens it: a protected or hidden path and every folder")
-	g.add(";; above it cannot be renamed or removed, so none can be moved out of reach or replaced.")
-	if len(g.protected) > 0 {
-		g.add("(deny file-write-unlink file-link %s)", g.filters("literal", g.protected...))
-	}
-	if a := ancestors(g.protected); len(a) > 0 {
-		g.add("(deny file-write-unlink %s)", g.filters("literal", a...))
-	}
-	return &SeatbeltProfile{Text: strings.Join(g.lines, "\n") + "\n", Params: g.params}, nil
+	return nil
 }
 
 // mount translates one plan mount. The comment names the op and the
@@ -376,8 +613,10 @@ func (g *sbGen) mount(i int, m Mount) error {
 		if src != "" && src != dst {
 			paths = append(paths, src)
 		}
-		g.add("(allow file-read* %s)", g.filters("subpath", paths...))
-		g.add("(deny file-write* file-link %s)", g.filters("subpath", paths...))
+		// Cloning a file it may read is copying it; the write at the
+		// clone's destination is decided there.
+		g.add("(allow file-read* file-clone %s)", g.filters("subpath", paths...))
+		g.deny("file-write* file-link", g.filters("subpath", paths...))
 		g.protected = append(g.protected, paths...)
 		g.see(paths...)
 	case "bind":
@@ -386,13 +625,13 @@ func (g *sbGen) mount(i int, m Mount) error {
 		if src != "" && src != dst {
 			paths = append(paths, src)
 		}
-		g.add("(allow file-read* file-write* file-link %s)", g.filters("subpath", paths...))
+		g.add("(allow file-read* file-write* file-link file-clone %s)", g.filters("subpath", paths...))
 		g.see(paths...)
 		g.writable = append(g.writable, paths...)
 	case "empty-file":
 		// A protected file that does not exist: nothing may create it.
 		g.add(";; mount %d: read-only (missing file)", i)
-		g.add("(deny file-write* file-link %s)", g.filters("subpath", dst))
+		g.deny("file-write* file-link", g.filters("subpath", dst))
 		g.protected = append(g.protected, dst)
 	case "tmpfs":
 		if isHideReason(m.Reason) {
@@ -403,7 +642,7 @@ func (g *sbGen) mount(i int, m Mount) error {
 		// An empty read-only stand-in on Linux; here the folder is left as
 		// it is (missing) and nothing may be created in it.
 		g.add(";; mount %d: read-only (missing folder)", i)
-		g.add("(deny file-write* file-link %s)", g.filters("subpath", dst))
+		g.deny("file-write* file-link", g.filters("subpath", dst))
 		g.protected = append(g.protected, dst)
 	default:
 		// Fail closed: a mount this backend does not know is not skipped.
@@ -423,7 +662,7 @@ func mountKind(m Mount) string {
 // hide makes p unreadable and unwritable. Linking or cloning it would copy
 // it out of reach, so those are refused too.
 func (g *sbGen) hide(p string) {
-	g.add("(deny file-read* file-write* file-link file-clone %s)", g.filters("subpath", p))
+	g.deny("file-read* file-write* file-link file-clone", g.filters("subpath", p))
 	g.protected = append(g.protected, p)
 	g.seq++
 	g.hidden = append(g.hidden, seqPath{g.seq, p})
@@ -443,23 +682,36 @@ func (g *sbGen) see(paths ...string) {
 func (g *sbGen) visibleAncestors() []string {
 	var out []string
 	seen := map[string]bool{}
+	// add puts from and the folders above it, up to and with top, outermost first.
+	add := func(from, top string) {
+		var chain []string
+		for d := from; within(top, d); d = filepath.Dir(d) {
+			chain = append(chain, d)
+			if d == top || d == "/" {
+				break
+			}
+		}
+		for i := len(chain) - 1; i >= 0; i-- {
+			if !seen[chain[i]] {
+				seen[chain[i]] = true
+				out = append(out, chain[i])
+			}
+		}
+	}
 	for _, v := range g.visible {
 		for _, h := range g.hidden {
 			if h.seq > v.seq || v.path == h.path || !within(h.path, v.path) {
 				continue
 			}
-			var chain []string
-			for d := filepath.Dir(v.path); within(h.path, d); d = filepath.Dir(d) {
-				chain = append(chain, d)
-				if d == h.path || d == "/" {
-					break
-				}
-			}
-			for i := len(chain) - 1; i >= 0; i-- {
-				if !seen[chain[i]] {
-					seen[chain[i]] = true
-					out = append(out, chain[i])
-				}
+			add(filepath.Dir(v.path), h.path)
+		}
+	}
+	// A stat-only path answers stat itself, as do the folders between it
+	// and the hidden folder it is in.
+	for _, s := range g.statOnly {
+		for _, h := range g.hidden {
+			if within(h.path, s) {
+				add(s, h.path)
 			}
 		}
 	}
@@ -494,13 +746,13 @@ func (g *sbGen) network(mode string, ports []int, localBind bool) {
 		g.add("(allow network*)")
 		g.add(";; Unix sockets only in the writable paths (ssh-agent, Docker and the like stay outside);")
 		g.add(";; the DNS resolver's socket stays, or open network could not resolve names.")
-		g.add(`(deny network-outbound (remote unix-socket (path-regex #"^/")))`)
-		g.add(`(deny network-bind (local unix-socket (path-regex #"^/")))`)
+		g.deny("network-outbound", `(remote unix-socket (path-regex #"^/"))`)
+		g.deny("network-bind", `(local unix-socket (path-regex #"^/"))`)
 		g.add(`(allow network-outbound (remote unix-socket (path-literal "/private/var/run/mDNSResponder")) (remote unix-socket (path-literal "/var/run/mDNSResponder")))`)
 	default:
-		g.add("(deny network*)")
+		g.deny("network*")
 		if mode == NetworkAllowlist {
-			g.add(";; the egress lease's loopback port: the only way out (no DNS either)")
+			g.add(";; the egress lease's loopback port: the only way out (no DNS: its services are refused above)")
 			for _, port := range ports {
 				g.add(`(allow network-outbound (remote ip "localhost:%d"))`, port)
 			}
@@ -582,27 +834,31 @@ func envValue(env []string, name string) string {
 var SeatbeltProtections = []string{
 	"Writes reach only the attempt's worktrees, the git folders they need, artifacts/, the private temp folder (TMPDIR, XDG_CACHE_HOME, XDG_RUNTIME_DIR, and the fresh HOME inside it) and what allow_write names; the profile denies every other file write.",
 	"Git control files and the settings that start programs later (.claude/settings*.json, .claude/{hooks,commands,agents,skills}/, .cursor/, .mcp.json, .vscode/{tasks,settings}.json, .devcontainer/, .husky/, core.hooksPath) stay read-only inside the worktree, also when they do not exist yet.",
-	"A protected path and every folder above it cannot be renamed or removed, so none can be moved out of reach and replaced; a protected or hidden file cannot be hard-linked.",
-	"The real home, ~/.ssh, ~/.gnupg, ~/.aws and other credential folders, kusaw's secret store and key folders, the repositories' own checkouts, /tmp and other apps' temp folders (/private/var/folders) cannot be read.",
+	"A protected path and every folder above it cannot be renamed or removed, so none can be moved out of reach and replaced; a protected or hidden file cannot be hard-linked or cloned.",
+	"The real home, ~/.ssh, ~/.gnupg, ~/.aws and other credential folders, kusaw's secret store and key folders, the repositories' own checkouts, /tmp and other apps' temp folders (/private/var/folders, xcrun's cache included) cannot be read, nor reached by the data volume's spelling (/System/Volumes/Data/...).",
 	"Each attempt gets a fresh, empty HOME inside its temp folder, removed with it; the agent signs in with a token kept as a step secret.",
-	"Network: in allowlist mode only the egress lease's loopback port is reachable (no DNS, no other local port); Unix sockets only inside the writable paths, so ssh-agent, Docker and similar sockets stay outside.",
-	"The Keychain, other credential stores (Internet Accounts, Kerberos), LaunchServices, Apple Events, the pasteboard, background URL sessions, launchd jobs, login items, preference writes, the window server (screen capture, synthetic keystrokes) and the keyboard's HID devices are denied, whatever permissions your terminal holds.",
-	"Signals and process details only reach the sandbox's own processes; the command lines of other processes cannot be read.",
-	"Terminals: the step cannot open /dev/tty or any other terminal (reading your keys or pushing its own); with a terminal it gets a pseudo-terminal of its own that kusaw relays.",
+	"Network: in allowlist mode only the egress lease's loopback port is reachable: no DNS (mDNSResponder's socket and Mach services are refused), no daemon that fetches for the step (trustd, ocspd, nsurlsessiond), no other local port; Unix sockets only inside the writable paths, so ssh-agent, Docker and similar sockets stay outside.",
+	"System services start from deny: Mach services, IOKit devices, socket families, mounts, NVRAM and sysctl reads and writes are refused but for a short list, each entry with its reason (docs/sandbox-macos.md). Refused by name whatever the list says: the Keychain and other credential stores, LaunchServices and its database (no app in the worktree registered as a URL handler), CoreServices, Apple Events, the pasteboard, background URL sessions, launchd jobs and login items, DiskArbitration and disk images (no mounting over a folder outside), the window server and screen recording, Location Services, the camera and microphone, privacy prompts, the keyboard's HID devices, whatever permissions your terminal holds.",
+	"Signals, process details and task ports only reach the sandbox's own processes: no debugger attaches to a process outside; the command lines of other processes cannot be read.",
+	"Terminals: the step cannot open /dev/tty or any other terminal of yours (reading your keys or pushing its own); with a terminal it gets a pseudo-terminal of its own that kusaw relays, and it may open new ones for itself.",
+	"Every refusal is logged with the message \"kusaw\", so `log stream --predicate 'eventMessage CONTAINS \"kusaw\"'` shows what a failing tool was refused.",
 	"sandbox-exec is taken only from /usr/bin/sandbox-exec, root-owned and not writable by others, never through PATH.",
 }
 
 // SeatbeltNotProtected is what the macOS backend does not protect.
 var SeatbeltNotProtected = []string{
 	"Kernel escapes: a shared-kernel process sandbox, weaker than a VM.",
-	"System services by a deny list: a service that is not on kusaw's list and that does file or network work for its caller is not stopped (the profile starts from allow; see docs/sandbox-macos.md).",
-	"Process listing: there is no PID namespace; other processes' ids and names can be listed, although they cannot be signalled or inspected. Paths outside the sandbox can be checked for existence, size and dates where their folder is not hidden.",
+	"File reads outside the hidden paths: reads start from allow (the system, tools, the worktree); the home is hidden whole, but a secret outside it that file permissions let you read (in /opt, /usr/local, /Library, /Volumes) is readable.",
+	"The services on the allow list (directory lookups, preferences reads, logging, notifications, power assertions, the temp-folder helper; with network open also DNS, network configuration and certificate checks): a flaw in one of them is a way out.",
+	"Not yet run on a Mac: the profile is proven by goldens and a rule evaluator on Linux; the first-run checklist in docs/sandbox-macos.md is what a Mac must confirm.",
+	"Process listing: there is no PID namespace; other processes' ids and names can be listed (kern.proc.all, which pgrep and tree-kill need), although they cannot be signalled, inspected or debugged. Paths outside the sandbox can be checked for existence, size and dates where their folder is not hidden.",
 	"Detached processes: a process that calls setsid survives the attempt, still under the profile.",
 	"The network when network is open: every host and every service on the host's localhost.",
 	"The agent's login token, which is in that step's environment.",
 	"Tools that ignore HTTP(S)_PROXY fail closed in allowlist mode; clients on IPv6 dual-stack sockets may not reach the proxy (Seatbelt's localhost does not match ::ffff:127.0.0.1).",
+	"TLS verified by macOS itself (Go programs, Security.framework, Rust's native-tls) fails in allowlist and none modes: trustd, which would fetch for it, is refused. Tools with their own CA bundle (curl, git, Node, Python) work.",
+	"Tools that need a service off the list (GUI frameworks, fonts, audio, the GPU, Spotlight) fail; the refusal is in the system log, tagged \"kusaw\".",
 	"Tools that ignore TMPDIR fail: /tmp is not writable (Linux gives an empty private /tmp; macOS cannot).",
-	"Programs that open a pseudo-terminal inside the step (script, expect, terminal emulators in tests) fail: every terminal but the step's own is denied.",
 	"Whatever sandbox.allow_read and sandbox.allow_write name.",
 	"sandbox-exec is deprecated by Apple; it still works and Apple's own tools use the same engine.",
 }

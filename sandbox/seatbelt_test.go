@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,10 +18,9 @@ import (
 
 // The macOS profile is tested here, on Linux: goldens of the text for
 // representative plans, and a small evaluator of the generated profile
-// (parse it, bind the parameters, take the last matching rule) that asks
-// what the step may do. The evaluator follows Seatbelt's documented rule
-// order; whether macOS agrees is what e2e/escape_darwin_test.go checks on
-// a Mac.
+// (parse it, bind the parameters, apply Seatbelt's precedence) that asks
+// what the step may do. Whether macOS agrees is what
+// e2e/escape_darwin_test.go checks on a Mac.
 
 var updateGolden = flag.Bool("update", false, "rewrite the seatbelt golden files")
 
@@ -114,12 +114,54 @@ type sbRule struct {
 	allow   bool
 	ops     []string
 	filters []*sexp
+	message string // (with message "...")
 }
 
 type sbPolicy struct {
 	t      testing.TB
 	rules  []sbRule
 	params map[string]string
+}
+
+// sbOperations are the operation names Seatbelt knows (macOS 14 and
+// later): a rule naming any other does not compile, so the evaluator
+// refuses it here, where a Mac is not needed to find out. A name ending
+// in * is a family: its rules apply to every member that has no rule of
+// its own that matches.
+var sbOperations = map[string]bool{}
+
+func init() {
+	for _, op := range strings.Fields(`default appleevent-send authorization-right-obtain boot-arg-set
+		device* device-camera device-microphone darwin-notification-post distributed-notification-post
+		dynamic-code-generation file* file-chroot file-clone file-ioctl file-issue-extension file-link
+		file-map-executable file-mknod file-mount file-mount-update file-read* file-read-data
+		file-read-metadata file-read-xattr file-revoke file-search file-test-existence file-unmount
+		file-write* file-write-acl file-write-create file-write-data file-write-finderinfo file-write-flags
+		file-write-mode file-write-owner file-write-setugid file-write-times file-write-unlink file-write-xattr
+		hid-control iokit* iokit-issue-extension iokit-open iokit-set-properties iokit-get-properties
+		ipc* ipc-posix* ipc-posix-sem* ipc-posix-shm* ipc-sysv* job-creation lsopen
+		mach* mach-cross-domain-lookup mach-issue-extension mach-lookup mach-per-user-lookup
+		mach-priv* mach-priv-host-port mach-priv-task-port mach-register mach-task-name
+		network* network-inbound network-bind network-outbound nvram* nvram-delete nvram-get nvram-set
+		process* process-exec* process-exec-interpreter process-fork process-info* process-info-listpids
+		process-info-pidinfo process-info-setcontrol pseudo-tty signal sysctl* sysctl-read sysctl-write
+		system* system-fsctl system-info system-socket user-preference* user-preference-read user-preference-write`) {
+		sbOperations[op] = true
+	}
+}
+
+// opLevels returns the levels Seatbelt tries for op, the operation itself
+// first, then each family it belongs to, then default:
+// file-write-data, file-write*, file*, default.
+func opLevels(op string) []string {
+	levels := []string{op}
+	parts := strings.Split(op, "-")
+	for i := len(parts) - 1; i >= 1; i-- {
+		if fam := strings.Join(parts[:i], "-") + "*"; sbOperations[fam] && fam != op {
+			levels = append(levels, fam)
+		}
+	}
+	return append(levels, "default")
 }
 
 func loadPolicy(t testing.TB, prof *SeatbeltProfile) *sbPolicy {
@@ -146,12 +188,21 @@ func loadPolicy(t testing.TB, prof *SeatbeltProfile) *sbPolicy {
 		}
 		r := sbRule{allow: head == "allow"}
 		for _, x := range e.list[1:] {
-			if x.isList {
+			switch {
+			case x.isList && len(x.list) == 3 && x.list[0].atom == "with" && x.list[1].atom == "message":
+				r.message = x.list[2].atom
+			case x.isList:
 				r.filters = append(r.filters, x)
 				markParams(x, used)
-			} else {
+			default:
+				if !sbOperations[x.atom] {
+					t.Fatalf("unknown operation %q: macOS would refuse the profile", x.atom)
+				}
 				r.ops = append(r.ops, x.atom)
 			}
+		}
+		if len(r.ops) == 0 {
+			t.Fatalf("a rule with no operation: %+v", e)
 		}
 		pol.rules = append(pol.rules, r)
 	}
@@ -192,24 +243,26 @@ func (pol *sbPolicy) value(e *sexp) string {
 	return e.atom
 }
 
+// opMatches: the rule's operation is the query's or a family it belongs to.
 func opMatches(ruleOp, op string) bool {
-	if ruleOp == "default" || ruleOp == op {
-		return true
-	}
-	if p, ok := strings.CutSuffix(ruleOp, "*"); ok {
-		return strings.HasPrefix(op, p)
-	}
-	return false
+	return slices.Contains(opLevels(op), ruleOp)
 }
 
-// query is one operation the step attempts.
+// query is one operation the step attempts. Ops are leaves (file-read-data,
+// not file-read*), as the kernel asks them.
 type query struct {
-	op     string
-	path   string // file operations, unix sockets
-	remote string // network: "ip:localhost:8080" or "unix:/path"
-	local  string // network-bind/inbound: "ip:localhost:0" or "unix:/path"
-	mach   string // mach-lookup
-	iokit  string // iokit-open: the user client class
+	op        string
+	path      string // file operations, unix sockets
+	remote    string // network: "ip:localhost:8080" or "unix:/path"
+	local     string // network-bind/inbound: "ip:localhost:0" or "unix:/path"
+	mach      string // mach-lookup: a global name
+	machLocal bool   // ...in the session's namespace (local-name)
+	iokit     string // iokit-open: the user client class
+	sysctl    string // sysctl-read, sysctl-write
+	domain    string // system-socket: "AF_UNIX", "AF_SYSTEM", ...
+	protocol  int    // system-socket
+	target    string // signal, process-info*, task ports: "same-sandbox" or "" (outside)
+	extension string // a sandbox extension the process holds ("com.apple.sandbox.pty")
 }
 
 func (pol *sbPolicy) pathFilter(f *sexp, p string) bool {
@@ -274,11 +327,35 @@ func (pol *sbPolicy) filterMatches(f *sexp, q query) bool {
 		}
 		pol.t.Fatalf("unknown %s kind %q", head, kind)
 	case "global-name":
-		return q.mach == pol.value(f.list[1])
-	case "iokit-user-client-class":
-		return q.iokit == pol.value(f.list[1])
+		return q.mach != "" && !q.machLocal && q.mach == pol.value(f.list[1])
 	case "global-name-prefix":
-		return q.mach != "" && strings.HasPrefix(q.mach, pol.value(f.list[1]))
+		return q.mach != "" && !q.machLocal && strings.HasPrefix(q.mach, pol.value(f.list[1]))
+	case "local-name":
+		return q.mach != "" && q.machLocal && q.mach == pol.value(f.list[1])
+	case "iokit-user-client-class", "iokit-registry-entry-class":
+		return q.iokit != "" && q.iokit == pol.value(f.list[1])
+	case "sysctl-name":
+		return q.sysctl != "" && q.sysctl == pol.value(f.list[1])
+	case "sysctl-name-prefix":
+		return q.sysctl != "" && strings.HasPrefix(q.sysctl, pol.value(f.list[1]))
+	case "socket-domain":
+		if d := f.list[1].atom; f.list[1].str || !strings.HasPrefix(d, "AF_") {
+			pol.t.Fatalf("socket-domain takes an AF_ constant, not %q", d)
+		}
+		return q.domain != "" && q.domain == f.list[1].atom
+	case "socket-protocol":
+		n, err := strconv.Atoi(f.list[1].atom)
+		if err != nil {
+			pol.t.Fatalf("socket-protocol takes a number, not %q", f.list[1].atom)
+		}
+		return q.domain != "" && q.protocol == n
+	case "target":
+		if f.list[1].atom != "same-sandbox" {
+			pol.t.Fatalf("unmodelled target %q", f.list[1].atom)
+		}
+		return q.target == "same-sandbox"
+	case "extension":
+		return q.extension != "" && q.extension == pol.value(f.list[1])
 	case "require-all", "require-any":
 		all := head == "require-all"
 		for _, sub := range f.list[1:] {
@@ -293,85 +370,60 @@ func (pol *sbPolicy) filterMatches(f *sexp, q query) bool {
 		return all
 	case "require-not":
 		return !pol.filterMatches(f.list[1], q)
-	case "target", "sysctl-name":
-		return false // not modelled: the queries never ask
 	}
 	pol.t.Fatalf("unknown filter %q", head)
 	return false
 }
 
-// allowed evaluates q the way Seatbelt is documented to (the last
-// matching rule decides) and, as a guard, the other way it is sometimes
-// described (the most specific matching rule decides, deny on a tie). The
-// profile is written so both readings agree; a disagreement is an error.
-func (pol *sbPolicy) allowed(q query) bool {
-	last, matched := false, false
-	bestSpec, best := -1, false
-	for _, r := range pol.rules {
-		opOK := false
-		for _, o := range r.ops {
-			opOK = opOK || opMatches(o, q.op)
-		}
-		if !opOK {
-			continue
-		}
-		ok, spec := len(r.filters) == 0, 0
-		for _, f := range r.filters {
-			if pol.filterMatches(f, q) {
-				ok = true
-				spec = max(spec, pol.specificity(f, q))
-			}
-		}
-		if !ok {
-			continue
-		}
-		last, matched = r.allow, true
-		if spec > bestSpec || (spec == bestSpec && !r.allow) {
-			bestSpec, best = spec, r.allow
+// ruleMatches: one of the rule's filters matches q, or it has none.
+func (pol *sbPolicy) ruleMatches(r sbRule, q query) bool {
+	if len(r.filters) == 0 {
+		return true
+	}
+	for _, f := range r.filters {
+		if pol.filterMatches(f, q) {
+			return true
 		}
 	}
-	if !matched {
-		pol.t.Fatalf("no rule matches %+v (the profile has no default)", q)
-	}
-	if last != best {
-		pol.t.Errorf("the readings of Seatbelt's rule order disagree on %+v: last match %v, most specific %v", q, last, best)
-	}
-	return last
+	return false
 }
 
-// specificity ranks a matching filter: a literal path over a longer
-// subpath over a shorter one over a regex; a named service or port over a
-// prefix or wildcard.
-func (pol *sbPolicy) specificity(f *sexp, q query) int {
-	const exact = 1 << 20
-	switch f.list[0].atom {
-	case "literal", "path-literal", "global-name", "iokit-user-client-class":
-		return exact + len(pol.value(f.list[1]))
-	case "subpath", "global-name-prefix":
-		return len(pol.value(f.list[1]))
-	case "regex", "path-regex":
-		return 1
-	case "require-all", "require-any":
-		best := 0
-		for _, sub := range f.list[1:] {
-			if pol.filterMatches(sub, q) {
-				best = max(best, pol.specificity(sub, q))
-			}
-		}
-		return best
-	case "remote", "local":
-		if f.list[1].atom == "unix-socket" {
-			if len(f.list) == 2 {
-				return 1
-			}
-			return pol.specificity(f.list[2], q)
-		}
-		if strings.HasSuffix(pol.value(f.list[2]), ":*") {
-			return 2
-		}
-		return exact
+// allowed evaluates q as Seatbelt does: the rules written for the
+// operation itself first, then those of each family it belongs to, then
+// default; within one level the last matching rule decides. As a guard
+// it evaluates the plain order too (the last matching rule of any level
+// decides), and reports a profile on which the two readings differ:
+// kusaw's profiles mean the same whichever way a macOS release reads them.
+func (pol *sbPolicy) allowed(q query) bool {
+	if !sbOperations[q.op] || strings.HasSuffix(q.op, "*") {
+		pol.t.Fatalf("query %q: ask a leaf operation Seatbelt knows", q.op)
 	}
-	return 0
+	seatbelt, decided := false, false
+	for _, level := range opLevels(q.op) {
+		for _, r := range pol.rules {
+			if slices.Contains(r.ops, level) && pol.ruleMatches(r, q) {
+				seatbelt, decided = r.allow, true
+			}
+		}
+		if decided {
+			break
+		}
+	}
+	if !decided {
+		pol.t.Fatalf("no rule matches %+v (the profile has no default)", q)
+	}
+	last := false
+	for _, r := range pol.rules {
+		for _, o := range r.ops {
+			if opMatches(o, q.op) && pol.ruleMatches(r, q) {
+				last = r.allow
+			}
+		}
+	}
+	if last != seatbelt {
+		pol.t.Errorf("the readings of Seatbelt's rule order disagree on %+v: Seatbelt's precedence %v, plain order %v", q, seatbelt, last)
+	}
+	return seatbelt
 }
 
 func (pol *sbPolicy) canRead(p string) bool {
@@ -660,25 +712,30 @@ func TestSeatbeltDecisions(t *testing.T) {
 	}
 }
 
-// TestSeatbeltUserTempDir: the user's temp folder stays hidden but for
-// xcrun's cache files, and its path answers stat (confstr needs it).
+// TestSeatbeltUserTempDir (gap 8): the user's temp folder stays hidden,
+// xcrun's cache included (unsandboxed xcrun shims read it, so a step that
+// wrote it could change what they run); only its path answers stat
+// (confstr needs it).
 func TestSeatbeltUserTempDir(t *testing.T) {
 	const ut = "/private/var/folders/xy/abc123/T"
 	prof, err := agentPlan(NetworkAllowlist).Seatbelt(SeatbeltOptions{Ports: []int{49152}, UserTempDir: ut})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if strings.Contains(prof.Text, "xcrun") {
+		t.Errorf("the profile still names xcrun's cache")
+	}
 	pol := loadPolicy(t, prof)
 	for what, c := range map[string][2]bool{
-		"write the xcrun cache":           {pol.canWrite(ut + "/xcrun_db"), true},
-		"create its temp file":            {pol.canWrite(ut + "/xcrun_db-Q5a5z5VJ"), true},
-		"read it":                         {pol.canRead(ut + "/xcrun_db"), true},
+		"poison the xcrun cache":          {pol.canWrite(ut + "/xcrun_db"), false},
+		"create its temp file":            {pol.canWrite(ut + "/xcrun_db-Q5a5z5VJ"), false},
+		"read it":                         {pol.canRead(ut + "/xcrun_db"), false},
 		"stat the temp folder":            {pol.canStat(ut), true},
 		"stat the folders above it":       {pol.canStat("/private/var/folders/xy"), true},
 		"list the temp folder":            {pol.canRead(ut), false},
 		"read another app's temp file":    {pol.canRead(ut + "/com.apple.Safari/secret"), false},
+		"stat another app's temp file":    {pol.canStat(ut + "/com.apple.Safari/secret"), false},
 		"write another file there":        {pol.canWrite(ut + "/planted"), false},
-		"an xcrun_db folder's content":    {pol.canRead(ut + "/xcrun_db/x"), false},
 		"another user's xcrun cache path": {pol.canWrite("/private/var/folders/zz/other/T/xcrun_db"), false},
 	} {
 		if c[0] != c[1] {
@@ -1052,7 +1109,7 @@ func TestSeatbeltOffMacOS(t *testing.T) {
 		t.Errorf("the macOS lists are missing or the Linux ones")
 	}
 	joined := strings.Join(n, "\n")
-	for _, limit := range []string{"Process listing", "Detached processes", "deny list"} {
+	for _, limit := range []string{"Process listing", "Detached processes", "allow list", "trustd"} {
 		if !strings.Contains(joined, limit) {
 			t.Errorf("the macOS limits do not mention %q", limit)
 		}
@@ -1143,9 +1200,10 @@ func (r *recordTB) Errorf(format string, args ...any) {
 	r.errs = append(r.errs, fmt.Sprintf(format, args...))
 }
 
-// TestSBPLEvaluator: the evaluator the other tests trust takes the last
-// matching rule, and reports a profile whose meaning would depend on
-// which reading of the rule order macOS uses.
+// TestSBPLEvaluator (gap 9): the evaluator the other tests trust follows
+// Seatbelt's precedence (an operation's own rules before its family's,
+// whatever their order; the later rule within one level), and reports a
+// profile whose meaning would depend on reading the rules by order alone.
 func TestSBPLEvaluator(t *testing.T) {
 	prof := &SeatbeltProfile{Text: `(version 1)
 (allow default)
@@ -1153,9 +1211,12 @@ func TestSBPLEvaluator(t *testing.T) {
 (allow file-write* (subpath (param "A")))
 (deny file-write* (subpath (param "B")))
 (allow file-write* (literal (param "C")))
-`, Params: []SeatbeltParam{{"A", "/w"}, {"B", "/w/ro"}, {"C", "/w/ro/ok"}}}
+(deny file-write* (literal (param "D")))
+(allow file-write* (subpath (param "D")))
+`, Params: []SeatbeltParam{{"A", "/w"}, {"B", "/w/ro"}, {"C", "/w/ro/ok"}, {"D", "/w/d"}}}
 	pol := loadPolicy(t, prof)
-	for p, want := range map[string]bool{"/w/x": true, "/w/ro/x": false, "/w/ro/ok": true, "/other": false, "/w": true} {
+	for p, want := range map[string]bool{"/w/x": true, "/w/ro/x": false, "/w/ro/ok": true, "/other": false, "/w": true,
+		"/w/d": true} { // a later, wider allow over an earlier literal deny: the later wins, not the narrower
 		if got := pol.canWrite(p); got != want {
 			t.Errorf("write %s: %v, want %v", p, got, want)
 		}
@@ -1163,20 +1224,70 @@ func TestSBPLEvaluator(t *testing.T) {
 	if !pol.canRead("/other") {
 		t.Errorf("allow default does not allow reads")
 	}
-	// A later, less specific allow over an earlier literal deny: macOS's
-	// answer would depend on the reading, which the evaluator reports.
-	ambiguous := &SeatbeltProfile{Text: `(version 1)
+
+	// An operation's own allow ranks above its family's deny, even a later
+	// one; and its own deny above its family's later allow.
+	prec := &SeatbeltProfile{Text: `(version 1)
 (allow default)
-(deny file-write* (literal (param "A")))
-(allow file-write* (subpath (param "B")))
-`, Params: []SeatbeltParam{{"A", "/w/f"}, {"B", "/w"}}}
+(allow file-write-data (literal (param "A")))
+(deny file-write*)
+(deny mach-lookup (global-name "x.service"))
+(allow mach*)
+`, Params: []SeatbeltParam{{"A", "/w/f"}}}
 	rec := &recordTB{TB: t}
-	amb := loadPolicy(rec, ambiguous)
-	amb.canWrite("/w/f")
-	if len(rec.errs) == 0 {
-		t.Errorf("an order-dependent profile went unnoticed")
+	p := loadPolicy(rec, prec)
+	if !p.allowed(query{op: "file-write-data", path: "/w/f"}) {
+		t.Errorf("file-write-data's own allow lost to a later file-write* deny")
+	}
+	if p.allowed(query{op: "file-write-create", path: "/w/f"}) {
+		t.Errorf("file-write-create has no rule of its own: file-write*'s deny must decide")
+	}
+	if p.canLookup("x.service") {
+		t.Errorf("mach-lookup's own deny lost to a later mach* allow")
+	}
+	if !p.canLookup("y.service") {
+		t.Errorf("mach*'s allow does not reach a service mach-lookup's rules do not name")
+	}
+	if len(rec.errs) != 2 {
+		t.Errorf("the two order-dependent answers were not both reported: %q", rec.errs)
+	}
+
+	// Families: file-read-metadata falls back to file-read*, then file*,
+	// then default.
+	fam := &SeatbeltProfile{Text: `(version 1)
+(deny default)
+(allow file*)
+(deny file-read*)
+(allow file-read-metadata)
+`}
+	fp := loadPolicy(t, fam)
+	if !fp.canStat("/x") || fp.canRead("/x") || !fp.allowed(query{op: "file-ioctl", path: "/x"}) || fp.canLookup("z") {
+		t.Errorf("the family levels are not followed")
+	}
+	if got := opLevels("process-info-pidinfo"); !slices.Equal(got, []string{"process-info-pidinfo", "process-info*", "process*", "default"}) {
+		t.Errorf("levels of process-info-pidinfo: %v", got)
+	}
+
+	// A name macOS does not know fails the profile on a Mac: here too.
+	bad := &recordTB{TB: t}
+	func() {
+		defer func() { recover() }()
+		loadPolicy(&fatalTB{recordTB: bad}, &SeatbeltProfile{Text: "(version 1)\n(allow default)\n(deny file-mount-everything)\n"})
+	}()
+	if len(bad.errs) == 0 {
+		t.Errorf("an unknown operation was accepted")
 	}
 }
+
+// fatalTB records Fatalf as an error and stops the evaluation.
+type fatalTB struct{ *recordTB }
+
+func (f *fatalTB) Fatalf(format string, args ...any) {
+	f.errs = append(f.errs, fmt.Sprintf(format, args...))
+	panic("fatal")
+}
+
+func (f *fatalTB) Helper() {}
 
 // FuzzSeatbeltPath: whatever a folder is called, the profile's text is the
 // same and the decisions at the renamed paths are the same; a NUL is refused.

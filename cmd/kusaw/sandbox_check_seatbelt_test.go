@@ -10,7 +10,8 @@ import (
 
 // On macOS, check --verbose prints the Seatbelt backend's own lists: what
 // it protects and its limits (process listing, detached processes, the
-// deny list of system services). The result is stubbed so this runs on Linux.
+// allow list of system services, the first-run checklist). The result is
+// stubbed so this runs on Linux.
 func TestSandboxCheckVerboseSeatbelt(t *testing.T) {
 	old := sandboxCheck
 	defer func() { sandboxCheck = old }()
@@ -21,7 +22,8 @@ func TestSandboxCheckVerboseSeatbelt(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "backend:   seatbelt") || !strings.Contains(out, "/usr/bin/sandbox-exec") {
 		t.Fatalf("exit %d\n%s%s", code, out, errs)
 	}
-	for _, want := range []string{"Process listing", "Detached processes", "deny list", "Keychain", "fresh, empty HOME", "loopback port"} {
+	for _, want := range []string{"Process listing", "Detached processes", "allow list", "Keychain", "fresh, empty HOME", "loopback port",
+		"no DNS", "DiskArbitration", "data volume", "task ports", "trustd", `"kusaw"`, "first-run checklist"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("--verbose on macOS lacks %q:\n%s", want, out)
 		}
