@@ -218,11 +218,13 @@ func (d *decoder) providers(f *Factory, n *yaml.Node) {
 			continue
 		}
 		pc := &ProviderConfig{}
-		for _, pf := range d.fields(fl.value, p, []string{"command", "args", "base_url", "api_key"}) {
+		for _, pf := range d.fields(fl.value, p, []string{"command", "args", "base_url", "api_key", "exit_grace"}) {
 			kp := join(p, pf.key)
 			switch pf.key {
 			case "command":
 				pc.Command = d.str(pf.value, kp)
+			case "exit_grace":
+				pc.ExitGrace = d.duration(pf.value, kp)
 			case "args":
 				pc.Args, _ = d.strList(pf.value, kp)
 			case "base_url":
@@ -464,7 +466,7 @@ func (d *decoder) serve(f *Factory, n *yaml.Node) {
 
 // pipelineKeys are the keys of a pipeline written as a map; the list form
 // is the shorthand for {steps: [...]}.
-var pipelineKeys = []string{"steps"}
+var pipelineKeys = []string{"steps", "limits"}
 
 func (d *decoder) pipelines(f *Factory, n *yaml.Node) {
 	for _, fl := range d.fields(n, "pipelines", nil) {
@@ -481,6 +483,8 @@ func (d *decoder) pipelines(f *Factory, n *yaml.Node) {
 				switch kv.key {
 				case "steps":
 					stepsN = kv.value
+				case "limits":
+					pl.Limits = d.limits(kv.value, join(p, "limits"))
 				}
 			}
 		}
@@ -551,7 +555,7 @@ func (d *decoder) pipelineItems(f *Factory, n *yaml.Node, p, name string) []Pipe
 	return items
 }
 
-var stepKeys = []string{"provider", "builtin", "run", "prompt", "prompt_file", "repos", "per_repo", "attempts", "timeout", "env", "sandbox", "requires"}
+var stepKeys = []string{"provider", "builtin", "run", "prompt", "prompt_file", "repos", "per_repo", "attempts", "timeout", "env", "sandbox", "requires", "limits"}
 
 func (d *decoder) steps(f *Factory, n *yaml.Node) {
 	for _, fl := range d.fields(n, "steps", nil) {
@@ -621,6 +625,8 @@ func (d *decoder) steps(f *Factory, n *yaml.Node) {
 				}
 			case "timeout":
 				s.Timeout = d.duration(sf.value, kp)
+			case "limits":
+				s.Limits = d.limits(sf.value, kp)
 			case "env":
 				d.env(s, sf.value, kp)
 			case "sandbox":

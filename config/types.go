@@ -91,8 +91,11 @@ type SecretRef struct{ Key string }
 type ProviderConfig struct {
 	Command string
 	Args    []string
-	BaseURL string
-	APIKey  *SecretRef
+	// ExitGrace is how long the agent may take to exit by itself after
+	// its result event before kusaw stops it (0: DefaultExitGrace).
+	ExitGrace time.Duration
+	BaseURL   string
+	APIKey    *SecretRef
 }
 
 // EnvValue is a step environment value: a literal, or a reference to the
@@ -184,6 +187,8 @@ type Step struct {
 	EnvOrder   []string
 	Sandbox    *StepSandbox
 	Requires   []string
+	// Limits bound each attempt (steps.<id>.limits); nil: none.
+	Limits *Limits
 }
 
 // Kind says whether the step is an agent, built-in or command step.
@@ -211,6 +216,8 @@ func (f *Factory) ActiveRepos(s *Step) []string {
 type Pipeline struct {
 	Name  string
 	Steps []PipelineItem
+	// Limits bound the whole run (pipelines.<name>.limits); nil: none.
+	Limits *Limits
 }
 
 // PipelineItem is one item of a pipeline's steps: a step id, or a parallel

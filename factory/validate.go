@@ -84,6 +84,7 @@ func (v *Validator) Validate(f *config.Factory, fs config.Findings) Report {
 	r := Report{File: f.Path, Steps: []StepReport{}}
 	fs = append(fs, v.providerChecks(f)...)
 	fs = append(fs, v.secretChecks(f)...)
+	fs = append(fs, limitChecks(f)...)
 	fs.Sort()
 	r.Errors = fs.Errors()
 	r.Warnings = fs.Warnings()
@@ -110,6 +111,56 @@ func (v *Validator) Validate(f *config.Factory, fs config.Findings) Report {
 		}
 	}
 	return r
+}
+
+// limitChecks refuses limits kusaw could not watch (E062): cost, tokens
+// and turns on a step that runs no agent, and a cost limit over a
+// provider that does not report cost.
+func limitChecks(f *config.Factory) config.Findings {
+	var out config.Findings
+	add := func(path, fix, format string, args ...any) {
+		pos := f.PosOf(path)
+		out = append(out, config.Finding{Code: config.ECodeCapMissing, Severity: config.SevError, Path: path, Line: pos.Line, Column: pos.Column,
+			Message: fmt.Sprintf(format, args...), Fix: fix, File: f.Path})
+	}
+	noCost := func(s *config.Step) bool {
+		if s.Kind() != config.KindAgent {
+			return false
+		}
+		cell, _ := providers.CapabilitiesOf(s.Provider, providers.Mode{Network: "open"}).Get(providers.CapCostReporting)
+		return cell.Level != providers.Supported
+	}
+	for _, id := range f.StepOrder {
+		s := f.Steps[id]
+		l := s.Limits
+		if l == nil {
+			continue
+		}
+		path := "steps." + id + ".limits"
+		if s.Kind() != config.KindAgent && (l.CostUSD > 0 || l.Tokens > 0 || l.Turns > 0) {
+			add(path, "keep only duration for a step that runs no agent (or use timeout)",
+				"step %s is a %s step: cost_usd, tokens and turns come from an agent's provider", id, s.Kind())
+		}
+		if l.CostUSD > 0 && noCost(s) {
+			add(path+".cost_usd", "limit tokens or turns instead",
+				"step %s: provider %s does not report cost (its cost_reporting is only partial), so limits.cost_usd cannot be watched", id, s.Provider)
+		}
+	}
+	for _, name := range f.PipelineOrder {
+		pl := f.Pipelines[name]
+		if pl == nil || pl.Limits == nil || pl.Limits.CostUSD == 0 {
+			continue
+		}
+		for _, it := range pl.Steps {
+			for _, id := range it.IDs() {
+				if s := f.Steps[id]; s != nil && noCost(s) {
+					add("pipelines."+name+".limits.cost_usd", "limit tokens instead, or run that step with a provider that reports cost",
+						"pipeline %s: step %s's provider %s does not report cost, so the run's cost_usd cannot be watched", name, id, s.Provider)
+				}
+			}
+		}
+	}
+	return out
 }
 
 func providerHosts(s *config.Step) []string {
