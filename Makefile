@@ -53,7 +53,7 @@ bench: deps build
 
 docs:
 	$(GO) test ./status -run TestStatusesPageFresh -update >/dev/null
-	$(GO) test ./config -run TestValidationPageFresh -update >/dev/null
+	$(GO) test ./config -run 'TestValidationPageFresh|TestSchemaPageFresh' -update >/dev/null
 	$(GO) test ./cmd/kusaw -run TestCLIPageFresh -update >/dev/null
 	$(GO) test ./providers -run TestCapabilitiesPageFresh -update >/dev/null
 

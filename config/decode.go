@@ -59,6 +59,17 @@ func join(path, key string) string {
 	return path + "." + key
 }
 
+// decodeTrace, when set (by the schema's test), is told of every value the
+// decoder reads: its key path, how it reads it, and for maps and enums the
+// keys or words it accepts. Nil in kusaw itself.
+var decodeTrace func(path string, kind nodeKind, accepted []string)
+
+func trace(path string, kind nodeKind, accepted []string) {
+	if decodeTrace != nil {
+		decodeTrace(path, kind, accepted)
+	}
+}
+
 // field is one key of a mapping with its value node.
 type field struct {
 	key   string
@@ -69,6 +80,11 @@ type field struct {
 // fields checks that n is a mapping, reports duplicate keys and keys not in
 // allowed (nil allows any key), and returns the fields in file order.
 func (d *decoder) fields(n *yaml.Node, path string, allowed []string) []field {
+	if allowed != nil {
+		trace(path, kindObject, allowed)
+	} else {
+		trace(path, kindMap, nil)
+	}
 	n = resolve(n)
 	if n == nil || (n.Kind == yaml.ScalarNode && n.Tag == "!!null") {
 		return nil
@@ -125,6 +141,7 @@ func (d *decoder) scalar(n *yaml.Node, path string) (*yaml.Node, bool) {
 }
 
 func (d *decoder) str(n *yaml.Node, path string) string {
+	trace(path, kindText, nil)
 	s, ok := d.scalar(n, path)
 	if !ok {
 		return ""
@@ -136,6 +153,7 @@ func (d *decoder) str(n *yaml.Node, path string) string {
 }
 
 func (d *decoder) boolean(n *yaml.Node, path string) bool {
+	trace(path, kindBool, nil)
 	s, ok := d.scalar(n, path)
 	if !ok {
 		return false
@@ -149,6 +167,7 @@ func (d *decoder) boolean(n *yaml.Node, path string) bool {
 }
 
 func (d *decoder) integer(n *yaml.Node, path string) int {
+	trace(path, kindInt, nil)
 	s, ok := d.scalar(n, path)
 	if !ok {
 		return 0
@@ -162,6 +181,7 @@ func (d *decoder) integer(n *yaml.Node, path string) int {
 }
 
 func (d *decoder) duration(n *yaml.Node, path string) time.Duration {
+	trace(path, kindDuration, nil)
 	s, ok := d.scalar(n, path)
 	if !ok {
 		return 0
@@ -175,6 +195,7 @@ func (d *decoder) duration(n *yaml.Node, path string) time.Duration {
 }
 
 func (d *decoder) size(n *yaml.Node, path string) int64 {
+	trace(path, kindSize, nil)
 	s, ok := d.scalar(n, path)
 	if !ok {
 		return 0
@@ -189,6 +210,7 @@ func (d *decoder) size(n *yaml.Node, path string) int64 {
 
 // strList accepts a list of scalars.
 func (d *decoder) strList(n *yaml.Node, path string) ([]string, []*yaml.Node) {
+	trace(path, kindList, nil)
 	n = resolve(n)
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		return nil, nil
@@ -214,6 +236,7 @@ func (d *decoder) strList(n *yaml.Node, path string) ([]string, []*yaml.Node) {
 }
 
 func (d *decoder) enum(n *yaml.Node, path string, allowed ...string) string {
+	trace(path, kindEnum, allowed)
 	s := d.str(n, path)
 	if s == "" && resolve(n).Kind != yaml.ScalarNode {
 		return ""

@@ -22,8 +22,8 @@ const (
 )
 
 var (
-	idPattern      = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`) })
-	envNamePattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) })
+	idPattern      = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(idPatternText) })
+	envNamePattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(envNamePatternText) })
 )
 
 // LoadError is returned when the file cannot be read at all.

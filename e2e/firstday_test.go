@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/json"
 	"net"
 	"net/http"
@@ -11,6 +12,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"go.yaml.in/yaml/v3"
 )
 
 // repoRoot is the checkout the e2e tests build from.
@@ -225,5 +229,53 @@ func TestServeTokenFile(t *testing.T) {
 	}
 	if c := get("tok-from-file-0123456789"); c != http.StatusOK {
 		t.Errorf("token from the file: %d\n%s", c, logs.String())
+	}
+}
+
+// TestSchemaCommand: kusaw schema prints the committed reference copy,
+// which a draft 2020-12 validator compiles (the metaschema checked) and
+// under which the example factories are valid and a broken one is not.
+func TestSchemaCommand(t *testing.T) {
+	dir := t.TempDir()
+	r := runKusaw(t, dir, "schema")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	committed := readFile(t, filepath.Join(repoRoot(), "docs", "reference", "factory.schema.json"))
+	if r.stdout != committed {
+		t.Fatal("kusaw schema differs from docs/reference/factory.schema.json (make docs)")
+	}
+	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(r.stdout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource("factory.schema.json", doc); err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Compile("factory.schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(data []byte) error {
+		var v any
+		if err := yaml.Unmarshal(data, &v); err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.Marshal(v)
+		inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Validate(inst)
+	}
+	examples, _ := filepath.Glob(filepath.Join(repoRoot(), "examples", "*.yaml"))
+	for _, f := range examples {
+		if err := check([]byte(readFile(t, f))); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+	if err := check([]byte("version: 1\npipelines: {default: [a]}\nsteps:\n  a: {run: [make], timout: 5m}\n")); err == nil {
+		t.Error("a misspelt key passed the schema")
 	}
 }

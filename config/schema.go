@@ -1,0 +1,403 @@
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+)
+
+// The schema of factory.yaml: one tree that `kusaw schema` renders as JSON
+// Schema (draft 2020-12) for editors, and that the decoder is checked
+// against in TestSchemaMatchesDecoder: every map the decoder reads must
+// list exactly the keys the schema has there, and every value must be read
+// as the schema's kind says. A key added to the decoder but not here fails
+// that test with the key's path; add it below with a description.
+
+// SchemaID is the schema's $id: a name, not a place (kusaw init points
+// editors at a local copy).
+const SchemaID = "urn:kusaw:factory:1"
+
+// nodeKind is what the decoder reads a value as (the names the decoder's
+// trace uses).
+type nodeKind string
+
+const (
+	kindObject   nodeKind = "object"   // fixed keys
+	kindMap      nodeKind = "map"      // keys are names the user picks
+	kindText     nodeKind = "text"     // any scalar, read as its text
+	kindBool     nodeKind = "bool"     // true or false
+	kindInt      nodeKind = "int"      // a whole number
+	kindDuration nodeKind = "duration" // a Go duration
+	kindSize     nodeKind = "size"     // a byte size
+	kindEnum     nodeKind = "enum"     // one of a few words
+	kindList     nodeKind = "list"     // a list of scalars
+	kindArray    nodeKind = "array"    // a list of other values
+	kindOneOf    nodeKind = "oneOf"    // one of several shapes
+)
+
+// schemaNode is one value of factory.yaml.
+type schemaNode struct {
+	kind     nodeKind
+	desc     string
+	values   []string      // enum words; for a map, its allowed key names
+	pattern  string        // text, and list items
+	min, max *int          // int
+	minItems int           // list, array
+	props    []*schemaProp // object
+	elem     *schemaNode   // map values, array items
+	alts     []*schemaNode // oneOf
+	required []string      // object
+	keyPat   string        // map keys
+	constInt *int
+	// inline: the decoder checks this alternative itself, without a
+	// traced read (inject: provider).
+	inline bool
+}
+
+type schemaProp struct {
+	name string
+	node *schemaNode
+}
+
+func p(name string, n *schemaNode) *schemaProp { return &schemaProp{name, n} }
+
+func object(desc string, props ...*schemaProp) *schemaNode {
+	return &schemaNode{kind: kindObject, desc: desc, props: props}
+}
+func mapOf(desc, keyPat string, elem *schemaNode) *schemaNode {
+	return &schemaNode{kind: kindMap, desc: desc, keyPat: keyPat, elem: elem}
+}
+func text(desc string) *schemaNode { return &schemaNode{kind: kindText, desc: desc} }
+func boolean(desc string) *schemaNode {
+	return &schemaNode{kind: kindBool, desc: desc}
+}
+func integer(desc string, lo, hi *int) *schemaNode {
+	return &schemaNode{kind: kindInt, desc: desc, min: lo, max: hi}
+}
+func duration(desc string) *schemaNode { return &schemaNode{kind: kindDuration, desc: desc} }
+func size(desc string) *schemaNode     { return &schemaNode{kind: kindSize, desc: desc} }
+func enum(desc string, values ...string) *schemaNode {
+	return &schemaNode{kind: kindEnum, desc: desc, values: values}
+}
+func list(desc string) *schemaNode { return &schemaNode{kind: kindList, desc: desc} }
+func array(desc string, elem *schemaNode) *schemaNode {
+	return &schemaNode{kind: kindArray, desc: desc, elem: elem}
+}
+func oneOf(desc string, alts ...*schemaNode) *schemaNode {
+	return &schemaNode{kind: kindOneOf, desc: desc, alts: alts}
+}
+func intp(i int) *int { return &i }
+
+// Patterns shared by the decoder and the schema.
+const (
+	idPatternText      = `^[A-Za-z0-9][A-Za-z0-9_.-]*$`
+	envNamePatternText = `^[A-Za-z_][A-Za-z0-9_]*$`
+	// durationPattern is what time.ParseDuration takes (without a sign).
+	durationPattern = `^([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|ms|s|m|h)(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|ms|s|m|h))*$`
+	// sizePattern is what ParseSize takes.
+	sizePattern = `^ *[0-9]*\.?[0-9]+ *(KiB|MiB|GiB|TiB|KB|MB|GB|TB|K|M|G|T|B)? *$`
+)
+
+var (
+	modes        = []string{string(ModeOff), string(ModeRequired)}
+	networkModes = []string{string(NetworkOpen), string(NetworkAllowlist)}
+)
+
+func secretRefNode(desc string) *schemaNode {
+	n := object(desc, p("secret", text("the key in kusaw's secret store (kusaw config set KEY --secret)")))
+	n.required = []string{"secret"}
+	return n
+}
+
+func injectNode(desc string) *schemaNode {
+	provider := enum(`"provider": the step's provider's own key, host and variables`, "provider")
+	provider.inline = true
+	entry := object("an API key the proxy adds to requests to one host",
+		p("host", text("the exact host whose requests get the key")),
+		p("header", text("the request header that carries the key (the proxy removes the client's own)")),
+		p("secret", text("the secret-store key holding the value")),
+		p("base_url", text("the upstream the proxy forwards to over verified TLS (default https://HOST)")),
+		p("base_url_env", text("the variable the step gets set to the local endpoint")),
+		p("key_env", text("the variable the step gets set to the placeholder key")),
+	)
+	entry.required = []string{"host", "header", "secret", "base_url_env", "key_env"}
+	for _, pr := range entry.props {
+		if pr.name == "base_url_env" || pr.name == "key_env" {
+			pr.node.pattern = envNamePatternText
+		}
+	}
+	items := oneOf("", provider, entry)
+	return oneOf(desc, provider, array("", items))
+}
+
+func hostList(desc string) *schemaNode {
+	return list(desc + `: a name, *.suffix (subdomains only), each with an optional :port; no IP literals`)
+}
+
+// factorySchema builds the tree. It is a function (not a variable) so
+// that no package initialiser pays for it: kusaw's start-up is measured.
+func factorySchema() *schemaNode {
+	repo := object("a local git repository the factory works on",
+		p("path", text("its folder, relative to the factory file (or ~/...)")),
+		p("base", text("the branch, tag or commit each run starts from (default: the repository's HEAD)")),
+		p("sandbox", enum("the sandbox mode of attempts whose active repos include this one", modes...)),
+	)
+	repo.required = []string{"path"}
+
+	provider := object("overrides of one built-in agent provider",
+		p("command", text("the CLI: a name on PATH or a path")),
+		p("args", list("arguments added to every run of this provider")),
+		p("base_url", text("the upstream inject forwards to (an API gateway may replace the provider's own)")),
+		p("api_key", secretRefNode("the provider's API key, from the secret store (never written in the file)")),
+	)
+	providers := mapOf("overrides of the built-in agent providers, by name", "", provider)
+	providers.values = ProviderNames
+
+	budgets := object("byte limits of the egress proxy, counted on the wire; past one, new connections are refused",
+		p("per_host", size("bytes per host (default 512MiB)")),
+		p("total", size("bytes in all (default 2GiB)")),
+		p("enabled", boolean("false turns the budgets off")),
+	)
+	egress := object("the egress proxy's policy for attempts with network: allowlist",
+		p("allow", hostList("hosts an attempt may reach")),
+		p("provider_hosts", boolean("add each agent provider's own API hosts to the list (default true)")),
+		p("inject", injectNode("API keys the proxy holds outside the sandbox and adds to requests")),
+		p("allow_ranges", list("CIDRs an allowed name may resolve to although they are private (an internal registry)")),
+		p("resolver", text("host:port of the DNS server the proxy asks (default: the system's)")),
+		p("budgets", budgets),
+	)
+	sandbox := object("the factory-wide sandbox and egress policy",
+		p("mode", enum("off (default) or required: whether attempts run in the OS sandbox", modes...)),
+		p("network", enum("open (default) or allowlist: the network of a sandboxed attempt", networkModes...)),
+		p("allow_read", list("extra paths visible read-only in the sandbox")),
+		p("allow_write", list("extra writable paths; /, system folders, the home and above and credential folders are refused")),
+		p("egress", egress),
+	)
+	serve := object("settings of kusaw serve",
+		p("max_parallel", integer("runs (and so attempts) at once; 0: the number of cores", intp(0), nil)),
+		p("listen", text("an extra TCP address host:port for the API and the web page (with a bearer token)")),
+		p("resume", boolean("after a crash, queue interrupted runs again from their first step that did not pass")),
+	)
+	stepSandbox := oneOf("the step's sandbox: off or required, or a map that also sets the network and adds to the factory's lists",
+		enum("", modes...),
+		object("",
+			p("mode", enum("off or required", modes...)),
+			p("network", enum("open or allowlist", networkModes...)),
+			p("allow_read", list("extra read-only paths for this step")),
+			p("allow_write", list("extra writable paths for this step")),
+			p("egress", object("this step's additions to the egress policy",
+				p("allow", hostList("hosts added to the factory's list for this step")),
+				p("inject", injectNode("replaces the factory's inject for this step")),
+			)),
+		),
+	)
+	envValue := oneOf("a value, or {secret: KEY} read from the secret store when the process starts",
+		text(""), secretRefNode(""))
+	step := object("one unit of work: an agent step (prompt), a built-in step (builtin) or a command step (run)",
+		p("provider", enum("the agent CLI of an agent step (default claude-code)", ProviderNames...)),
+		p("builtin", enum("a built-in step", BuiltinNames...)),
+		p("run", list("the argv of a command step: [program, arg, ...]")),
+		p("prompt", text("the agent's task")),
+		p("prompt_file", text("a file holding the agent's task, relative to the factory file")),
+		p("repos", list("the repos the step works on (default: all)")),
+		p("per_repo", boolean("one process and one sandbox per active repo; only that repo is writable")),
+		p("attempts", integer("tries before the step fails", intp(1), intp(100))),
+		p("timeout", duration("per attempt; then SIGTERM to the process group, SIGKILL after a grace period")),
+		p("env", mapOf("extra environment of the step's process", envNamePatternText, envValue)),
+		p("sandbox", stepSandbox),
+		p("requires", list("capabilities the step needs; validate fails when one is missing: "+fmt.Sprint(Capabilities))),
+	)
+	for _, pr := range step.props {
+		if pr.name == "requires" {
+			pr.node.values = Capabilities
+		}
+	}
+	pipeline := list("step ids run in order")
+	pipeline.minItems = 1
+	pipeline.pattern = idPatternText
+
+	setupCmd := list("a command: [program, arg, ...]")
+	setupCmd.minItems = 1
+	root := object("a kusaw factory: the repositories it works on, its steps and the pipelines that chain them",
+		p("version", &schemaNode{kind: kindInt, desc: "the file format's version: 1", constInt: intp(1)}),
+		p("state_dir", text("where runs and attempts are recorded, relative to the file (default .kusaw)")),
+		p("repos", mapOf("the git repositories the factory works on, by name", idPatternText, repo)),
+		p("providers", providers),
+		p("setup", array("commands run outside the sandbox in every new worktree, before the step", setupCmd)),
+		p("sandbox", sandbox),
+		p("serve", serve),
+		p("pipelines", mapOf("named pipelines", idPatternText, pipeline)),
+		p("steps", mapOf("the steps, by id", idPatternText, step)),
+	)
+	root.required = []string{"version", "pipelines"}
+	return root
+}
+
+// JSONSchema renders the factory file's JSON Schema (draft 2020-12).
+func JSONSchema() []byte {
+	var b bytes.Buffer
+	w := &jw{b: &b}
+	w.open('{')
+	w.kv("$schema", "https://json-schema.org/draft/2020-12/schema")
+	w.kv("$id", SchemaID)
+	w.kv("title", "kusaw factory.yaml")
+	w.node(factorySchema())
+	w.close('}')
+	b.WriteByte('\n')
+	return b.Bytes()
+}
+
+// jw writes indented JSON with keys in the order given (encoding/json
+// sorts map keys, and the schema reads best in the file's own order).
+type jw struct {
+	b     *bytes.Buffer
+	depth int
+	first bool
+}
+
+func (w *jw) nl() {
+	w.b.WriteByte('\n')
+	for i := 0; i < w.depth; i++ {
+		w.b.WriteString("  ")
+	}
+}
+func (w *jw) open(c byte) { w.b.WriteByte(c); w.depth++; w.first = true }
+func (w *jw) close(c byte) {
+	w.depth--
+	if !w.first {
+		w.nl()
+	}
+	w.b.WriteByte(c)
+	w.first = false
+}
+func (w *jw) key(k string) {
+	if !w.first {
+		w.b.WriteByte(',')
+	}
+	w.first = false
+	w.nl()
+	kb, _ := json.Marshal(k)
+	w.b.Write(kb)
+	w.b.WriteString(": ")
+}
+func (w *jw) kv(k string, v any) {
+	w.key(k)
+	vb, _ := json.Marshal(v)
+	w.b.Write(vb)
+}
+
+// node writes n's keywords into the object already open.
+func (w *jw) node(n *schemaNode) {
+	if n.desc != "" {
+		w.kv("description", n.desc)
+	}
+	scalarTypes := []string{"string", "number", "boolean"}
+	switch n.kind {
+	case kindObject:
+		w.kv("type", "object")
+		w.key("properties")
+		w.open('{')
+		for _, pr := range n.props {
+			w.key(pr.name)
+			w.open('{')
+			w.node(pr.node)
+			w.close('}')
+		}
+		w.close('}')
+		w.kv("additionalProperties", false)
+		if len(n.required) > 0 {
+			w.kv("required", n.required)
+		}
+	case kindMap:
+		w.kv("type", "object")
+		if n.values != nil {
+			w.key("propertyNames")
+			w.open('{')
+			w.kv("enum", n.values)
+			w.close('}')
+		} else if n.keyPat != "" {
+			w.key("propertyNames")
+			w.open('{')
+			w.kv("pattern", n.keyPat)
+			w.close('}')
+		}
+		w.key("additionalProperties")
+		w.open('{')
+		w.node(n.elem)
+		w.close('}')
+	case kindText:
+		if n.pattern != "" {
+			w.kv("type", "string")
+			w.kv("pattern", n.pattern)
+		} else {
+			// The decoder reads any scalar as its text (run: [true] is
+			// the command "true").
+			w.kv("type", scalarTypes)
+		}
+	case kindBool:
+		w.kv("type", "boolean")
+	case kindInt:
+		w.kv("type", "integer")
+		if n.constInt != nil {
+			w.kv("const", *n.constInt)
+		}
+		if n.min != nil {
+			w.kv("minimum", *n.min)
+		}
+		if n.max != nil {
+			w.kv("maximum", *n.max)
+		}
+	case kindDuration:
+		w.kv("type", "string")
+		w.kv("pattern", durationPattern)
+	case kindSize:
+		w.kv("type", []string{"string", "integer"})
+		w.kv("pattern", sizePattern)
+		w.kv("minimum", 0)
+	case kindEnum:
+		w.kv("enum", n.values)
+	case kindList:
+		w.kv("type", "array")
+		if n.minItems > 0 {
+			w.kv("minItems", n.minItems)
+		}
+		w.key("items")
+		w.open('{')
+		switch {
+		case n.values != nil:
+			w.kv("enum", n.values)
+		case n.pattern != "":
+			w.kv("type", "string")
+			w.kv("pattern", n.pattern)
+		default:
+			w.kv("type", scalarTypes)
+		}
+		w.close('}')
+	case kindArray:
+		w.kv("type", "array")
+		if n.minItems > 0 {
+			w.kv("minItems", n.minItems)
+		}
+		w.key("items")
+		w.open('{')
+		w.node(n.elem)
+		w.close('}')
+	case kindOneOf:
+		w.key("oneOf")
+		w.open('[')
+		for _, a := range n.alts {
+			if !w.first {
+				w.b.WriteByte(',')
+			}
+			w.first = false
+			w.nl()
+			w.open('{')
+			w.node(a)
+			w.close('}')
+		}
+		w.close(']')
+	default:
+		panic("schema: unknown kind " + strconv.Quote(string(n.kind)))
+	}
+}
