@@ -27,6 +27,8 @@ func openSecretStore() (SecretSource, error) { return secretstore.Open() }
 // attemptRun is one attempt while it executes.
 type attemptRun struct {
 	e      *Engine
+	f      *config.Factory // the attempt's view: the one-step factory of its spec
+	spec   *record.AttemptSpec
 	run    *Run
 	step   *config.Step
 	n      int
@@ -69,28 +71,51 @@ func (a *attemptRun) setOutcome(o status.Outcome, r status.Reason, msg string) {
 }
 
 // attempt runs attempt n (of the last number this occurrence may reach) of
-// a step (DESIGN §4, life of an attempt) and returns its finished record.
+// a step and returns its finished record. It resolves the attempt into its
+// spec first and runs from that (docs/architecture.md, "The life of an
+// attempt"): a worker runs a remote attempt from the same spec.
 func (e *Engine) attempt(ctx context.Context, r *Run, s *config.Step, n, of int) *record.AttemptRecord {
-	dir := record.AttemptDir(r.Dir, s.ID, n)
-	a := &attemptRun{e: e, run: r, step: s, n: n, dir: dir, wts: map[string]*worktree.Worktree{}, repos: map[string]*worktree.Repo{}}
+	spec, err := e.AttemptSpec(r, s, n, of)
+	if err != nil {
+		a := e.newAttempt(r, s, n, of, e.F)
+		if err := os.MkdirAll(a.dir, 0o755); err == nil {
+			a.events = e.openSink(filepath.Join(a.dir, record.EventsFile), r.ID(), s.ID, n, r.redact)
+		} else {
+			a.events = &sink{run: r.ID(), step: s.ID, attempt: n, emit: e.opts.OnEvent}
+		}
+		a.setOutcome(status.OutcomeFailed, status.ReasonStepStartFailed, err.Error())
+		return a.finish()
+	}
+	return e.runSpec(ctx, r, spec)
+}
+
+// newAttempt is the running form of an attempt of step s in the factory f
+// (the engine's own, or the one-step view of a spec).
+func (e *Engine) newAttempt(r *Run, s *config.Step, n, of int, f *config.Factory) *attemptRun {
+	a := &attemptRun{e: e, f: f, run: r, step: s, n: n, dir: record.AttemptDir(r.Dir, s.ID, n), wts: map[string]*worktree.Worktree{}, repos: map[string]*worktree.Repo{}}
 	a.rec = &record.AttemptRecord{Run: r.ID(), Step: s.ID, Number: n, Of: of, Kind: s.Kind(), Builtin: s.Builtin,
-		Setup: e.F.Setup, Started: time.Now().UTC(), Worktrees: []record.WorktreeRecord{}, Processes: []record.ProcessRecord{}}
+		Setup: f.Setup, Started: time.Now().UTC(), Worktrees: []record.WorktreeRecord{}, Processes: []record.ProcessRecord{}}
 	if s.Kind() == config.KindAgent {
 		a.rec.Provider = s.Provider
 	}
 	if s.Timeout > 0 {
 		a.rec.Timeout = s.Timeout.String()
 	}
-	procs := e.F.Attempts(s)
-	// The attempt's mode is the strictest of its processes'.
-	a.rec.Mode, a.rec.ModeOrigin = config.ModeOff, ""
-	for _, repos := range procs {
-		m, origin := e.F.EffectiveMode(s, repos)
-		if a.rec.ModeOrigin == "" || m == config.ModeRequired && a.rec.Mode != config.ModeRequired {
-			a.rec.Mode, a.rec.ModeOrigin = m, origin
-		}
+	return a
+}
+
+// runSpec runs an attempt from its spec on this machine, with the
+// factory's repos.
+func (e *Engine) runSpec(ctx context.Context, r *Run, spec *record.AttemptSpec) *record.AttemptRecord {
+	f, s := spec.Factory(e.F.StateDir, e.hostRepos())
+	a := e.newAttempt(r, s, spec.Number, spec.Of, f)
+	a.spec = spec
+	n, of, dir := spec.Number, spec.Of, a.dir
+	procs := make([][]string, len(spec.Processes))
+	for i, p := range spec.Processes {
+		procs[i] = p.Repos
 	}
-	a.rec.Network = e.F.EffectiveNetwork(s, a.rec.Mode)
+	a.rec.Mode, a.rec.ModeOrigin, a.rec.Network = spec.Mode, spec.ModeOrigin, spec.Network
 
 	for _, sub := range []string{record.ArtifactsDir, record.TmpDir, record.WorktreesDir} {
 		perm := os.FileMode(0o755)
@@ -118,6 +143,9 @@ func (e *Engine) attempt(ctx context.Context, r *Run, s *config.Step, n, of int)
 		}
 		return a.finish()
 	}
+	if b, err := spec.Marshal(); err == nil {
+		_ = os.WriteFile(filepath.Join(dir, record.SpecFile), b, 0o644)
+	}
 	a.guardRefs()
 	a.runProcesses(ctx, procs)
 	a.commit()
@@ -129,7 +157,7 @@ func (e *Engine) attempt(ctx context.Context, r *Run, s *config.Step, n, of int)
 // in the middle leaves enough for recovery to remove them.
 func (a *attemptRun) createWorktrees() error {
 	runID := a.run.ID()
-	for _, name := range a.e.F.ActiveRepos(a.step) {
+	for _, name := range a.f.ActiveRepos(a.step) {
 		rr := a.run.repo(name)
 		a.rec.Worktrees = append(a.rec.Worktrees, record.WorktreeRecord{Repo: name, RepoPath: rr.Path,
 			Path: filepath.Join(a.dir, record.WorktreesDir, name), Branch: worktree.AttemptBranch(runID, a.step.ID, a.n)})
@@ -156,7 +184,7 @@ func (a *attemptRun) createWorktrees() error {
 // any sandbox, with the attempt's KUSAW_* variables but none of the step's
 // secrets. Output goes to setup.log.
 func (a *attemptRun) setup(ctx context.Context) error {
-	if len(a.e.F.Setup) == 0 || a.run.skipSetup {
+	if len(a.f.Setup) == 0 || a.run.skipSetup {
 		return nil
 	}
 	logf, err := os.OpenFile(filepath.Join(a.dir, record.SetupLogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -169,7 +197,7 @@ func (a *attemptRun) setup(ctx context.Context) error {
 			steps.EnvRun: a.run.ID(), steps.EnvStep: a.step.ID, steps.EnvAttempt: fmt.Sprint(a.n),
 			steps.EnvArtifacts: filepath.Join(a.dir, record.ArtifactsDir), steps.EnvWorktreePrefix + steps.EnvName(w.Repo): w.Path,
 		})
-		for _, argv := range a.e.F.Setup {
+		for _, argv := range a.f.Setup {
 			fmt.Fprintf(logf, "== %s: %s\n", w.Repo, strings.Join(argv, " "))
 			start := time.Now()
 			res := a.e.runProcess(ctx, 0, &exec.Cmd{Path: lookPath(argv[0]), Args: argv, Dir: w.Path, Env: env}, logf, logf, nil, nil)
@@ -340,7 +368,7 @@ func (a *attemptRun) prepare(i int, repos []string, many bool) (*preparedProc, e
 	if many {
 		p.stdout, p.stderr = "stdout-"+repos[0]+".log", "stderr-"+repos[0]+".log"
 	}
-	m, _ := a.e.F.EffectiveMode(a.step, repos)
+	m, _ := a.f.EffectiveMode(a.step, repos)
 	if spec.Kind == config.KindAgent {
 		if err := a.agentSpec(spec, at, p, m == config.ModeRequired); err != nil {
 			return nil, err

@@ -165,19 +165,19 @@ func (a *attemptRun) lease(i int, repos []string, p *preparedProc) (*sandbox.Pro
 	s := a.step
 	cfg := egress.LeaseConfig{
 		ID:          fmt.Sprintf("%s/%s/%d", a.run.ID(), s.ID, a.n),
-		AllowRanges: a.e.F.Sandbox.Egress.AllowRanges,
+		AllowRanges: a.f.Sandbox.Egress.AllowRanges,
 		PolicyKey:   config.AllowPolicyKey(s.ID),
 		Observer:    obs,
 		RootCAs:     a.e.opts.InjectRootCAs,
 	}
-	if len(repos) > 0 && len(a.e.F.Attempts(s)) > 1 {
+	if len(repos) > 0 && len(a.f.Attempts(s)) > 1 {
 		cfg.ID += "/" + repos[0]
 	}
-	if b := a.e.F.Sandbox.Egress.Budgets; b.Enabled {
+	if b := a.f.Sandbox.Egress.Budgets; b.Enabled {
 		cfg.Budgets = egress.Budgets{PerHost: b.PerHost, Total: b.Total}
 	}
 	a.rec.Allowlist = nil
-	for _, h := range append(a.e.F.Allowlist(s, p.egressHosts), a.run.extraAllow...) {
+	for _, h := range append(a.f.Allowlist(s, p.egressHosts), a.run.extraAllow...) {
 		cfg.Allow = append(cfg.Allow, egress.Rule{Pattern: h.Pattern, Origin: h.Origin})
 		a.rec.Allowlist = append(a.rec.Allowlist, record.AllowedHost{Host: h.Pattern.String(), Origin: h.Origin})
 	}
@@ -227,7 +227,7 @@ func (a *attemptRun) lease(i int, repos []string, p *preparedProc) (*sandbox.Pro
 func (a *attemptRun) injects() ([]egress.Inject, error) {
 	s := a.step
 	var out []egress.Inject
-	for i, e := range a.e.F.Inject(s) {
+	for i, e := range a.f.Inject(s) {
 		in := egress.Inject{Host: e.Host, Header: e.Header, Upstream: e.BaseURL, BaseURLEnv: e.BaseURLEnv, KeyEnv: e.KeyEnv, Name: fmt.Sprintf("inject-%d", i+1)}
 		secretKey := e.Secret
 		if e.Provider {
@@ -238,7 +238,7 @@ func (a *attemptRun) injects() ([]egress.Inject, error) {
 			sp := prov.Spec().Inject
 			in = egress.Inject{Name: s.Provider, Host: sp.Host, Header: sp.Header, Upstream: sp.Upstream, BaseURLEnv: sp.BaseURLEnv, KeyEnv: sp.KeyEnv}
 			secretKey = sp.SecretKey
-			if pc := a.e.F.Providers[s.Provider]; pc != nil {
+			if pc := a.f.Providers[s.Provider]; pc != nil {
 				if pc.BaseURL != "" {
 					in.Upstream = pc.BaseURL
 				}

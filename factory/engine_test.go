@@ -222,7 +222,7 @@ steps:
 	if err := e.createRunBranches(r); err != nil {
 		t.Fatal(err)
 	}
-	a := &attemptRun{e: e, run: r, step: r.steps[0], n: 1, dir: record.AttemptDir(r.Dir, "s", 1), wts: nil}
+	a := &attemptRun{e: e, f: e.F, run: r, step: r.steps[0], n: 1, dir: record.AttemptDir(r.Dir, "s", 1), wts: nil}
 	a.rec = &record.AttemptRecord{Run: r.ID(), Step: "s", Number: 1, Started: time.Now()}
 	a.wts, a.repos = map[string]*worktree.Worktree{}, map[string]*worktree.Repo{}
 	a.events = &sink{}
@@ -313,5 +313,57 @@ func TestSignalNumberRoundTrip(t *testing.T) {
 		if got := signalNumber(sig.String()); got != int(sig) {
 			t.Errorf("%q -> %d, want %d", sig.String(), got, int(sig))
 		}
+	}
+}
+
+// A local attempt runs from its spec, which is plain data: spec.json beside
+// attempt.json names no path of this machine and its secrets only by key.
+func TestLocalAttemptRunsFromSpec(t *testing.T) {
+	f := testkit.Factory(t, `version: 1
+repos:
+  app: {path: ./app}
+  other: {path: ./other}
+pipelines:
+  default: [edit]
+steps:
+  edit:
+    repos: [app]
+    env:
+      TOKEN: {secret: tok}
+    run: [sh, -c, 'echo "$TOKEN" > out.txt']
+`, "app", "other")
+	e, err := New(f, Options{Kusaw: "/bin/false", Secrets: fakeSecrets{"tok": "s3cr3t-value"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.Run(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Record.State != status.RunSucceeded {
+		t.Fatalf("run %s: %+v", r.Record.State, r.Record)
+	}
+	b, err := os.ReadFile(filepath.Join(record.AttemptDir(r.Dir, "edit", 1), record.SpecFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := record.ParseSpec(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{f.Dir, f.StateDir, f.Repos["app"].Path, "s3cr3t-value"} {
+		if strings.Contains(string(b), p) {
+			t.Errorf("spec.json carries %q:\n%s", p, b)
+		}
+	}
+	if len(spec.Repos) != 1 || spec.Repos[0].Name != "app" || spec.Repos[0].Base != r.Record.Repos[0].BaseSHA {
+		t.Errorf("spec repos %+v, run repos %+v", spec.Repos, r.Record.Repos)
+	}
+	if len(spec.Secrets) != 1 || spec.Secrets[0] != "tok" {
+		t.Errorf("spec secrets %v", spec.Secrets)
+	}
+	atts, _ := e.State.Attempts(r.Record)
+	if len(atts) != 1 || atts[0].Worktrees[0].BaseSHA != spec.Repos[0].Base {
+		t.Errorf("attempt did not start from the spec's base: %+v", atts)
 	}
 }

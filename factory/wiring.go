@@ -36,8 +36,8 @@ func (a *attemptRun) agentSpec(spec *steps.Spec, at steps.Attempt, p *preparedPr
 		prompt = string(b)
 	}
 	in := providers.PrepareInput{Provider: s.Provider, Step: s.ID, Prompt: prompt, Sandboxed: sandboxed,
-		Network: string(a.e.F.EffectiveNetwork(s, modeOf(sandboxed))), FreshHome: providers.FreshHome(runtime.GOOS, sandboxed)}
-	if pc := a.e.F.Providers[s.Provider]; pc != nil {
+		Network: string(a.f.EffectiveNetwork(s, modeOf(sandboxed))), FreshHome: providers.FreshHome(runtime.GOOS, sandboxed)}
+	if pc := a.f.Providers[s.Provider]; pc != nil {
 		in.Command, in.Args = pc.Command, pc.Args
 	}
 	for _, w := range at.Worktrees {
@@ -45,7 +45,7 @@ func (a *attemptRun) agentSpec(spec *steps.Spec, at steps.Attempt, p *preparedPr
 			in.ExtraDirs = append(in.ExtraDirs, w.Path)
 		}
 	}
-	for _, e := range a.e.F.Inject(s) {
+	for _, e := range a.f.Inject(s) {
 		if e.Provider {
 			in.Inject = in.Network == string(config.NetworkAllowlist)
 		}
@@ -139,8 +139,8 @@ func (a *attemptRun) sandboxed(i int, repos []string, spec *steps.Spec, env map[
 		ArtifactsDir: filepath.Join(a.dir, record.ArtifactsDir),
 		TmpDir:       filepath.Join(a.dir, record.TmpDir),
 		Workdir:      spec.Dir,
-		AllowRead:    append(a.e.F.AllowRead(a.step), p.readPaths...),
-		AllowWrite:   a.e.F.AllowWrite(a.step),
+		AllowRead:    append(a.f.AllowRead(a.step), p.readPaths...),
+		AllowWrite:   a.f.AllowWrite(a.step),
 		Env:          env,
 	}
 	// A private object folder per sandbox: the repositories' own objects/
@@ -166,24 +166,24 @@ func (a *attemptRun) sandboxed(i int, repos []string, spec *steps.Spec, env map[
 	// step that could reach serve could queue runs it was not given. The
 	// socket's folder is made now so it is hidden even if serve starts
 	// after the step.
-	sockDir := filepath.Join(a.e.F.StateDir, record.ServeSocketDir)
+	sockDir := filepath.Join(a.f.StateDir, record.ServeSocketDir)
 	if err := os.MkdirAll(sockDir, 0o700); err != nil {
 		return &status.Error{Reason: status.ReasonSandboxPlanRefused, Msg: "cannot create " + sockDir + ": " + err.Error(), Fix: "check that state_dir is writable"}
 	}
-	in.HiddenPaths = append(in.HiddenPaths, sockDir, filepath.Join(a.e.F.StateDir, record.ActiveDir))
+	in.HiddenPaths = append(in.HiddenPaths, sockDir, filepath.Join(a.f.StateDir, record.ActiveDir))
 	// The factory's other repos are not the step's to read. (One that
 	// holds the state folder, and so this attempt, stays: the sandbox
 	// hides a checkout only around what the step needs from it.)
-	for _, name := range a.e.F.RepoOrder {
-		if _, active := a.wts[name]; !active && !within(a.e.F.Repos[name].Path, a.dir) {
-			in.HiddenPaths = append(in.HiddenPaths, a.e.F.Repos[name].Path)
+	for _, name := range a.f.RepoOrder {
+		if _, active := a.wts[name]; !active && !within(a.f.Repos[name].Path, a.dir) {
+			in.HiddenPaths = append(in.HiddenPaths, a.f.Repos[name].Path)
 		}
 	}
 	if spec.Kind == config.KindBuiltin || len(spec.Argv) > 0 && spec.Argv[0] == a.e.opts.Kusaw {
 		in.ExtraBinaries = append(in.ExtraBinaries, a.e.opts.Kusaw)
 	}
 	in.LoginPaths = p.loginPaths
-	switch a.e.F.EffectiveNetwork(a.step, config.ModeRequired) {
+	switch a.f.EffectiveNetwork(a.step, config.ModeRequired) {
 	case config.NetworkAllowlist:
 		px, err := a.lease(i, repos, p)
 		if err != nil {

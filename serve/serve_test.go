@@ -470,11 +470,19 @@ steps:
 	// The run's events continue the same chained log, which verifies, and
 	// say where the run resumed.
 	for _, id := range []string{rec.ID, queued.ID} {
-		b, err := os.ReadFile(filepath.Join(st.RunDir(id), record.EventsFile))
-		if err != nil {
-			t.Fatal(err)
+		// run.json says succeeded a moment before the run's log is sealed.
+		var b []byte
+		var res chainlog.Result
+		for end := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			b, err = os.ReadFile(filepath.Join(st.RunDir(id), record.EventsFile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err = chainlog.Verify(bytes.NewReader(b), s2.E.PublicKey())
+			if err == nil && res.Unsealed() == 0 || time.Now().After(end) {
+				break
+			}
 		}
-		res, err := chainlog.Verify(bytes.NewReader(b), s2.E.PublicKey())
 		if err != nil || res.Unsealed() != 0 {
 			t.Fatalf("events of resumed run %s: %v (%d unsealed)", id, err, res.Unsealed())
 		}

@@ -1,0 +1,117 @@
+package factory
+
+import (
+	"fmt"
+	"os"
+	"sort"
+
+	"github.com/kusaw/kusaw/config"
+	"github.com/kusaw/kusaw/providers"
+	"github.com/kusaw/kusaw/record"
+	"github.com/kusaw/kusaw/worktree"
+)
+
+// AttemptSpec resolves attempt n (of the last number this occurrence may
+// reach) of step s of run r into plain data: the form that runs here and
+// the form that crosses to a worker (docs/architecture.md, "The life of an
+// attempt"). It reads the run branches' tips, so it is made just before the
+// attempt starts.
+func (e *Engine) AttemptSpec(r *Run, s *config.Step, n, of int) (*record.AttemptSpec, error) {
+	sp := &record.AttemptSpec{Version: record.SpecVersion, ID: record.AttemptID(r.ID(), s.ID, n), Run: r.ID(), Step: s.ID,
+		Number: n, Of: of, Setup: e.F.Setup, StepConfig: *s, Policy: e.F.Sandbox}
+	if r.skipSetup {
+		sp.Setup = nil
+	}
+	if len(r.params) > 0 {
+		sp.Params = map[string]string{}
+		for k, v := range r.params {
+			sp.Params[k] = v
+		}
+	}
+	if s.PromptFile != "" {
+		b, err := os.ReadFile(s.PromptFile)
+		if err != nil {
+			return nil, fmt.Errorf("step %s: cannot read prompt_file: %v", s.ID, err)
+		}
+		sp.StepConfig.Prompt, sp.StepConfig.PromptFile = string(b), ""
+	}
+	// (kusaw sandbox doctor's extra allowlist entries stay with its own
+	// local runs: they are not part of the step.)
+	if pc := e.F.Providers[s.Provider]; pc != nil && s.Kind() == config.KindAgent {
+		cp := *pc
+		sp.Provider = &cp
+	}
+	active := e.F.ActiveRepos(s)
+	for _, name := range active {
+		rr := r.repo(name)
+		if rr == nil {
+			return nil, fmt.Errorf("repo %s has no run branch", name)
+		}
+		base := rr.HeadSHA
+		if repo, err := r.openRepo(name, rr.Path); err == nil {
+			if head, err := repo.Head(rr.Branch); err == nil {
+				base = head
+			}
+		}
+		cr := e.F.Repos[name]
+		sr := record.SpecRepo{Name: name, RunBranch: rr.Branch, AttemptBranch: worktree.AttemptBranch(r.ID(), s.ID, n), Base: base}
+		if cr != nil {
+			sr.Sandbox = cr.Sandbox
+		}
+		sp.Repos = append(sp.Repos, sr)
+	}
+	// The attempt's mode is the strictest of its processes'.
+	for _, repos := range e.F.Attempts(s) {
+		m, origin := e.F.EffectiveMode(s, repos)
+		sp.Processes = append(sp.Processes, record.SpecProcess{Repos: repos, Mode: m, ModeOrigin: origin, Network: e.F.EffectiveNetwork(s, m)})
+		if sp.ModeOrigin == "" || m == config.ModeRequired && sp.Mode != config.ModeRequired {
+			sp.Mode, sp.ModeOrigin = m, origin
+		}
+	}
+	if sp.Mode == "" {
+		sp.Mode = config.ModeOff
+	}
+	sp.Network = e.F.EffectiveNetwork(s, sp.Mode)
+	sp.Secrets = specSecrets(e.F, s)
+	return sp, sp.Check()
+}
+
+// specSecrets lists the secret-store keys an attempt may read.
+func specSecrets(f *config.Factory, s *config.Step) []string {
+	seen := map[string]bool{}
+	for _, v := range s.Env {
+		if v.Secret != nil {
+			seen[v.Secret.Key] = true
+		}
+	}
+	for _, in := range f.Inject(s) {
+		switch {
+		case !in.Provider:
+			seen[in.Secret] = true
+		case s.Kind() == config.KindAgent:
+			if pc := f.Providers[s.Provider]; pc != nil && pc.APIKey != nil {
+				seen[pc.APIKey.Key] = true
+			} else if p, ok := providers.Get(s.Provider); ok && p.Spec().Inject != nil {
+				seen[p.Spec().Inject.SecretKey] = true
+			}
+		}
+	}
+	var out []string
+	for k := range seen {
+		if k != "" {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// hostRepos is every repo of the factory by name and path: the attempt's
+// view of the machine, whose inactive repos its sandbox hides.
+func (e *Engine) hostRepos() map[string]string {
+	out := map[string]string{}
+	for name, r := range e.F.Repos {
+		out[name] = r.Path
+	}
+	return out
+}

@@ -1,0 +1,165 @@
+package record
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/kusaw/kusaw/config"
+)
+
+// SpecVersion is the version of AttemptSpec's wire form. A reader refuses a
+// spec of another version rather than run half of it.
+const SpecVersion = 1
+
+// SpecFile is the attempt's spec beside attempt.json: what it was asked to
+// run, as it would cross to a worker.
+const SpecFile = "spec.json"
+
+// AttemptSpec is one attempt as plain data: everything a machine needs to
+// run it, and nothing that names a path on the machine that made it. The
+// factory runs a local attempt from this spec exactly as a worker runs a
+// remote one (docs/architecture.md, "The life of an attempt"); the running
+// form (processes, leases, open files) lives in factory only.
+//
+// Secrets are references: env values name a secret-store key, inject
+// entries name theirs. The values never travel in a spec.
+type AttemptSpec struct {
+	Version int    `json:"version"`
+	ID      string `json:"id"` // <run>/<step>/<n>, unique in serve's state
+	Run     string `json:"run"`
+	Step    string `json:"step"`
+	Number  int    `json:"number"`
+	Of      int    `json:"of"`
+	Pool    string `json:"pool,omitempty"`
+	// Deadline, when set, is when the attempt must have ended wherever it
+	// runs (the step's timeout counts from its process's start).
+	Deadline *time.Time `json:"deadline,omitempty"`
+
+	// Repos are the step's active repos in order, each with the commit the
+	// attempt starts from.
+	Repos []SpecRepo `json:"repos"`
+	// Processes are resolved per process (one, or one per repo with
+	// per_repo); Mode, ModeOrigin and Network are the attempt's (the
+	// strictest of its processes').
+	Processes  []SpecProcess  `json:"processes"`
+	Mode       config.Mode    `json:"mode"`
+	ModeOrigin string         `json:"mode_origin"`
+	Network    config.Network `json:"network"`
+
+	// Setup runs outside the sandbox in each new worktree.
+	Setup [][]string `json:"setup,omitempty"`
+	// StepConfig is the step as configured, with its prompt file read into
+	// Prompt and its repos named explicitly.
+	StepConfig config.Step `json:"step_config"`
+	// Policy is the factory's sandbox policy (allowlist, inject entries,
+	// budgets, allow_read/allow_write, which name toolchain paths of the
+	// machine that runs the attempt).
+	Policy config.SandboxPolicy `json:"policy"`
+	// Provider is the step's provider configuration (agent steps).
+	Provider *config.ProviderConfig `json:"provider,omitempty"`
+	// Params are serve's run parameters (KUSAW_PARAM_<NAME>; not secrets).
+	Params map[string]string `json:"params,omitempty"`
+	// Secrets lists every secret-store key the attempt refers to (env
+	// values, inject entries, the provider's API key): what a worker must
+	// be given, sealed to its key, or hold itself.
+	Secrets []string `json:"secrets,omitempty"`
+}
+
+// SpecRepo is one active repo of an attempt.
+type SpecRepo struct {
+	Name    string      `json:"name"`
+	Sandbox config.Mode `json:"sandbox,omitempty"` // the repo's own sandbox mode
+	// RunBranch and AttemptBranch are branch names, the same on every
+	// machine; Base is the commit the attempt branch starts at.
+	RunBranch     string `json:"run_branch"`
+	AttemptBranch string `json:"attempt_branch"`
+	Base          string `json:"base"`
+}
+
+// SpecProcess is one process of an attempt, resolved.
+type SpecProcess struct {
+	Repos      []string       `json:"repos"`
+	Mode       config.Mode    `json:"mode"`
+	ModeOrigin string         `json:"mode_origin"`
+	Network    config.Network `json:"network"`
+}
+
+// AttemptID is the id an attempt has across machines.
+func AttemptID(run, step string, n int) string { return fmt.Sprintf("%s/%s/%d", run, step, n) }
+
+// Check refuses a spec that cannot be run as it stands: another version, a
+// missing id, a repo without a base commit, a host path.
+func (s *AttemptSpec) Check() error {
+	switch {
+	case s.Version != SpecVersion:
+		return fmt.Errorf("attempt spec version %d, this kusaw reads version %d: run the same kusaw version on serve and its workers", s.Version, SpecVersion)
+	case s.Run == "" || s.Step == "" || s.Number < 1:
+		return fmt.Errorf("attempt spec without a run, step or attempt number")
+	case s.ID != AttemptID(s.Run, s.Step, s.Number):
+		return fmt.Errorf("attempt spec id %q does not match %s", s.ID, AttemptID(s.Run, s.Step, s.Number))
+	case s.StepConfig.ID != s.Step:
+		return fmt.Errorf("attempt spec carries step %q for step %q", s.StepConfig.ID, s.Step)
+	case s.StepConfig.PromptFile != "":
+		return fmt.Errorf("attempt spec names a prompt file (a path of the machine that made it): the prompt travels in the spec")
+	case len(s.Processes) == 0:
+		return fmt.Errorf("attempt spec without a process")
+	}
+	for _, r := range s.Repos {
+		if r.Name == "" || r.Base == "" || r.AttemptBranch == "" || r.RunBranch == "" {
+			return fmt.Errorf("attempt spec repo %q without a base commit or branch", r.Name)
+		}
+	}
+	return nil
+}
+
+// Marshal is the spec's wire form.
+func (s *AttemptSpec) Marshal() ([]byte, error) { return json.Marshal(s) }
+
+// ParseSpec reads a spec's wire form and checks it.
+func ParseSpec(b []byte) (*AttemptSpec, error) {
+	var s AttemptSpec
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("attempt spec: %v", err)
+	}
+	if err := s.Check(); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// Factory is the one-step factory the spec describes on a machine whose
+// state folder is stateDir and whose repos are at paths (repo name →
+// path; it may name repos the step does not use, which the sandbox then
+// hides). The step is returned too.
+func (s *AttemptSpec) Factory(stateDir string, paths map[string]string) (*config.Factory, *config.Step) {
+	step := s.StepConfig
+	step.Repos = nil
+	for _, r := range s.Repos {
+		step.Repos = append(step.Repos, r.Name)
+	}
+	f := &config.Factory{Version: 1, StateDir: stateDir, Repos: map[string]*config.Repo{},
+		Providers: map[string]*config.ProviderConfig{}, Setup: s.Setup, Sandbox: s.Policy,
+		Pipelines: map[string][]string{}, Steps: map[string]*config.Step{step.ID: &step}, StepOrder: []string{step.ID}}
+	for _, r := range s.Repos {
+		f.Repos[r.Name] = &config.Repo{Name: r.Name, Path: paths[r.Name], Sandbox: r.Sandbox}
+		f.RepoOrder = append(f.RepoOrder, r.Name)
+	}
+	var others []string
+	for name := range paths {
+		if f.Repos[name] == nil {
+			others = append(others, name)
+		}
+	}
+	sort.Strings(others)
+	for _, name := range others {
+		f.Repos[name] = &config.Repo{Name: name, Path: paths[name]}
+		f.RepoOrder = append(f.RepoOrder, name)
+	}
+	if s.Provider != nil && step.Provider != "" {
+		pc := *s.Provider
+		f.Providers[step.Provider] = &pc
+	}
+	return f, &step
+}
