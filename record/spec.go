@@ -141,7 +141,7 @@ func (s *AttemptSpec) Factory(stateDir string, paths map[string]string) (*config
 	}
 	f := &config.Factory{Version: 1, StateDir: stateDir, Repos: map[string]*config.Repo{},
 		Providers: map[string]*config.ProviderConfig{}, Setup: s.Setup, Sandbox: s.Policy,
-		Pipelines: map[string][]string{}, Steps: map[string]*config.Step{step.ID: &step}, StepOrder: []string{step.ID}}
+		Pipelines: map[string]*config.Pipeline{}, Steps: map[string]*config.Step{step.ID: &step}, StepOrder: []string{step.ID}}
 	for _, r := range s.Repos {
 		f.Repos[r.Name] = &config.Repo{Name: r.Name, Path: paths[r.Name], Sandbox: r.Sandbox}
 		f.RepoOrder = append(f.RepoOrder, r.Name)

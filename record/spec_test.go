@@ -9,9 +9,9 @@ import (
 
 func testSpec() *AttemptSpec {
 	return &AttemptSpec{Version: SpecVersion, ID: "r1/build/2", Run: "r1", Step: "build", Number: 2, Of: 3,
-		Repos:      []SpecRepo{{Name: "app", Sandbox: config.ModeRequired, RunBranch: "kusaw/r1", AttemptBranch: "kusaw/attempts/r1/build/2", Base: strings.Repeat("a", 40)}},
-		Processes:  []SpecProcess{{Repos: []string{"app"}, Mode: config.ModeRequired, ModeOrigin: "repo:app", Network: config.NetworkAllowlist}},
-		Mode:       config.ModeRequired, ModeOrigin: "repo:app", Network: config.NetworkAllowlist,
+		Repos:     []SpecRepo{{Name: "app", Sandbox: config.ModeRequired, RunBranch: "kusaw/r1", AttemptBranch: "kusaw/attempts/r1/build/2", Base: strings.Repeat("a", 40)}},
+		Processes: []SpecProcess{{Repos: []string{"app"}, Mode: config.ModeRequired, ModeOrigin: "repo:app", Network: config.NetworkAllowlist}},
+		Mode:      config.ModeRequired, ModeOrigin: "repo:app", Network: config.NetworkAllowlist,
 		StepConfig: config.Step{ID: "build", Run: []string{"make"}, Env: map[string]config.EnvValue{"TOKEN": {Secret: &config.SecretRef{Key: "gh"}}}},
 		Policy:     config.SandboxPolicy{Network: config.NetworkAllowlist, Egress: config.Egress{Allow: []config.HostEntry{{Raw: "example.com", Pattern: config.HostPattern{Name: "example.com"}}}}},
 		Secrets:    []string{"gh"}}
