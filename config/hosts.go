@@ -20,6 +20,33 @@ type HostPattern struct {
 	Wildcard bool
 	// Port is 0 for the default port: 443 for CONNECT, 80 for plain HTTP.
 	Port int
+	// PortMax, when set, makes the entry a port range Port-PortMax.
+	PortMax int
+	// Local marks an entry for the host's loopback (localhost, 127.0.0.1
+	// or [::1]): a local service on those ports, reached through the
+	// proxy and, on Linux, directly through the bridge.
+	Local bool
+}
+
+// MaxLocalPorts bounds the ports one local-service range leases: the
+// bridge opens a listener for each.
+const MaxLocalPorts = 64
+
+// LoopbackHost reports whether a host as a client wrote it names the
+// host's loopback (localhost, 127.0.0.1, ::1 in any usual spelling) and
+// gives its canonical form.
+func LoopbackHost(s string) (string, bool) {
+	s = strings.TrimSuffix(strings.TrimPrefix(strings.TrimSuffix(s, "]"), "["), ".")
+	switch {
+	case strings.EqualFold(s, "localhost"):
+		return "localhost", true
+	case s == "127.0.0.1":
+		return s, true
+	}
+	if a, err := netip.ParseAddr(s); err == nil && a == netip.IPv6Loopback() {
+		return "::1", true
+	}
+	return "", false
 }
 
 // HostPatternError says why an allowlist entry is refused and how to fix it.
@@ -210,26 +237,60 @@ func ParseHostPattern(s string) (HostPattern, error) {
 	if strings.Contains(raw, "://") || strings.ContainsAny(raw, "/?#@ \t") {
 		return fail("an entry is a host name with an optional :port, not a URL", "write only the host, e.g. api.example.com or api.example.com:8443")
 	}
-	if strings.HasPrefix(raw, "[") || strings.Count(raw, ":") > 1 {
-		return fail(errIPLiteral.Error(), "name the service by its DNS name; for a private address range use sandbox.egress.allow_ranges with a host name")
-	}
-	host, port := raw, 0
-	if i := strings.LastIndexByte(raw, ':'); i >= 0 {
-		host = raw[:i]
-		ps := raw[i+1:]
-		if ps == "" {
-			return fail("empty port after ':'", "drop the ':' or write a port from 1 to 65535")
+	host, ports := raw, ""
+	if strings.HasPrefix(raw, "[") {
+		end := strings.IndexByte(raw, ']')
+		if end < 0 {
+			return fail(errIPLiteral.Error(), "name the service by its DNS name; for a private address range use sandbox.egress.allow_ranges with a host name")
 		}
-		for _, c := range ps {
-			if c < '0' || c > '9' {
-				return fail(fmt.Sprintf("port %q is not a number", ps), "write a port from 1 to 65535")
+		host = raw[:end+1]
+		if rest := raw[end+1:]; rest != "" {
+			if rest[0] != ':' {
+				return fail(errIPLiteral.Error(), "write [::1]:PORT for a local service")
+			}
+			ports = rest[1:]
+			if ports == "" {
+				return fail("empty port after ':'", "drop the ':' or write a port from 1 to 65535")
 			}
 		}
-		n, err := strconv.Atoi(ps)
-		if err != nil || n < 1 || n > 65535 {
-			return fail(fmt.Sprintf("port %s is out of range", ps), "write a port from 1 to 65535")
+	} else if strings.Count(raw, ":") > 1 {
+		return fail(errIPLiteral.Error(), "name the service by its DNS name; for a private address range use sandbox.egress.allow_ranges with a host name")
+	} else if i := strings.LastIndexByte(raw, ':'); i >= 0 {
+		host, ports = raw[:i], raw[i+1:]
+		if ports == "" {
+			return fail("empty port after ':'", "drop the ':' or write a port from 1 to 65535")
 		}
-		port = n
+	}
+	port, portMax := 0, 0
+	if ports != "" {
+		lo, hi, isRange := strings.Cut(ports, "-")
+		var msg, fix string
+		if port, msg, fix = parseEntryPort(lo); msg != "" {
+			return fail(msg, fix)
+		}
+		if isRange {
+			if portMax, msg, fix = parseEntryPort(hi); msg != "" {
+				return fail(msg, fix)
+			}
+			if portMax <= port {
+				return fail(fmt.Sprintf("port range %s is empty or backwards", ports), "write the lower port first, as in localhost:5000-5010")
+			}
+		}
+	}
+	if lh, ok := LoopbackHost(host); ok {
+		if lh != "localhost" && port == 0 {
+			return fail("a local service entry needs a port", "write "+host+":PORT, e.g. "+host+":5432")
+		}
+		if portMax > 0 && portMax-port+1 > MaxLocalPorts {
+			return fail(fmt.Sprintf("the range %s leases %d local ports; at most %d", ports, portMax-port+1, MaxLocalPorts), "list only the ports the step uses")
+		}
+		return HostPattern{Name: lh, Port: port, PortMax: portMax, Local: true}, nil
+	}
+	if strings.HasPrefix(host, "[") {
+		return fail(errIPLiteral.Error(), "name the service by its DNS name; for a private address range use sandbox.egress.allow_ranges with a host name")
+	}
+	if portMax > 0 {
+		return fail("port ranges are only for local services (localhost, 127.0.0.1, [::1])", "list each port of "+host+" as its own entry")
 	}
 	wild := false
 	switch {
@@ -269,16 +330,77 @@ func ParseHostPattern(s string) (HostPattern, error) {
 	return h, nil
 }
 
+func parseEntryPort(ps string) (int, string, string) {
+	if ps == "" {
+		return 0, "empty port", "write a port from 1 to 65535"
+	}
+	for _, c := range ps {
+		if c < '0' || c > '9' {
+			return 0, fmt.Sprintf("port %q is not a number", ps), "write a port from 1 to 65535"
+		}
+	}
+	n, err := strconv.Atoi(ps)
+	if err != nil || n < 1 || n > 65535 {
+		return 0, fmt.Sprintf("port %s is out of range", ps), "write a port from 1 to 65535"
+	}
+	return n, "", ""
+}
+
 // String gives the entry back in its normalised form.
 func (h HostPattern) String() string {
 	s := h.Name
 	if h.Wildcard {
 		s = "*." + s
 	}
+	if s == "::1" {
+		s = "[::1]"
+	}
 	if h.Port != 0 {
 		s += ":" + strconv.Itoa(h.Port)
 	}
+	if h.PortMax != 0 {
+		s += "-" + strconv.Itoa(h.PortMax)
+	}
 	return s
+}
+
+// Ports lists the ports of a local-service entry (nil for others and for
+// an entry without a port).
+func (h HostPattern) Ports() []int {
+	if !h.Local || h.Port == 0 {
+		return nil
+	}
+	hi := max(h.PortMax, h.Port)
+	out := make([]int, 0, hi-h.Port+1)
+	for p := h.Port; p <= hi; p++ {
+		out = append(out, p)
+	}
+	return out
+}
+
+// PortsString says which ports the entry admits, for messages.
+func (h HostPattern) PortsString(defaultPort int) string {
+	switch {
+	case h.PortMax != 0:
+		return fmt.Sprintf("ports %d-%d", h.Port, h.PortMax)
+	case h.Port != 0:
+		return fmt.Sprintf("port %d", h.Port)
+	}
+	return fmt.Sprintf("port %d", defaultPort)
+}
+
+// MatchesPort reports whether port is the entry's port (or in its range).
+func (h HostPattern) MatchesPort(port, defaultPort int) bool {
+	lo := h.Port
+	if lo == 0 {
+		lo = defaultPort
+	}
+	return port >= lo && port <= max(h.PortMax, lo)
+}
+
+// MatchesName reports whether host is the entry's host, whatever the port.
+func (h HostPattern) MatchesName(host string) bool {
+	return h.Matches(host, h.Port, h.Port)
 }
 
 // IsLocalhost reports whether the pattern names localhost or its
@@ -290,12 +412,13 @@ func (h HostPattern) IsLocalhost() bool { return h.Name == "localhost" }
 // different case and one trailing dot are accepted. defaultPort is the port
 // a pattern without one stands for (443 for CONNECT, 80 for plain HTTP).
 func (h HostPattern) Matches(host string, port int, defaultPort int) bool {
-	want := h.Port
-	if want == 0 {
-		want = defaultPort
-	}
-	if port != want {
+	if !h.MatchesPort(port, defaultPort) {
 		return false
+	}
+	if h.Local {
+		// Every spelling of loopback is the same local service.
+		_, ok := LoopbackHost(host)
+		return ok
 	}
 	host = strings.ToLower(strings.TrimSuffix(host, "."))
 	if !h.Wildcard {

@@ -17,8 +17,12 @@ func TestParseHostPatternAccepts(t *testing.T) {
 		{"  api.example.com  ", HostPattern{Name: "api.example.com"}, "api.example.com"},
 		{"*.github.com", HostPattern{Name: "github.com", Wildcard: true}, "*.github.com"},
 		{"*.GitHub.com.", HostPattern{Name: "github.com", Wildcard: true}, "*.github.com"},
-		{"localhost:5432", HostPattern{Name: "localhost", Port: 5432}, "localhost:5432"},
-		{"localhost", HostPattern{Name: "localhost"}, "localhost"},
+		{"localhost:5432", HostPattern{Name: "localhost", Port: 5432, Local: true}, "localhost:5432"},
+		{"localhost", HostPattern{Name: "localhost", Local: true}, "localhost"},
+		{"LocalHost.:5000-5010", HostPattern{Name: "localhost", Port: 5000, PortMax: 5010, Local: true}, "localhost:5000-5010"},
+		{"127.0.0.1:6379", HostPattern{Name: "127.0.0.1", Port: 6379, Local: true}, "127.0.0.1:6379"},
+		{"[::1]:8443", HostPattern{Name: "::1", Port: 8443, Local: true}, "[::1]:8443"},
+		{"[::1]:7000-7001", HostPattern{Name: "::1", Port: 7000, PortMax: 7001, Local: true}, "[::1]:7000-7001"},
 		{"*.localhost", HostPattern{Name: "localhost", Wildcard: true}, "*.localhost"},
 		{"api.example.com:8443", HostPattern{Name: "api.example.com", Port: 8443}, "api.example.com:8443"},
 		{"*.example.co.uk", HostPattern{Name: "example.co.uk", Wildcard: true}, "*.example.co.uk"},
@@ -74,8 +78,14 @@ func TestParseHostPatternRefuses(t *testing.T) {
 		{"metadata:80", "metadata"},
 		{"instance-data", "metadata"},
 		{"metadata.azure.com", "metadata"},
-		{"127.0.0.1", "IP addresses"},
-		{"127.0.0.1:80", "IP addresses"},
+		{"127.0.0.1", "needs a port"},
+		{"127.0.0.1:80-70", "backwards"},
+		{"localhost:1000-2000", "at most"},
+		{"localhost:5000-", "empty port"},
+		{"example.com:5000-5001", "only for local services"},
+		{"127.0.0.2:80", "IP addresses"},
+		{"[::1]", "needs a port"},
+		{"[::2]:80", "IP addresses"},
 		{"169.254.169.254", "IP addresses"},
 		{"2130706433", "IP addresses"},
 		{"0x7f000001", "IP addresses"},
@@ -84,8 +94,6 @@ func TestParseHostPatternRefuses(t *testing.T) {
 		{"127.1", "IP addresses"},
 		{"10.0.0.1.", "IP addresses"},
 		{"::1", "IP addresses"},
-		{"[::1]", "IP addresses"},
-		{"[::1]:443", "IP addresses"},
 		{"fe80::1", "IP addresses"},
 		{"::ffff:127.0.0.1", "IP addresses"},
 		{"*.0.0.127", "IP addresses"},
@@ -101,7 +109,7 @@ func TestParseHostPatternRefuses(t *testing.T) {
 		{"example.com:0", "out of range"},
 		{"example.com:65536", "out of range"},
 		{"example.com:99999999999999999999", "out of range"},
-		{"example.com:-1", "not a number"},
+		{"example.com:-1", "empty port"},
 		{"example.com:+80", "not a number"},
 		{"example.com:http", "not a number"},
 		{"https://example.com", "not a URL"},
@@ -176,6 +184,14 @@ func TestHostPatternMatches(t *testing.T) {
 		{"localhost:5432", "localhost", 5433, 443, false},
 		{"*.localhost", "app.localhost", 80, 80, true},
 		{"*.localhost", "localhost", 80, 80, false},
+		{"localhost:5432", "127.0.0.1", 5432, 443, true},
+		{"127.0.0.1:5432", "localhost", 5432, 443, true},
+		{"[::1]:5432", "::1", 5432, 443, true},
+		{"localhost:5000-5010", "localhost", 5000, 443, true},
+		{"localhost:5000-5010", "localhost", 5010, 443, true},
+		{"localhost:5000-5010", "localhost", 5011, 443, false},
+		{"localhost:5000-5010", "localhost", 4999, 443, false},
+		{"localhost:5432", "db.localhost", 5432, 443, false},
 	}
 	for _, c := range cases {
 		got := mustParse(c.pattern).Matches(c.host, c.port, c.def)
@@ -225,7 +241,7 @@ func FuzzParseHostPattern(f *testing.F) {
 		if h.Name == "" || strings.HasSuffix(h.Name, ".") || strings.ToLower(h.Name) != h.Name {
 			t.Fatalf("not normalised: %+v", h)
 		}
-		if looksLikeIP(h.Name) || IsMetadataName(h.Name) {
+		if (looksLikeIP(h.Name) && !h.Local) || IsMetadataName(h.Name) {
 			t.Fatalf("accepted %q as %+v", s, h)
 		}
 		again, err := ParseHostPattern(h.String())

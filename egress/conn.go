@@ -14,7 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kusaw/kusaw/config"
 )
 
 // target is an admitted destination: the host as checked, the addresses
@@ -53,65 +52,36 @@ func hostPort(host string, port int) string {
 	return net.JoinHostPort(host, strconv.Itoa(port))
 }
 
-// admit applies the policy to a destination: the host must be a name the
-// allowlist admits (unless skipRule: inject upstreams are the factory's
-// own), its budget must not be used up, and every address it resolves to
-// must pass the guard. The refusal is recorded here.
+// admit applies the policy to a destination through decide (the
+// allowlist, unless skipRule: inject upstreams are the factory's own; the
+// address guard on what the name resolves to), then the budgets. The
+// refusal, or in audit mode the would-be refusal, is recorded here.
 func (l *Lease) admit(ctx context.Context, kind, rawHost string, port, defPort int, skipRule bool) (*target, *refusal) {
-	t := &target{kind: kind, host: rawHost, port: port, start: time.Now()}
+	start := time.Now()
+	v := l.p.decide(ctx, l.policy(), rawHost, port, defPort, skipRule)
+	t := &target{kind: kind, host: v.Host, port: port, addrs: v.Addrs, loopback: v.Local, start: start}
+	if t.rule = v.Rule; v.Origin != "" {
+		t.rule += " (" + v.Origin + ")"
+	}
 	refuse := func(status int, decision, reason, line string) (*target, *refusal) {
 		l.record(Decision{Time: t.start, Kind: kind, Host: t.host, Port: port, Addrs: t.addrStrings(),
 			Decision: decision, Reason: reason, Detail: line, Rule: t.rule, Duration: time.Since(t.start)})
 		return nil, &refusal{status: status, reason: reason, line: line}
 	}
-	host, err := config.NormalizeHostName(rawHost)
-	if err != nil {
-		t.host = sanitize(rawHost)
-		if strings.Contains(err.Error(), "IP address") {
-			return refuse(403, Refuse, ReasonIPLiteral, fmt.Sprintf("kusaw: %s is an IP address; only host names can be allowed (add a name to %s)", hostPort(t.host, port), l.c.PolicyKey))
+	if !v.Allowed {
+		decision := Refuse
+		if v.Status >= 500 {
+			decision = Fail
 		}
-		return refuse(403, Refuse, ReasonBadHost, fmt.Sprintf("kusaw: %q is not a valid host name: %v", t.host, err))
+		return refuse(v.Status, decision, v.Reason, v.Line)
 	}
-	t.host = host
-	if config.IsMetadataName(host) {
-		return refuse(403, Refuse, ReasonNotAllowed, fmt.Sprintf("kusaw: %s is a cloud metadata service and is never allowed", hostPort(host, port)))
+	if why := l.budget.exhausted(t.host); why != "" {
+		return refuse(403, Refuse, why, l.budgetLine(t.host, why))
 	}
-	if !skipRule {
-		var rule *Rule
-		for i := range l.c.Allow {
-			if l.c.Allow[i].Pattern.Matches(host, port, defPort) {
-				rule = &l.c.Allow[i]
-				break
-			}
-		}
-		if rule == nil {
-			return refuse(403, Refuse, ReasonNotAllowed, fmt.Sprintf("kusaw: %s is not allowed; add it to %s", hostPort(host, port), l.c.PolicyKey))
-		}
-		t.rule = rule.String()
-		t.loopback = rule.Pattern.IsLocalhost()
-	}
-	if why := l.budget.exhausted(host); why != "" {
-		return refuse(403, Refuse, why, l.budgetLine(host, why))
-	}
-	if t.loopback {
-		// localhost is answered without DNS, so a resolver cannot point
-		// it elsewhere.
-		t.addrs = []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.IPv6Loopback()}
-		return t, nil
-	}
-	addrs, err := l.p.lookup(ctx, host)
-	if err != nil || len(addrs) == 0 {
-		msg := "no address"
-		if err != nil {
-			msg = lookupMsg(err)
-		}
-		return refuse(502, Fail, ReasonResolve, fmt.Sprintf("kusaw: cannot resolve %s: %s", host, msg))
-	}
-	t.addrs = addrs
-	for _, a := range addrs {
-		if what := checkAddr(a, l.c.AllowRanges); what != "" {
-			return refuse(403, Refuse, ReasonAddress, fmt.Sprintf("kusaw: %s resolves to %s, %s; if that range is yours add it to %s", hostPort(host, port), a.Unmap(), what, l.c.RangesKey))
-		}
+	if v.WouldRefuse {
+		l.record(Decision{Time: t.start, Kind: kind, Host: t.host, Port: port, Addrs: t.addrStrings(),
+			Decision: WouldRefuse, Reason: v.Reason, Detail: v.Line, Rule: AuditRule})
+		t.rule = AuditRule
 	}
 	return t, nil
 }

@@ -268,6 +268,12 @@ func (l *Lease) serveConnect(w http.ResponseWriter, r *http.Request, rc reqClass
 func (l *Lease) tunnel(client net.Conn, br *bufio.Reader, up *meteredConn, t *target) {
 	defer up.Close()
 	defer client.Close()
+	if t.loopback {
+		// A local service: the destination is the host's own port
+		// whatever the bytes say, so any protocol may cross.
+		l.relay(client, br, up, up)
+		return
+	}
 	where := hostPort(t.host, t.port)
 	client.SetReadDeadline(time.Now().Add(l.p.o.HandshakeTimeout))
 	first, err := br.Peek(1)

@@ -202,6 +202,10 @@ func (l *Lease) BridgeArgv(kusawBinary string) []string {
 	return []string{kusawBinary, "__egress-bridge", "--lease", l.sockPath, "--listen", l.listenAddr, "--"}
 }
 
+func (l *Lease) policy() Policy {
+	return Policy{Allow: l.c.Allow, AllowRanges: l.c.AllowRanges, PolicyKey: l.c.PolicyKey, RangesKey: l.c.RangesKey, Audit: l.c.Audit}
+}
+
 // Allowlist returns the lease's rules (for doctor).
 func (l *Lease) Allowlist() []Rule { return append([]Rule(nil), l.c.Allow...) }
 

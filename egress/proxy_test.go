@@ -61,17 +61,19 @@ func TestConnectRefusals(t *testing.T) {
 		status               int
 	}{
 		{"evil.test:" + port, ReasonNotAllowed, "kusaw: evil.test:" + port + " is not allowed; add it to steps.test.sandbox.egress.allow", 403},
-		{"allowed.test:443", ReasonNotAllowed, "is not allowed", 403},
+		{"allowed.test:443", ReasonPortNotAllowed, "is not allowed: allowed.test:" + port + " admits port " + port + " only; add allowed.test to", 403},
 		{"ALLOWED.test.:" + port, ReasonAddress, "resolves to 127.0.0.1, a loopback address", 403},
 		{"a.allowed.test:" + port, ReasonAddress, "a loopback address", 403},
 		{"private.test:" + port, ReasonAddress, "resolves to 10.1.2.3, a private address; if that range is yours add it to sandbox.egress.allow_ranges", 403},
 		{"meta.test:" + port, ReasonAddress, "a cloud metadata address", 403},
 		{"azure.test:" + port, ReasonAddress, "168.63.129.16, a cloud metadata address (Azure)", 403},
-		{"127.0.0.1:" + port, ReasonIPLiteral, "is an IP address", 403},
-		{"[::1]:" + port, ReasonIPLiteral, "is an IP address", 403},
+		{"127.0.0.1:" + port, ReasonLocalPort, "is the host's loopback, and port " + port + " is not a local service of this step; add localhost:" + port + " to steps.test.sandbox.egress.allow", 403},
+		{"[::1]:" + port, ReasonLocalPort, "is the host's loopback", 403},
+		{"localhost:" + port, ReasonLocalPort, "is the host's loopback", 403},
+		{"127.0.0.2:" + port, ReasonIPLiteral, "is an IP address", 403},
 		{"2130706433:" + port, ReasonIPLiteral, "is an IP address", 403},
 		{"0x7f.1:" + port, ReasonIPLiteral, "is an IP address", 403},
-		{"metadata.google.internal:80", ReasonNotAllowed, "cloud metadata", 403},
+		{"metadata.google.internal:80", ReasonMetadata, "cloud metadata", 403},
 		{"gone.test:" + port, ReasonResolve, "cannot resolve gone.test: no such host", 502},
 	}
 	for _, c := range cases {

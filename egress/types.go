@@ -131,7 +131,10 @@ type LeaseConfig struct {
 	// (defaults sandbox.egress.allow_ranges and sandbox.egress.budgets).
 	RangesKey string
 	BudgetKey string
-	Observer  Observer
+	// Audit admits hosts the allowlist lacks and logs them as
+	// WouldRefuse (network: audit); the address guard still refuses.
+	Audit    bool
+	Observer Observer
 	// MaxConns bounds the step's simultaneous connections to the proxy
 	// (1024); more wait in the listen queue.
 	MaxConns int
@@ -145,7 +148,14 @@ const (
 	Refuse = "refuse" // refused by policy before any byte went upstream
 	Close  = "close"  // closed by policy after it was admitted (SNI, not TLS, budget)
 	Fail   = "fail"   // the upstream could not be resolved or reached
+	// WouldRefuse (network: audit) is a host the allowlist lacks, admitted
+	// and logged; the connection is reported as Allow when it ends, with
+	// Rule AuditRule.
+	WouldRefuse = "would_refuse"
 )
+
+// AuditRule is the Rule of a connection that audit mode admitted.
+const AuditRule = "(audit: not in the allowlist)"
 
 // Kinds of decisions.
 const (
@@ -158,21 +168,28 @@ const (
 
 // Reason codes of decisions.
 const (
-	ReasonNotAllowed  = "host.not_allowed"
-	ReasonIPLiteral   = "host.ip_literal"
-	ReasonBadHost     = "host.invalid"
-	ReasonAddress     = "address.refused"
-	ReasonBudgetHost  = "budget.per_host"
-	ReasonBudgetTotal = "budget.total"
-	ReasonSNIMissing  = "sni.missing"
-	ReasonSNIMismatch = "sni.mismatch"
-	ReasonNotTLS      = "tunnel.not_tls"
-	ReasonBadRequest  = "request.invalid"
-	ReasonResolve     = "upstream.resolve"
-	ReasonUnreachable = "upstream.unreachable"
-	ReasonTimeout     = "upstream.timeout"
-	ReasonIdle        = "idle_timeout"
-	ReasonLeaseClosed = "lease.closed"
+	ReasonNotAllowed = "host.not_allowed"
+	// ReasonPortNotAllowed: an entry names the host, on other ports.
+	ReasonPortNotAllowed = "host.port_not_allowed"
+	// ReasonLocalPort: the host's loopback on a port no local-service
+	// entry lists.
+	ReasonLocalPort    = "local.port_not_allowed"
+	ReasonMetadata     = "host.metadata"
+	ReasonPublicSuffix = "host.public_suffix"
+	ReasonIPLiteral    = "host.ip_literal"
+	ReasonBadHost      = "host.invalid"
+	ReasonAddress      = "address.refused"
+	ReasonBudgetHost   = "budget.per_host"
+	ReasonBudgetTotal  = "budget.total"
+	ReasonSNIMissing   = "sni.missing"
+	ReasonSNIMismatch  = "sni.mismatch"
+	ReasonNotTLS       = "tunnel.not_tls"
+	ReasonBadRequest   = "request.invalid"
+	ReasonResolve      = "upstream.resolve"
+	ReasonUnreachable  = "upstream.unreachable"
+	ReasonTimeout      = "upstream.timeout"
+	ReasonIdle         = "idle_timeout"
+	ReasonLeaseClosed  = "lease.closed"
 )
 
 // Decision is one record of what the proxy did with one connection or
