@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-
 )
 
 // target is an admitted destination: the host as checked, the addresses
