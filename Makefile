@@ -34,10 +34,7 @@ fmt:
 # (make deps) and Chromium for the web page test (the test installs it as
 # root, else names the command).
 test: deps lint
-	$(GO) test -count=1 $(PKGS)
-	GOOS=darwin $(GO) build ./...
-	GOOS=darwin $(GO) vet ./...
-	@scripts/fuzz-brief.sh
+	@GO=$(GO) PKGS='$(PKGS)' scripts/test.sh
 
 # The probes P1–P7 (sandbox doctor), the egress client suite and the
 # proxy's own tests (whose names do not say Egress: the package does).
