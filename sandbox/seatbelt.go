@@ -262,8 +262,9 @@ var seatbeltSysctlWrites = []sbEntry{
 }
 
 // Devices a step writes as a matter of course. They are fixed system
-// paths, not plan paths, so they appear in the text.
-var seatbeltDevices = []string{"/dev/null", "/dev/zero", "/dev/dtracehelper", "/dev/stdout", "/dev/stderr"}
+// paths, not plan paths, so they appear in the text. /dev/ptmx makes a
+// new pseudo-terminal pair; it reaches no existing terminal.
+var seatbeltDevices = []string{"/dev/null", "/dev/zero", "/dev/dtracehelper", "/dev/stdout", "/dev/stderr", "/dev/ptmx"}
 
 // seatbeltExtraHidden are macOS places that no plan mount covers and
 // that must not be read or written:

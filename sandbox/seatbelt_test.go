@@ -139,11 +139,12 @@ func init() {
 		file-write* file-write-acl file-write-create file-write-data file-write-finderinfo file-write-flags
 		file-write-mode file-write-owner file-write-setugid file-write-times file-write-unlink file-write-xattr
 		hid-control iokit* iokit-issue-extension iokit-open iokit-set-properties iokit-get-properties
-		ipc* ipc-posix* ipc-posix-sem* ipc-posix-shm* ipc-sysv* job-creation lsopen
+		ipc* ipc-posix* ipc-posix-sem* ipc-posix-sem-create ipc-posix-sem-open ipc-posix-shm* ipc-posix-shm-read*
+		ipc-posix-shm-read-data ipc-posix-shm-write* ipc-posix-shm-write-data ipc-sysv* ipc-sysv-shm job-creation lsopen
 		mach* mach-cross-domain-lookup mach-issue-extension mach-lookup mach-per-user-lookup
 		mach-priv* mach-priv-host-port mach-priv-task-port mach-register mach-task-name
 		network* network-inbound network-bind network-outbound nvram* nvram-delete nvram-get nvram-set
-		process* process-exec* process-exec-interpreter process-fork process-info* process-info-listpids
+		process* process-exec* process-exec process-exec-interpreter process-fork process-info* process-info-listpids
 		process-info-pidinfo process-info-setcontrol pseudo-tty signal sysctl* sysctl-read sysctl-write
 		system* system-fsctl system-info system-socket user-preference* user-preference-read user-preference-write`) {
 		sbOperations[op] = true
