@@ -12,6 +12,7 @@ const (
 	ExitNotFound           ExitCode = 5
 	ExitServeUnavailable   ExitCode = 6
 	ExitVerifyFailed       ExitCode = 7
+	ExitEgressRefused      ExitCode = 8
 	ExitInternal           ExitCode = 70
 	ExitInterrupted        ExitCode = 130
 )
@@ -30,6 +31,7 @@ var ExitCodes = []struct {
 	{ExitNotFound, "not_found", "the named run, step, attempt, key or file does not exist"},
 	{ExitServeUnavailable, "serve_unavailable", "kusaw serve is not running (service status)"},
 	{ExitVerifyFailed, "verify_failed", "a log's hash chain or seal does not verify"},
+	{ExitEgressRefused, "egress_refused", "kusaw egress check: the proxy would refuse the connection"},
 	{ExitInternal, "internal", "an internal error; please report it"},
 	{ExitInterrupted, "interrupted", "interrupted by SIGINT/SIGTERM; the run is recorded as canceled"},
 }
