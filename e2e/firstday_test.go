@@ -279,3 +279,95 @@ func TestSchemaCommand(t *testing.T) {
 		t.Error("a misspelt key passed the schema")
 	}
 }
+
+// TestInitValidateRun: kusaw init in a fresh repository writes a file that
+// validates, whose checks pipeline runs the repository's own tests in the
+// sandbox; it points editors at a schema copy; it never overwrites.
+func TestInitValidateRun(t *testing.T) {
+	need(t, "git")
+	need(t, "make")
+	dir := t.TempDir()
+	app := newRepo(t, dir, "app")
+	writeFile(t, filepath.Join(app, "Makefile"), "test:\n\t@echo the tests passed\n")
+	git(t, app, "add", ".")
+	git(t, app, "commit", "-q", "-m", "tests")
+	// HOME and the secret store in dir, beside the repository, as a
+	// user's are: not inside it.
+	kusaw := func(cwd string, args ...string) result { return runKusawWith(t, cwd, testEnv(t, dir), args...) }
+	r := kusaw(app, "init", "--sandbox")
+	if r.code != 0 {
+		t.Fatalf("init: exit %d: %s%s", r.code, r.stdout, r.stderr)
+	}
+	for _, want := range []string{"wrote factory.yaml: repo app at .: make test (from Makefile has a test target); sandbox required, network allowlist", "kusaw validate\n", "kusaw run checks\n"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("init output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	written := readFile(t, filepath.Join(app, "factory.yaml"))
+	if !strings.HasPrefix(written, "# yaml-language-server: $schema=.kusaw/factory.schema.json\n") {
+		t.Errorf("no schema modeline:\n%s", written)
+	}
+	if s := kusaw(app, "schema"); readFile(t, filepath.Join(app, ".kusaw", "factory.schema.json")) != s.stdout {
+		t.Error("the schema copy is not kusaw schema's output")
+	}
+	if v := kusaw(app, "validate"); v.code != 0 || !strings.Contains(v.stdout, "valid") {
+		t.Fatalf("validate: exit %d: %s%s", v.code, v.stdout, v.stderr)
+	}
+	run := kusaw(app, "run", "checks")
+	if run.code != 0 {
+		t.Fatalf("run checks: exit %d: %s%s", run.code, run.stdout, run.stderr)
+	}
+	id := onlyRun(t, app)
+	out := readFile(t, filepath.Join(app, ".kusaw", "runs", id, "steps", "checks", "1", "stdout.log"))
+	if !strings.Contains(out, "the tests passed") {
+		t.Errorf("checks did not run make test: %q", out)
+	}
+	att := readFile(t, filepath.Join(app, ".kusaw", "runs", id, "steps", "checks", "1", "attempt.json"))
+	if !strings.Contains(att, `"mode": "required"`) {
+		t.Errorf("checks did not run sandboxed:\n%s", att)
+	}
+	if st := git(t, app, "status", "--porcelain"); strings.Contains(st, ".kusaw") {
+		t.Errorf("the records show in git status:\n%s", st)
+	}
+	again := kusaw(app, "init")
+	if again.code != 2 || !strings.Contains(again.stderr, "never overwrites") || readFile(t, filepath.Join(app, "factory.yaml")) != written {
+		t.Errorf("second init: exit %d %q", again.code, again.stderr)
+	}
+	if b := kusaw(dir, "init", "--provider", "codex"); b.code != 2 || !strings.Contains(b.stderr, `--provider "codex" is not one of claude-code, cursor`) {
+		t.Errorf("bad provider: exit %d %q", b.code, b.stderr)
+	}
+	empty := t.TempDir()
+	if b := runKusaw(t, empty, "init"); b.code != 2 || !strings.Contains(b.stderr, "no git repository here") {
+		t.Errorf("no repo: exit %d %q", b.code, b.stderr)
+	}
+	// Above two repositories: both, and the built-in checks step.
+	newRepo(t, dir, "lib")
+	top := kusaw(dir, "init", "--provider", "cursor")
+	if top.code != 0 {
+		t.Fatalf("init above repos: exit %d %s", top.code, top.stderr)
+	}
+	f := readFile(t, filepath.Join(dir, "factory.yaml"))
+	for _, want := range []string{"  app:\n    path: app\n", "  lib:\n    path: lib\n", "builtin: checks", "provider: cursor", "CURSOR_API_KEY"} {
+		if !strings.Contains(f, want) {
+			t.Errorf("factory above repos lacks %q:\n%s", want, f)
+		}
+	}
+	if v := kusaw(dir, "validate"); v.code != 0 {
+		t.Errorf("validate above repos: exit %d: %s", v.code, v.stdout)
+	}
+}
+
+// runKusawWith runs the built binary in dir with exactly env.
+func runKusawWith(t *testing.T, dir string, env []string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(kusawBin, args...)
+	cmd.Dir = dir
+	cmd.Env = env
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if err != nil && exitCode(err) < 0 {
+		t.Fatalf("kusaw %v: %v", args, err)
+	}
+	return result{out.String(), errb.String(), exitCode(err)}
+}
