@@ -36,6 +36,7 @@ func (d *decoder) limits(n *yaml.Node, path string) *Limits {
 		kp := join(path, fl.key)
 		switch fl.key {
 		case "cost_usd":
+			trace(kp, kindNumber, nil)
 			s, ok := d.scalar(fl.value, kp)
 			if !ok {
 				continue

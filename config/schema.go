@@ -28,6 +28,7 @@ const (
 	kindText     nodeKind = "text"     // any scalar, read as its text
 	kindBool     nodeKind = "bool"     // true or false
 	kindInt      nodeKind = "int"      // a whole number
+	kindNumber   nodeKind = "number"   // a number, fractions allowed
 	kindDuration nodeKind = "duration" // a Go duration
 	kindSize     nodeKind = "size"     // a byte size
 	kindEnum     nodeKind = "enum"     // one of a few words
@@ -44,6 +45,7 @@ type schemaNode struct {
 	pattern  string        // text, and list items
 	min, max *int          // int
 	minItems int           // list, array
+	unique   bool          // list: no item twice
 	props    []*schemaProp // object
 	elem     *schemaNode   // map values, array items
 	alts     []*schemaNode // oneOf
@@ -95,6 +97,9 @@ const (
 	envNamePatternText = `^[A-Za-z_][A-Za-z0-9_]*$`
 	// durationPattern is what time.ParseDuration takes (without a sign).
 	durationPattern = `^([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|ms|s|m|h)(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|ms|s|m|h))*$`
+	// zeroDurationPattern is a duration of nothing, which the decoder
+	// refuses: a duration is positive.
+	zeroDurationPattern = `^([0.]+(ns|us|µs|ms|s|m|h))+$`
 	// sizePattern is what ParseSize takes.
 	sizePattern = `^ *[0-9]*\.?[0-9]+ *(KiB|MiB|GiB|TiB|KB|MB|GB|TB|K|M|G|T|B)? *$`
 )
@@ -131,6 +136,28 @@ func injectNode(desc string) *schemaNode {
 	return oneOf(desc, provider, array("", items))
 }
 
+func limitsNode(desc string) *schemaNode {
+	return object(desc,
+		p("cost_usd", &schemaNode{kind: kindNumber, desc: "USD, from the cost the provider reports"}),
+		p("tokens", integer("every token the provider counted (input, output, cache)", intp(1), nil)),
+		p("turns", integer("agent turns (API round trips)", intp(1), nil)),
+		p("duration", duration("wall time")),
+	)
+}
+
+// pipelineSteps is a pipeline's list: step ids, or lists of two or more
+// step ids that run at the same time (a parallel group).
+func pipelineSteps(desc string) *schemaNode {
+	id := &schemaNode{kind: kindText, desc: "a step id", pattern: idPatternText, inline: true}
+	group := list("a parallel group: steps that start from the same run-branch tip; their commits merge in written order")
+	group.pattern = idPatternText
+	group.minItems = 2
+	group.unique = true
+	steps := array(desc, oneOf("", id, group))
+	steps.minItems = 1
+	return steps
+}
+
 func hostList(desc string) *schemaNode {
 	return list(desc + `: a name, *.suffix (subdomains only), each with an optional :port; no IP literals`)
 }
@@ -150,6 +177,7 @@ func factorySchema() *schemaNode {
 		p("args", list("arguments added to every run of this provider")),
 		p("base_url", text("the upstream inject forwards to (an API gateway may replace the provider's own)")),
 		p("api_key", secretRefNode("the provider's API key, from the secret store (never written in the file)")),
+		p("exit_grace", duration("how long the agent may take to exit by itself after its result before kusaw stops it (default 5s)")),
 	)
 	providers := mapOf("overrides of the built-in agent providers, by name", "", provider)
 	providers.values = ProviderNames
@@ -207,15 +235,25 @@ func factorySchema() *schemaNode {
 		p("env", mapOf("extra environment of the step's process", envNamePatternText, envValue)),
 		p("sandbox", stepSandbox),
 		p("requires", list("capabilities the step needs; validate fails when one is missing: "+fmt.Sprint(Capabilities))),
+		p("limits", limitsNode("bounds on each attempt; past one the attempt ends with limit_reached")),
 	)
 	for _, pr := range step.props {
 		if pr.name == "requires" {
 			pr.node.values = Capabilities
 		}
 	}
-	pipeline := list("step ids run in order")
-	pipeline.minItems = 1
-	pipeline.pattern = idPatternText
+	pipeline := oneOf("the steps in order (a list), or a map with the steps and settings of the whole run",
+		pipelineSteps("step ids run in order; a list of step ids is a parallel group"),
+		object("",
+			p("steps", pipelineSteps("step ids run in order; a list of step ids is a parallel group")),
+			p("limits", limitsNode("bounds on the whole run")),
+		),
+	)
+	for _, pr := range pipeline.alts[1].props {
+		if pr.name == "steps" {
+			pipeline.alts[1].required = []string{"steps"}
+		}
+	}
 
 	setupCmd := list("a command: [program, arg, ...]")
 	setupCmd.minItems = 1
@@ -337,6 +375,9 @@ func (w *jw) node(n *schemaNode) {
 		}
 	case kindBool:
 		w.kv("type", "boolean")
+	case kindNumber:
+		w.kv("type", "number")
+		w.kv("exclusiveMinimum", 0)
 	case kindInt:
 		w.kv("type", "integer")
 		if n.constInt != nil {
@@ -351,6 +392,10 @@ func (w *jw) node(n *schemaNode) {
 	case kindDuration:
 		w.kv("type", "string")
 		w.kv("pattern", durationPattern)
+		w.key("not")
+		w.open('{')
+		w.kv("pattern", zeroDurationPattern)
+		w.close('}')
 	case kindSize:
 		w.kv("type", []string{"string", "integer"})
 		w.kv("pattern", sizePattern)
@@ -361,6 +406,9 @@ func (w *jw) node(n *schemaNode) {
 		w.kv("type", "array")
 		if n.minItems > 0 {
 			w.kv("minItems", n.minItems)
+		}
+		if n.unique {
+			w.kv("uniqueItems", true)
 		}
 		w.key("items")
 		w.open('{')

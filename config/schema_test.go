@@ -222,6 +222,8 @@ func sample(n *schemaNode, choice int) any {
 		return "a"
 	case kindBool:
 		return true
+	case kindNumber:
+		return 1.5
 	case kindInt:
 		switch {
 		case n.constInt != nil:
@@ -351,25 +353,26 @@ func TestSchemaValidatesExamples(t *testing.T) {
 // the schema must accept them, so this list stays honest: when the schema
 // learns to catch one, move it out.
 var beyondSchema = map[string]string{
-	"agent_no_prompt":          "an agent step needs one of prompt and prompt_file: a rule across keys",
-	"allow_write_etc":          "which folders are too broad is decided on the resolved path",
-	"allow_write_root":         "which folders are too broad is decided on the resolved path",
-	"bad_cidr":                 "a CIDR's prefix length is checked by parsing it",
-	"bad_resolver":             "host:port is checked by parsing it",
-	"duplicate_step":           "the YAML parser refuses duplicate keys before any schema",
-	"host_bare_star":           "host patterns are parsed with the public-suffix list",
-	"host_ip_literal":          "host patterns are parsed with the public-suffix list",
-	"host_metadata":            "host patterns are parsed with the public-suffix list",
-	"host_public_suffix":       "host patterns are parsed with the public-suffix list",
-	"inject_without_allowlist": "inject needs the effective network of the step: a rule across keys",
-	"repo_not_git":             "needs the file system",
-	"repo_path_missing":        "needs the file system",
-	"requires_network_open":    "needs the effective network: a rule across keys",
-	"requires_sandbox_off":     "needs the effective mode: a rule across keys",
-	"two_kinds":                "one kind of step: a rule across keys",
-	"unknown_repo_ref":         "a reference to another key",
-	"unknown_step_ref":         "a reference to another key",
-	"yaml_syntax":              "not YAML at all",
+	"agent_no_prompt":             "an agent step needs one of prompt and prompt_file: a rule across keys",
+	"allow_write_etc":             "which folders are too broad is decided on the resolved path",
+	"allow_write_root":            "which folders are too broad is decided on the resolved path",
+	"bad_cidr":                    "a CIDR's prefix length is checked by parsing it",
+	"bad_resolver":                "host:port is checked by parsing it",
+	"duplicate_step":              "the YAML parser refuses duplicate keys before any schema",
+	"host_bare_star":              "host patterns are parsed with the public-suffix list",
+	"host_ip_literal":             "host patterns are parsed with the public-suffix list",
+	"host_metadata":               "host patterns are parsed with the public-suffix list",
+	"host_public_suffix":          "host patterns are parsed with the public-suffix list",
+	"inject_without_allowlist":    "inject needs the effective network of the step: a rule across keys",
+	"repo_not_git":                "needs the file system",
+	"repo_path_missing":           "needs the file system",
+	"requires_network_open":       "needs the effective network: a rule across keys",
+	"requires_sandbox_off":        "needs the effective mode: a rule across keys",
+	"two_kinds":                   "one kind of step: a rule across keys",
+	"unknown_repo_ref":            "a reference to another key",
+	"unknown_step_ref":            "a reference to another key",
+	"pipeline_group_unknown_step": "a reference to another key",
+	"yaml_syntax":                 "not YAML at all",
 }
 
 // TestSchemaRejectsBrokenFiles: every broken file in testdata/invalid is
