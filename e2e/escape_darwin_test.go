@@ -5,7 +5,9 @@ package e2e
 // The macOS escape suite: the cases of the Linux suite (sandbox/escape_test.go)
 // run against the Seatbelt backend on a real Mac, plus the macOS-only
 // ones (Keychain, pasteboard, LaunchServices, Apple Events, launchd jobs,
-// command lines of other processes, case-insensitive paths). Every attack
+// command lines of other processes, case-insensitive paths) and the
+// first-run checklist of docs/sandbox-macos.md (DNS, the data volume,
+// disk images, daemons that fetch, lsregister, lldb, everyday tools). Every attack
 // has a legitimate twin that must keep working. A documented macOS limit
 // (a setsid process survives the step) is tested for what still holds:
 // the survivor stays under the profile.
@@ -15,14 +17,24 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,6 +53,7 @@ const (
 const macHelperSource = `package main
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -84,6 +97,14 @@ func main() {
 			fail(err)
 		}
 		c.Close()
+	case "resolve": // a DNS lookup through the system's resolver (mDNSResponder)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		addrs, err := net.DefaultResolver.LookupHost(ctx, os.Args[2])
+		if err != nil {
+			fail(err)
+		}
+		fmt.Println(addrs)
 	case "listen": // bind and listen on loopback
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -205,6 +226,79 @@ type macSuite struct {
 	f         *macFixture
 	vars      map[string]string
 	leasePort int
+	aia       *aiaServer
+}
+
+const macLSRegister = "/System/Library/Frameworks/CoreServices.framework/Frameworks/LaunchServices.framework/Support/lsregister"
+
+func firstLines(s string, n int) string {
+	l := strings.SplitN(strings.TrimSpace(s), "\n", n+1)
+	return strings.Join(l[:min(n, len(l))], " | ")
+}
+
+// aiaServer is a loopback HTTP server that counts the requests for each
+// certificate's AIA, OCSP and CRL addresses. The step cannot reach it (in
+// allowlist mode only the lease's port is open); a daemon outside could.
+type aiaServer struct {
+	url  string
+	mu   sync.Mutex
+	seen map[string]int
+	ca   *x509.Certificate
+	key  *ecdsa.PrivateKey
+}
+
+func newAIAServer(t *testing.T) *aiaServer {
+	a := &aiaServer{seen: map[string]int{}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.mu.Lock()
+		a.seen[strings.Split(strings.TrimPrefix(r.URL.Path, "/"), "/")[0]]++
+		a.mu.Unlock()
+		http.NotFound(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	a.url = srv.URL
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kusaw probe issuer (not given to the verifier)"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.ca, _ = x509.ParseCertificate(der)
+	a.key = key
+	return a
+}
+
+// cert writes a leaf whose issuer is only reachable through its AIA
+// address, so a verifier that fetches asks the server for it.
+func (a *aiaServer) cert(t *testing.T, dir, tag string) string {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: "kusaw-probe.example"},
+		DNSNames: []string{"kusaw-probe.example"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IssuingCertificateURL: []string{a.url + "/" + tag + "/issuer.cer"},
+		OCSPServer:            []string{a.url + "/" + tag + "/ocsp"},
+		CRLDistributionPoints: []string{a.url + "/" + tag + "/crl"}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, a.ca, &key.PublicKey, a.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, tag+".pem")
+	writeFile(t, p, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
+	return p
+}
+
+func (a *aiaServer) hits(tag string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.seen[tag]
 }
 
 const macPrelude = `
@@ -592,6 +686,135 @@ func macCases(t0 *testing.T, s *macSuite) []macCase {
 					t.Errorf("the step wrote the host's pasteboard")
 				}
 			}},
+		// The first-run checklist of docs/sandbox-macos.md (issue #18).
+		{name: "checklist: DNS lookups fail in allowlist mode", edit: allowlist,
+			before: func(t *testing.T, f *macFixture) string { return hostWorks(f.helper, "resolve", "apple.com")(t, f) },
+			attack: `refused $H resolve apple.com; refused $H resolve kusaw-probe-$MARKER.example.com; exit 42`,
+			twin:   `$H dial $LEASE`},
+		{name: "checklist: DNS lookups fail with network none", edit: netNone,
+			before: func(t *testing.T, f *macFixture) string { return hostWorks(f.helper, "resolve", "apple.com")(t, f) },
+			attack: `refused $H resolve apple.com; exit 42`,
+			twin:   `$H selfsock $TMP/own.sock`},
+		{name: "checklist: DNS works with network open",
+			edit:   func(in *sandbox.Input) { in.Network = sandbox.NetworkOpen },
+			before: func(t *testing.T, f *macFixture) string { return hostWorks(f.helper, "resolve", "apple.com")(t, f) },
+			attack: `refused $H connect $AGENTSOCK; exit 42`,
+			twin:   `$H resolve apple.com`},
+		{name: "checklist: the data volume's spelling of ~/.ssh is unreadable",
+			before: func(t *testing.T, f *macFixture) string {
+				if _, err := os.Stat("/System/Volumes/Data" + f.home + "/.ssh/id_ed25519"); err != nil {
+					return "the data volume's spelling does not reach the fixture's home here: " + err.Error()
+				}
+				return ""
+			},
+			attack: `refused cat /System/Volumes/Data$HOME_/.ssh/id_ed25519; refused ls /System/Volumes/Data$HOME_/.ssh; refused ls /System/Volumes/Data$HOME_; ` +
+				`refused sh -c "echo x > /System/Volumes/Data$COMMON/config"; refused sh -c "echo x > /System/Volumes/Data$OUTSIDE/victim.txt"; exit 42`,
+			twin:  `cat $WT/README.md >/dev/null && echo ok > $WT/dv.txt`,
+			check: macUnchanged("$ROOT/outside/victim.txt", "original\n")},
+		{name: "checklist: hdiutil attach -mountpoint outside fails",
+			before: func(t *testing.T, f *macFixture) string {
+				img := filepath.Join(f.root, "probe.dmg")
+				if _, err := os.Stat(img); err != nil {
+					out, err := exec.Command("/usr/bin/hdiutil", "create", "-quiet", "-size", "1m", "-fs", "HFS+", "-volname", "kusawprobe", img).CombinedOutput()
+					if err != nil {
+						return fmt.Sprintf("hdiutil create does not work outside the sandbox either (%v: %s)", err, bytes.TrimSpace(out))
+					}
+				}
+				if err := os.MkdirAll(filepath.Join(f.outside, "mnt"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				s.vars["IMG"] = img
+				return ""
+			},
+			attack: `refused /usr/bin/hdiutil attach -nobrowse -mountpoint $OUTSIDE/mnt $IMG; refused /usr/bin/hdiutil attach -nobrowse -mountpoint $WT/mnt $IMG; exit 42`,
+			twin:   `mkdir -p $WT/mnt && test -r $IMG`,
+			check: func(t *testing.T, f *macFixture) {
+				out, _ := exec.Command("/sbin/mount").Output()
+				for _, mp := range []string{filepath.Join(f.outside, "mnt"), filepath.Join(f.wt, "mnt")} {
+					if strings.Contains(string(out), mp) {
+						exec.Command("/usr/bin/hdiutil", "detach", "-force", mp).Run()
+						t.Errorf("the step mounted a disk image at %s", mp)
+					}
+				}
+			}},
+		{name: "checklist: security verify-cert on a certificate with an AIA URL fetches nothing", edit: allowlist,
+			before: func(t *testing.T, f *macFixture) string {
+				aia := newAIAServer(t)
+				outsideCert := aia.cert(t, f.root, "outside")
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				exec.CommandContext(ctx, "/usr/bin/security", "verify-cert", "-c", outsideCert, "-p", "ssl").Run()
+				time.Sleep(2 * time.Second) // trustd fetches in the background
+				if aia.hits("outside") == 0 {
+					return "trustd fetches no AIA, OCSP or CRL address outside the sandbox either: the refusal inside would prove nothing"
+				}
+				s.vars["CERT"] = aia.cert(t, f.root, "inside")
+				s.aia = aia
+				return ""
+			},
+			attack: `/usr/bin/security verify-cert -c $CERT -p ssl >/dev/null 2>&1; /usr/bin/security verify-cert -c $CERT >/dev/null 2>&1; exit 42`,
+			twin:   `test -r $CERT && $H dial $LEASE`,
+			check: func(t *testing.T, f *macFixture) {
+				time.Sleep(2 * time.Second) // trustd fetches in the background
+				if n := s.aia.hits("inside"); n != 0 {
+					t.Errorf("a daemon fetched %d address(es) of the step's certificate: a network path outside the proxy", n)
+				}
+			}},
+		{name: "checklist: lsregister -f of an app in the worktree fails",
+			before: func(t *testing.T, f *macFixture) string {
+				if _, err := os.Stat(macLSRegister); err != nil {
+					return "lsregister is not at " + macLSRegister
+				}
+				return ""
+			},
+			attack: `mkdir -p $WT/Evil.app/Contents/MacOS && ` +
+				`printf '<?xml version="1.0" encoding="UTF-8"?><plist version="1.0"><dict><key>CFBundleIdentifier</key><string>com.kusaw.escape-probe-%s</string><key>CFBundleExecutable</key><string>evil</string><key>CFBundleURLTypes</key><array><dict><key>CFBundleURLSchemes</key><array><string>kusaw-escape-%s</string></array></dict></array></dict></plist>' $MARKER $MARKER > $WT/Evil.app/Contents/Info.plist && ` +
+				`printf '#!/bin/sh\ntouch $OUTSIDE/lsregister.txt\n' > $WT/Evil.app/Contents/MacOS/evil && chmod +x $WT/Evil.app/Contents/MacOS/evil && ` +
+				`"` + macLSRegister + `" -f $WT/Evil.app >/dev/null 2>&1; exit 42`,
+			twin: `test -d $WT`,
+			check: func(t *testing.T, f *macFixture) {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				defer cancel()
+				out, _ := exec.CommandContext(ctx, macLSRegister, "-dump").Output()
+				if strings.Contains(string(out), "com.kusaw.escape-probe-"+s.vars["MARKER"]) {
+					exec.Command(macLSRegister, "-u", filepath.Join(f.wt, "Evil.app")).Run()
+					t.Errorf("the step registered an app of the worktree with LaunchServices")
+				}
+			}},
+		{name: "checklist: lldb -p of an outside process fails",
+			before: func(t *testing.T, f *macFixture) string {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				out, _ := exec.CommandContext(ctx, "/usr/bin/lldb", "-p", s.vars["MARKERPID"], "--batch", "-o", "process detach").CombinedOutput()
+				if !strings.Contains(string(out), "detached") {
+					return "lldb cannot attach outside the sandbox either (developer tools not enabled?): " + firstLines(string(out), 3)
+				}
+				return ""
+			},
+			attack: `if /usr/bin/lldb -p $MARKERPID --batch -o 'process detach' 2>&1 | grep -q detached; then echo "ESCAPED: lldb attached"; exit 1; fi; exit 42`,
+			twin:   `test -x /usr/bin/lldb && kill -0 $$`},
+		{name: "checklist: git and cc still work",
+			before: hostWorks("/usr/bin/cc", "--version"),
+			attack: `refused sh -c "echo x > $OUTSIDE/victim.txt"; exit 42`,
+			twin: `git --version >/dev/null && git -C $WT status --porcelain >/dev/null && git -C $WT log -1 --format=%s | grep -q . && ` +
+				`printf 'int main(void){return 0;}\n' > $TMP/t.c && cc -o $TMP/t $TMP/t.c && $TMP/t`,
+			check: macUnchanged("$ROOT/outside/victim.txt", "original\n")},
+		{name: "checklist: node still works",
+			before: func(t *testing.T, f *macFixture) string {
+				if _, err := exec.LookPath("node"); err != nil {
+					return "node is not on PATH"
+				}
+				return ""
+			},
+			attack: `refused node -e 'require("fs").writeFileSync(process.env.OUTSIDE + "/node.txt", "x")'; exit 42`,
+			twin:   `node -e 'const os = require("os"); os.cpus(); os.networkInterfaces(); os.uptime(); require("fs").writeFileSync(process.env.WT + "/node.txt", "x")'`,
+			check:  macAbsent("$ROOT/outside/node.txt"), twinHost: macPresent(wtRel + "/node.txt")},
+		{name: "checklist: a pty of its own works, the user's terminals do not",
+			attack: `for t in /dev/ttys000 /dev/ttys001 /dev/console; do refused sh -c "exec 3<>$t"; done; exit 42`,
+			twin:   `/usr/bin/script -q /dev/null /usr/bin/true`},
+		{name: "checklist: other processes' command lines",
+			attack: `refused sh -c 'ps -ww -p $MARKERPID -o command= | grep -q kusaw-marker'; refused sh -c 'ps -axww -o command= | grep -q kusaw-marker-$MARKER'; exit 42`,
+			twin:   `uname -a >/dev/null && sysctl -n hw.ncpu kern.osproductversion >/dev/null && ps -p $$ -o comm= >/dev/null`},
 		{name: "write another app's preferences",
 			attack: `/usr/bin/defaults write com.kusaw.escape-probe planted -string yes >/dev/null 2>&1; refused sh -c '/usr/bin/defaults read com.kusaw.escape-probe planted 2>/dev/null | grep -q yes'; exit 42`,
 			twin:   `/usr/bin/defaults read -g AppleLocale >/dev/null 2>&1 || true`,
