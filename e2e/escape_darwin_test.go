@@ -689,7 +689,7 @@ func macCases(t0 *testing.T, s *macSuite) []macCase {
 		// The first-run checklist of docs/sandbox-macos.md (issue #18).
 		{name: "checklist: DNS lookups fail in allowlist mode", edit: allowlist,
 			before: func(t *testing.T, f *macFixture) string { return hostWorks(f.helper, "resolve", "apple.com")(t, f) },
-			attack: `refused $H resolve apple.com; refused $H resolve kusaw-probe-$MARKER.example.com; exit 42`,
+			attack: `refused $H resolve apple.com; refused $H resolve kusaw-probe-$MARKER.example.com; refused sh -c '/usr/bin/dscacheutil -q host -a name apple.com | grep -q address'; exit 42`,
 			twin:   `$H dial $LEASE`},
 		{name: "checklist: DNS lookups fail with network none", edit: netNone,
 			before: func(t *testing.T, f *macFixture) string { return hostWorks(f.helper, "resolve", "apple.com")(t, f) },
