@@ -466,7 +466,7 @@ func (d *decoder) serve(f *Factory, n *yaml.Node) {
 
 // pipelineKeys are the keys of a pipeline written as a map; the list form
 // is the shorthand for {steps: [...]}.
-var pipelineKeys = []string{"steps", "limits"}
+var pipelineKeys = []string{"steps", "limits", "deliver"}
 
 func (d *decoder) pipelines(f *Factory, n *yaml.Node) {
 	for _, fl := range d.fields(n, "pipelines", nil) {
@@ -485,6 +485,8 @@ func (d *decoder) pipelines(f *Factory, n *yaml.Node) {
 					stepsN = kv.value
 				case "limits":
 					pl.Limits = d.limits(kv.value, join(p, "limits"))
+				case "deliver":
+					pl.Deliver = d.deliver(f, kv.value, join(p, "deliver"))
 				}
 			}
 		}

@@ -247,6 +247,7 @@ func factorySchema() *schemaNode {
 		object("",
 			p("steps", pipelineSteps("step ids run in order; a list of step ids is a parallel group")),
 			p("limits", limitsNode("bounds on the whole run")),
+			p("deliver", deliverNode()),
 		),
 	)
 	for _, pr := range pipeline.alts[1].props {
@@ -448,4 +449,33 @@ func (w *jw) node(n *schemaNode) {
 	default:
 		panic("schema: unknown kind " + strconv.Quote(string(n.kind)))
 	}
+}
+
+func deliverNode() *schemaNode {
+	merge := object("merge the run branch into a local branch (refused when that branch is checked out with uncommitted changes)",
+		p("into", text("the branch to merge into")),
+		p("how", enum("ff-only (default), merge (a merge commit) or squash (one commit)", mergeHows...)),
+	)
+	merge.required = []string{"into"}
+	push := object("push the run branch to a remote with the user's own git credentials",
+		p("remote", text("the git remote")),
+		p("branch", text("the remote branch; {run} and {pipeline} are replaced (default kusaw/{run})")),
+	)
+	push.required = []string{"remote"}
+	pr := object("open, or update, one pull request per run through the forge's REST API",
+		p("forge", enum("the forge's API dialect", forges...)),
+		p("api_url", text("the forge's API address (default for github: https://api.github.com)")),
+		p("repo", text("OWNER/NAME on the forge (GitLab: the project's path)")),
+		p("base", text("the branch the pull request targets")),
+		p("token", secretRefNode("the forge token, from the secret store")),
+		p("title", text("the pull request's title (default: kusaw: PIPELINE run RUN)")),
+		p("body_file", text("a file holding the body, relative to the factory file (default: the run's summary)")),
+	)
+	pr.required = []string{"forge", "repo", "base", "token"}
+	return object("where a successful run's work goes, outside the sandbox: merge, push, pull request (kusaw deliver RUN does it again)",
+		p("repo", text("the factory repo to deliver (required when there are several)")),
+		p("merge", merge),
+		p("push", push),
+		p("pull_request", pr),
+	)
 }

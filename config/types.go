@@ -218,6 +218,8 @@ type Pipeline struct {
 	Steps []PipelineItem
 	// Limits bound the whole run (pipelines.<name>.limits); nil: none.
 	Limits *Limits
+	// Deliver is where a successful run's work goes; nil: nowhere.
+	Deliver *Deliver
 }
 
 // PipelineItem is one item of a pipeline's steps: a step id, or a parallel
