@@ -19,9 +19,12 @@ const (
 	EvBranchAdvanced  = "branch.advanced"
 	EvEgressBlocked   = "egress.blocked"
 	EvEgressSummary   = "egress.summary"
-	EvRepoDirty       = "repo.dirty"
-	EvCancelRequested = "run.cancel_requested"
-	EvRefsRestored    = "worktree.refs_restored"
+	// EvEgressWouldRefuse: network: audit admitted a host the allowlist
+	// lacks (capped per attempt like egress.blocked).
+	EvEgressWouldRefuse = "egress.would_refuse"
+	EvRepoDirty         = "repo.dirty"
+	EvCancelRequested   = "run.cancel_requested"
+	EvRefsRestored      = "worktree.refs_restored"
 )
 
 // Event is one line of an events.jsonl file.
