@@ -1,5 +1,10 @@
 package config
 
+import (
+	"net/url"
+	"strings"
+)
+
 // Origins of an effective setting, for doctor and validate --json.
 const (
 	OriginFactory = "factory"
@@ -106,13 +111,44 @@ func (f *Factory) Allowlist(s *Step, providerHosts []string) []AllowedHost {
 	// Provider is set only for agent steps by the loader; kusaw sandbox exec
 	// keeps it on the command it runs in an agent step's place.
 	if f.Sandbox.Egress.ProviderHosts && s.Provider != "" {
-		for _, h := range providerHosts {
+		hosts := providerHosts
+		// The provider's base_url is where its CLI goes: a gateway, a
+		// self-hosted server or a local service (https://localhost:PORT).
+		if pc := f.Providers[s.Provider]; pc != nil && pc.BaseURL != "" {
+			if h := baseURLHost(pc.BaseURL); h != "" {
+				hosts = append([]string{h}, hosts...)
+			}
+		}
+		for _, h := range hosts {
 			if p, err := ParseHostPattern(h); err == nil {
 				addEntry(p, "provider:"+s.Provider, "")
 			}
 		}
 	}
 	return out
+}
+
+// baseURLHost is the allowlist entry of a base URL: its host, with the
+// port when it is not the scheme's default.
+func baseURLHost(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Hostname() == "" {
+		return ""
+	}
+	host := u.Hostname()
+	if strings.Contains(host, ":") {
+		host = "[" + host + "]"
+	}
+	if p := u.Port(); p != "" && !(u.Scheme == "https" && p == "443") && !(u.Scheme == "http" && p == "80") {
+		return host + ":" + p
+	}
+	if _, ok := LoopbackHost(u.Hostname()); ok {
+		if u.Scheme == "http" {
+			return host + ":80"
+		}
+		return host + ":443"
+	}
+	return host
 }
 
 // AllowPolicyKey names the key a user changes to allow a host for a step,

@@ -199,3 +199,23 @@ func TestPipelineForms(t *testing.T) {
 		}
 	}
 }
+
+// A provider's base_url joins its hosts: on localhost it becomes a local
+// service entry, so the CLI reaches a local gateway with no extra key.
+func TestAllowlistProviderBaseURL(t *testing.T) {
+	for url, want := range map[string]string{
+		"https://localhost:8443":            "localhost:8443",
+		"https://127.0.0.1:9000/v1":         "127.0.0.1:9000",
+		"http://[::1]:8080":                 "[::1]:8080",
+		"https://gateway.corp.example":      "gateway.corp.example",
+		"https://gateway.corp.example:8443": "gateway.corp.example:8443",
+		"https://localhost":                 "localhost:443",
+	} {
+		f := &Factory{Providers: map[string]*ProviderConfig{"claude-code": {BaseURL: url}}}
+		f.Sandbox.Egress.ProviderHosts = true
+		got := f.Allowlist(&Step{ID: "a", Provider: "claude-code"}, []string{"api.anthropic.com"})
+		if len(got) != 2 || got[0].Pattern.String() != want || got[0].Origin != "provider:claude-code" {
+			t.Errorf("base_url %s: allowlist %+v, want %s first", url, got, want)
+		}
+	}
+}

@@ -389,7 +389,7 @@ func (d *decoder) sandbox(f *Factory, n *yaml.Node) {
 				sp.Mode = Mode(m)
 			}
 		case "network":
-			if m := d.enum(fl.value, kp, "open", "allowlist"); m != "" {
+			if m := d.enum(fl.value, kp, "open", "allowlist", "audit"); m != "" {
 				sp.Network = Network(m)
 			}
 		case "allow_read":
@@ -699,7 +699,7 @@ func (d *decoder) stepSandbox(f *Factory, n *yaml.Node, path string) *StepSandbo
 		case "mode":
 			ss.Mode = Mode(d.enum(fl.value, kp, "off", "required"))
 		case "network":
-			ss.Network = Network(d.enum(fl.value, kp, "open", "allowlist"))
+			ss.Network = Network(d.enum(fl.value, kp, "open", "allowlist", "audit"))
 		case "allow_read":
 			ss.AllowRead = d.pathList(f, fl.value, kp, false)
 		case "allow_write":
@@ -727,11 +727,11 @@ func (d *decoder) crossChecks(f *Factory) {
 		p := join("steps", id)
 		net := f.StepNetwork(s)
 		hasInject := len(f.Inject(s)) > 0
-		if hasInject && net != NetworkAllowlist {
+		if hasInject && !net.Proxied() {
 			at := f.posNode(join(p, "sandbox"), "sandbox.egress.inject")
 			d.errf(ECodeInjectNeedsList, at, p, "set network: allowlist for this step (sandbox.network or steps."+id+".sandbox.network)", "step %s injects a key but its network is not allowlist: there is no proxy to hold the key", id)
 		}
-		if contains(s.Requires, "network") && net != NetworkAllowlist {
+		if contains(s.Requires, "network") && !net.Proxied() {
 			d.errf(ECodeNetworkOpen, f.posNode(join(p, "requires"), p), join(p, "requires"), "set steps."+id+".sandbox: {mode: required, network: allowlist}", "step %s requires network, but its network is open: nothing restricts it", id)
 		}
 		if contains(s.Requires, "sandbox") {
@@ -742,11 +742,11 @@ func (d *decoder) crossChecks(f *Factory) {
 				}
 			}
 		}
-		if net == NetworkAllowlist {
+		if net.Proxied() {
 			for _, a := range f.Attempts(s) {
 				if m, origin := f.EffectiveMode(s, a); m == ModeOff {
 					d.add(SevWarning, WCodeNoRestriction, f.posNode(join(p, "sandbox"), "sandbox.network"), p,
-						"set the step's sandbox to required, or its network to open", "step %s has network: allowlist but its sandbox is off (%s): the network is open", id, origin)
+						"set the step's sandbox to required, or its network to open", "step %s has network: %s but its sandbox is off (%s): the network is open", id, net, origin)
 					break
 				}
 			}

@@ -106,7 +106,7 @@ const (
 
 var (
 	modes        = []string{string(ModeOff), string(ModeRequired)}
-	networkModes = []string{string(NetworkOpen), string(NetworkAllowlist)}
+	networkModes = []string{string(NetworkOpen), string(NetworkAllowlist), string(NetworkAudit)}
 )
 
 func secretRefNode(desc string) *schemaNode {

@@ -23,8 +23,16 @@ const (
 	NetworkUnset     Network = ""
 	NetworkOpen      Network = "open"
 	NetworkAllowlist Network = "allowlist"
+	// NetworkAudit runs like allowlist, but a host the allowlist lacks is
+	// admitted and logged as would_refuse (the address guard still
+	// refuses): a way to learn a step's allowlist.
+	NetworkAudit Network = "audit"
 	NetworkNone      Network = "none"
 )
+
+// Proxied reports whether the network goes through kusaw's proxy
+// (allowlist or audit): the sandbox then has no other way out.
+func (n Network) Proxied() bool { return n == NetworkAllowlist || n == NetworkAudit }
 
 // StepKind says how a step is run.
 type StepKind string

@@ -150,12 +150,12 @@ func (e *Engine) Doctor(ctx context.Context, o DoctorOptions) (*DoctorReport, er
 			}
 			sandboxed := ds.Mode == string(config.ModeRequired)
 			mx := providers.CapabilitiesOf(s.Provider, providers.Mode{Sandboxed: sandboxed, Network: ds.Network,
-				Inject: injects && ds.Network == string(config.NetworkAllowlist), FreshHome: providers.FreshHome(runtime.GOOS, sandboxed)})
+				Inject: injects && config.Network(ds.Network).Proxied(), FreshHome: providers.FreshHome(runtime.GOOS, sandboxed)})
 			ds.Capabilities = &mx
 		}
 		ds.ProxySocket = filepath.Join(e.State.Dir, "runs", "<run>", "steps", id, "<n>", "lease", "egress.sock") +
 			" (a private temp folder when that path is longer than a Unix socket allows)"
-		if ds.Network != string(config.NetworkAllowlist) {
+		if !config.Network(ds.Network).Proxied() {
 			ds.ProxySocket = "none: the step's network is " + ds.Network
 		}
 		if !c.Available {
@@ -287,7 +287,7 @@ func (e *Engine) probeStep(ctx context.Context, s *config.Step, ds *DoctorStep, 
 	if ds.Mode != string(config.ModeRequired) {
 		ds.ProbeNotes = append(ds.ProbeNotes, "the step's sandbox mode is off: the probes ran under the sandbox it gets with mode: required")
 	}
-	if e.F.StepNetwork(s) != config.NetworkAllowlist {
+	if !e.F.StepNetwork(s).Proxied() {
 		ds.ProbeNotes = append(ds.ProbeNotes, "the step's network is open: the probes ran with network: allowlist (P5–P7 test the proxy); the step itself reaches every host")
 	}
 	ds.ProbeNotes = append(ds.ProbeNotes, fmt.Sprintf("the probe run also allows localhost:%d (origin doctor), doctor's own loopback server", port))
@@ -372,7 +372,7 @@ func (e *Engine) probeStep(ctx context.Context, s *config.Step, ds *DoctorStep, 
 			var pl struct {
 				Socket string `json:"proxy_socket"`
 			}
-			if json.Unmarshal(ds.Plan, &pl) == nil && pl.Socket != "" && ds.Network == string(config.NetworkAllowlist) {
+			if json.Unmarshal(ds.Plan, &pl) == nil && pl.Socket != "" && config.Network(ds.Network).Proxied() {
 				ds.ProxySocket = pl.Socket + " (this probe run's; each attempt gets its own lease)"
 			}
 		}

@@ -65,7 +65,9 @@ type egressObserver struct {
 	log     *chainlog.Writer
 	err     error
 	blocked int
-	budget  bool
+	// would counts audit mode's would_refuse decisions.
+	would  int
+	budget bool
 }
 
 func (a *attemptRun) egressLog() *egressObserver {
@@ -90,7 +92,11 @@ func (o *egressObserver) Decision(d egress.Decision) {
 			o.err = err
 		}
 	}
-	show := false
+	show, showWould := false, false
+	if d.Decision == egress.WouldRefuse {
+		o.would++
+		showWould = o.would <= maxBlockedEvents
+	}
 	if d.Blocked() {
 		o.blocked++
 		show = o.blocked <= maxBlockedEvents
@@ -101,6 +107,9 @@ func (o *egressObserver) Decision(d egress.Decision) {
 	o.mu.Unlock()
 	if d.Blocked() {
 		o.a.run.noteRefusal(o.a.step.ID, o.a.n, d)
+	}
+	if showWould {
+		o.a.events.Emit(record.EvEgressWouldRefuse, map[string]any{"host": d.Host, "port": d.Port, "kind": d.Kind, "reason": d.Reason, "detail": d.Detail})
 	}
 	if show {
 		o.a.events.Emit(record.EvEgressBlocked, map[string]any{"host": d.Host, "port": d.Port, "kind": d.Kind, "reason": d.Reason, "detail": d.Detail, "decision": d.Decision})
@@ -167,6 +176,7 @@ func (a *attemptRun) lease(i int, repos []string, p *preparedProc) (*sandbox.Pro
 		ID:          fmt.Sprintf("%s/%s/%d", a.run.ID(), s.ID, a.n),
 		AllowRanges: a.f.Sandbox.Egress.AllowRanges,
 		PolicyKey:   config.AllowPolicyKey(s.ID),
+		Audit:       a.f.EffectiveNetwork(s, config.ModeRequired) == config.NetworkAudit,
 		Observer:    obs,
 		RootCAs:     a.e.opts.InjectRootCAs,
 	}
@@ -300,6 +310,15 @@ func (a *attemptRun) closeLeaseAfter(p *preparedProc, l *egress.Lease, obs *egre
 			"refusals": sum.Refusals, "decisions": sum.Decisions, "bridged": l.HandedOver()}
 		if blocked > maxBlockedEvents {
 			data["blocked_not_shown"] = blocked - maxBlockedEvents
+		}
+		obs.mu.Lock()
+		would := obs.would
+		obs.mu.Unlock()
+		if would > 0 {
+			data["would_refuse"] = would
+		}
+		if would > maxBlockedEvents {
+			data["would_refuse_not_shown"] = would - maxBlockedEvents
 		}
 		a.events.Emit(record.EvEgressSummary, data)
 	}

@@ -187,7 +187,7 @@ func stepReport(f *config.Factory, s *config.Step) StepReport {
 			sr.Mode, sr.ModeOrigin, sr.Network = string(m), origin, string(n)
 		}
 	}
-	if sr.Network == string(config.NetworkAllowlist) {
+	if config.Network(sr.Network).Proxied() {
 		for _, h := range f.Allowlist(s, providerHosts(s)) {
 			sr.Allowlist = append(sr.Allowlist, HostReport{Host: h.Pattern.String(), Origin: h.Origin})
 		}
@@ -242,7 +242,7 @@ func (v *Validator) providerChecks(f *config.Factory) config.Findings {
 		for _, repos := range f.Attempts(s) {
 			mode, _ := f.EffectiveMode(s, repos)
 			netw := f.EffectiveNetwork(s, mode)
-			if netw != config.NetworkAllowlist {
+			if !netw.Proxied() {
 				continue
 			}
 			// W1: tools that bypass the proxy.

@@ -36,7 +36,7 @@ func (a *attemptRun) agentSpec(spec *steps.Spec, at steps.Attempt, p *preparedPr
 		prompt = string(b)
 	}
 	in := providers.PrepareInput{Provider: s.Provider, Step: s.ID, Prompt: prompt, Sandboxed: sandboxed,
-		Network: string(a.f.EffectiveNetwork(s, modeOf(sandboxed))), FreshHome: providers.FreshHome(runtime.GOOS, sandboxed)}
+		Network: providerNetwork(a.f.EffectiveNetwork(s, modeOf(sandboxed))), FreshHome: providers.FreshHome(runtime.GOOS, sandboxed)}
 	if pc := a.f.Providers[s.Provider]; pc != nil {
 		in.Command, in.Args = pc.Command, pc.Args
 	}
@@ -184,7 +184,7 @@ func (a *attemptRun) sandboxed(i int, repos []string, spec *steps.Spec, env map[
 	}
 	in.LoginPaths = p.loginPaths
 	switch a.f.EffectiveNetwork(a.step, config.ModeRequired) {
-	case config.NetworkAllowlist:
+	case config.NetworkAllowlist, config.NetworkAudit:
 		px, err := a.lease(i, repos, p)
 		if err != nil {
 			return err
@@ -244,4 +244,13 @@ func asRefusal(err error, fallback status.Reason) *status.Error {
 		return se
 	}
 	return &status.Error{Reason: fallback, Msg: err.Error(), Fix: fallback.Info().Fix}
+}
+
+// providerNetwork is the network a provider plans for: audit is an
+// allowlist sandbox to it (the proxy is the only way out).
+func providerNetwork(n config.Network) string {
+	if n.Proxied() {
+		return string(config.NetworkAllowlist)
+	}
+	return string(n)
 }

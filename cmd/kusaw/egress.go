@@ -1,0 +1,208 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kusaw/kusaw/egress"
+	"github.com/kusaw/kusaw/factory"
+	"github.com/kusaw/kusaw/record"
+	"github.com/kusaw/kusaw/status"
+)
+
+func init() { addCommand(newEgressCmd) }
+
+func newEgressCmd(a *app) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "egress",
+		Short: "the allowlist proxy: explain a decision (check), learn an allowlist from an audit run (suggest)",
+	}
+	c.AddCommand(newEgressCheckCmd(a), newEgressSuggestCmd(a))
+	return c
+}
+
+func newEgressCheckCmd(a *app) *cobra.Command {
+	var step string
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "check HOST[:PORT] [--step ID] [--json]",
+		Short: "what the proxy would do with a connection to HOST:PORT (default 443) from the step's sandbox, and why",
+		Long: `Runs the proxy's own decision on HOST:PORT (a URL works too) under the
+allowlist the step's attempts get (the factory's without --step): allowed by
+which entry and where it came from (factory, step:ID, provider:NAME), or
+refused by which rule, with the one change that would admit it. The name is
+resolved as the proxy resolves it (sandbox.egress.resolver), so the address
+guard runs too. Budgets are not part of the answer.
+
+Exit status: 0 when the connection would be allowed (in audit mode also when
+only audit admits it), 8 (egress_refused) when it would be refused, 2 for a
+bad argument or an unknown step.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			host, port, err := parseCheckTarget(args[0])
+			if err != nil {
+				return exitf(status.ExitUsage, "%v", err)
+			}
+			f, err := a.loadFactory()
+			if err != nil {
+				return err
+			}
+			e, err := factory.New(f, factory.Options{})
+			if e == nil {
+				return exitf(status.ExitInternal, "%v", err)
+			}
+			defer e.Close()
+			v, err := e.EgressCheck(context.Background(), step, host, port)
+			if errors.Is(err, record.ErrUnknownStep) {
+				return exitf(status.ExitUsage, "%v", err)
+			}
+			if err != nil {
+				return exitf(status.ExitInternal, "%v", err)
+			}
+			if asJSON {
+				b, _ := json.MarshalIndent(v, "", "  ")
+				fmt.Fprintln(a.stdout, string(b))
+			} else {
+				writeVerdict(a, v)
+			}
+			if !v.Allowed {
+				return silentExit(status.ExitEgressRefused)
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVar(&step, "step", "", "decide under this step's allowlist (default: the factory's)")
+	c.Flags().BoolVar(&asJSON, "json", false, "print the decision as JSON")
+	return c
+}
+
+// parseCheckTarget reads HOST, HOST:PORT, [V6]:PORT or a URL.
+func parseCheckTarget(s string) (string, int, error) {
+	if strings.Contains(s, "://") {
+		u, err := url.Parse(s)
+		if err != nil || u.Hostname() == "" {
+			return "", 0, fmt.Errorf("%q is not a URL with a host", s)
+		}
+		port := 443
+		if u.Scheme == "http" || u.Scheme == "ws" {
+			port = 80
+		}
+		if ps := u.Port(); ps != "" {
+			port, _ = strconv.Atoi(ps)
+		}
+		return u.Hostname(), port, nil
+	}
+	if h, ps, err := net.SplitHostPort(s); err == nil {
+		port, err := strconv.Atoi(ps)
+		if err != nil || port < 1 || port > 65535 {
+			return "", 0, fmt.Errorf("port %q is not a number from 1 to 65535", ps)
+		}
+		return h, port, nil
+	}
+	if s == "" {
+		return "", 0, errors.New("name a host: kusaw egress check HOST[:PORT]")
+	}
+	return strings.TrimSuffix(strings.TrimPrefix(s, "["), "]"), 443, nil
+}
+
+func writeVerdict(a *app, v egress.Verdict) {
+	where := net.JoinHostPort(v.Host, strconv.Itoa(v.Port))
+	switch {
+	case v.WouldRefuse:
+		fmt.Fprintf(a.stdout, "allowed (audit only): %s\n  allowlist would refuse it: %s\n", where, v.Line)
+	case v.Allowed:
+		fmt.Fprintf(a.stdout, "allowed: %s by %s (%s)\n", where, v.Rule, v.Origin)
+	default:
+		fmt.Fprintf(a.stdout, "refused: %s (%s)\n  %s\n", where, v.Reason, v.Line)
+		if v.Rule != "" {
+			fmt.Fprintf(a.stdout, "  the name is admitted by %s (%s)\n", v.Rule, v.Origin)
+		}
+	}
+	if len(v.Addrs) > 0 {
+		addrs := make([]string, len(v.Addrs))
+		for i, ad := range v.Addrs {
+			addrs[i] = ad.String()
+		}
+		fmt.Fprintf(a.stdout, "  addresses: %s\n", strings.Join(addrs, ", "))
+	}
+	for _, n := range v.Notes {
+		fmt.Fprintf(a.stdout, "  note: %s\n", n)
+	}
+	switch {
+	case v.Fix != "":
+		fmt.Fprintf(a.stdout, "  fix: %s\n", v.Fix)
+	case !v.Allowed:
+		fmt.Fprintln(a.stdout, "  fix: none; no setting admits it")
+	}
+}
+
+func newEgressSuggestCmd(a *app) *cobra.Command {
+	var step string
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "suggest RUN [--step S] [--json]",
+		Short: "the allow entries a network: audit run needed, ready to paste, with each host's bytes",
+		Long: `Reads the egress.log of each attempt of RUN (or of step S) and prints
+the allow entries of every host that audit mode admitted although the
+allowlist lacked it (logged would_refuse), with the connections and the
+bytes sent and received. Paste them under sandbox.egress.allow (or the
+step's), then switch network: audit to allowlist.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := a.openStore()
+			if err != nil {
+				return err
+			}
+			r, err := loadRun(st, args[0])
+			if err != nil {
+				return err
+			}
+			atts, err := st.Attempts(r)
+			if err != nil {
+				return exitf(status.ExitInternal, "%v", err)
+			}
+			var logs [][]byte
+			found := step == ""
+			for _, at := range atts {
+				if step != "" && at.Step != step {
+					continue
+				}
+				found = true
+				b, err := st.ReadLog(r.ID, fmt.Sprintf("%s/%s/%d/%s", record.StepsDir, at.Step, at.Number, record.EgressLogFile), 0, 256<<20)
+				if err != nil {
+					return exitf(status.ExitInternal, "%v", err)
+				}
+				logs = append(logs, b)
+			}
+			if !found {
+				return exitf(status.ExitNotFound, "run %s has no step %q", r.ID, step)
+			}
+			sug := record.EgressSuggest(logs...)
+			if asJSON {
+				b, _ := json.MarshalIndent(sug, "", "  ")
+				fmt.Fprintln(a.stdout, string(b))
+				return nil
+			}
+			if len(sug) == 0 {
+				fmt.Fprintf(a.stdout, "# run %s needed no host outside its allowlist\n", r.ID)
+				return nil
+			}
+			fmt.Fprintln(a.stdout, "allow:")
+			for _, s := range sug {
+				fmt.Fprintf(a.stdout, "  - %s  # %d connection(s), %d bytes sent, %d received\n", s.Entry, s.Connections, s.BytesUp, s.BytesDown)
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVar(&step, "step", "", "only this step's attempts")
+	c.Flags().BoolVar(&asJSON, "json", false, "print the entries as JSON")
+	return c
+}

@@ -1,0 +1,43 @@
+package factory
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/kusaw/kusaw/config"
+	"github.com/kusaw/kusaw/egress"
+	"github.com/kusaw/kusaw/record"
+)
+
+// EgressPolicy is the proxy policy a step's attempts get (stepID ""
+// gives the factory's own: sandbox.egress.allow without provider hosts).
+func (e *Engine) EgressPolicy(stepID string) (egress.Policy, error) {
+	s := &config.Step{ID: "_factory"}
+	if stepID != "" {
+		s = e.F.Steps[stepID]
+		if s == nil {
+			return egress.Policy{}, fmt.Errorf("%w %q (steps: %v)", record.ErrUnknownStep, stepID, e.F.StepOrder)
+		}
+	}
+	pol := egress.Policy{AllowRanges: e.F.Sandbox.Egress.AllowRanges, PolicyKey: config.AllowPolicyKey(s.ID),
+		Audit: e.F.StepNetwork(s) == config.NetworkAudit}
+	for _, h := range e.F.Allowlist(s, providerHosts(s)) {
+		pol.Allow = append(pol.Allow, egress.Rule{Pattern: h.Pattern, Origin: h.Origin})
+	}
+	return pol, nil
+}
+
+// EgressCheck is kusaw egress check: what the proxy would decide on a
+// connection to host:port from the step's sandbox, resolving as the proxy
+// does (sandbox.egress.resolver).
+func (e *Engine) EgressCheck(ctx context.Context, stepID, host string, port int) (egress.Verdict, error) {
+	pol, err := e.EgressPolicy(stepID)
+	if err != nil {
+		return egress.Verdict{}, err
+	}
+	p, err := e.proxy()
+	if err != nil {
+		return egress.Verdict{}, err
+	}
+	return p.Check(ctx, pol, host, port), nil
+}
