@@ -27,7 +27,7 @@ const (
 	// admitted and logged as would_refuse (the address guard still
 	// refuses): a way to learn a step's allowlist.
 	NetworkAudit Network = "audit"
-	NetworkNone      Network = "none"
+	NetworkNone  Network = "none"
 )
 
 // Proxied reports whether the network goes through kusaw's proxy
