@@ -551,6 +551,13 @@ func renderGolden(prof *SeatbeltProfile) string {
 }
 
 func TestSeatbeltGolden(t *testing.T) {
+	modes := map[string]bool{}
+	for _, c := range goldenCases() {
+		modes[c.plan.Network] = true
+	}
+	if !modes[NetworkNone] || !modes[NetworkAllowlist] || !modes[NetworkOpen] {
+		t.Errorf("the goldens do not cover every network mode: %v", modes)
+	}
 	for _, c := range goldenCases() {
 		t.Run(c.name, func(t *testing.T) {
 			prof, err := c.plan.Seatbelt(c.opt)
@@ -1030,7 +1037,11 @@ func TestSeatbeltProbePlan(t *testing.T) {
 	pol := loadPolicy(t, prof)
 	// Every rule kind a real plan makes is in the probe's profile.
 	for _, want := range []string{"hidden", "read-only", "writable", "missing file", "missing folder", "remote ip", "unix-socket",
-		"file-read-metadata", "file-write-unlink", "global-name-prefix", "target same-sandbox", "sysctl-name", "file-ioctl", "require-all", "iokit-user-client-class"} {
+		"file-read-metadata", "file-write-unlink", "global-name-prefix", "target same-sandbox", "sysctl-name", "file-ioctl", "require-all", "iokit-user-client-class",
+		// issue #18: every operation, filter and modifier the service rules use
+		`(with message "kusaw")`, "sysctl-name-prefix", "sysctl-write", "iokit-registry-entry-class", "local-name", "socket-domain AF_INET6",
+		`(extension "com.apple.sandbox.pty")`, "file-mount-update", "file-unmount", "nvram*", "mach-priv*", "mach-task-name",
+		"device-camera", "device-microphone", "hid-control", "file-clone"} {
 		if !strings.Contains(prof.Text, want) {
 			t.Errorf("the probe's profile has no %q: sandbox check would not try it", want)
 		}
@@ -1045,7 +1056,8 @@ func TestSeatbeltProbePlan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pol := loadPolicy(t, prof); !pol.canConnectUnix("/private/var/run/mDNSResponder") || !strings.Contains(prof.Text, "path-regex") {
+	if pol := loadPolicy(t, prof); !pol.canConnectUnix("/private/var/run/mDNSResponder") || !strings.Contains(prof.Text, "path-regex") ||
+		!strings.Contains(prof.Text, "(socket-protocol 2)") || !pol.canLookup("com.apple.dnssd.service") {
 		t.Errorf("the open-network probe lacks its rules")
 	}
 }
