@@ -582,8 +582,8 @@ func macCases(t0 *testing.T, s *macSuite) []macCase {
 		{name: "read other apps' temp folders",
 			attack: `refused ls "$(dirname "$ROOT")"; refused ls /private/var/folders; exit 42`,
 			twin:   `ls $TMP >/dev/null`},
-		{name: "the user's temp folder: only xcrun's cache files",
-			attack: `refused ls "$USERTEMP"; refused sh -c "echo x > $USERTEMP/kusaw-planted-$MARKER"; exit 42`,
+		{name: "the user's temp folder is hidden, xcrun's cache included",
+			attack: `refused ls "$USERTEMP"; refused sh -c "echo x > $USERTEMP/kusaw-planted-$MARKER"; refused cat "$USERTEMP/xcrun_db"; refused sh -c "echo x >> $USERTEMP/xcrun_db"; exit 42`,
 			twin:   `out=$(git status 2>&1) && ! echo "$out" | grep -q -e xcrun_db -e confstr -e 'not permitted'`,
 			check: func(t *testing.T, f *macFixture) {
 				macAbsent(filepath.Join(s.vars["USERTEMP"], "kusaw-planted-"+s.vars["MARKER"]))(t, f)
