@@ -341,7 +341,7 @@ func (fx *egressFixture) factory(t *testing.T, extraEgress, extraSteps string) s
 	for _, u := range []*upstream{fx.tlsUp, fx.plainUp, fx.gitUp, fx.wsUp, fx.exactHTTP, fx.exactTLS} {
 		allow = append(allow, `"localhost:`+u.port+`"`)
 	}
-	allow = append(allow, `"svc.test:`+fx.plainUp.port+`"`)
+	allow = append(allow, `"svc.test:`+fx.plainUp.port+`"`, `"svc.test:`+fx.tlsUp.port+`"`)
 	return factoryDir(t, `version: 1
 repos:
   app: {path: ./app}
@@ -525,20 +525,24 @@ echo pushed`, noProxyOff, ca, repo))
 
 	t.Run("direct", func(t *testing.T) {
 		need(t, "bash")
-		conns := fx.plainUp.conns.Load()
+		// A host port that no local-service entry lists: neither a direct
+		// connection nor one through the proxy reaches it.
+		far := newUpstream(t)
+		fx.serveHTTP(t, far, false, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "far") })
+		conns := far.conns.Load()
 		r := execIn(t, dir, "x", fmt.Sprintf(`if bash -c 'echo x > /dev/tcp/127.0.0.1/%[1]s' 2>/dev/null; then echo devtcp-connected; else echo devtcp-failed; fi
 if curl -s -m 3 --noproxy '*' http://127.0.0.1:%[1]s/direct >/dev/null 2>&1; then echo curl-connected; else echo curl-failed; fi
-if %[2]s get http://127.0.0.1:%[1]s/ip %[3]s 2>&1 | grep -q 'status: 200'; then echo ip-connected; else echo ip-refused; fi`, fx.plainUp.port, client, ca))
+if %[2]s get http://127.0.0.1:%[1]s/ip %[3]s 2>&1 | grep -q 'status: 200'; then echo ip-connected; else echo ip-refused; fi`, far.port, client, ca))
 		for _, want := range []string{"devtcp-failed", "curl-failed", "ip-refused"} {
 			if !strings.Contains(r.stdout, want) {
 				t.Errorf("want %s:\n%s%s", want, r.stdout, r.stderr)
 			}
 		}
-		if n := fx.plainUp.conns.Load() - conns; n != 0 {
+		if n := far.conns.Load() - conns; n != 0 {
 			t.Errorf("the upstream saw %d direct connection(s)", n)
 		}
-		// The raw IP through the proxy is refused as an IP literal.
-		if !r.logged(t, "refuse", "127.0.0.1", 0, "") {
+		// Loopback through the proxy on a port no entry lists is refused.
+		if !r.logged(t, "refuse", "127.0.0.1", atoi(far.port), "local.port_not_allowed") {
 			t.Errorf("egress.log: %v", r.egressLines(t))
 		}
 		r.verify(t, dir)
@@ -561,18 +565,23 @@ if %[2]s get http://127.0.0.1:%[1]s/ip %[3]s 2>&1 | grep -q 'status: 200'; then 
 	})
 
 	t.Run("sni-mismatch", func(t *testing.T) {
-		r := execIn(t, dir, "x", fmt.Sprintf(`%[1]s sni localhost:%[2]s other.test %[3]s; echo "exit=$?"
-%[1]s sni localhost:%[2]s localhost %[3]s; echo "exit=$?"`, client, fx.tlsUp.port, ca))
+		// A named host (svc.test, on loopback through allow_ranges): the
+		// ClientHello must name it. Local services carry any protocol, so
+		// the check is made on a name.
+		d2 := fx.factory(t, "    allow_ranges: [127.0.0.0/8]", "")
+		fx.dns.set("svc.test", "127.0.0.1")
+		r := execIn(t, d2, "x", fmt.Sprintf(`%[1]s sni svc.test:%[2]s other.test %[3]s; echo "exit=$?"
+%[1]s sni svc.test:%[2]s svc.test %[3]s; echo "exit=$?"`, client, fx.tlsUp.port, ca))
 		if !strings.Contains(r.stdout, "handshake error") || !strings.Contains(r.stdout, "exit=4") {
 			t.Errorf("a ClientHello naming another host was not closed:\n%s%s", r.stdout, r.stderr)
 		}
 		if !strings.Contains(r.stdout, "handshake ok\nexit=0") {
 			t.Errorf("the twin with the right name failed:\n%s%s", r.stdout, r.stderr)
 		}
-		if !r.logged(t, "close", "localhost", atoi(fx.tlsUp.port), "sni.mismatch") {
+		if !r.logged(t, "close", "svc.test", atoi(fx.tlsUp.port), "sni.mismatch") {
 			t.Errorf("egress.log: %v", r.egressLines(t))
 		}
-		r.verify(t, dir)
+		r.verify(t, d2)
 	})
 
 	t.Run("websocket", func(t *testing.T) {
