@@ -1,0 +1,159 @@
+package cluster
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+)
+
+// Bundles carry code between serve and a worker (docs/cluster.md): the
+// git bundle format (v2), made from a commit without touching the source
+// repo's refs, and read back by `git index-pack --strict`, which re-hashes
+// every object and checks its links, at both ends.
+
+const bundleHeader = "# v2 git bundle\n"
+
+// bundleRef is the one ref a kusaw bundle names.
+const bundleRef = "refs/kusaw/bundle"
+
+var shaRe = regexp.MustCompile(`^[0-9a-f]{40}([0-9a-f]{24})?$`)
+
+func git(ctx context.Context, dir string, stdin io.Reader, stdout io.Writer, args ...string) error {
+	cmd := exec.CommandContext(ctx, "git", append([]string{"-C", dir}, args...)...)
+	cmd.Stdin, cmd.Stdout = stdin, stdout
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0", "LC_ALL=C")
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("git %s: %v: %s", args[0], err, strings.TrimSpace(stderr.String()))
+	}
+	return nil
+}
+
+func gitOut(ctx context.Context, dir string, args ...string) (string, error) {
+	var out bytes.Buffer
+	err := git(ctx, dir, nil, &out, args...)
+	return strings.TrimSpace(out.String()), err
+}
+
+// HasCommit reports whether repo holds commit sha.
+func HasCommit(ctx context.Context, repo, sha string) bool {
+	return shaRe.MatchString(sha) && git(ctx, repo, nil, io.Discard, "cat-file", "-e", sha+"^{commit}") == nil
+}
+
+// MakeBundle writes to out a bundle of tip without what the commits in
+// have (those the receiver holds, and repo too) already reach. The pack is
+// checked with index-pack --strict before it leaves. It returns the
+// bundle's size.
+func MakeBundle(ctx context.Context, repo, out, tip string, have []string) (int64, error) {
+	if !HasCommit(ctx, repo, tip) {
+		return 0, fmt.Errorf("bundle: %s is not a commit of %s", tip, repo)
+	}
+	var prereqs []string
+	revs := tip + "\n"
+	for _, h := range have {
+		if h != tip && HasCommit(ctx, repo, h) && git(ctx, repo, nil, io.Discard, "merge-base", "--is-ancestor", h, tip) == nil {
+			prereqs = append(prereqs, h)
+			revs += "^" + h + "\n"
+		}
+	}
+	pack, err := os.CreateTemp("", "kusaw-pack-*.pack")
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(pack.Name())
+	defer os.Remove(strings.TrimSuffix(pack.Name(), ".pack") + ".idx")
+	if err := git(ctx, repo, strings.NewReader(revs), pack, "pack-objects", "--revs", "--stdout", "-q"); err != nil {
+		pack.Close()
+		return 0, err
+	}
+	pack.Close()
+	// The sending end's check: every object re-hashed, every link present.
+	if err := git(ctx, repo, nil, io.Discard, "index-pack", "--strict", "-o", strings.TrimSuffix(pack.Name(), ".pack")+".idx", pack.Name()); err != nil {
+		return 0, fmt.Errorf("bundle of %s failed its check: %v", tip, err)
+	}
+	f, err := os.OpenFile(out, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	w := bufio.NewWriter(f)
+	w.WriteString(bundleHeader)
+	for _, p := range prereqs {
+		w.WriteString("-" + p + "\n")
+	}
+	w.WriteString(tip + " " + bundleRef + "\n\n")
+	pf, err := os.Open(pack.Name())
+	if err != nil {
+		return 0, err
+	}
+	defer pf.Close()
+	if _, err := io.Copy(w, pf); err != nil {
+		return 0, err
+	}
+	if err := w.Flush(); err != nil {
+		return 0, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	return st.Size(), nil
+}
+
+// ImportBundle checks a bundle and stores its objects in repo: its
+// prerequisites must be there already, and index-pack --strict re-hashes
+// every object it brings. It returns the commit the bundle carries; no ref
+// of repo changes.
+func ImportBundle(ctx context.Context, repo, file string) (string, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	r := bufio.NewReader(f)
+	line, err := r.ReadString('\n')
+	if err != nil || line != bundleHeader {
+		return "", fmt.Errorf("bundle: not a v2 git bundle")
+	}
+	tip := ""
+	for {
+		line, err = r.ReadString('\n')
+		if err != nil {
+			return "", fmt.Errorf("bundle: truncated header")
+		}
+		line = strings.TrimSuffix(line, "\n")
+		if line == "" {
+			break
+		}
+		if p, ok := strings.CutPrefix(line, "-"); ok {
+			p, _, _ = strings.Cut(p, " ")
+			if !HasCommit(ctx, repo, p) {
+				return "", fmt.Errorf("bundle: needs commit %s, which this repo does not have", p)
+			}
+			continue
+		}
+		sha, ref, ok := strings.Cut(line, " ")
+		if !ok || ref != bundleRef || !shaRe.MatchString(sha) || tip != "" {
+			return "", fmt.Errorf("bundle: unexpected header line %q", line)
+		}
+		tip = sha
+	}
+	if tip == "" {
+		return "", fmt.Errorf("bundle: names no commit")
+	}
+	// The receiving end's check.
+	if err := git(ctx, repo, r, io.Discard, "index-pack", "--strict", "--stdin"); err != nil {
+		return "", fmt.Errorf("bundle refused: %v", err)
+	}
+	if !HasCommit(ctx, repo, tip) {
+		return "", fmt.Errorf("bundle: its commit %s is not in its pack", tip)
+	}
+	return tip, nil
+}

@@ -1,0 +1,118 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ErrNotEnrolled is returned when serve refuses a worker's key.
+var ErrNotEnrolled = errors.New("serve refused this worker's key: it is not enrolled (join again with a new token from kusaw cluster token)")
+
+// Dial connects a worker with its enrolled identity; it reconnects by
+// itself for as long as the connection lives.
+func Dial(id *Identity, name string, opts ...nats.Option) (*nats.Conn, error) {
+	if id.Server == "" || id.CAPin == "" {
+		return nil, fmt.Errorf("this worker has not joined a serve: run kusaw worker --join TOKEN")
+	}
+	all := append([]nats.Option{nats.Name(name), nats.Nkey(id.NKey(), id.Sign), nats.Secure(PinnedTLS(id.CAPin)),
+		nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond), nats.RetryOnFailedConnect(false)}, opts...)
+	nc, err := nats.Connect("tls://"+id.Server, all...)
+	if err != nil && isAuthErr(err) {
+		return nil, ErrNotEnrolled
+	}
+	return nc, err
+}
+
+func isAuthErr(err error) bool {
+	return errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked)
+}
+
+// Enroll trades a token for a registered identity: it connects with the
+// token's secret (the server lets such a client only ask to enroll), sends
+// the identity's public keys, and records serve's address, pin and curve
+// key in the identity.
+func Enroll(ctx context.Context, tok Token, id *Identity, version string) error {
+	nc, err := nats.Connect("tls://"+tok.Addr, nats.Name("kusaw worker "+id.Name+" (joining)"), nats.UserInfo(EnrollUser, tok.Secret),
+		nats.Secure(PinnedTLS(tok.CA)), nats.MaxReconnects(0), nats.Timeout(10*time.Second))
+	if err != nil {
+		if isAuthErr(err) {
+			return fmt.Errorf("serve refused the join token: it was used already or has expired; make a new one with kusaw cluster token")
+		}
+		return fmt.Errorf("cannot reach serve at %s: %v", tok.Addr, err)
+	}
+	defer nc.Close()
+	b, _ := json.Marshal(EnrollRequest{Secret: tok.Secret, Name: id.Name, NKey: id.NKey(), XKey: id.XKey(), Version: version})
+	m, err := nc.RequestWithContext(ctx, SubjEnroll, b)
+	if err != nil {
+		return fmt.Errorf("enrollment: %v", err)
+	}
+	var rep EnrollReply
+	if err := json.Unmarshal(m.Data, &rep); err != nil {
+		return fmt.Errorf("enrollment: bad reply from serve")
+	}
+	if rep.Error != "" {
+		return fmt.Errorf("serve refused the enrollment: %s", rep.Error)
+	}
+	id.Server, id.CAPin, id.ServeXKey = tok.Addr, tok.CA, rep.ServeXKey
+	return nil
+}
+
+// Handles are the streams, buckets and store of the cluster.
+type Handles struct {
+	JS      jetstream.JetStream
+	Claims  jetstream.KeyValue
+	Workers jetstream.KeyValue
+	Objects jetstream.ObjectStore
+}
+
+// Setup creates (serve) the streams, buckets and object store.
+func Setup(ctx context.Context, nc *nats.Conn) (*Handles, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: WorkStream, Subjects: []string{subjWork + ">"},
+		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage}); err != nil {
+		return nil, fmt.Errorf("stream %s: %v", WorkStream, err)
+	}
+	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: EventsStream, Subjects: []string{subjEvents + ">", subjResult + ">"},
+		Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage, MaxAge: 7 * 24 * time.Hour}); err != nil {
+		return nil, fmt.Errorf("stream %s: %v", EventsStream, err)
+	}
+	h := &Handles{JS: js}
+	if h.Claims, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: ClaimsBucket, History: 1, Storage: jetstream.FileStorage}); err != nil {
+		return nil, fmt.Errorf("bucket %s: %v", ClaimsBucket, err)
+	}
+	if h.Workers, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: WorkersBucket, History: 1, Storage: jetstream.FileStorage}); err != nil {
+		return nil, fmt.Errorf("bucket %s: %v", WorkersBucket, err)
+	}
+	if h.Objects, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: ObjectsBucket, Storage: jetstream.FileStorage}); err != nil {
+		return nil, fmt.Errorf("object store %s: %v", ObjectsBucket, err)
+	}
+	return h, nil
+}
+
+// Open binds (a worker) to what serve created.
+func Open(ctx context.Context, nc *nats.Conn) (*Handles, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	h := &Handles{JS: js}
+	if h.Claims, err = js.KeyValue(ctx, ClaimsBucket); err != nil {
+		return nil, fmt.Errorf("bucket %s: %v (is serve running?)", ClaimsBucket, err)
+	}
+	if h.Workers, err = js.KeyValue(ctx, WorkersBucket); err != nil {
+		return nil, fmt.Errorf("bucket %s: %v", WorkersBucket, err)
+	}
+	if h.Objects, err = js.ObjectStore(ctx, ObjectsBucket); err != nil {
+		return nil, fmt.Errorf("object store %s: %v", ObjectsBucket, err)
+	}
+	return h, nil
+}

@@ -1,0 +1,137 @@
+package cluster
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+)
+
+const workersFile = "workers.json"
+
+// Enrolled is one worker serve accepted: its name and public keys.
+type Enrolled struct {
+	Name     string    `json:"name"`
+	NKey     string    `json:"nkey"`
+	XKey     string    `json:"xkey"`
+	Enrolled time.Time `json:"enrolled"`
+	// Pools are every pool the worker has offered (validate warns about a
+	// step whose pool nobody ever offered).
+	Pools []string `json:"pools,omitempty"`
+}
+
+// Registry is serve's list of enrolled workers (state_dir/cluster/workers.json).
+type Registry struct {
+	mu   sync.Mutex
+	path string
+	m    map[string]*Enrolled // by name
+}
+
+// OpenRegistry reads dir's registry.
+func OpenRegistry(dir string) *Registry {
+	r := &Registry{path: filepath.Join(dir, workersFile), m: map[string]*Enrolled{}}
+	if b, err := os.ReadFile(r.path); err == nil {
+		var list []*Enrolled
+		if json.Unmarshal(b, &list) == nil {
+			for _, e := range list {
+				r.m[e.Name] = e
+			}
+		}
+	}
+	return r
+}
+
+// ByNKey finds an enrolled worker by its nkey.
+func (r *Registry) ByNKey(nkey string) *Enrolled {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range r.m {
+		if e.NKey == nkey {
+			c := *e
+			return &c
+		}
+	}
+	return nil
+}
+
+// Get finds an enrolled worker by name.
+func (r *Registry) Get(name string) *Enrolled {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e := r.m[name]; e != nil {
+		c := *e
+		return &c
+	}
+	return nil
+}
+
+// Add enrolls a worker; a name already taken by another key is refused.
+func (r *Registry) Add(e Enrolled) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if old := r.m[e.Name]; old != nil && old.NKey != e.NKey {
+		return false
+	}
+	r.m[e.Name] = &e
+	return r.saveLocked() == nil
+}
+
+// Offered notes the pools a worker offers.
+func (r *Registry) Offered(name string, pools []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.m[name]
+	if e == nil {
+		return
+	}
+	changed := false
+	for _, p := range pools {
+		found := false
+		for _, q := range e.Pools {
+			found = found || q == p
+		}
+		if !found {
+			e.Pools = append(e.Pools, p)
+			changed = true
+		}
+	}
+	if changed {
+		sort.Strings(e.Pools)
+		_ = r.saveLocked()
+	}
+}
+
+// List is every enrolled worker by name.
+func (r *Registry) List() []Enrolled {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []Enrolled
+	for _, e := range r.m {
+		out = append(out, *e)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// EverOffered reads the pools any worker enrolled in dir has offered.
+func EverOffered(dir string) map[string]bool {
+	out := map[string]bool{}
+	for _, e := range OpenRegistry(dir).List() {
+		for _, p := range e.Pools {
+			out[p] = true
+		}
+	}
+	return out
+}
+
+func (r *Registry) saveLocked() error {
+	var list []*Enrolled
+	for _, e := range r.m {
+		list = append(list, e)
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
+	b, _ := json.MarshalIndent(list, "", "  ")
+	return writeFile(r.path, b, 0o600)
+}

@@ -1,0 +1,243 @@
+package cluster
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+)
+
+// ServerOptions configure serve's embedded NATS server.
+type ServerOptions struct {
+	// Dir is state_dir/cluster: the CA, serve's identity, the registry,
+	// outstanding tokens and JetStream's store.
+	Dir string
+	// Listen opens the server to workers ("host:port"); empty: reachable
+	// only in-process (serve's own local worker).
+	Listen string
+}
+
+// Server is serve's embedded NATS server with JetStream.
+type Server struct {
+	NS       *server.Server
+	Dir      string
+	CA       *CA
+	Tokens   *Tokens
+	Registry *Registry
+	Identity *Identity // serve's own
+	addr     string
+}
+
+// JetStreamDir is where JetStream keeps its files under Dir.
+const JetStreamDir = "jetstream"
+
+// StartServer starts the embedded server: TLS always (with serve's own CA,
+// made on first start) and every client authenticated by an enrolled nkey,
+// except a joining worker holding an unused token secret, which may only
+// ask to enroll.
+func StartServer(o ServerOptions) (*Server, error) {
+	ca, err := LoadOrCreateCA(o.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("cluster CA: %v", err)
+	}
+	id, err := LoadOrCreateIdentity(o.Dir, "serve")
+	if err != nil {
+		return nil, fmt.Errorf("serve's cluster identity: %v", err)
+	}
+	s := &Server{Dir: o.Dir, CA: ca, Tokens: OpenTokens(o.Dir), Registry: OpenRegistry(o.Dir), Identity: id}
+	opts := &server.Options{ServerName: "kusaw-serve", JetStream: true, StoreDir: filepath.Join(o.Dir, JetStreamDir),
+		NoLog: true, NoSigs: true, AlwaysEnableNonce: true, CustomClientAuthentication: &auth{s: s},
+		MaxPayload: 8 << 20}
+	if o.Listen == "" {
+		opts.DontListen = true
+	} else {
+		host, port, err := net.SplitHostPort(o.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("serve.cluster.listen %q: %v", o.Listen, err)
+		}
+		opts.Host = host
+		if opts.Port, err = strconv.Atoi(port); err != nil {
+			return nil, fmt.Errorf("serve.cluster.listen %q: bad port", o.Listen)
+		}
+		if opts.Port == 0 {
+			opts.Port = server.RANDOM_PORT
+		}
+		tc, err := ca.ServerTLS(o.Dir, o.Listen)
+		if err != nil {
+			return nil, err
+		}
+		opts.TLSConfig, opts.TLS, opts.TLSTimeout = tc, true, 5
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("cluster server: %v", err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		ns.Shutdown()
+		return nil, fmt.Errorf("the cluster server did not start (is %s in use?)", o.Listen)
+	}
+	s.NS = ns
+	if a := ns.Addr(); a != nil && !opts.DontListen {
+		s.addr = a.String()
+	}
+	return s, nil
+}
+
+// Addr is the address workers connect to ("" when not listening).
+func (s *Server) Addr() string { return s.addr }
+
+// URL is the address as a NATS URL.
+func (s *Server) URL() string { return "tls://" + s.addr }
+
+// Shutdown stops the server.
+func (s *Server) Shutdown() {
+	s.NS.Shutdown()
+	s.NS.WaitForShutdown()
+}
+
+// ConnectInProcess is serve's own connection (no socket).
+func (s *Server) ConnectInProcess(name string) (*nats.Conn, error) {
+	return nats.Connect("", nats.InProcessServer(s.NS), nats.Name(name), nats.Nkey(s.Identity.NKey(), s.Identity.Sign),
+		nats.MaxReconnects(-1))
+}
+
+// NewToken makes a one-time join token for this server; addr is the
+// address workers reach it by (default: the listen address).
+func (s *Server) NewToken(addr string) (Token, error) {
+	if addr == "" {
+		addr = s.addr
+	}
+	if addr == "" {
+		return Token{}, fmt.Errorf("serve's cluster does not listen: set serve.cluster.listen")
+	}
+	return s.Tokens.New(addr, s.CA.Fingerprint())
+}
+
+// auth is the server's only way in.
+type auth struct{ s *Server }
+
+// Permissions: serve may do anything; a worker may use JetStream and its
+// attempts' subjects but never publish work; a joining worker may only ask
+// to enroll.
+func workerPerms(name string) *server.Permissions {
+	return &server.Permissions{
+		Publish: &server.SubjectPermission{Allow: []string{"$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "$KV." + ClaimsBucket + ".>",
+			"$KV." + WorkersBucket + "." + name, "$O." + ObjectsBucket + ".>", subjEvents + ">", subjResult + ">", subjSecrets + ">", "_INBOX.>"}},
+		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>", subjCancel + ">"}},
+	}
+}
+
+func enrollPerms() *server.Permissions {
+	return &server.Permissions{Publish: &server.SubjectPermission{Allow: []string{SubjEnroll}},
+		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}}}
+}
+
+func (a *auth) Check(c server.ClientAuthentication) bool {
+	if c.Kind() != server.CLIENT {
+		return false
+	}
+	o := c.GetOpts()
+	switch {
+	case o.Nkey != "":
+		if !verifyNonce(o.Nkey, o.Sig, c.GetNonce()) {
+			return false
+		}
+		if o.Nkey == a.s.Identity.NKey() {
+			c.RegisterUser(&server.User{Username: "serve"})
+			return true
+		}
+		w := a.s.Registry.ByNKey(o.Nkey)
+		if w == nil {
+			return false
+		}
+		c.RegisterUser(&server.User{Username: w.Name, Permissions: workerPerms(w.Name)})
+		return true
+	case o.Username == EnrollUser && a.s.Tokens.Valid(o.Password):
+		c.RegisterUser(&server.User{Username: EnrollUser, Permissions: enrollPerms(), ConnectionDeadline: time.Now().Add(time.Minute)})
+		return true
+	}
+	return false
+}
+
+func verifyNonce(nkey, sig string, nonce []byte) bool {
+	if len(nonce) == 0 || sig == "" {
+		return false
+	}
+	pub, err := nkeys.FromPublicKey(nkey)
+	if err != nil {
+		return false
+	}
+	if nk, _ := pub.PublicKey(); len(nk) == 0 || nk[0] != 'U' {
+		return false
+	}
+	b, err := base64.RawURLEncoding.DecodeString(sig)
+	if err != nil {
+		if b, err = base64.StdEncoding.DecodeString(sig); err != nil {
+			return false
+		}
+	}
+	return pub.Verify(nonce, b) == nil
+}
+
+// EnrollRequest is what a joining worker sends with its token's secret.
+type EnrollRequest struct {
+	Secret  string `json:"secret"`
+	Name    string `json:"name"`
+	NKey    string `json:"nkey"`
+	XKey    string `json:"xkey"`
+	Version string `json:"version,omitempty"`
+}
+
+// EnrollReply is serve's answer.
+type EnrollReply struct {
+	Error     string `json:"error,omitempty"`
+	ServeXKey string `json:"serve_xkey,omitempty"`
+}
+
+// ServeEnrollments answers enrollment requests on nc until ctx ends.
+func (s *Server) ServeEnrollments(ctx context.Context, nc *nats.Conn) error {
+	sub, err := nc.Subscribe(SubjEnroll, func(m *nats.Msg) {
+		var req EnrollRequest
+		rep := EnrollReply{}
+		switch {
+		case json.Unmarshal(m.Data, &req) != nil:
+			rep.Error = "bad enrollment request"
+		case !ValidName(req.Name):
+			rep.Error = fmt.Sprintf("worker name %q: use letters, digits, - and _ (at most 64)", req.Name)
+		case !validKey(req.NKey, 'U') || !validKey(req.XKey, 'X'):
+			rep.Error = "bad worker keys"
+		case s.Registry.Get(req.Name) != nil && s.Registry.Get(req.Name).NKey != req.NKey:
+			rep.Error = fmt.Sprintf("a worker named %s is already enrolled with another key: pick another --name", req.Name)
+		case !s.Tokens.Use(req.Secret):
+			rep.Error = "the join token was used already or has expired: make a new one with kusaw cluster token"
+		case !s.Registry.Add(Enrolled{Name: req.Name, NKey: req.NKey, XKey: req.XKey, Enrolled: time.Now().UTC()}):
+			rep.Error = "cannot record the enrollment"
+		default:
+			rep.ServeXKey = s.Identity.XKey()
+		}
+		b, _ := json.Marshal(rep)
+		_ = m.Respond(b)
+	})
+	if err != nil {
+		return err
+	}
+	go func() { <-ctx.Done(); _ = sub.Unsubscribe() }()
+	return nil
+}
+
+func validKey(k string, prefix byte) bool {
+	if len(k) == 0 || k[0] != prefix {
+		return false
+	}
+	_, err := nkeys.FromPublicKey(k)
+	return err == nil
+}

@@ -1,0 +1,58 @@
+package cluster
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Streams, buckets and subjects (docs/cluster.md has the picture).
+const (
+	WorkStream    = "KUSAW_WORK"    // work queue: one message per dispatched attempt
+	EventsStream  = "KUSAW_EVENTS"  // attempts' live events and results
+	ClaimsBucket  = "KUSAW_CLAIMS"  // KV: claims.<attempt> → worker; revision = fencing token
+	WorkersBucket = "KUSAW_WORKERS" // KV: worker name → heartbeat
+	ObjectsBucket = "KUSAW_OBJECTS" // object store: bundles, logs, artifacts
+
+	SubjEnroll  = "kusaw.enroll"     // request: a token's secret for an enrollment
+	subjWork    = "kusaw.work."      // + pool
+	subjEvents  = "kusaw.events."    // + attempt key
+	subjResult  = "kusaw.result."    // + attempt key
+	subjSecrets = "kusaw.secrets."   // + attempt key: request secrets, sealed
+	subjCancel  = "kusaw.cancel."    // + attempt key
+	EnrollUser  = "kusaw-enrollment" // the user name a joining worker connects with
+)
+
+// WorkSubject is the work queue subject of a pool.
+func WorkSubject(pool string) string { return subjWork + pool }
+
+// EventsSubject, ResultSubject, SecretsSubject and CancelSubject name an
+// attempt's subjects.
+func EventsSubject(key string) string  { return subjEvents + key }
+func ResultSubject(key string) string  { return subjResult + key }
+func SecretsSubject(key string) string { return subjSecrets + key }
+func CancelSubject(key string) string  { return subjCancel + key }
+
+// Key turns an attempt id (<run>/<step>/<n>) into one subject token and KV
+// key: run ids and step ids have no dots or slashes, so "/" becomes "_".
+func Key(attemptID string) string { return strings.ReplaceAll(attemptID, "/", "_") }
+
+// ClaimKey is an attempt's key in the claims bucket.
+func ClaimKey(attemptID string) string { return "claims." + Key(attemptID) }
+
+// ObjectName names one object of an attempt in the object store.
+func ObjectName(attemptID string, token uint64, name string) string {
+	return fmt.Sprintf("%s/%d/%s", Key(attemptID), token, name)
+}
+
+// ValidName reports whether a worker or pool name can be a subject token.
+func ValidName(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
+}

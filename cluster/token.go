@@ -1,0 +1,133 @@
+package cluster
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// TokenPrefix starts every join token, so a pasted token is recognisable.
+const TokenPrefix = "kusaw-join-1."
+
+// TokenTTL is how long a join token may wait for its worker.
+const TokenTTL = 24 * time.Hour
+
+// Token is what `kusaw cluster token` prints and `kusaw worker --join`
+// reads: where serve is, the fingerprint of its CA, and a one-time secret.
+type Token struct {
+	Addr   string `json:"addr"`
+	CA     string `json:"ca"`
+	Secret string `json:"secret"`
+}
+
+// String encodes the token.
+func (t Token) String() string {
+	b, _ := json.Marshal(t)
+	return TokenPrefix + base64.RawURLEncoding.EncodeToString(b)
+}
+
+// ParseToken reads a token, refusing anything malformed.
+func ParseToken(s string) (Token, error) {
+	var t Token
+	rest, ok := strings.CutPrefix(strings.TrimSpace(s), TokenPrefix)
+	if !ok {
+		return t, fmt.Errorf("not a kusaw join token (it starts with %s): run kusaw cluster token on serve's machine", TokenPrefix)
+	}
+	b, err := base64.RawURLEncoding.DecodeString(rest)
+	if err == nil {
+		err = json.Unmarshal(b, &t)
+	}
+	if err != nil || t.Addr == "" || len(t.CA) != 64 || len(t.Secret) < 32 {
+		return Token{}, fmt.Errorf("the join token is damaged: copy it again from kusaw cluster token")
+	}
+	return t, nil
+}
+
+// tokensFile keeps the hashes of unused secrets (never the secrets).
+const tokensFile = "tokens.json"
+
+// Tokens are serve's outstanding one-time secrets.
+type Tokens struct {
+	mu   sync.Mutex
+	path string
+	m    map[string]time.Time // sha256(secret) → expiry
+}
+
+// OpenTokens reads dir's outstanding tokens.
+func OpenTokens(dir string) *Tokens {
+	t := &Tokens{path: filepath.Join(dir, tokensFile), m: map[string]time.Time{}}
+	if b, err := os.ReadFile(t.path); err == nil {
+		_ = json.Unmarshal(b, &t.m)
+	}
+	return t
+}
+
+func hashSecret(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:])
+}
+
+// New makes a token for serve at addr with CA fingerprint ca.
+func (t *Tokens) New(addr, ca string) (Token, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return Token{}, err
+	}
+	secret := base64.RawURLEncoding.EncodeToString(b)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.m[hashSecret(secret)] = time.Now().Add(TokenTTL)
+	return Token{Addr: addr, CA: ca, Secret: secret}, t.saveLocked()
+}
+
+// Valid reports whether secret is an unused, unexpired token's.
+func (t *Tokens) Valid(secret string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.findLocked(secret) != ""
+}
+
+// Use spends a secret: true once, false ever after.
+func (t *Tokens) Use(secret string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	k := t.findLocked(secret)
+	if k == "" {
+		return false
+	}
+	delete(t.m, k)
+	_ = t.saveLocked()
+	return true
+}
+
+func (t *Tokens) findLocked(secret string) string {
+	if secret == "" {
+		return ""
+	}
+	h := hashSecret(secret)
+	for k, exp := range t.m {
+		if subtle.ConstantTimeCompare([]byte(k), []byte(h)) == 1 && time.Now().Before(exp) {
+			return k
+		}
+	}
+	return ""
+}
+
+func (t *Tokens) saveLocked() error {
+	for k, exp := range t.m {
+		if time.Now().After(exp) {
+			delete(t.m, k)
+		}
+	}
+	b, _ := json.Marshal(t.m)
+	return writeFile(t.path, b, 0o600)
+}
