@@ -356,7 +356,8 @@ func CheckSeatbelt() CheckResult {
 	}
 	fail := func(msg string) CheckResult {
 		res.Reason, res.Msg = status.ReasonSandboxUnavailable, msg
-		res.Fix = "run `kusaw sandbox check --verbose` and report the message; set the step's sandbox to off meanwhile"
+		res.Fix = "report the message with what `log show --last 2m --style compact --predicate 'eventMessage CONTAINS \"" + SeatbeltDenyMessage +
+			"\"'` prints (each refusal of kusaw's profile is tagged); set the step's sandbox to off meanwhile"
 		return res
 	}
 	dir, err := os.MkdirTemp("", "kusaw-seatbelt-check-")
