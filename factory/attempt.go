@@ -48,6 +48,8 @@ type attemptRun struct {
 	// refGuards: repo → the other attempts' branches beside this one's,
 	// as they were before the step ran (the folder is writable inside).
 	refGuards map[string]*worktree.RefGuard
+	// refStores: repo → the private ref store its sandbox wrote (Linux).
+	refStores map[string]string
 }
 
 // save writes attempt.json atomically. Process goroutines change their
@@ -547,16 +549,10 @@ func (a *attemptRun) commit() {
 		if wt == nil {
 			continue
 		}
-		// Commits the step made inside live in its private object folder:
-		// verified into the repository first, or the branch goes back to
-		// its base (the files are still committed below).
-		if od := a.objectDir(w.Repo); od != "" {
-			if err := wt.ImportObjects(od); err != nil {
-				a.keepObjects = true
-				a.events.Emit(record.EvCommitted, map[string]any{"repo": w.Repo, "error": err.Error()})
-				if a.rec.Outcome == status.OutcomePassed {
-					a.setOutcome(status.OutcomeFailed, status.ReasonCommitFailed, err.Error())
-				}
+		if err := a.takeStepRefs(w.Repo, wt); err != nil {
+			a.events.Emit(record.EvCommitted, map[string]any{"repo": w.Repo, "error": err.Error()})
+			if a.rec.Outcome == status.OutcomePassed {
+				a.setOutcome(status.OutcomeFailed, status.ReasonCommitFailed, err.Error())
 			}
 		}
 		sha, changed, err := wt.CommitAll(msg)
@@ -588,6 +584,39 @@ func (a *attemptRun) commit() {
 	}
 }
 
+// takeStepRefs makes what the step left in its git folders safe for
+// kusaw's own git, then takes the step's commits: from the private ref
+// store when it had one, else from the branch's own folder, checked. The
+// objects those commits need are verified into the repository first, or
+// the branch stays at (goes back to) its base; the files are committed
+// either way.
+func (a *attemptRun) takeStepRefs(repo string, wt *worktree.Worktree) error {
+	found, err := worktree.Scrub(wt.GitDir)
+	var more []worktree.Finding
+	var terr error
+	od := a.objectDir(repo)
+	if store := a.refStore(repo); store != "" {
+		more, terr = wt.AdoptFromStore(store, od)
+		if terr != nil && len(more) == 0 {
+			a.keepObjects = true
+		}
+	} else {
+		more, err = wt.CheckOwnRef()
+		if od != "" {
+			if terr = wt.ImportObjects(od); terr != nil {
+				a.keepObjects = true
+			}
+		}
+	}
+	for _, f := range append(found, more...) {
+		a.events.Emit(record.EvLeftBehind, map[string]any{"repo": repo, "path": f.Path, "kind": f.Kind, "action": f.Action})
+	}
+	if err != nil {
+		a.events.Emit(record.EvLeftBehind, map[string]any{"repo": repo, "error": err.Error()})
+	}
+	return terr
+}
+
 // finish removes the worktrees (their branches stay) and tmp/, writes the
 // final record and event, and seals the attempt's events.
 func (a *attemptRun) finish() *record.AttemptRecord {
@@ -604,6 +633,8 @@ func (a *attemptRun) finish() *record.AttemptRecord {
 		}
 	}
 	_ = os.RemoveAll(filepath.Join(a.dir, record.TmpDir))
+	// The step's private refs: its branch was taken (or refused) at commit.
+	_ = os.RemoveAll(filepath.Join(a.dir, record.RefStoreDir))
 	if !a.keepObjects {
 		// Imported (what the branches need is in the repositories now) or
 		// never committed: the rest is unreferenced.
@@ -648,9 +679,12 @@ func (a *attemptRun) guardRefs() {
 // worth knowing about.
 func (a *attemptRun) restoreRefs() {
 	for repo, g := range a.refGuards {
-		repaired, err := g.Restore()
+		repaired, found, err := g.Restore()
+		for _, f := range found {
+			a.events.Emit(record.EvLeftBehind, map[string]any{"repo": repo, "path": f.Path, "kind": f.Kind, "action": f.Action})
+		}
 		if err != nil {
-			a.events.Emit(record.EvRefsRestored, map[string]any{"repo": repo, "error": err.Error()})
+			a.events.Emit(record.EvRefsRestored, map[string]any{"repo": repo, "branches": repaired, "error": err.Error()})
 			continue
 		}
 		if len(repaired) > 0 {

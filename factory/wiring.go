@@ -153,8 +153,16 @@ func (a *attemptRun) sandboxed(i int, repos []string, spec *steps.Spec, env map[
 	in.ObjectDir = od
 	a.setObjectDir(repos, od)
 	for _, w := range a.rec.Worktrees {
-		in.Worktrees = append(in.Worktrees, sandbox.Worktree{Repo: w.Repo, Path: w.Path, GitDir: w.GitDir,
-			CommonDir: a.wts[w.Repo].CommonDir, Writable: own[w.Repo]})
+		sw := sandbox.Worktree{Repo: w.Repo, Path: w.Path, GitDir: w.GitDir,
+			CommonDir: a.wts[w.Repo].CommonDir, Writable: own[w.Repo]}
+		if own[w.Repo] && runtime.GOOS == "linux" {
+			store, err := a.newRefStore(w.Repo)
+			if err != nil {
+				return &status.Error{Reason: status.ReasonSandboxPlanRefused, Msg: err.Error(), Fix: "check that state_dir is writable"}
+			}
+			sw.RefStore = store
+		}
+		in.Worktrees = append(in.Worktrees, sw)
 	}
 	if h, err := os.UserHomeDir(); err == nil {
 		in.Home = h
@@ -229,6 +237,32 @@ func (a *attemptRun) setObjectDir(repos []string, dir string) {
 	for _, r := range repos {
 		a.objDirs[r] = dir
 	}
+}
+
+// newRefStore makes the repo's private ref store for this attempt's
+// sandbox (Linux): the repository's own ref and reflog folders then stay
+// read-only inside (docs/sandbox.md, "What a step leaves behind").
+func (a *attemptRun) newRefStore(repo string) (string, error) {
+	dir := filepath.Join(a.dir, record.RefStoreDir, repo)
+	start := time.Now()
+	n, err := a.wts[repo].NewRefStore(dir)
+	if err != nil {
+		return "", err
+	}
+	a.mu.Lock()
+	if a.refStores == nil {
+		a.refStores = map[string]string{}
+	}
+	a.refStores[repo] = dir
+	a.mu.Unlock()
+	a.events.Emit(record.EvRefStore, map[string]any{"repo": repo, "refs": n, "duration_us": time.Since(start).Microseconds()})
+	return dir, nil
+}
+
+func (a *attemptRun) refStore(repo string) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.refStores[repo]
 }
 
 func (a *attemptRun) objectDir(repo string) string {

@@ -25,6 +25,13 @@ const (
 	EvRepoDirty         = "repo.dirty"
 	EvCancelRequested   = "run.cancel_requested"
 	EvRefsRestored      = "worktree.refs_restored"
+	// EvLeftBehind names one thing a step left in a git folder that kusaw
+	// refused or removed before its own git ran there (a link, a FIFO, a
+	// symbolic ref): the path, what it was and what kusaw did.
+	EvLeftBehind = "worktree.left_behind"
+	// EvRefStore: the sandbox's private ref store was made (how many refs,
+	// how long it took).
+	EvRefStore = "worktree.ref_store"
 )
 
 // Event is one line of an events.jsonl file.

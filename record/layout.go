@@ -19,7 +19,8 @@ const (
 	ArtifactsDir  = "artifacts"
 	TmpDir        = "tmp"
 	WorktreesDir  = "worktrees"
-	ObjectsDir    = "objects" // objects/<process>: each sandbox's private git objects, imported at commit
+	ObjectsDir    = "objects"  // objects/<process>: each sandbox's private git objects, imported at commit
+	RefStoreDir   = "refstore" // refstore/<repo>: the sandbox's private refs/ and logs/ (Linux), the attempt branch taken from it at commit
 	LockFile      = "lock"
 	CancelFile    = "cancel"
 	StepsDir      = "steps"

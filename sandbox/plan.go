@@ -28,6 +28,12 @@ type Worktree struct {
 	GitDir    string // its private git dir: <common>/worktrees/<x>
 	CommonDir string // the repository's .git
 	Writable  bool   // false for per_repo's other repos: visible read-only
+	// RefStore, when set (Linux), is the attempt's private ref store: its
+	// refs/ and logs/ are mounted over the repository's, so the step's
+	// branches, tags and reflogs go there and the repository's own ref
+	// and reflog folders stay read-only. kusaw reads the attempt branch
+	// from it afterwards, checked, and moves the real branch itself.
+	RefStore string
 }
 
 // Proxy is what the sandbox needs from an egress lease (allowlist mode).
@@ -578,9 +584,13 @@ func (b *builder) worktree(w Worktree) error {
 			}
 		}
 	}
-	// Only the folder holding the attempt's own branch is writable, so the
-	// step cannot move the user's branches or tags.
-	if ref := headRef(gd); ref != "" {
+	if w.RefStore != "" {
+		if err := b.refStore(w, cd); err != nil {
+			return err
+		}
+	} else if ref := headRef(gd); ref != "" {
+		// Only the folder holding the attempt's own branch is writable, so
+		// the step cannot move the user's branches or tags.
 		refFile := filepath.Join(cd, filepath.FromSlash(ref))
 		if fi, err := os.Lstat(refFile); err == nil && fi.Mode().IsRegular() {
 			dir := filepath.Dir(refFile)
@@ -1162,6 +1172,27 @@ func rel(base, p string) string {
 func exists(p string) bool { _, err := os.Lstat(p); return err == nil }
 
 func isDir(p string) bool { fi, err := os.Stat(p); return err == nil && fi.IsDir() }
+
+// refStore mounts the attempt's private ref store over the repository's
+// refs/ and logs/: the step writes whatever refs it likes there, and the
+// repository's own stay read-only (a bind mount, which the step can
+// neither remove nor rename over).
+func (b *builder) refStore(w Worktree, cd string) error {
+	if b.plan.Backend != "bubblewrap" {
+		return refuse("leave RefStore empty on this backend (kusaw checks the ref folder afterwards instead)", "repo %s: a private ref store needs bind mounts, which the %s backend lacks", w.Repo, b.plan.Backend)
+	}
+	if !filepath.IsAbs(w.RefStore) {
+		return refuse("give an absolute path", "ref store %q of repo %s is not absolute", w.RefStore, w.Repo)
+	}
+	for _, d := range []string{"refs", "logs"} {
+		src, dst := filepath.Join(w.RefStore, d), filepath.Join(cd, d)
+		if !isDir(src) || !isDir(dst) {
+			return refuse("let kusaw create the ref store (worktree.NewRefStore)", "repo %s: %s or %s is not a folder", w.Repo, src, dst)
+		}
+		b.addBind(&b.writes, "bind", src, dst, fmt.Sprintf("repo %s's %s/: the attempt's private copy (branches, tags and reflogs the step writes stay there; kusaw takes only the attempt's branch, checked)", w.Repo, d))
+	}
+	return nil
+}
 
 // headRef returns the branch a worktree's HEAD names ("refs/heads/x"), or "".
 func headRef(gitDir string) string {

@@ -518,3 +518,44 @@ func TestPrepareEmptyFileOnlyWhenMounted(t *testing.T) {
 		t.Errorf("prepare created %s though no mount uses it (err %v)", q.EmptyFile, err)
 	}
 }
+
+// With a ref store, the repository's refs/ and logs/ are the store's inside
+// and no folder of the repository's own refs is writable.
+func TestPlanRefStore(t *testing.T) {
+	f := newFixture(t)
+	in := f.input()
+	store := filepath.Join(f.attempt, "refstore", "app")
+	for _, d := range []string{"refs", "logs"} {
+		os.MkdirAll(filepath.Join(store, d), 0o755)
+		os.MkdirAll(filepath.Join(f.common, d), 0o755)
+	}
+	in.Worktrees[0].RefStore = store
+	p, err := BuildPlan(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	binds := map[string]string{}
+	for _, m := range p.Mounts {
+		if m.Op == "bind" {
+			binds[m.Dst] = m.Src
+		}
+	}
+	for _, d := range []string{"refs", "logs"} {
+		if binds[filepath.Join(f.common, d)] != filepath.Join(store, d) {
+			t.Errorf("%s/ is not the store's: %v", d, binds)
+		}
+	}
+	for dst, src := range binds {
+		if src == dst && strings.HasPrefix(dst, filepath.Join(f.common, "refs")+"/") || strings.HasPrefix(dst, filepath.Join(f.common, "logs")+"/") {
+			t.Errorf("a folder of the repository's own refs is writable: %s", dst)
+		}
+	}
+	// Twin: without a store the branch's folder is writable, as before.
+	in.Worktrees[0].RefStore = ""
+	if p, err = BuildPlan(in); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(p.String(), "the folder of the attempt's branch") {
+		t.Errorf("without a store the branch folder should be writable:\n%s", p)
+	}
+}

@@ -33,11 +33,27 @@ func (w *Worktree) ImportObjects(objDir string) error {
 		return err
 	}
 	ref := "refs/heads/" + w.Branch
-	tip, ok, err := r.rd.ref(ref)
+	tip, ok, err := r.ownRef(ref)
 	if err != nil || !ok {
-		// No branch: CommitAll recreates it from the base.
+		// No branch (or one kusaw refuses, which CheckOwnRef handles):
+		// CommitAll recreates it from the base.
 		return nil
 	}
+	if err := w.importTip(r, objDir, tip); err != nil {
+		msg := err.Error()
+		if w.BaseSHA != "" {
+			if _, err := r.git.run(gitCmd{dir: r.workDir(), env: []string{"GIT_DIR=" + r.CommonDir}, args: []string{"update-ref", "--no-deref", "-m", "kusaw: objects of the step's commits failed the import", ref, w.BaseSHA, tip}}); err == nil {
+				msg += fmt.Sprintf("; the branch was put back at its base %s", short(w.BaseSHA))
+			}
+		}
+		return fmt.Errorf("%s (fix: the step left objects whose content does not match their names, or commits with missing objects; its files are committed on top of the base)", msg)
+	}
+	return nil
+}
+
+// importTip brings the objects commit tip needs from objDir into the
+// repository, re-hashing each (see ImportObjects). It moves no ref.
+func (w *Worktree) importTip(r *Repo, objDir, tip string) error {
 	repoEnv := []string{"GIT_DIR=" + r.CommonDir}
 	if _, err := r.git.run(gitCmd{dir: r.workDir(), env: repoEnv, args: []string{"cat-file", "-e", tip + "^{commit}"}}); err == nil {
 		// The step made no commit of its own (or it is already here): the
@@ -46,15 +62,12 @@ func (w *Worktree) ImportObjects(objDir string) error {
 		return nil
 	}
 	fail := func(why string) error {
-		msg := fmt.Sprintf("import the objects of branch %s (commit %s) from the step's private object folder %s: %s", w.Branch, short(tip), objDir, why)
-		if w.BaseSHA != "" {
-			if _, err := r.git.run(gitCmd{dir: r.workDir(), env: repoEnv, args: []string{"update-ref", "-m", "kusaw: objects of the step's commits failed the import", ref, w.BaseSHA, tip}}); err == nil {
-				msg += fmt.Sprintf("; the branch was put back at its base %s", short(w.BaseSHA))
-			}
-		}
-		return fmt.Errorf("%s (fix: the step left objects whose content does not match their names, or commits with missing objects; its files are committed on top of the base)", msg)
+		return fmt.Errorf("import the objects of branch %s (commit %s) from the step's private object folder %s: %s", w.Branch, short(tip), objDir, why)
 	}
-	if st, err := os.Stat(objDir); err != nil || !st.IsDir() {
+	if objDir == "" {
+		return fail("the step made commits but had no private object folder")
+	}
+	if st, err := os.Lstat(objDir); err != nil || !st.IsDir() {
 		return fail("the folder is missing")
 	}
 	// What the repository already has: the base, or every branch and tag

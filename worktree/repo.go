@@ -199,7 +199,7 @@ func (r *Repo) createRef(branch, sha, reason string) error {
 		return fmt.Errorf("branch %s already exists in %s (fix: use a new run id, or delete the branch)", branch, r)
 	}
 	// An empty old value makes git refuse if the ref appeared meanwhile.
-	_, err := r.git.run(gitCmd{dir: r.workDir(), args: []string{"update-ref", "-m", reason, "refs/heads/" + branch, sha, ""}})
+	_, err := r.git.run(gitCmd{dir: r.workDir(), args: []string{"update-ref", "--no-deref", "-m", reason, "refs/heads/" + branch, sha, ""}})
 	if err != nil {
 		return fmt.Errorf("create branch %s in %s: %v", branch, r, err)
 	}
@@ -240,7 +240,7 @@ func (r *Repo) AdvanceBranch(branch, toSHA string) error {
 			return fmt.Errorf("advance %s: the branch is checked out at %s; kusaw does not move a checked-out branch (fix: switch that checkout to another branch)", branch, w.Path)
 		}
 	}
-	_, err = r.git.run(gitCmd{dir: r.workDir(), args: []string{"update-ref", "-m", "kusaw: advance to " + short(to), "refs/heads/" + branch, to, cur}})
+	_, err = r.git.run(gitCmd{dir: r.workDir(), args: []string{"update-ref", "--no-deref", "-m", "kusaw: advance to " + short(to), "refs/heads/" + branch, to, cur}})
 	if err != nil {
 		return fmt.Errorf("advance %s in %s: %v", branch, r, err)
 	}

@@ -2,11 +2,13 @@ package worktree
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
+	"syscall"
 )
 
 // RefGuard remembers the loose refs beside a worktree's own branch ref.
@@ -29,52 +31,66 @@ func (w *Worktree) GuardSiblingRefs() (*RefGuard, error) {
 		dir:   filepath.Join(heads, filepath.FromSlash(filepath.Dir(filepath.ToSlash(w.Branch)))),
 		own:   filepath.Join(heads, filepath.FromSlash(w.Branch)),
 	}
-	var err error
-	g.before, err = g.read()
-	return g, err
+	// Before the step the folder holds only what kusaw's git wrote.
+	g.before, _ = g.read()
+	return g, nil
 }
 
-func (g *RefGuard) read() (map[string][]byte, error) {
-	out := map[string][]byte{}
-	err := filepath.WalkDir(g.dir, func(p string, d fs.DirEntry, err error) error {
+// read snapshots the regular refs of the folder. Anything else (a link, a
+// FIFO, a socket, an unreadable entry) is listed in odd, never opened: one
+// bad entry must not stop the guard from seeing the rest.
+func (g *RefGuard) read() (refs map[string][]byte, odd map[string]string) {
+	refs, odd = map[string][]byte{}, map[string]string{}
+	_ = filepath.WalkDir(g.dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
-			if os.IsNotExist(err) {
-				return nil
+			if p != g.dir && !errors.Is(err, fs.ErrNotExist) {
+				odd[p] = err.Error()
 			}
-			return err
+			return nil
 		}
 		if d.IsDir() || p == g.own {
 			return nil
 		}
-		b, err := os.ReadFile(p)
+		b, err := readRegular(p, maxRefSize)
 		if err != nil {
-			return err
+			odd[p] = kindOfErr(err)
+			return nil
 		}
-		out[p] = b
+		refs[p] = b
 		return nil
 	})
-	return out, err
+	return refs, odd
 }
 
 // Restore removes refs the step added beside its own and puts back those
-// it changed or removed. It returns the branches it repaired (refs/heads/
-// relative names), so the caller can record what the step tried.
-func (g *RefGuard) Restore() ([]string, error) {
-	now, err := g.read()
-	if err != nil {
-		return nil, fmt.Errorf("reading the attempt's branch folder %s: %v", g.dir, err)
-	}
+// it changed or removed; links, FIFOs and other entries that are not refs
+// are removed without being opened. It returns the branches it repaired
+// (refs/heads/ relative names) and what it removed, so the caller can
+// record what the step tried, and keeps going past every error.
+func (g *RefGuard) Restore() ([]string, []Finding, error) {
+	now, odd := g.read()
 	var repaired []string
+	var found []Finding
+	var errs []error
 	name := func(p string) string {
 		if rel, err := filepath.Rel(g.heads, p); err == nil {
 			return filepath.ToSlash(rel)
 		}
 		return p
 	}
+	for p, why := range odd {
+		f := Finding{Path: p, Kind: why, Action: "removed"}
+		if err := os.RemoveAll(p); err != nil {
+			f.Action = "refused (cannot remove: " + err.Error() + ")"
+			errs = append(errs, err)
+		}
+		found = append(found, f)
+	}
 	for p := range now {
 		if _, ok := g.before[p]; !ok {
-			if err := os.RemoveAll(p); err != nil {
-				return repaired, err
+			if err := os.Remove(p); err != nil {
+				errs = append(errs, err)
+				continue
 			}
 			repaired = append(repaired, name(p))
 		}
@@ -84,17 +100,30 @@ func (g *RefGuard) Restore() ([]string, error) {
 			continue
 		}
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return repaired, err
+			errs = append(errs, err)
+			continue
 		}
 		tmp := p + ".kusaw-restore"
-		if err := os.WriteFile(tmp, b, 0o644); err != nil {
-			return repaired, err
+		_ = os.Remove(tmp)
+		f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
+		if err == nil {
+			_, err = f.Write(b)
+			err = errors.Join(err, f.Close())
 		}
-		if err := os.Rename(tmp, p); err != nil {
-			return repaired, err
+		if err == nil {
+			err = os.Rename(tmp, p)
+		}
+		if err != nil {
+			_ = os.Remove(tmp)
+			errs = append(errs, err)
+			continue
 		}
 		repaired = append(repaired, name(p))
 	}
 	sort.Strings(repaired)
-	return repaired, nil
+	sort.Slice(found, func(i, j int) bool { return found[i].Path < found[j].Path })
+	if len(errs) > 0 {
+		return repaired, found, fmt.Errorf("restoring the attempt's branch folder %s: %w", g.dir, errors.Join(errs...))
+	}
+	return repaired, found, nil
 }

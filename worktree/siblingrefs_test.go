@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -38,9 +39,27 @@ func TestRefGuardRestoresSiblings(t *testing.T) {
 	os.WriteFile(firstRef, []byte(strings.Repeat("0", 40)+"\n"), 0o644)  // move a sibling
 	os.WriteFile(filepath.Join(filepath.Dir(ownRef), "99"), orig, 0o644) // add a branch
 	os.WriteFile(ownRef, []byte(strings.Repeat("1", 40)+"\n"), 0o644)    // its own: allowed
-	repaired, err := g.Restore()
+	// Entries that are not refs, sorting before the moved sibling: the
+	// guard must neither stop at them nor open them.
+	dangling := filepath.Join(filepath.Dir(ownRef), "0-dangling")
+	fifo := filepath.Join(filepath.Dir(ownRef), "0-fifo")
+	if err := os.Symlink("/nonexistent-kusaw", dangling); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	repaired, found, err := g.Restore()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(found) != 2 || found[0].Path != dangling || found[1].Path != fifo {
+		t.Errorf("findings %v, want the dangling link and the FIFO", found)
+	}
+	for _, p := range []string{dangling, fifo} {
+		if _, err := os.Lstat(p); err == nil {
+			t.Errorf("%s was left", p)
+		}
 	}
 	if got, _ := os.ReadFile(firstRef); string(got) != string(orig) {
 		t.Fatalf("the sibling branch was not put back: %q", got)
@@ -56,7 +75,7 @@ func TestRefGuardRestoresSiblings(t *testing.T) {
 	}
 	// Twin: untouched siblings mean nothing to repair.
 	g2, _ := second.GuardSiblingRefs()
-	if rep, err := g2.Restore(); err != nil || len(rep) != 0 {
-		t.Fatalf("nothing changed, yet repaired %v (%v)", rep, err)
+	if rep, found, err := g2.Restore(); err != nil || len(rep) != 0 || len(found) != 0 {
+		t.Fatalf("nothing changed, yet repaired %v %v (%v)", rep, found, err)
 	}
 }

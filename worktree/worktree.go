@@ -78,13 +78,13 @@ func (r *Repo) undoAdd(dir, branch, head string) {
 	_, _ = r.git.run(gitCmd{dir: r.workDir(), args: []string{"worktree", "remove", "--force", "--force", "--", dir}})
 	_, _ = r.git.run(gitCmd{dir: r.workDir(), args: []string{"worktree", "prune"}})
 	unlock()
-	_, _ = r.git.run(gitCmd{dir: r.workDir(), args: []string{"update-ref", "-d", "refs/heads/" + branch, head}})
+	_, _ = r.git.run(gitCmd{dir: r.workDir(), args: []string{"update-ref", "--no-deref", "-d", "refs/heads/" + branch, head}})
 }
 
 // readGitFile reads the "gitdir: ..." line git writes into a linked
 // worktree's .git file.
 func readGitFile(wt string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(wt, ".git"))
+	b, err := readRegular(filepath.Join(wt, ".git"), 4096)
 	if err != nil {
 		return "", err
 	}
@@ -144,7 +144,7 @@ func (w *Worktree) CommitAll(msg string) (sha string, changed bool, err error) {
 		return "", false, fmt.Errorf("commit: worktree %s is missing or not a directory", w.Path)
 	}
 	ref := "refs/heads/" + w.Branch
-	tip, ok, err := r.rd.ref(ref)
+	tip, ok, err := r.ownRef(ref)
 	if err != nil {
 		return "", false, fmt.Errorf("commit on %s: %v", w.Branch, err)
 	}
@@ -167,7 +167,10 @@ func (w *Worktree) CommitAll(msg string) (sha string, changed bool, err error) {
 	}
 	defer os.RemoveAll(tmp)
 	index := filepath.Join(tmp, "index")
-	env := []string{"GIT_DIR=" + w.GitDir, "GIT_WORK_TREE=" + w.Path, "GIT_INDEX_FILE=" + index}
+	// The repository's own git folder, not the worktree's private one: a
+	// step could write the latter (git opens files such as logs/HEAD and
+	// locked there), and nothing of it is needed to commit a tree.
+	env := []string{"GIT_DIR=" + r.CommonDir, "GIT_WORK_TREE=" + w.Path, "GIT_INDEX_FILE=" + index}
 	run := func(args ...string) (string, error) {
 		out, err := r.git.run(gitCmd{dir: w.Path, env: env, args: args})
 		return strings.TrimSpace(string(out)), err
@@ -200,7 +203,7 @@ func (w *Worktree) CommitAll(msg string) (sha string, changed bool, err error) {
 		result = strings.TrimSpace(string(out))
 	}
 	if result != tip {
-		if _, err := run("update-ref", "-m", "kusaw: commit attempt", ref, result, oldValue); err != nil {
+		if _, err := run("update-ref", "--no-deref", "-m", "kusaw: commit attempt", ref, result, oldValue); err != nil {
 			return "", false, fmt.Errorf("commit on %s: %v", w.Branch, err)
 		}
 	}
@@ -216,10 +219,12 @@ func (w *Worktree) CommitAll(msg string) (sha string, changed bool, err error) {
 // afterwards. It is a convenience for people who look at a kept worktree;
 // nothing depends on it, so failures are ignored.
 func (w *Worktree) syncIndex(index string) {
-	head, err := os.ReadFile(filepath.Join(w.GitDir, "HEAD"))
+	head, err := readRegular(filepath.Join(w.GitDir, "HEAD"), maxRefSize+256)
 	if err != nil || strings.TrimSpace(string(head)) != "ref: refs/heads/"+w.Branch {
 		return
 	}
+	// rename replaces whatever the step left at index (a link is replaced,
+	// never followed).
 	_ = os.Rename(index, filepath.Join(w.GitDir, "index"))
 }
 
@@ -408,7 +413,7 @@ func (r *Repo) listWorktrees() ([]*Worktree, error) {
 		}
 		admin := filepath.Join(base, e.Name())
 		w := &Worktree{Repo: r.String(), GitDir: admin, CommonDir: r.CommonDir, Branch: headBranch(admin), repo: r}
-		if b, err := os.ReadFile(filepath.Join(admin, "gitdir")); err == nil {
+		if b, err := readRegular(filepath.Join(admin, "gitdir"), 4096); err == nil {
 			w.Path = filepath.Dir(strings.TrimSpace(string(b)))
 		}
 		out = append(out, w)
@@ -418,7 +423,7 @@ func (r *Repo) listWorktrees() ([]*Worktree, error) {
 
 // headBranch returns the branch a HEAD file names, or "" when detached.
 func headBranch(gitDir string) string {
-	b, err := os.ReadFile(filepath.Join(gitDir, "HEAD"))
+	b, err := readRegular(filepath.Join(gitDir, "HEAD"), maxRefSize+256)
 	if err != nil {
 		return ""
 	}

@@ -1,0 +1,285 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The seam with the host (docs/sandbox.md, "What a step leaves behind"):
+// whatever a sandboxed step could write is hostile input to what kusaw
+// does afterwards outside. Each attack below runs as root and as a normal
+// user (uid 65534); each must leave the user's branches and files as they
+// were, end in bounded time, and leave every record verifiable.
+
+// seamUIDs are the users the attacks run as: root and nobody when the test
+// is root, otherwise the test's own user.
+func seamUIDs() []int {
+	if os.Geteuid() == 0 {
+		return []int{0, 65534}
+	}
+	return []int{os.Geteuid()}
+}
+
+// seamDir makes a factory folder outside /tmp (the sandbox's /tmp is
+// private, which would hide the repository whatever kusaw does), owned by
+// uid, with the app repository in it.
+func seamDir(t *testing.T, uid int) (dir, app string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("/var/tmp", "kusaw-seam-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if os.Getenv("KUSAW_SEAM_KEEP") == "" {
+		t.Cleanup(func() { os.RemoveAll(dir) })
+	}
+	os.Chmod(dir, 0o755)
+	app = newRepo(t, dir, "app")
+	return dir, app
+}
+
+// chownAll hands the factory folder to uid, and lets uid run the binary.
+func chownAll(t *testing.T, dir string, uid int) {
+	t.Helper()
+	if uid == os.Geteuid() {
+		return
+	}
+	filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
+		if err == nil {
+			os.Lchown(p, uid, uid)
+		}
+		return nil
+	})
+	os.Chmod(filepath.Dir(kusawBin), 0o755)
+}
+
+// runKusawAs runs the binary as uid in dir, killed after limit: a kusaw
+// that hangs on what a step left fails the test instead of hanging it.
+func runKusawAs(t *testing.T, uid int, limit time.Duration, dir string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, kusawBin, args...)
+	cmd.Dir = dir
+	cmd.Env = testEnv(t, dir)
+	if uid != os.Geteuid() {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
+		chownAll(t, dir, uid)
+	}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("kusaw %v did not end within %s (it hangs on what the step left)\n%s%s", args, limit, out.String(), errb.String())
+	}
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("kusaw %v: %v", args, err)
+	}
+	return result{out.String(), errb.String(), code}
+}
+
+// gitBounded runs git in a repository another user may own, and fails the
+// test if it does not end (a FIFO left in the repository would hang it).
+func gitBounded(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "git", append([]string{"-c", "safe.directory=*"}, args...)...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1")
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("git %v in %s hangs", args, dir)
+	}
+	if err != nil {
+		t.Fatalf("git %v in %s: %v\n%s", args, dir, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// verifyRecords runs `kusaw log verify --strict` on every log of the runs.
+func verifyRecords(t *testing.T, uid int, dir string) {
+	t.Helper()
+	var logs []string
+	filepath.Walk(filepath.Join(dir, ".kusaw", "runs"), func(p string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode().IsRegular() && (fi.Name() == "events.jsonl" || fi.Name() == "egress.log") {
+			logs = append(logs, p)
+		}
+		return nil
+	})
+	if len(logs) == 0 {
+		t.Fatal("no records to verify")
+	}
+	if res := runKusawAs(t, uid, time.Minute, dir, append([]string{"log", "verify", "--strict"}, logs...)...); res.code != 0 {
+		t.Errorf("log verify --strict: exit %d\n%s%s", res.code, res.stdout, res.stderr)
+	}
+}
+
+// seamAttacks: each is one pipeline of one sandboxed step. The script
+// finds its branch's ref, reflog and private git folder as git inside
+// reports them, so it attacks whatever kusaw gives it.
+var seamAttacks = []struct {
+	name, script string
+	attempts     int
+}{
+	{"symbolic-ref", `printf 'ref: refs/heads/main\n' > "$REF.new" && mv -f "$REF.new" "$REF" && echo done`, 1},
+	{"reflog-link", `mkdir -p "$(dirname "$LOG")" && ln -sfn "$VICTIM" "$LOG" && echo done`, 1},
+	{"reflog-dangling", `mkdir -p "$(dirname "$LOG")" && ln -sfn "$DIR/created-by-step" "$LOG" && echo done`, 1},
+	{"fifo-ref-folder", `mkfifo "$(dirname "$REF")/zz-fifo" && echo done`, 1},
+	{"fifo-git-dir", `mkfifo "$G/locked" && rm -f "$G/logs/HEAD" && mkfifo "$G/logs/HEAD" && echo done`, 1},
+	// Attempt 1 fails and keeps its branch; attempt 2 moves that sibling
+	// to main behind a dangling link that sorts first.
+	{"sibling-dangling", `if [ "$KUSAW_ATTEMPT" = 1 ]; then exit 1; fi
+S=$(dirname "$REF")/1
+ln -s /nonexistent-kusaw "$(dirname "$REF")/0-dangling"
+git rev-parse main > "$S.new" && mv -f "$S.new" "$S" && echo done`, 2},
+}
+
+const seamPrelude = `set -u
+C=$(git rev-parse --git-common-dir) || exit 1
+G=$(git rev-parse --git-dir) || exit 1
+B=$(git symbolic-ref HEAD) || exit 1
+REF=$C/$B
+LOG=$C/logs/$B
+echo "$KUSAW_ATTEMPT-$$" > step.txt
+git add step.txt && git commit -q -m "step commit" || echo "commit inside failed"
+echo "left for kusaw to commit" > dirty.txt
+`
+
+func TestSeamRefAttacks(t *testing.T) {
+	needSandbox(t)
+	need(t, "git")
+	for _, uid := range seamUIDs() {
+		t.Run(fmt.Sprintf("uid%d", uid), func(t *testing.T) {
+			dir, app := seamDir(t, uid)
+			victim := filepath.Join(dir, "victim.txt")
+			writeFile(t, victim, "the user's file\n")
+			var pipes, stepsY strings.Builder
+			for _, a := range seamAttacks {
+				writeFile(t, filepath.Join(dir, "scripts", a.name+".sh"), seamPrelude+a.script+"\n")
+				fmt.Fprintf(&pipes, "  %s: [%s]\n", a.name, a.name)
+				fmt.Fprintf(&stepsY, "  %s:\n    run: [sh, %s]\n    sandbox: required\n    attempts: %d\n    env: {VICTIM: %s, DIR: %s}\n",
+					a.name, filepath.Join(dir, "scripts", a.name+".sh"), a.attempts, victim, dir)
+			}
+			writeFile(t, filepath.Join(dir, "factory.yaml"), "version: 1\nrepos:\n  app: {path: app}\npipelines:\n"+pipes.String()+"steps:\n"+stepsY.String())
+			mainBefore := git(t, app, "rev-parse", "main")
+			for _, a := range seamAttacks {
+				t.Run(a.name, func(t *testing.T) {
+					res := runKusawAs(t, uid, time.Minute, dir, "run", a.name)
+					if strings.Contains(res.stderr, "panic") {
+						t.Fatalf("kusaw panicked:\n%s", res.stderr)
+					}
+					// The attack must have been made, or this proves nothing.
+					id := runIDOf(t, res)
+					adir := filepath.Join(dir, ".kusaw", "runs", id, "steps", a.name, fmt.Sprint(a.attempts))
+					if out, err := os.ReadFile(filepath.Join(adir, "stdout.log")); err != nil || !strings.Contains(string(out), "done") {
+						errs, _ := os.ReadFile(filepath.Join(adir, "stderr.log"))
+						t.Fatalf("the attack did not run (%v):\n%s%s\n%s%s", err, out, errs, res.stdout, res.stderr)
+					}
+					if got := gitBounded(t, app, "rev-parse", "main"); got != mainBefore {
+						t.Errorf("main moved from %s to %s", mainBefore, got)
+					}
+					if got := gitBounded(t, app, "show", "main:README"); got != "app" {
+						t.Errorf("main:README reads %q", got)
+					}
+					if got := readFile(t, filepath.Join(app, "README")); got != "app\n" {
+						t.Errorf("the checkout's README reads %q", got)
+					}
+					if got := readFile(t, victim); got != "the user's file\n" {
+						t.Errorf("the host file the step linked to changed: %q", got)
+					}
+					if _, err := os.Lstat(filepath.Join(dir, "created-by-step")); err == nil {
+						t.Errorf("kusaw created the file a dangling link named")
+					}
+					// The user's own git still works on the repository.
+					gitBounded(t, app, "branch", "-a")
+					gitBounded(t, app, "for-each-ref")
+					gitBounded(t, app, "worktree", "list")
+					gitBounded(t, app, "fsck", "--no-dangling")
+					if a.name == "sibling-dangling" {
+						b1 := "kusaw/attempts/" + id + "/" + a.name + "/1"
+						if got := gitBounded(t, app, "log", "-1", "--format=%s", b1); !strings.HasPrefix(got, "kusaw:") {
+							t.Errorf("the sibling branch %s was moved: its head is %q", b1, got)
+						}
+					}
+				})
+			}
+			verifyRecords(t, uid, dir)
+		})
+	}
+}
+
+// runIDOf finds the run id in kusaw run's progress ("run ID: pipeline").
+func runIDOf(t *testing.T, res result) string {
+	t.Helper()
+	for _, f := range strings.Fields(res.stdout + res.stderr) {
+		if len(f) > 20 && strings.HasPrefix(f, "20") && strings.HasSuffix(f, ":") {
+			return strings.TrimSuffix(f, ":")
+		}
+	}
+	t.Fatalf("no run id in kusaw's output:\n%s%s", res.stdout, res.stderr)
+	return ""
+}
+
+// The legitimate twin: a step commits, branches and tags inside its
+// worktree; its commit reaches the run branch and the next step sees it.
+func TestSeamStepCommitsBranchesTags(t *testing.T) {
+	needSandbox(t)
+	need(t, "git")
+	for _, uid := range seamUIDs() {
+		t.Run(fmt.Sprintf("uid%d", uid), func(t *testing.T) {
+			dir, app := seamDir(t, uid)
+			writeFile(t, filepath.Join(dir, "scripts", "make.sh"), `set -eu
+echo inside > inside.txt
+git add inside.txt
+git commit -q -m "made inside"
+git branch topic-inside
+git tag v-inside
+git commit -q --amend -m "made inside"
+git log -1 --format=%s
+echo ok
+`)
+			writeFile(t, filepath.Join(dir, "scripts", "check.sh"), `git log --format=%s | grep -qx "made inside" || { echo "the commit made inside is missing"; exit 1; }
+test "$(cat inside.txt)" = inside && echo "saw it"
+`)
+			writeFile(t, filepath.Join(dir, "factory.yaml"), `version: 1
+repos:
+  app: {path: app}
+pipelines:
+  default: [make, check]
+steps:
+  make:
+    run: [sh, `+filepath.Join(dir, "scripts", "make.sh")+`]
+    sandbox: required
+  check:
+    run: [sh, `+filepath.Join(dir, "scripts", "check.sh")+`]
+    sandbox: required
+`)
+			res := runKusawAs(t, uid, 2*time.Minute, dir, "run")
+			id := runIDOf(t, res)
+			adir := filepath.Join(dir, ".kusaw", "runs", id, "steps")
+			if res.code != 0 {
+				out, _ := os.ReadFile(filepath.Join(adir, "make", "1", "stdout.log"))
+				errs, _ := os.ReadFile(filepath.Join(adir, "make", "1", "stderr.log"))
+				t.Fatalf("run failed (exit %d)\n%s%s\nmake: %s%s", res.code, res.stdout, res.stderr, out, errs)
+			}
+			if out := readFile(t, filepath.Join(adir, "check", "1", "stdout.log")); !strings.Contains(out, "saw it") {
+				t.Errorf("the next step did not see the commit:\n%s", out)
+			}
+			if s := gitBounded(t, app, "log", "--format=%s", "kusaw/"+id); !strings.Contains(s, "made inside") {
+				t.Errorf("run branch lacks the commit made inside:\n%s", s)
+			}
+			verifyRecords(t, uid, dir)
+		})
+	}
+}
