@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
@@ -334,6 +335,23 @@ func TestSeatbeltDenyMessages(t *testing.T) {
 		}
 		if n < 20 || !strings.Contains(m.text, `(with message "kusaw")`) {
 			t.Errorf("%s: only %d tagged denies", m.mode, n)
+		}
+	}
+}
+
+// TestSeatbeltDocsNameEveryAllowed: docs/sandbox-macos.md names every
+// service, IOKit class and sysctl write the profile allows, so the page
+// cannot fall behind the lists.
+func TestSeatbeltDocsNameEveryAllowed(t *testing.T) {
+	b, err := os.ReadFile("../docs/sandbox-macos.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, list := range [][]sbEntry{seatbeltAllowedServices, seatbeltOpenNetworkServices, seatbeltAllowedIOKit, seatbeltSysctlWrites} {
+		for _, s := range list {
+			if !strings.Contains(string(b), "`"+s.arg+"`") {
+				t.Errorf("docs/sandbox-macos.md does not name %s, which the profile allows (%s)", s.arg, s.why)
+			}
 		}
 	}
 }
