@@ -324,6 +324,7 @@ func (e *Engine) Execute(ctx context.Context, r *Run) {
 			return
 		}
 	}
+	e.deliverRun(ctx, r)
 	r.end(status.RunSucceeded, status.ReasonNone, "")
 }
 

@@ -31,7 +31,11 @@ const (
 	EvLeftBehind = "worktree.left_behind"
 	// EvRefStore: the sandbox's private ref store was made (how many refs,
 	// how long it took).
-	EvRefStore = "worktree.ref_store"
+	EvRefStore      = "worktree.ref_store"
+	EvDeliverMerged = "deliver.merged"
+	EvDeliverPushed = "deliver.pushed"
+	EvDeliverPull   = "deliver.pull_request"
+	EvDeliverFailed = "deliver.failed"
 )
 
 // Event is one line of an events.jsonl file.

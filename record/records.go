@@ -61,6 +61,8 @@ type RunRecord struct {
 	// EgressRefused names the first 20 refused hosts, one line each
 	// ("step attempt n: host:port refused: why").
 	EgressRefused []string `json:"egress_refused,omitempty"`
+	// Delivery is what pipelines.<name>.deliver did after the run succeeded.
+	Delivery *Delivery `json:"delivery,omitempty"`
 }
 
 // WorktreeRecord is one worktree of an attempt.

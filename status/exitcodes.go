@@ -13,6 +13,7 @@ const (
 	ExitServeUnavailable   ExitCode = 6
 	ExitVerifyFailed       ExitCode = 7
 	ExitEgressRefused      ExitCode = 8
+	ExitDeliverFailed      ExitCode = 9
 	ExitInternal           ExitCode = 70
 	ExitInterrupted        ExitCode = 130
 )
@@ -32,6 +33,7 @@ var ExitCodes = []struct {
 	{ExitServeUnavailable, "serve_unavailable", "kusaw serve is not running (service status)"},
 	{ExitVerifyFailed, "verify_failed", "a log's hash chain or seal does not verify"},
 	{ExitEgressRefused, "egress_refused", "kusaw egress check: the proxy would refuse the connection"},
+	{ExitDeliverFailed, "deliver_failed", "kusaw deliver: a delivery step (merge, push, pull request) failed; the run itself stays succeeded"},
 	{ExitInternal, "internal", "an internal error; please report it"},
 	{ExitInterrupted, "interrupted", "interrupted by SIGINT/SIGTERM; the run is recorded as canceled"},
 }

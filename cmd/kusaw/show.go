@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/kusaw/kusaw/record"
 	"github.com/spf13/cobra"
 )
 
@@ -45,6 +46,22 @@ func newShowCmd(a *app) *cobra.Command {
 			fmt.Fprintf(w, "  folder: %s\n", st.RunDir(r.ID))
 			for _, rr := range r.Repos {
 				fmt.Fprintf(w, "  repo %s: %s %s → %s (base %s)\n", rr.Name, rr.Branch, short(rr.BaseSHA), short(rr.HeadSHA), orDash(rr.Base))
+			}
+			if d := r.Delivery; d != nil {
+				fmt.Fprintf(w, "  delivery (%s): %s", d.Repo, d.State)
+				if d.Merged != "" {
+					fmt.Fprintf(w, ", merged into %s at %s", d.Into, short(d.Merged))
+				}
+				if d.Pushed != "" {
+					fmt.Fprintf(w, ", pushed to %s", d.Pushed)
+				}
+				if d.PullURL != "" {
+					fmt.Fprintf(w, ", pull request %s", d.PullURL)
+				}
+				fmt.Fprintln(w)
+				if d.State != record.DeliveryDone {
+					fmt.Fprintf(w, "    %s failed: %s\n    fix: %s\n", d.Failed, d.Message, d.Fix)
+				}
 			}
 			for _, s := range r.Steps {
 				outcome := string(s.Outcome)
