@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -27,26 +29,32 @@ const (
 	BridgeExitNotFound = 127 // the command is not on PATH
 )
 
-const bridgeUsage = "usage: kusaw __egress-bridge --lease SOCKET --listen 127.0.0.1:PORT -- COMMAND [ARG...]"
+const bridgeUsage = "usage: kusaw __egress-bridge --lease SOCKET --listen 127.0.0.1:PORT [--local PORT,...] -- COMMAND [ARG...]"
 
 // RunBridge is the hidden command kusaw __egress-bridge. It runs first in
 // the sandbox's private network namespace: it binds the proxy's listener
 // on loopback there, hands it to the proxy over the lease's Unix socket,
-// and replaces itself with the step's command. It returns only on
+// and replaces itself with the step's command. With --local it also binds
+// each local-service port on the namespace's 127.0.0.1 (and ::1 when the
+// namespace has it) and hands those listeners over too: the proxy
+// forwards what connects there to the host's loopback port. It returns only on
 // failure, and then the step has not started.
 func RunBridge(args []string) error {
-	var sock, listen string
+	var sock, listen, local string
 	var argv []string
 	for i := 0; i < len(args); i++ {
 		switch a := args[i]; a {
-		case "--lease", "--listen":
+		case "--lease", "--listen", "--local":
 			if i+1 >= len(args) {
 				return &BridgeError{BridgeExitHandOver, fmt.Sprintf("egress bridge: %s needs a value (%s)", a, bridgeUsage)}
 			}
-			if a == "--lease" {
+			switch a {
+			case "--lease":
 				sock = args[i+1]
-			} else {
+			case "--listen":
 				listen = args[i+1]
+			default:
+				local = args[i+1]
 			}
 			i++
 		case "--":
@@ -67,8 +75,17 @@ func RunBridge(args []string) error {
 	if err != nil {
 		return &BridgeError{BridgeExitHandOver, fmt.Sprintf("egress bridge: cannot listen on %s in the sandbox: %v", listen, err)}
 	}
-	err = HandOver(sock, fd)
-	unix.Close(fd) // the proxy holds its own copy now
+	locals, err := listenLocal(local)
+	if err != nil {
+		unix.Close(fd)
+		return &BridgeError{BridgeExitHandOver, "egress bridge: " + err.Error()}
+	}
+	err = HandOver(sock, fd, locals...)
+	// The proxy holds its own copies now.
+	unix.Close(fd)
+	for _, l := range locals {
+		unix.Close(l)
+	}
 	if err != nil {
 		return &BridgeError{BridgeExitHandOver, "egress bridge: " + err.Error()}
 	}
@@ -78,6 +95,57 @@ func RunBridge(args []string) error {
 	}
 	err = syscall.Exec(path, argv, os.Environ())
 	return &BridgeError{BridgeExitNoExec, fmt.Sprintf("cannot run %s: %v", argv[0], err)}
+}
+
+// listenLocal binds each local-service port ("5432,7000") on 127.0.0.1
+// and, when the namespace has IPv6, on ::1: clients try either for
+// localhost.
+func listenLocal(list string) ([]int, error) {
+	if list == "" {
+		return nil, nil
+	}
+	var fds []int
+	fail := func(err error) ([]int, error) {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return nil, err
+	}
+	for _, s := range strings.Split(list, ",") {
+		p, err := strconv.Atoi(s)
+		if err != nil || p < 1 || p > 65535 {
+			return fail(fmt.Errorf("--local %q: %q is not a port", list, s))
+		}
+		fd, err := listenLoopback(netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(p)))
+		if err != nil {
+			return fail(fmt.Errorf("cannot listen on local-service port 127.0.0.1:%d in the sandbox: %v", p, err))
+		}
+		fds = append(fds, fd)
+		if fd6, err := listenLoopback6(p); err == nil {
+			fds = append(fds, fd6)
+		}
+	}
+	return fds, nil
+}
+
+// listenLoopback6 binds [::1]:port, IPv6 only, so it never takes the
+// IPv4 port as well.
+func listenLoopback6(port int) (int, error) {
+	fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 1)
+	unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+	sa := &unix.SockaddrInet6{Port: port, Addr: netip.IPv6Loopback().As16()}
+	if err = unix.Bind(fd, sa); err == nil {
+		err = unix.Listen(fd, 4096)
+	}
+	if err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
 }
 
 // listenLoopback binds a listening socket on ap with close-on-exec, so

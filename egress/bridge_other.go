@@ -26,7 +26,7 @@ func RunBridge(args []string) error {
 }
 
 // HandOver is Linux-only.
-func HandOver(socketPath string, listenerFD int) error {
+func HandOver(socketPath string, listenerFD int, localFDs ...int) error {
 	return errors.New("egress hand-over: only on Linux")
 }
 

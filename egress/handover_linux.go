@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -67,7 +68,7 @@ func (l *Lease) handOver(c *net.UnixConn) bool {
 		return false
 	}
 	buf := make([]byte, 256)
-	oob := make([]byte, unix.CmsgSpace(4*4))
+	oob := make([]byte, unix.CmsgSpace(4*(1+2*MaxLocalPorts)))
 	n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
 	if err != nil {
 		return fail(fmt.Sprintf("reading the hand-over: %v", err))
@@ -83,33 +84,99 @@ func (l *Lease) handOver(c *net.UnixConn) bool {
 	if len(fds) == 0 {
 		return fail("no listening socket came with the hand-over")
 	}
-	for _, fd := range fds[1:] {
-		unix.Close(fd)
+	closeAll := func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
 	}
-	fd := fds[0]
 	if string(buf[:n]) != handOverHello {
-		unix.Close(fd)
+		closeAll()
 		return fail("the bridge speaks another hand-over version; use the same kusaw binary for the proxy and the bridge")
 	}
-	if err := l.checkListenerFD(fd); err != nil {
-		unix.Close(fd)
+	// The first is the proxy's listener; the others are local-service
+	// listeners, each on a leased port, on 127.0.0.1 or ::1.
+	if err := l.checkListenerFD(fds[0]); err != nil {
+		closeAll()
 		return fail(err.Error())
 	}
-	f := os.NewFile(uintptr(fd), "egress-listener")
-	ln, err := net.FileListener(f)
-	f.Close()
-	if err != nil {
-		return fail(fmt.Sprintf("using the listener: %v", err))
+	ports := make([]int, len(fds))
+	for i, fd := range fds[1:] {
+		p, err := l.checkLocalFD(fd)
+		if err != nil {
+			closeAll()
+			return fail(err.Error())
+		}
+		ports[i+1] = p
 	}
-	if !l.addListener(ln) {
+	lns := make([]net.Listener, 0, len(fds))
+	for i, fd := range fds {
+		f := os.NewFile(uintptr(fd), "egress-listener")
+		ln, err := net.FileListener(f)
+		f.Close()
+		if err != nil {
+			for _, fd := range fds[i+1:] {
+				unix.Close(fd)
+			}
+			for _, ln := range lns {
+				ln.Close()
+			}
+			return fail(fmt.Sprintf("using the listener: %v", err))
+		}
+		lns = append(lns, ln)
+	}
+	for i, ln := range lns[1:] {
+		if !l.addLocalListener(ln, ports[i+1]) {
+			for _, ln := range lns {
+				ln.Close()
+			}
+			return fail("the lease is closed")
+		}
+	}
+	if !l.addListener(lns[0]) {
 		return fail("the lease is closed")
 	}
 	if _, err := c.Write([]byte("ok\n")); err != nil {
-		// The bridge will not start the step; stop serving its listener.
-		ln.Close()
+		// The bridge will not start the step; stop serving its listeners.
+		for _, ln := range lns {
+			ln.Close()
+		}
 		return false
 	}
 	return true
+}
+
+// checkLocalFD accepts a listening TCP socket on 127.0.0.1 or ::1 whose
+// port is one of the lease's local-service ports, and returns the port.
+func (l *Lease) checkLocalFD(fd int) (int, error) {
+	if v, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE); err != nil || v != unix.SOCK_STREAM {
+		return 0, errors.New("a handed-over local-service descriptor is not a stream socket")
+	}
+	if v, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ACCEPTCONN); err != nil || v != 1 {
+		return 0, errors.New("a handed-over local-service socket is not listening")
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		return 0, fmt.Errorf("a handed-over local-service socket: %v", err)
+	}
+	var port int
+	switch a := sa.(type) {
+	case *unix.SockaddrInet4:
+		if netip.AddrFrom4(a.Addr) != netip.AddrFrom4([4]byte{127, 0, 0, 1}) {
+			return 0, errors.New("a handed-over local-service socket is not on 127.0.0.1")
+		}
+		port = a.Port
+	case *unix.SockaddrInet6:
+		if netip.AddrFrom16(a.Addr) != netip.IPv6Loopback() {
+			return 0, errors.New("a handed-over local-service socket is not on ::1")
+		}
+		port = a.Port
+	default:
+		return 0, errors.New("a handed-over local-service socket is not TCP")
+	}
+	if !slices.Contains(l.localPorts, port) {
+		return 0, fmt.Errorf("a handed-over local-service socket is on port %d, which no local-service entry lists", port)
+	}
+	return port, nil
 }
 
 // checkListenerFD accepts only a listening TCP socket on the lease's
@@ -133,16 +200,17 @@ func (l *Lease) checkListenerFD(fd int) error {
 	return nil
 }
 
-// HandOver sends a listening socket to the lease's Unix socket and waits
-// for the proxy's answer. The bridge uses it; so can a test.
-func HandOver(socketPath string, listenerFD int) error {
+// HandOver sends the proxy's listening socket, then any local-service
+// listeners, to the lease's Unix socket and waits for the proxy's
+// answer. The bridge uses it; so can a test.
+func HandOver(socketPath string, listenerFD int, localFDs ...int) error {
 	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: socketPath, Net: "unix"})
 	if err != nil {
 		return fmt.Errorf("cannot reach the egress proxy at %s: %v", socketPath, unwrapSyscall(err))
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(handOverTimeout))
-	if _, _, err := c.WriteMsgUnix([]byte(handOverHello), unix.UnixRights(listenerFD), nil); err != nil {
+	if _, _, err := c.WriteMsgUnix([]byte(handOverHello), unix.UnixRights(append([]int{listenerFD}, localFDs...)...), nil); err != nil {
 		return fmt.Errorf("sending the listener to the egress proxy: %v", unwrapSyscall(err))
 	}
 	reply, err := bufio.NewReader(c).ReadString('\n')

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -37,10 +38,14 @@ type Lease struct {
 	// lease listens on the host's loopback, open to every local process.
 	injectToken string
 	budget      budget
+	// localPorts are the host loopback ports of local-service entries,
+	// sorted: the bridge listens on them inside the namespace.
+	localPorts []int
 
 	mu        sync.Mutex
 	closed    bool
 	listeners []net.Listener
+	localLns  []net.Listener
 	conns     map[io.Closer]struct{}
 	wg        sync.WaitGroup
 	handed    chan struct{}
@@ -99,6 +104,10 @@ func (p *Proxy) Lease(c LeaseConfig) (*Lease, error) {
 		return nil, fmt.Errorf("egress lease: %v", err)
 	}
 	l.injectToken = hex.EncodeToString(tok[:])
+	l.localPorts = LocalPorts(c.Allow)
+	if len(l.localPorts) > MaxLocalPorts {
+		return nil, fmt.Errorf("egress lease: %d local-service ports; at most %d (list only the ports the step uses)", len(l.localPorts), MaxLocalPorts)
+	}
 	l.injects = map[string]*injector{}
 	for _, in := range c.Inject {
 		ij, err := l.newInjector(in)
@@ -122,7 +131,7 @@ func (p *Proxy) Lease(c LeaseConfig) (*Lease, error) {
 	case c.SocketDir != "":
 		// Any port will do: the listener lives in the sandbox's own
 		// network namespace, where nothing else is bound.
-		l.listenAddr = "127.0.0.1:" + strconv.Itoa(20000+rand.IntN(40000))
+		l.listenAddr = "127.0.0.1:" + strconv.Itoa(l.proxyPort())
 		if err := l.listenHandOver(); err != nil {
 			return nil, err
 		}
@@ -140,6 +149,42 @@ func (p *Proxy) Lease(c LeaseConfig) (*Lease, error) {
 	p.mu.Unlock()
 	return l, nil
 }
+
+// MaxLocalPorts bounds the local-service ports of one lease: the bridge
+// passes two listeners per port (IPv4 and IPv6) in one message, and a
+// message carries at most 253 descriptors.
+const MaxLocalPorts = 100
+
+// LocalPorts are the host loopback ports the local-service entries of an
+// allowlist name, sorted and without repeats.
+func LocalPorts(allow []Rule) []int {
+	seen := map[int]bool{}
+	var out []int
+	for _, r := range allow {
+		for _, p := range r.Pattern.Ports() {
+			if !seen[p] {
+				seen[p] = true
+				out = append(out, p)
+			}
+		}
+	}
+	sort.Ints(out)
+	return out
+}
+
+// proxyPort picks the proxy's port in the namespace: any free one, and
+// never a local-service port, which the bridge binds.
+func (l *Lease) proxyPort() int {
+	for {
+		p := 20000 + rand.IntN(40000)
+		if !slices.Contains(l.localPorts, p) {
+			return p
+		}
+	}
+}
+
+// LeasedLocalPorts are the lease's local-service ports.
+func (l *Lease) LeasedLocalPorts() []int { return append([]int(nil), l.localPorts...) }
 
 // SocketPath is the Unix socket the bridge hands its listener to; "" for
 // a lease that listens itself. The sandbox must be able to reach it.
@@ -199,7 +244,15 @@ func (l *Lease) InjectURL(name string) string {
 // BridgeArgv is the argv prefix that runs the step through the bridge
 // inside the sandbox; append the step's own argv.
 func (l *Lease) BridgeArgv(kusawBinary string) []string {
-	return []string{kusawBinary, "__egress-bridge", "--lease", l.sockPath, "--listen", l.listenAddr, "--"}
+	argv := []string{kusawBinary, "__egress-bridge", "--lease", l.sockPath, "--listen", l.listenAddr}
+	if len(l.localPorts) > 0 {
+		ps := make([]string, len(l.localPorts))
+		for i, p := range l.localPorts {
+			ps[i] = strconv.Itoa(p)
+		}
+		argv = append(argv, "--local", strings.Join(ps, ","))
+	}
+	return append(argv, "--")
 }
 
 func (l *Lease) policy() Policy {
@@ -282,6 +335,12 @@ func (l *Lease) Close() Summary {
 		os.Remove(l.sockPath)
 	}
 	l.srv.Close()
+	l.mu.Lock()
+	locals := l.localLns
+	l.mu.Unlock()
+	for _, ln := range locals {
+		ln.Close()
+	}
 	// Mark every upstream first: closing a client ends its tunnel, which
 	// reports at once.
 	for _, c := range conns {

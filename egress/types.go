@@ -164,6 +164,9 @@ const (
 	KindWebSocket = "websocket"
 	KindInject    = "inject"
 	KindHandOver  = "handover"
+	// KindLocal is a connection the step made straight to a local-service
+	// port on its own loopback, which the bridge forwards to the host's.
+	KindLocal = "local"
 )
 
 // Reason codes of decisions.

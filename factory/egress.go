@@ -207,7 +207,7 @@ func (a *attemptRun) lease(i int, repos []string, p *preparedProc) (*sandbox.Pro
 		a.closeLeaseAfter(p, l, obs, "")
 		_, ps, _ := net.SplitHostPort(l.ListenAddr())
 		port, _ := strconv.Atoi(ps)
-		return &sandbox.Proxy{Port: port, Env: l.Env()}, nil
+		return &sandbox.Proxy{Port: port, Env: l.Env(), LocalPorts: l.LeasedLocalPorts()}, nil
 	}
 	// The hand-over socket: beside the attempt when the path is short
 	// enough for a Unix socket, else in a short private temp folder.
@@ -228,7 +228,7 @@ func (a *attemptRun) lease(i int, repos []string, p *preparedProc) (*sandbox.Pro
 		return nil, &status.Error{Reason: status.ReasonEgressLeaseFailed, Msg: err.Error(), Fix: status.ReasonEgressLeaseFailed.Info().Fix}
 	}
 	a.closeLeaseAfter(p, l, obs, dir)
-	return &sandbox.Proxy{SocketPath: l.SocketPath(), Env: l.Env(), WrapArgv: l.BridgeArgv(a.e.opts.Kusaw), Binaries: []string{a.e.opts.Kusaw}}, nil
+	return &sandbox.Proxy{SocketPath: l.SocketPath(), Env: l.Env(), WrapArgv: l.BridgeArgv(a.e.opts.Kusaw), Binaries: []string{a.e.opts.Kusaw}, LocalPorts: l.LeasedLocalPorts()}, nil
 }
 
 // injects resolves the step's inject entries: the key comes from the

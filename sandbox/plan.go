@@ -38,8 +38,11 @@ type Worktree struct {
 
 // Proxy is what the sandbox needs from an egress lease (allowlist mode).
 type Proxy struct {
-	SocketPath string   // the lease's Unix socket, bound into the sandbox (Linux)
-	Port       int      // the lease's loopback port (macOS: no namespace, the profile admits only this port)
+	SocketPath string // the lease's Unix socket, bound into the sandbox (Linux)
+	Port       int    // the lease's loopback port (macOS: no namespace, the profile admits only this port)
+	// LocalPorts are the host loopback ports of local-service entries:
+	// the macOS profile admits them too (on Linux the bridge forwards them).
+	LocalPorts []int
 	Env        []string // NAME=value proxy variables for the step
 	WrapArgv   []string // argv run first inside (the egress bridge), ending in "--" if it needs one
 	Binaries   []string // files bound read-only so WrapArgv can run (the kusaw binary)
@@ -150,6 +153,9 @@ type Plan struct {
 	Precreate []Precreated `json:"precreate,omitempty"`
 	Socket    string       `json:"proxy_socket,omitempty"`
 	ProxyPort int          `json:"proxy_port,omitempty"` // macOS: the lease's loopback port
+	// LocalPorts are the leased local-service ports (macOS: admitted by
+	// the profile; Linux: forwarded by the bridge).
+	LocalPorts []int `json:"local_ports,omitempty"`
 	// Home and AttemptDir as resolved (for probes and doctor).
 	Home       string `json:"home,omitempty"`
 	AttemptDir string `json:"attempt_dir,omitempty"`
@@ -472,6 +478,7 @@ func (b *builder) build() error {
 			b.plan.Socket = s
 		}
 		b.plan.ProxyPort = in.Proxy.Port
+		b.plan.LocalPorts = append([]int(nil), in.Proxy.LocalPorts...)
 		b.plan.WrapArgv = append([]string{}, in.Proxy.WrapArgv...)
 	}
 
@@ -1069,6 +1076,9 @@ func (p *Plan) String() string {
 	fmt.Fprintf(&sb, "backend: %s\nnetwork: %s\nworkdir: %s\n", p.Backend, p.Network, p.Workdir)
 	if p.Socket != "" {
 		fmt.Fprintf(&sb, "proxy socket: %s\n", p.Socket)
+	}
+	if len(p.LocalPorts) > 0 {
+		fmt.Fprintf(&sb, "local services (host loopback ports): %s\n", strings.Trim(fmt.Sprint(p.LocalPorts), "[]"))
 	}
 	if p.ProxyPort != 0 {
 		fmt.Fprintf(&sb, "proxy port: 127.0.0.1:%d\n", p.ProxyPort)

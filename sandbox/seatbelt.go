@@ -409,7 +409,7 @@ func checkPath(p string) (string, error) {
 // Seatbelt returns the macOS profile of the plan.
 func (p *Plan) Seatbelt(opt SeatbeltOptions) (*SeatbeltProfile, error) {
 	g := &sbGen{byPath: map[string]string{}}
-	ports := opt.Ports
+	ports := append(append([]int(nil), opt.Ports...), p.LocalPorts...)
 	if p.ProxyPort != 0 {
 		ports = append([]int{p.ProxyPort}, ports...)
 	}

@@ -7,6 +7,7 @@
 //	egressclient ws URL                      WebSocket-style upgrade over plain HTTP, one echo
 //	egressclient exact N COUNT HTTPURL TLSHOST:PORT CAFILE   read exactly N bytes, COUNT times each way
 //	egressclient bench HOST:PORT SECONDS NAME [direct]        CONNECT set-up latency and throughput
+//	egressclient raw HOST:PORT LINE [direct]  send LINE over raw TCP (through a CONNECT, or straight) and print the answer line
 package main
 
 import (
@@ -41,6 +42,8 @@ func main() {
 		n, _ := strconv.Atoi(os.Args[2])
 		count, _ := strconv.Atoi(os.Args[3])
 		exact(n, count, os.Args[4], os.Args[5], os.Args[6])
+	case "raw":
+		raw(os.Args[2], os.Args[3], len(os.Args) > 4 && os.Args[4] == "direct")
 	case "bench":
 		secs, _ := strconv.ParseFloat(os.Args[3], 64)
 		bench(os.Args[2], time.Duration(secs*float64(time.Second)), os.Args[4], len(os.Args) > 5 && os.Args[5] == "direct")
@@ -125,6 +128,29 @@ func sni(target, name, caFile string) {
 		os.Exit(4)
 	}
 	fmt.Println("handshake ok")
+}
+
+func raw(target, line string, direct bool) {
+	var c net.Conn
+	var err error
+	if direct {
+		c, err = net.DialTimeout("tcp", target, 10*time.Second)
+	} else {
+		c, err = connect(target)
+	}
+	if err != nil {
+		fmt.Println("connect error:", err)
+		os.Exit(3)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintln(c, line)
+	got, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		fmt.Println("read error:", err)
+		os.Exit(4)
+	}
+	fmt.Print("answer: ", got)
 }
 
 func ws(u string) {
