@@ -64,6 +64,7 @@ const (
 	ECodeBadCIDR         = "E041"
 	ECodeBadAddress      = "E042"
 	ECodeBadURL          = "E043"
+	ECodeBadNatsURL      = "E044"
 	ECodeStepKind        = "E050"
 	ECodeNoPrompt        = "E051"
 	ECodeInjectNeedsList = "E060"
@@ -105,6 +106,7 @@ var CodeInfo = []struct{ Code, Meaning string }{
 	{ECodeBadCIDR, "allow_ranges entry that is not a CIDR"},
 	{ECodeBadAddress, "resolver or listen address that is not host:port"},
 	{ECodeBadURL, "base_url that is not an http(s) URL"},
+	{ECodeBadNatsURL, "serve.cluster.nats_url that is not a nats:// or tls:// URL, or set beside serve.cluster.listen"},
 	{ECodeStepKind, "a step that is more than one of agent, builtin and run"},
 	{ECodeNoPrompt, "an agent step without prompt or prompt_file, or with both"},
 	{ECodeInjectNeedsList, "inject without network: allowlist (there is no proxy to hold the key)"},

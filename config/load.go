@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -24,7 +25,11 @@ const (
 var (
 	idPattern      = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(idPatternText) })
 	envNamePattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(envNamePatternText) })
+	// A pool is one token of a NATS subject (kusaw.work.<pool>).
+	poolPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(poolPatternText) })
 )
+
+const poolPatternText = `^[A-Za-z0-9_-]{1,64}$`
 
 // LoadError is returned when the file cannot be read at all.
 type LoadError struct{ Msg string }
@@ -445,7 +450,7 @@ func (d *decoder) egress(f *Factory, n *yaml.Node, path string) {
 }
 
 func (d *decoder) serve(f *Factory, n *yaml.Node) {
-	for _, fl := range d.fields(n, "serve", []string{"max_parallel", "listen", "resume"}) {
+	for _, fl := range d.fields(n, "serve", []string{"max_parallel", "listen", "resume", "cluster"}) {
 		kp := join("serve", fl.key)
 		switch fl.key {
 		case "max_parallel":
@@ -460,8 +465,45 @@ func (d *decoder) serve(f *Factory, n *yaml.Node) {
 			}
 		case "resume":
 			f.Serve.Resume = d.boolean(fl.value, kp)
+		case "cluster":
+			f.Serve.Cluster = d.cluster(fl.value, kp)
 		}
 	}
+}
+
+// cluster reads serve.cluster (docs/cluster.md).
+func (d *decoder) cluster(n *yaml.Node, path string) *Cluster {
+	c := &Cluster{LocalWorker: true, LostAfter: DefaultLostAfter}
+	var urlN *yaml.Node
+	for _, fl := range d.fields(n, path, []string{"listen", "nats_url", "local_worker", "lost_after"}) {
+		kp := join(path, fl.key)
+		switch fl.key {
+		case "listen":
+			c.Listen = d.str(fl.value, kp)
+			if _, _, err := net.SplitHostPort(c.Listen); c.Listen != "" && err != nil {
+				d.errf(ECodeBadAddress, fl.value, kp, "write host:port, such as 0.0.0.0:7422", "%s: %q is not host:port", kp, c.Listen)
+			}
+		case "nats_url":
+			c.NatsURL, urlN = d.str(fl.value, kp), fl.value
+			if u, err := url.Parse(c.NatsURL); err != nil || (u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" {
+				d.errf(ECodeBadNatsURL, fl.value, kp, "write a URL such as tls://nats1.example:4222 (several: comma-separated)", "%s: %q is not a nats:// or tls:// URL", kp, c.NatsURL)
+			}
+		case "local_worker":
+			c.LocalWorker = d.boolean(fl.value, kp)
+		case "lost_after":
+			c.LostAfter = d.duration(fl.value, kp)
+			if c.LostAfter > 0 && c.LostAfter < time.Second {
+				d.errf(ECodeBadValue, fl.value, kp, "use at least 1s (workers send a heartbeat every second)", "%s must be at least 1s", kp)
+			}
+			if c.LostAfter <= 0 {
+				c.LostAfter = DefaultLostAfter
+			}
+		}
+	}
+	if c.Listen != "" && c.NatsURL != "" {
+		d.errf(ECodeBadNatsURL, urlN, join(path, "nats_url"), "keep one: listen embeds a NATS server, nats_url uses an existing one", "%s sets both listen and nats_url", path)
+	}
+	return c
 }
 
 // pipelineKeys are the keys of a pipeline written as a map; the list form
@@ -557,7 +599,7 @@ func (d *decoder) pipelineItems(f *Factory, n *yaml.Node, p, name string) []Pipe
 	return items
 }
 
-var stepKeys = []string{"provider", "builtin", "run", "prompt", "prompt_file", "repos", "per_repo", "attempts", "timeout", "env", "sandbox", "requires", "limits"}
+var stepKeys = []string{"provider", "builtin", "run", "prompt", "prompt_file", "repos", "per_repo", "attempts", "timeout", "env", "sandbox", "requires", "limits", "pool"}
 
 func (d *decoder) steps(f *Factory, n *yaml.Node) {
 	for _, fl := range d.fields(n, "steps", nil) {
@@ -627,6 +669,11 @@ func (d *decoder) steps(f *Factory, n *yaml.Node) {
 				}
 			case "timeout":
 				s.Timeout = d.duration(sf.value, kp)
+			case "pool":
+				s.Pool = d.str(sf.value, kp)
+				if !poolPattern().MatchString(s.Pool) {
+					d.errf(ECodeBadName, sf.value, kp, "use letters, digits, '_' and '-' (at most 64)", "pool name %q has characters it may not have", s.Pool)
+				}
 			case "limits":
 				s.Limits = d.limits(sf.value, kp)
 			case "env":

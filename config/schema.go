@@ -206,6 +206,12 @@ func factorySchema() *schemaNode {
 		p("max_parallel", integer("runs (and so attempts) at once; 0: the number of cores", intp(0), nil)),
 		p("listen", text("an extra TCP address host:port for the API and the web page (with a bearer token)")),
 		p("resume", boolean("after a crash, queue interrupted runs again from their first step that did not pass")),
+		p("cluster", object("run attempts on workers (kusaw worker) over NATS JetStream; absent: serve runs everything itself",
+			p("listen", text("host:port the embedded NATS server listens on for workers (TLS with serve's own CA, enrolled keys only)")),
+			p("nats_url", &schemaNode{kind: kindText, desc: "an existing NATS cluster (nats:// or tls://) instead of the embedded server; not with listen", pattern: `^(nats|tls)://[^/]+`}),
+			p("local_worker", boolean("serve runs attempts of pool default itself (default true)")),
+			p("lost_after", duration("a worker silent this long is lost; its attempts end lost and are dispatched again (default 15s)")),
+		)),
 	)
 	stepSandbox := oneOf("the step's sandbox: off or required, or a map that also sets the network and adds to the factory's lists",
 		enum("", modes...),
@@ -236,6 +242,7 @@ func factorySchema() *schemaNode {
 		p("sandbox", stepSandbox),
 		p("requires", list("capabilities the step needs; validate fails when one is missing: "+fmt.Sprint(Capabilities))),
 		p("limits", limitsNode("bounds on each attempt; past one the attempt ends with limit_reached")),
+		p("pool", &schemaNode{kind: kindText, desc: "the pool of workers that runs the step's attempts (default: default)", pattern: poolPatternText}),
 	)
 	for _, pr := range step.props {
 		if pr.name == "requires" {

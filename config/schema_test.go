@@ -374,6 +374,8 @@ var beyondSchema = map[string]string{
 	"unknown_step_ref":            "a reference to another key",
 	"pipeline_group_unknown_step": "a reference to another key",
 	"yaml_syntax":                 "not YAML at all",
+	"cluster_listen_and_url":      "listen and nats_url exclude each other: a rule across keys",
+	"cluster_lost_after":          "a minimum duration is checked by parsing it",
 }
 
 // TestSchemaRejectsBrokenFiles: every broken file in testdata/invalid is

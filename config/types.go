@@ -163,7 +163,24 @@ type Serve struct {
 	MaxParallel int // 0: the number of cores
 	Listen      string
 	Resume      bool
+	// Cluster is nil when serve runs everything itself (no serve.cluster).
+	Cluster *Cluster
 }
+
+// Cluster is serve.cluster: attempts run on workers over NATS JetStream
+// (docs/cluster.md).
+type Cluster struct {
+	Listen      string        // host:port workers connect to (embedded server)
+	NatsURL     string        // an existing NATS cluster instead of the embedded one
+	LocalWorker bool          // serve runs attempts of pool default itself (default true)
+	LostAfter   time.Duration // a worker silent this long is lost (default 15s)
+}
+
+// DefaultLostAfter is serve.cluster.lost_after's default.
+const DefaultLostAfter = 15 * time.Second
+
+// DefaultPool is the pool of a step that names none.
+const DefaultPool = "default"
 
 // StepSandbox is a step's sandbox override: a string sets the mode, a map
 // sets the mode and network and adds to the factory's lists.
@@ -197,6 +214,8 @@ type Step struct {
 	Requires   []string
 	// Limits bound each attempt (steps.<id>.limits); nil: none.
 	Limits *Limits
+	// Pool is the workers' pool that runs it; "" is DefaultPool.
+	Pool string
 }
 
 // Kind says whether the step is an agent, built-in or command step.

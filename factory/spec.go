@@ -18,7 +18,10 @@ import (
 // attempt starts.
 func (e *Engine) AttemptSpec(r *Run, s *config.Step, n, of int) (*record.AttemptSpec, error) {
 	sp := &record.AttemptSpec{Version: record.SpecVersion, ID: record.AttemptID(r.ID(), s.ID, n), Run: r.ID(), Step: s.ID,
-		Number: n, Of: of, Setup: e.F.Setup, StepConfig: *s, Policy: e.F.Sandbox}
+		Number: n, Of: of, Pool: s.Pool, Setup: e.F.Setup, StepConfig: *s, Policy: e.F.Sandbox}
+	if sp.Pool == "" {
+		sp.Pool = config.DefaultPool
+	}
 	if r.skipSetup {
 		sp.Setup = nil
 	}
