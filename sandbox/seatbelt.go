@@ -854,7 +854,7 @@ var SeatbeltProtections = []string{
 var SeatbeltNotProtected = []string{
 	"Kernel escapes: a shared-kernel process sandbox, weaker than a VM.",
 	"File reads outside the hidden paths: reads start from allow (the system, tools, the worktree); the home is hidden whole, but a secret outside it that file permissions let you read (in /opt, /usr/local, /Library, /Volumes) is readable.",
-	"The services on the allow list (directory lookups, preferences reads, logging, notifications, power assertions, the temp-folder helper; with network open also DNS, network configuration and certificate checks): a flaw in one of them is a way out.",
+	"The services on the allow list (directory lookups, preferences reads, logging, notifications, power assertions, the temp-folder helper; with network open also DNS, network configuration and certificate checks): a flaw in one of them is a way out, and notify(3) lets a step post notices that programs outside watch.",
 	"Not yet run on a Mac: the profile is proven by goldens and a rule evaluator on Linux; the first-run checklist in docs/sandbox-macos.md is what a Mac must confirm.",
 	"Process listing: there is no PID namespace; other processes' ids and names can be listed (kern.proc.all, which pgrep and tree-kill need), although they cannot be signalled, inspected or debugged. Paths outside the sandbox can be checked for existence, size and dates where their folder is not hidden.",
 	"Detached processes: a process that calls setsid survives the attempt, still under the profile.",

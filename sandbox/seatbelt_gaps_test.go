@@ -279,6 +279,10 @@ func TestSeatbeltServices(t *testing.T) {
 		vs = append(vs,
 			// Mach services off every list.
 			verdict{"a service on no list", m.pol.canLookup("com.example.unknown"), false},
+			verdict{"AirDrop (sends files off the machine)", m.pol.canLookup("com.apple.sharingd"), false},
+			verdict{"iCloud", m.pol.canLookup("com.apple.cloudd"), false},
+			verdict{"Spotlight's index (answers about hidden files)", m.pol.canLookup("com.apple.metadata.mds"), false},
+			verdict{"the installer", m.pol.canLookup("com.apple.installd"), false},
 			verdict{"fonts (not on the shared list)", m.pol.canLookup("com.apple.fonts"), false},
 			verdict{"a local service on no list", m.pol.allowed(query{op: "mach-lookup", mach: "com.example.unknown", machLocal: true}), false},
 			// IOKit off the list.
