@@ -64,14 +64,22 @@ func chownAll(t *testing.T, dir string, uid int) {
 // that hangs on what a step left fails the test instead of hanging it.
 func runKusawAs(t *testing.T, uid int, limit time.Duration, dir string, args ...string) result {
 	t.Helper()
+	return runKusawAsIn(t, uid, limit, dir, dir, args...)
+}
+
+// runKusawAsIn is runKusawAs with kusaw's home and secret store under
+// envDir instead of dir.
+func runKusawAsIn(t *testing.T, uid int, limit time.Duration, dir, envDir string, args ...string) result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, kusawBin, args...)
 	cmd.Dir = dir
-	cmd.Env = testEnv(t, dir)
+	cmd.Env = testEnv(t, envDir)
 	if uid != os.Geteuid() {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
 		chownAll(t, dir, uid)
+		chownAll(t, envDir, uid)
 	}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -280,6 +288,54 @@ steps:
 				t.Errorf("run branch lacks the commit made inside:\n%s", s)
 			}
 			verifyRecords(t, uid, dir)
+		})
+	}
+}
+
+// kusaw sandbox exec without a factory, in a plain checkout: the command
+// cannot plant a hook, a git config that runs a program, an agent or editor
+// setting (existing or new), or a new repository; the twin edits and
+// creates project files as before.
+func TestSeamExecNoFactoryProtectsCheckout(t *testing.T) {
+	needSandbox(t)
+	need(t, "git")
+	for _, uid := range seamUIDs() {
+		t.Run(fmt.Sprintf("uid%d", uid), func(t *testing.T) {
+			dir, app := seamDir(t, uid)
+			writeFile(t, filepath.Join(app, ".claude", "settings.json"), "{}\n")
+			writeFile(t, filepath.Join(dir, "attack.sh"), `try() { if sh -c "$1" 2>/dev/null; then echo "ESCAPED: $1"; else echo "refused: $1"; fi; }
+try 'mkdir -p .git/hooks && printf "#!/bin/sh\necho pwned\n" > .git/hooks/post-checkout && chmod +x .git/hooks/post-checkout'
+try 'printf "[core]\n\tfsmonitor = echo pwned\n" >> .git/config'
+try 'printf "/tmp/evil\n" > .git/commondir'
+try 'echo "{\"hooks\":{}}" > .claude/settings.json'
+try 'echo "{}" > .mcp.json'
+try 'mkdir -p .vscode && echo "{}" > .vscode/tasks.json'
+echo changed > README && echo new > new.txt && echo legit
+`)
+			before := map[string]string{}
+			for _, p := range []string{".git/config", ".claude/settings.json", "README"} {
+				before[p] = readFile(t, filepath.Join(app, p))
+			}
+			res := runKusawAsIn(t, uid, time.Minute, app, dir, "sandbox", "exec", "--", "sh", filepath.Join(dir, "attack.sh"))
+			if strings.Contains(res.stdout, "ESCAPED") || strings.Count(res.stdout, "refused:") != 6 || !strings.Contains(res.stdout, "legit") {
+				t.Fatalf("exit %d\n%s%s", res.code, res.stdout, res.stderr)
+			}
+			if got := readFile(t, filepath.Join(app, ".git", "config")); got != before[".git/config"] {
+				t.Errorf(".git/config changed:\n%s", got)
+			}
+			for _, p := range []string{".git/hooks/post-checkout", ".git/commondir", ".mcp.json", ".vscode/tasks.json"} {
+				if _, err := os.Lstat(filepath.Join(app, p)); err == nil {
+					t.Errorf("%s was created", p)
+				}
+			}
+			// Twin: project files are the command's to change.
+			if got := readFile(t, filepath.Join(app, "README")); got != "changed\n" {
+				t.Errorf("README: %q", got)
+			}
+			if got := readFile(t, filepath.Join(app, "new.txt")); got != "new\n" {
+				t.Errorf("new.txt: %q", got)
+			}
+			gitBounded(t, app, "status", "--short")
 		})
 	}
 }

@@ -153,6 +153,7 @@ func DefaultExecInput(dir, tmp string) (sandbox.Input, error) {
 		TmpDir:       filepath.Join(tmp, "tmp"),
 		Workdir:      dir,
 		AllowWrite:   []string{dir},
+		Checkouts:    []string{dir},
 		Network:      sandbox.NetworkNone,
 	}
 	for _, d := range []string{in.ArtifactsDir, in.TmpDir} {

@@ -88,8 +88,14 @@ type Input struct {
 	FreshHome  bool     // HOME is a fresh, empty folder in TmpDir and LoginPaths are not mounted (always on macOS: the agent signs in with a token)
 	LoginPaths []string // agent login folders/files, mounted read-write
 
-	AllowRead   []string
-	AllowWrite  []string
+	AllowRead  []string
+	AllowWrite []string
+	// Checkouts are writable folders that may be a project checkout
+	// (sandbox exec without a factory makes the current folder one): the
+	// same protections as a worktree apply in each (agent and editor
+	// settings, the folder core.hooksPath names, missing ones included),
+	// and its .git folder is read-only as a whole.
+	Checkouts   []string
 	HiddenPaths []string // caller's secrets: the secret store, key folders, other repos
 
 	Env     map[string]string // the step's own env, resolved
@@ -471,6 +477,11 @@ func (b *builder) build() error {
 		}
 		b.addBind(&b.writes, "bind", r, r, "allow_write (not protected: the factory chose to open it)")
 	}
+	for _, c := range in.Checkouts {
+		if err := b.checkout(c); err != nil {
+			return err
+		}
+	}
 	if in.Proxy != nil && net == NetworkAllowlist {
 		if in.Proxy.SocketPath != "" {
 			s := resolve(in.Proxy.SocketPath)
@@ -662,6 +673,53 @@ func (b *builder) worktree(w Worktree) error {
 		}
 		hp = filepath.Clean(hp)
 		if err := b.protectPath(wt, hp, true, "the folder core.hooksPath names: its hooks run outside"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkout protects a writable project folder like a worktree: its git
+// folder is read-only as a whole (hooks, config, commondir, info/ and the
+// rest start programs or redirect git for the user's next git command
+// outside), and agent settings and the hooks folder are protected.
+func (b *builder) checkout(dir string) error {
+	wt := resolve(dir)
+	if !isDir(wt) {
+		return refuse("run it from an existing folder", "%s is not a folder", dir)
+	}
+	dotgit := filepath.Join(wt, ".git")
+	fi, err := os.Lstat(dotgit)
+	switch {
+	case err != nil:
+		// Not a checkout's top (or no git): a .git created later would
+		// make a repository whose config git runs. An empty read-only
+		// stand-in keeps it from being created.
+		b.addTmpfsStandIn(dotgit, "git folder of the checkout (missing: an empty read-only stand-in, so no repository with its own hooks or config can be made here)")
+	case fi.Mode()&os.ModeSymlink != 0:
+		return symlinkRefusal(dotgit, wt)
+	default:
+		why := "the checkout's git folder, read-only as a whole: hooks/, config, commondir and info/ start programs or redirect your next git command outside; commit outside the sandbox"
+		if !fi.IsDir() {
+			why = "the checkout's .git file (its pointer to the git folder)"
+		}
+		b.addBind(&b.protect, "ro-bind", dotgit, dotgit, why)
+	}
+	if err := b.agentSettings(wt); err != nil {
+		return err
+	}
+	cfgs := []string{"/etc/gitconfig", filepath.Join(dotgit, "config")}
+	if b.home != "" {
+		cfgs = append([]string{filepath.Join(b.home, ".gitconfig"), filepath.Join(b.home, ".config", "git", "config")}, cfgs...)
+	}
+	if hp := gitConfigLast(cfgs, "core", "hookspath"); hp != "" {
+		if strings.HasPrefix(hp, "~/") && b.home != "" {
+			hp = filepath.Join(b.home, hp[2:])
+		}
+		if !filepath.IsAbs(hp) {
+			hp = filepath.Join(wt, hp)
+		}
+		if err := b.protectPath(wt, filepath.Clean(hp), true, "the folder core.hooksPath names: its hooks run outside"); err != nil {
 			return err
 		}
 	}
