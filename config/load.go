@@ -89,8 +89,8 @@ func Parse(data []byte, file string) (*Factory, Findings) {
 		return f, d.findings
 	}
 	root := doc.Content[0]
-	top := d.fields(root, "", []string{"version", "state_dir", "repos", "providers", "setup", "sandbox", "serve", "pipelines", "steps"})
-	var stepsN, pipesN *yaml.Node
+	top := d.fields(root, "", []string{"version", "state_dir", "repos", "providers", "setup", "sandbox", "serve", "caches", "pipelines", "steps"})
+	var stepsN, pipesN, cachesN *yaml.Node
 	haveVersion := false
 	for _, fl := range top {
 		switch fl.key {
@@ -115,11 +115,17 @@ func Parse(data []byte, file string) (*Factory, Findings) {
 			d.sandbox(f, fl.value)
 		case "serve":
 			d.serve(f, fl.value)
+		case "caches":
+			cachesN = fl.value
 		case "pipelines":
 			pipesN = fl.value
 		case "steps":
 			stepsN = fl.value
 		}
+	}
+	// After the loop: a cache's default folder is under state_dir.
+	if cachesN != nil {
+		f.Caches = d.caches(f, cachesN, "caches")
 	}
 	if !haveVersion && root.Kind == yaml.MappingNode {
 		d.errf(ECodeVersion, root, "version", "add version: 1 at the top", "version is missing")
@@ -159,7 +165,7 @@ func (d *decoder) repos(f *Factory, n *yaml.Node) {
 		}
 		r := &Repo{Name: fl.key}
 		havePath := false
-		for _, rf := range d.fields(fl.value, p, []string{"path", "base", "sandbox"}) {
+		for _, rf := range d.fields(fl.value, p, []string{"path", "base", "sandbox", "include"}) {
 			kp := join(p, rf.key)
 			switch rf.key {
 			case "path":
@@ -182,6 +188,8 @@ func (d *decoder) repos(f *Factory, n *yaml.Node) {
 				r.Base = d.str(rf.value, kp)
 			case "sandbox":
 				r.Sandbox = Mode(d.enum(rf.value, kp, "off", "required"))
+			case "include":
+				r.Include = d.include(rf.value, kp)
 			}
 		}
 		if !havePath && resolve(fl.value).Kind == yaml.MappingNode {
@@ -599,7 +607,7 @@ func (d *decoder) pipelineItems(f *Factory, n *yaml.Node, p, name string) []Pipe
 	return items
 }
 
-var stepKeys = []string{"provider", "builtin", "run", "prompt", "prompt_file", "repos", "per_repo", "attempts", "timeout", "env", "sandbox", "requires", "limits", "pool"}
+var stepKeys = []string{"provider", "builtin", "run", "prompt", "prompt_file", "repos", "per_repo", "attempts", "timeout", "env", "sandbox", "requires", "limits", "pool", "caches", "ports"}
 
 func (d *decoder) steps(f *Factory, n *yaml.Node) {
 	for _, fl := range d.fields(n, "steps", nil) {
@@ -676,6 +684,14 @@ func (d *decoder) steps(f *Factory, n *yaml.Node) {
 				}
 			case "limits":
 				s.Limits = d.limits(sf.value, kp)
+			case "caches":
+				s.Caches = d.caches(f, sf.value, kp)
+			case "ports":
+				s.Ports = d.integer(sf.value, kp)
+				if s.Ports < 0 || s.Ports > MaxPorts {
+					d.errf(ECodeBadValue, sf.value, kp, fmt.Sprintf("lease 1 to %d ports", MaxPorts), "%s must be between 0 and %d", kp, MaxPorts)
+					s.Ports = 0
+				}
 			case "env":
 				d.env(s, sf.value, kp)
 			case "sandbox":

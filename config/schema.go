@@ -169,6 +169,7 @@ func factorySchema() *schemaNode {
 		p("path", text("its folder, relative to the factory file (or ~/...)")),
 		p("base", text("the branch, tag or commit each run starts from (default: the repository's HEAD)")),
 		p("sandbox", enum("the sandbox mode of attempts whose active repos include this one", modes...)),
+		p("include", list("globs of gitignored files (.env, config/local.yaml) copied from the main checkout into each new worktree, outside the sandbox; never committed")),
 	)
 	repo.required = []string{"path"}
 
@@ -243,6 +244,8 @@ func factorySchema() *schemaNode {
 		p("requires", list("capabilities the step needs; validate fails when one is missing: "+fmt.Sprint(Capabilities))),
 		p("limits", limitsNode("bounds on each attempt; past one the attempt ends with limit_reached")),
 		p("pool", &schemaNode{kind: kindText, desc: "the pool of workers that runs the step's attempts (default: default)", pattern: poolPatternText}),
+		p("caches", cachesNode("the step's own caches; a name the factory also has replaces the factory's")),
+		p("ports", integer("free host ports each attempt leases, as KUSAW_PORT_1..N; never the same for two running attempts", intp(0), intp(MaxPorts))),
 	)
 	for _, pr := range step.props {
 		if pr.name == "requires" {
@@ -273,6 +276,7 @@ func factorySchema() *schemaNode {
 		p("setup", array("commands run outside the sandbox in every new worktree, before the step", setupCmd)),
 		p("sandbox", sandbox),
 		p("serve", serve),
+		p("caches", cachesNode("named caches shared by the attempts of the factory, mounted read-write into the sandbox of each step, one writer at a time")),
 		p("pipelines", mapOf("named pipelines", idPatternText, pipeline)),
 		p("steps", mapOf("the steps, by id", idPatternText, step)),
 	)
@@ -485,4 +489,12 @@ func deliverNode() *schemaNode {
 		p("push", push),
 		p("pull_request", pr),
 	)
+}
+
+func cachesNode(desc string) *schemaNode {
+	cache := object("a cache: the folder (default <state_dir>/caches/NAME) and the variable set to it (presets "+presetNames()+" know theirs)",
+		p("path", text("the cache's folder, relative to the factory file")),
+		p("env", &schemaNode{kind: kindText, desc: "the environment variable the step's tools read the folder from", pattern: envNamePatternText}),
+	)
+	return oneOf(desc, mapOf("caches by name", idPatternText, cache), list("presets by name: "+presetNames()))
 }

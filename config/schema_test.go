@@ -354,6 +354,8 @@ func TestSchemaValidatesExamples(t *testing.T) {
 // learns to catch one, move it out.
 var beyondSchema = map[string]string{
 	"deliver_pr_without_push":     "a pull request needs push: a rule across keys",
+	"cache_without_env":           "env is required only for a cache that is not a preset: a rule on the key's name",
+	"include_outside":             "a glob leaving the repository is found by cleaning its path",
 	"agent_no_prompt":             "an agent step needs one of prompt and prompt_file: a rule across keys",
 	"allow_write_etc":             "which folders are too broad is decided on the resolved path",
 	"allow_write_root":            "which folders are too broad is decided on the resolved path",

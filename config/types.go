@@ -67,6 +67,8 @@ type Factory struct {
 	Setup     [][]string
 	Sandbox   SandboxPolicy
 	Serve     Serve
+	// Caches are the factory's named caches (caches:), by name.
+	Caches map[string]*Cache
 
 	Pipelines     map[string]*Pipeline
 	PipelineOrder []string
@@ -90,6 +92,9 @@ type Repo struct {
 	Path    string // absolute
 	Base    string // branch, tag or commit; "" means the repo's HEAD
 	Sandbox Mode
+	// Include are globs of gitignored files copied from the main checkout
+	// into each new worktree (repos.<name>.include).
+	Include []string
 }
 
 // SecretRef names a value in the secret store.
@@ -216,6 +221,10 @@ type Step struct {
 	Limits *Limits
 	// Pool is the workers' pool that runs it; "" is DefaultPool.
 	Pool string
+	// Caches are the step's own caches (steps.<id>.caches), by name.
+	Caches map[string]*Cache
+	// Ports is how many free host ports each attempt leases (KUSAW_PORT_n).
+	Ports int
 }
 
 // Kind says whether the step is an agent, built-in or command step.
