@@ -65,6 +65,7 @@ const (
 	ECodeBadAddress      = "E042"
 	ECodeBadURL          = "E043"
 	ECodeBadNatsURL      = "E044"
+	ECodeUpstreamProxy   = "E045"
 	ECodeStepKind        = "E050"
 	ECodeNoPrompt        = "E051"
 	ECodeInjectNeedsList = "E060"
@@ -80,6 +81,7 @@ const (
 	WCodeTokenMissing  = "W4"
 	WCodeUnusedStep    = "W5"
 	WCodeSecretMissing = "W6"
+	WCodeEnvProxy      = "W7"
 )
 
 // CodeInfo describes every finding code.
@@ -107,6 +109,7 @@ var CodeInfo = []struct{ Code, Meaning string }{
 	{ECodeBadAddress, "resolver or listen address that is not host:port"},
 	{ECodeBadURL, "base_url that is not an http(s) URL"},
 	{ECodeBadNatsURL, "serve.cluster.nats_url that is not a nats:// or tls:// URL, or set beside serve.cluster.listen"},
+	{ECodeUpstreamProxy, "sandbox.egress.upstream_proxy that is not an http:// or https:// proxy address (host and port, no path; credentials only through {secret: KEY})"},
 	{ECodeStepKind, "a step that is more than one of agent, builtin and run"},
 	{ECodeNoPrompt, "an agent step without prompt or prompt_file, or with both"},
 	{ECodeInjectNeedsList, "inject without network: allowlist (there is no proxy to hold the key)"},
@@ -121,6 +124,7 @@ var CodeInfo = []struct{ Code, Meaning string }{
 	{WCodeTokenMissing, "a sandboxed agent step with a fresh HOME has no login token secret"},
 	{WCodeUnusedStep, "a step no pipeline uses"},
 	{WCodeSecretMissing, "a secret the file references is not in the secret store"},
+	{WCodeEnvProxy, "kusaw's environment sets HTTPS_PROXY (or HTTP_PROXY) but the factory sets no sandbox.egress.upstream_proxy: kusaw's proxy never reads it and dials hosts directly"},
 }
 
 // Findings is a list of findings with helpers.
