@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,12 +36,20 @@ type event struct {
 	Data any    `json:"data,omitempty"`
 }
 
-// sample writes n records with a seal every 3 lines and closes the log:
-// r1 r2 r3 S r4 r5 r6 S r7 r8 r9 S r10 F for n = 10.
-func sample(t testing.TB, key ed25519.PrivateKey, n int) []byte {
+var (
+	runEvents = Binding{Run: "20261201-120000-abcd", Kind: KindEvents}
+	attEgress = Binding{Run: "20261201-120000-abcd", Step: "build", Attempt: 1, Kind: KindEgress}
+	attEvents = Binding{Run: "20261201-120000-abcd", Step: "build", Attempt: 1, Kind: KindEvents}
+)
+
+// opts seal only when told to (Seal, Close), so tests know every line.
+func opts(b Binding) Options { return Options{Binding: b, SealEvery: -1, SealInterval: -1} }
+
+// sampleFor writes n records and closes the log: O r1 .. rn F.
+func sampleFor(t testing.TB, key ed25519.PrivateKey, b Binding, n int) []byte {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "events.jsonl")
-	w, err := Create(path, key, Options{SealEvery: 3, SealInterval: -1})
+	path := filepath.Join(t.TempDir(), "log")
+	w, err := Create(path, key, opts(b))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,11 +61,15 @@ func sample(t testing.TB, key ed25519.PrivateKey, n int) []byte {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(path)
+	b2, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return b
+	return b2
+}
+
+func sample(t testing.TB, key ed25519.PrivateKey, n int) []byte {
+	return sampleFor(t, key, runEvents, n)
 }
 
 func splitLines(b []byte) [][]byte {
@@ -71,36 +85,94 @@ func join(ls [][]byte) []byte { return bytes.Join(ls, nil) }
 func TestRoundTrip(t *testing.T) {
 	key := newKey(t)
 	b := sample(t, key, 10)
-	res, err := Verify(bytes.NewReader(b), pubOf(key))
+	res, err := Verify(bytes.NewReader(b), pubOf(key), runEvents)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Result{Lines: 14, Records: 10, Seals: 4, Sealed: 14, Final: true, KeyID: KeyID(pubOf(key))}
-	if res != want {
-		t.Fatalf("Verify = %+v, want %+v", res, want)
+	if res.Lines != 12 || res.Records != 10 || res.Seals != 2 || !res.Final || res.Binding != runEvents || len(res.Recovered) != 0 {
+		t.Fatalf("Verify = %+v", res)
+	}
+	// Without an expected place, the log's own opening seal says it.
+	if res2, err := Verify(bytes.NewReader(b), pubOf(key), Binding{}); err != nil || res2.Binding != runEvents {
+		t.Fatalf("Verify without place = %+v %v", res2, err)
 	}
 	ls := splitLines(b)
 	var first map[string]any
-	if err := json.Unmarshal(ls[0], &first); err != nil {
+	if err := json.Unmarshal(ls[1], &first); err != nil {
 		t.Fatal(err)
 	}
-	if first["prev"] != Genesis || first["type"] != "step.started" || first["seq"] != 1.0 {
-		t.Fatalf("first line %s", ls[0])
+	if first["type"] != "step.started" || first["seq"] != 1.0 || first["prev"] != hashHex(bytes.TrimSuffix(ls[0], []byte("\n"))) {
+		t.Fatalf("first record %s", ls[1])
 	}
-	if !bytes.HasPrefix(ls[0], []byte(`{"prev":"`)) {
-		t.Errorf("prev is not the first field: %s", ls[0])
+	if !bytes.HasPrefix(ls[1], []byte(`{"prev":"`)) {
+		t.Errorf("prev is not the first field: %s", ls[1])
 	}
-	if !bytes.HasPrefix(ls[3], []byte(`{"seal":{"n":3,"hash":"`)) || !bytes.HasPrefix(ls[13], []byte(`{"seal":{"n":13,`)) || !bytes.Contains(ls[13], []byte(`"final":true`)) {
-		t.Errorf("seals: %s %s", ls[3], ls[13])
+	if !bytes.HasPrefix(ls[0], []byte(`{"seal":{"mark":"open","of":"20261201-120000-abcd","kind":"events","n":0,"hash":"`+Genesis)) ||
+		!bytes.HasPrefix(ls[11], []byte(`{"seal":{"mark":"final","of":"20261201-120000-abcd","kind":"events","n":11,`)) {
+		t.Errorf("seals: %s %s", ls[0], ls[11])
+	}
+	if last := res.LastSeal(); last.Line != 12 || !res.HasSeal(res.SealLines[0]) {
+		t.Errorf("seal refs %+v", res.SealLines)
 	}
 }
 
-// Each way of tampering is caught at the right line; a log that only lost
-// its tail verifies up to its last seal and says so.
+// A log verifies only in its own place: a copy of one attempt's egress.log
+// over another's, or of a run's events over another run's, fails.
+func TestBindingAttack(t *testing.T) {
+	key := newKey(t)
+	pub := pubOf(key)
+	egress := sampleFor(t, key, attEgress, 3)
+	other := attEgress
+	other.Attempt = 2
+	for _, c := range []struct {
+		name   string
+		expect Binding
+		reason string
+	}{
+		{"another attempt", other, "is the egress of run 20261201-120000-abcd, step build, attempt 1, not the egress of run 20261201-120000-abcd, step build, attempt 2"},
+		{"another step", Binding{Run: attEgress.Run, Step: "test", Attempt: 1, Kind: KindEgress}, "not the egress of run 20261201-120000-abcd, step test"},
+		{"another kind", attEvents, "not the events of run"},
+		{"another run", Binding{Run: "20261201-130000-ffff", Step: "build", Attempt: 1, Kind: KindEgress}, "copied from another place"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Verify(bytes.NewReader(egress), pub, c.expect)
+			var be *BreakError
+			if !errors.As(err, &be) || be.Line != 1 || !strings.Contains(be.Reason, c.reason) {
+				t.Fatalf("Verify as %v: %v; want a break at line 1 with %q", c.expect, err, c.reason)
+			}
+		})
+	}
+	// Legitimate twin: in its own place it verifies.
+	if res, err := Verify(bytes.NewReader(egress), pub, attEgress); err != nil || !res.Final {
+		t.Fatalf("own place: %+v %v", res, err)
+	}
+	// Rewriting the opening seal's place is a forged seal; lines moved from
+	// another log do not verify under this one's place.
+	ls := splitLines(egress)
+	ls[0] = bytes.Replace(ls[0], []byte(`/build/1"`), []byte(`/build/2"`), 1)
+	if _, err := Verify(bytes.NewReader(join(ls)), pub, other); err == nil || !strings.Contains(err.Error(), "seal signature is not valid") {
+		t.Fatalf("edited opening seal: %v", err)
+	}
+	mixed := splitLines(sampleFor(t, key, other, 3))
+	orig := splitLines(egress)
+	spliced := join(append([][]byte{mixed[0]}, orig[1:]...))
+	if _, err := Verify(bytes.NewReader(spliced), pub, other); err == nil || !strings.Contains(err.Error(), "line 2") {
+		t.Fatalf("lines of attempt 1 under attempt 2's opening seal: %v", err)
+	}
+	// A seal of another log moved in (the chain re-pointed to it by a
+	// forger) names its own place.
+	moved := splitLines(egress)
+	moved[len(moved)-1] = mixed[len(mixed)-1]
+	if _, err := Verify(bytes.NewReader(join(moved)), pub, attEgress); err == nil {
+		t.Fatal("a final seal of another log accepted")
+	}
+}
+
+// Each way of tampering is caught at the right line.
 func TestTampering(t *testing.T) {
 	key := newKey(t)
 	pub := pubOf(key)
-	orig := splitLines(sample(t, key, 10)) // 14 lines, seals at 4, 8, 12, 14
+	orig := splitLines(sample(t, key, 10)) // 12 lines: O r1..r10 F
 	other := newKey(t)
 
 	edit := func(i int, from, to string) func([][]byte) [][]byte {
@@ -112,70 +184,82 @@ func TestTampering(t *testing.T) {
 	remove := func(i int) func([][]byte) [][]byte {
 		return func(ls [][]byte) [][]byte { return append(ls[:i-1:i-1], ls[i:]...) }
 	}
-	resealWith := func(k ed25519.PrivateKey, keyID string, final bool) func([][]byte) [][]byte {
+	resealWith := func(k ed25519.PrivateKey, keyID string) func([][]byte) [][]byte {
 		return func(ls [][]byte) [][]byte {
 			var s sealLine
-			_ = json.Unmarshal(ls[13], &s)
-			s.Seal.Final = final
+			_ = json.Unmarshal(ls[11], &s)
 			s.Seal.Key = keyID
-			s.Seal.Sig = base64.StdEncoding.EncodeToString(ed25519.Sign(k, SignedMessage(s.Seal.N, s.Seal.Hash, final)))
+			s.Seal.Sig = base64.StdEncoding.EncodeToString(ed25519.Sign(k, sealMessage(&s.Seal)))
 			b, _ := json.Marshal(s)
-			ls[13] = append(b, '\n')
+			ls[11] = append(b, '\n')
 			return ls
 		}
+	}
+	// A forger without the key can still chain lines correctly: the
+	// signature is what stops them.
+	// A forger without the key can still chain lines correctly: the
+	// seal's signature is what stops them.
+	rechained := func(ls [][]byte) [][]byte {
+		ls[2] = bytes.Replace(ls[2], []byte(`"i":2`), []byte(`"i":9`), 1)
+		for i := 3; i < 11; i++ {
+			h := hashHex(bytes.TrimSuffix(ls[i-1], []byte("\n")))
+			ls[i] = append([]byte(`{"prev":"`+h+`"`), ls[i][len(`{"prev":"`)+64+1:]...)
+		}
+		return ls
 	}
 	cases := []struct {
 		name     string
 		mutate   func([][]byte) [][]byte
 		breakAt  int    // 0: no error
 		reason   string // part of the error
-		sealed   int    // Result.Sealed
 		lines    int
+		sealed   int
 		final    bool
 		wantTorn bool
 	}{
-		{name: "edited record", mutate: edit(2, `"i":2`, `"i":3`), breakAt: 3, reason: "prev does not match line 2 (that line was edited", sealed: 0},
-		{name: "edited last record before final seal", mutate: edit(13, `"i":10`, `"i":11`), breakAt: 14, reason: "seal does not match line 13", sealed: 12},
-		{name: "removed record", mutate: remove(5), breakAt: 5, reason: "prev does not match", sealed: 4},
-		{name: "removed seal", mutate: remove(4), breakAt: 4, reason: "prev does not match", sealed: 0},
-		{name: "reordered", mutate: func(ls [][]byte) [][]byte { ls[4], ls[5] = ls[5], ls[4]; return ls }, breakAt: 5, sealed: 4},
+		{name: "edited record", mutate: edit(3, `"i":2`, `"i":3`), breakAt: 4, reason: "prev does not match line 3 (that line was edited"},
+		{name: "edited record, chain repaired", mutate: rechained, breakAt: 12, reason: "seal does not match line 11"},
+		{name: "edited last record", mutate: edit(11, `"i":10`, `"i":11`), breakAt: 12, reason: "seal does not match line 11"},
+		{name: "removed record", mutate: remove(5), breakAt: 5, reason: "prev does not match"},
+		{name: "removed opening seal", mutate: remove(1), breakAt: 1, reason: "opening seal"},
+		{name: "reordered", mutate: func(ls [][]byte) [][]byte { ls[4], ls[5] = ls[5], ls[4]; return ls }, breakAt: 5},
 		{name: "inserted copy", mutate: func(ls [][]byte) [][]byte {
 			return append(ls[:2:2], append([][]byte{ls[1]}, ls[2:]...)...)
-		}, breakAt: 3, sealed: 0},
-		{name: "duplicated seal", mutate: func(ls [][]byte) [][]byte {
-			return append(ls[:4:4], append([][]byte{ls[3]}, ls[4:]...)...)
-		}, breakAt: 5, reason: "seal counts 3 lines", sealed: 4},
+		}, breakAt: 3},
+		{name: "duplicated opening seal", mutate: func(ls [][]byte) [][]byte {
+			return append(ls[:1:1], append([][]byte{ls[0]}, ls[1:]...)...)
+		}, breakAt: 2, reason: "opening seal after line 1"},
 		{name: "blank line", mutate: func(ls [][]byte) [][]byte {
 			return append(ls[:6:6], append([][]byte{[]byte("\n")}, ls[6:]...)...)
-		}, breakAt: 7, reason: "not a JSON object", sealed: 4},
+		}, breakAt: 7, reason: "not a JSON object"},
 		{name: "CRLF", mutate: func(ls [][]byte) [][]byte {
 			for i := range ls {
 				ls[i] = append(bytes.TrimSuffix(ls[i], []byte("\n")), '\r', '\n')
 			}
 			return ls
-		}, breakAt: 2, sealed: 0},
+		}, breakAt: 1},
 		{name: "truncated mid-line", mutate: func(ls [][]byte) [][]byte {
-			ls[13] = ls[13][:len(ls[13])/2]
+			ls[11] = ls[11][:len(ls[11])/2]
 			return ls
-		}, breakAt: 14, reason: "truncated", wantTorn: true, sealed: 12},
-		{name: "seal count changed", mutate: edit(8, `"n":7`, `"n":6`), breakAt: 8, sealed: 4},
-		{name: "mid seal marked final", mutate: edit(8, `","key":`, `","final":true,"key":`), breakAt: 8, reason: "signature", sealed: 4},
-		{name: "seal reformatted", mutate: edit(14, `{"seal":{`, `{"seal": {`), breakAt: 14, reason: "exact form", sealed: 12},
-		{name: "forged seal, right key id", mutate: resealWith(other, KeyID(pub), true), breakAt: 14, reason: "signature is not valid", sealed: 12},
-		{name: "forged seal, own key id", mutate: resealWith(other, KeyID(pubOf(other)), true), breakAt: 14, reason: "not with the factory's key", sealed: 12},
-		{name: "unknown seal field", mutate: edit(4, `"n":3,`, `"n":3,"x":1,`), breakAt: 4, reason: "malformed seal", sealed: 0},
-		{name: "record without prev", mutate: edit(6, `"prev"`, `"prev_"`), breakAt: 6, reason: "no prev", sealed: 4},
+		}, breakAt: 12, reason: "truncated", wantTorn: true},
+		{name: "seal count changed", mutate: edit(12, `"n":11`, `"n":10`), breakAt: 12},
+		{name: "final seal made recovered", mutate: edit(12, `"mark":"final"`, `"mark":"recovered"`), breakAt: 12, reason: "signature"},
+		{name: "seal reformatted", mutate: edit(12, `{"seal":{`, `{"seal": {`), breakAt: 12, reason: "exact form"},
+		{name: "forged seal, right key id", mutate: resealWith(other, KeyID(pub)), breakAt: 12, reason: "signature is not valid"},
+		{name: "forged seal, own key id", mutate: resealWith(other, KeyID(pubOf(other))), breakAt: 12, reason: "not with the factory's key"},
+		{name: "unknown seal field", mutate: edit(12, `"n":11,`, `"n":11,"x":1,`), breakAt: 12, reason: "malformed seal"},
+		{name: "record without prev", mutate: edit(6, `"prev"`, `"prev_"`), breakAt: 6, reason: "no prev"},
 
-		// Not tampering that can be proven, but never reported as sealed.
-		{name: "final seal dropped", mutate: remove(14), sealed: 12, lines: 13},
-		{name: "cut after a seal", mutate: func(ls [][]byte) [][]byte { return ls[:8] }, sealed: 8, lines: 8},
+		// Not provable from the file alone; never reported as sealed.
+		{name: "final seal dropped", mutate: remove(12), lines: 11, sealed: 1},
+		{name: "cut", mutate: func(ls [][]byte) [][]byte { return ls[:8] }, lines: 8, sealed: 1},
 		{name: "unsealed tail edited", mutate: func(ls [][]byte) [][]byte {
-			ls = ls[:13]
-			ls[12] = bytes.Replace(ls[12], []byte(`"i":10`), []byte(`"i":99`), 1)
+			ls = ls[:11]
+			ls[10] = bytes.Replace(ls[10], []byte(`"i":10`), []byte(`"i":99`), 1)
 			return ls
-		}, sealed: 12, lines: 13},
-		{name: "empty file", mutate: func([][]byte) [][]byte { return nil }, sealed: 0, lines: 0},
-		{name: "untouched", mutate: func(ls [][]byte) [][]byte { return ls }, sealed: 14, lines: 14, final: true},
+		}, lines: 11, sealed: 1},
+		{name: "empty file", mutate: func([][]byte) [][]byte { return nil }, lines: 0},
+		{name: "untouched", mutate: func(ls [][]byte) [][]byte { return ls }, lines: 12, sealed: 12, final: true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -184,7 +268,7 @@ func TestTampering(t *testing.T) {
 				ls[i] = bytes.Clone(orig[i])
 			}
 			data := join(c.mutate(ls))
-			res, err := Verify(bytes.NewReader(data), pub)
+			res, err := Verify(bytes.NewReader(data), pub, runEvents)
 			if c.breakAt == 0 {
 				if err != nil {
 					t.Fatalf("Verify: %v", err)
@@ -201,8 +285,8 @@ func TestTampering(t *testing.T) {
 			if be.Line != c.breakAt || !strings.Contains(be.Error(), c.reason) || be.Torn != c.wantTorn {
 				t.Fatalf("break %q (torn %v); want line %d containing %q", be.Error(), be.Torn, c.breakAt, c.reason)
 			}
-			if res.Sealed != c.sealed || res.Final {
-				t.Fatalf("result before the break %+v; want sealed %d, not final", res, c.sealed)
+			if res.Lines != c.breakAt-1 || res.Final {
+				t.Fatalf("result before the break %+v", res)
 			}
 		})
 	}
@@ -214,7 +298,7 @@ func TestTampering(t *testing.T) {
 func TestRandomDamage(t *testing.T) {
 	key := newKey(t)
 	pub := pubOf(key)
-	orig := sample(t, key, 12)
+	orig := sampleSealed(t, key, 12)
 	rng := mrand.New(mrand.NewPCG(1, 2))
 	for i := 0; i < 1000; i++ {
 		data := bytes.Clone(orig)
@@ -239,10 +323,10 @@ func TestRandomDamage(t *testing.T) {
 			a, b := rng.IntN(len(ls)), rng.IntN(len(ls)+1)
 			data = join(append(ls[:b:b], append([][]byte{ls[a]}, ls[b:]...)...))
 		}
-		res, err := Verify(bytes.NewReader(data), pub)
+		res, err := Verify(bytes.NewReader(data), pub, runEvents)
 		if res.Sealed > 0 {
-			sealedPart := join(splitLines(data)[:res.Sealed])
-			if !bytes.HasPrefix(orig, sealedPart) {
+			good := join(splitLines(data)[:res.Sealed])
+			if !bytes.HasPrefix(orig, good) {
 				t.Fatalf("case %d: Verify reports %d sealed lines that differ from what was written (err %v)", i, res.Sealed, err)
 			}
 		}
@@ -256,15 +340,15 @@ func FuzzVerify(f *testing.F) {
 	key := newKey(f)
 	f.Add(sample(f, key, 4))
 	f.Add([]byte("{}\n"))
-	f.Add([]byte(`{"seal":{"n":0,"hash":"","key":"","sig":""}}` + "\n"))
+	f.Add([]byte(`{"seal":{"mark":"open","of":"r","kind":"events","n":0,"hash":"","prev_seal":"","key":"","sig":""}}` + "\n"))
 	pub := pubOf(key)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		res, err := Verify(bytes.NewReader(data), pub)
-		if res.Sealed > res.Lines || res.Records+res.Seals != res.Lines {
+		res, err := Verify(bytes.NewReader(data), pub, Binding{})
+		if res.Records+res.Seals != res.Lines || len(res.SealLines) != res.Seals || res.Sealed > res.Lines {
 			t.Fatalf("inconsistent result %+v (err %v)", res, err)
 		}
-		if res.Final && res.Sealed != res.Lines {
-			t.Fatalf("final but not all sealed: %+v", res)
+		if res.Lines > 0 && res.Seals == 0 {
+			t.Fatalf("lines accepted without an opening seal: %+v", res)
 		}
 	})
 }
@@ -272,7 +356,7 @@ func FuzzVerify(f *testing.F) {
 func TestAppendRules(t *testing.T) {
 	key := newKey(t)
 	path := filepath.Join(t.TempDir(), "log")
-	w, err := Create(path, key, Options{SealInterval: -1})
+	w, err := Create(path, key, opts(runEvents))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,12 +375,6 @@ func TestAppendRules(t *testing.T) {
 	if err := w.Append(map[string]any{"nested": map[string]any{"prev": "fine below the top"}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Seal(); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Seal(); err != nil { // nothing new: no second seal
-		t.Fatal(err)
-	}
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -306,27 +384,31 @@ func TestAppendRules(t *testing.T) {
 	if err := w.Append(map[string]int{"a": 1}); err == nil {
 		t.Error("Append after Close accepted")
 	}
-	f, _ := os.Open(path)
-	defer f.Close()
-	res, err := Verify(f, pubOf(key))
+	res, err := VerifyFile(path, pubOf(key), runEvents)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Records != 3 || res.Seals != 2 || !res.Final {
 		t.Fatalf("%+v", res)
 	}
+	if w.LastSeal() != res.LastSeal() {
+		t.Fatalf("writer's last seal %+v, verifier's %+v", w.LastSeal(), res.LastSeal())
+	}
 	if st, _ := os.Stat(path); st.Mode().Perm() != 0o600 {
 		t.Errorf("mode %o, want 600", st.Mode().Perm())
 	}
-	if _, err := Create(path, key, Options{}); err == nil || !strings.Contains(err.Error(), "already exists") {
+	if _, err := Create(path, key, opts(runEvents)); err == nil || !strings.Contains(err.Error(), "already exists") {
 		t.Errorf("Create over an existing log: %v", err)
+	}
+	if _, err := Create(path+"2", key, Options{}); err == nil || !strings.Contains(err.Error(), "binding") {
+		t.Errorf("Create without a binding: %v", err)
 	}
 }
 
 func TestConcurrentAppends(t *testing.T) {
 	key := newKey(t)
 	path := filepath.Join(t.TempDir(), "egress.log")
-	w, err := Create(path, key, Options{SealEvery: 7, SealInterval: time.Millisecond})
+	w, err := Create(path, key, Options{Binding: attEgress, SealEvery: 7, SealInterval: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,8 +429,7 @@ func TestConcurrentAppends(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	b, _ := os.ReadFile(path)
-	res, err := Verify(bytes.NewReader(b), pubOf(key))
+	res, err := VerifyFile(path, pubOf(key), attEgress)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,10 +438,11 @@ func TestConcurrentAppends(t *testing.T) {
 	}
 }
 
-func TestTimerSeals(t *testing.T) {
+// A line waits for its seal at most SealInterval; Seal signs at once.
+func TestTimerAndCheckpointSeals(t *testing.T) {
 	key := newKey(t)
 	path := filepath.Join(t.TempDir(), "log")
-	w, err := Create(path, key, Options{SealEvery: -1, SealInterval: 10 * time.Millisecond})
+	w, err := Create(path, key, Options{Binding: attEvents, SealEvery: -1, SealInterval: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,12 +452,11 @@ func TestTimerSeals(t *testing.T) {
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		b, _ := os.ReadFile(path)
-		res, err := Verify(bytes.NewReader(b), pubOf(key))
+		res, err := VerifyFile(path, pubOf(key), attEvents)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.Seals == 1 && res.Sealed == res.Lines && !res.Final {
+		if res.Seals == 2 && res.Unsealed() == 0 && !res.Final {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -385,9 +466,28 @@ func TestTimerSeals(t *testing.T) {
 	}
 	// Idle: no further seals pile up.
 	time.Sleep(50 * time.Millisecond)
-	b, _ := os.ReadFile(path)
-	if res, _ := Verify(bytes.NewReader(b), pubOf(key)); res.Seals != 1 {
+	if res, _ := VerifyFile(path, pubOf(key), attEvents); res.Seals != 2 {
 		t.Fatalf("idle log got %d seals", res.Seals)
+	}
+
+	cp := filepath.Join(t.TempDir(), "checkpoint")
+	w2, err := Create(cp, key, opts(attEvents))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w2.Close()
+	w2.Append(map[string]int{"a": 1})
+	if res, _ := VerifyFile(cp, pubOf(key), attEvents); res.Unsealed() != 1 {
+		t.Fatalf("before the checkpoint: %+v", res)
+	}
+	if err := w2.Seal(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w2.Seal(); err != nil { // nothing new: no second seal
+		t.Fatal(err)
+	}
+	if res, _ := VerifyFile(cp, pubOf(key), attEvents); res.Unsealed() != 0 || res.Seals != 2 {
+		t.Fatalf("after the checkpoint: %+v", res)
 	}
 }
 
@@ -406,7 +506,7 @@ func crash(w *Writer) {
 func TestCrashAndResume(t *testing.T) {
 	key := newKey(t)
 	path := filepath.Join(t.TempDir(), "events.jsonl")
-	w, err := Create(path, key, Options{SealEvery: 4, SealInterval: -1})
+	w, err := Create(path, key, Options{Binding: attEvents, SealEvery: 4, SealInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -415,15 +515,11 @@ func TestCrashAndResume(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	crash(w) // r1-r4 S r5 r6: 7 lines, 5 sealed
+	crash(w) // O r1-r4 S r5 r6: 8 lines, 6 sealed
 
-	b, _ := os.ReadFile(path)
-	res, err := Verify(bytes.NewReader(b), pubOf(key))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Lines != 7 || res.Sealed != 5 || res.Unsealed() != 2 || res.Final {
-		t.Fatalf("after crash %+v", res)
+	res, err := VerifyFile(path, pubOf(key), attEvents)
+	if err != nil || res.Lines != 8 || res.Sealed != 6 || res.Final {
+		t.Fatalf("after crash %+v %v", res, err)
 	}
 
 	// A power loss also tore the last line.
@@ -431,18 +527,17 @@ func TestCrashAndResume(t *testing.T) {
 	f, _ := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
 	f.WriteString(torn)
 	f.Close()
-	b, _ = os.ReadFile(path)
-	res, err = Verify(bytes.NewReader(b), pubOf(key))
+	res, err = VerifyFile(path, pubOf(key), attEvents)
 	var be *BreakError
-	if !errors.As(err, &be) || !be.Torn || be.Line != 8 || res.Sealed != 5 {
+	if !errors.As(err, &be) || !be.Torn || be.Line != 9 || res.Sealed != 6 {
 		t.Fatalf("torn file: %+v %v", res, err)
 	}
 
-	w, err = Open(path, key, Options{SealEvery: 4, SealInterval: -1})
+	w, err = Open(path, key, Options{Binding: attEvents, SealEvery: 4, SealInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := w.Resumed(); r.Lines != 7 || r.Sealed != 5 || r.DroppedBytes != len(torn) {
+	if r := w.Resumed(); r.Lines != 8 || r.Unsealed != 2 || !r.Interrupted || r.DroppedBytes != len(torn) {
 		t.Fatalf("Resumed = %+v", r)
 	}
 	if err := w.Append(event{Seq: 7, Type: "attempt.finished", Data: "interrupted"}); err != nil {
@@ -451,25 +546,74 @@ func TestCrashAndResume(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	b, _ = os.ReadFile(path)
-	res, err = Verify(bytes.NewReader(b), pubOf(key))
+	res, err = VerifyFile(path, pubOf(key), attEvents)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Records != 7 || !res.Final || res.Sealed != res.Lines {
+	if res.Records != 7 || !res.Final || res.Sealed != res.Lines || len(res.Recovered) != 1 {
 		t.Fatalf("after resume %+v", res)
 	}
+	// The marker names what the dead writer left unsigned; it did not
+	// sign those lines as its own.
+	if r := res.Recovered[0]; r.Line != 9 || r.Unsealed != 2 || r.From != 7 || r.To != 8 || r.DroppedBytes != len(torn) {
+		t.Fatalf("recovered marker %+v", r)
+	}
 
-	// A closed log can be continued too; the final seal stays in the chain.
-	w, err = Open(path, key, Options{SealInterval: -1})
+	// A closed log can be continued too (a resumed run); no marker then.
+	w, err = Open(path, key, opts(attEvents))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if w.Resumed().Interrupted {
+		t.Fatal("a closed log reported as interrupted")
 	}
 	w.Append(event{Seq: 8})
 	w.Close()
-	b, _ = os.ReadFile(path)
-	if res, err := Verify(bytes.NewReader(b), pubOf(key)); err != nil || res.Records != 8 || !res.Final {
+	if res, err := VerifyFile(path, pubOf(key), attEvents); err != nil || res.Records != 8 || !res.Final || len(res.Recovered) != 1 {
 		t.Fatalf("reopened closed log: %+v %v", res, err)
+	}
+}
+
+// The attack on recovery: invented lines, correctly chained, handed to
+// Open. It must refuse them, or name them unsealed, never sign them.
+func TestOpenRefusesForgedLines(t *testing.T) {
+	key := newKey(t)
+	dir := t.TempDir()
+	forged := filepath.Join(dir, "forged")
+	var buf bytes.Buffer
+	prev := Genesis
+	for i := 1; i <= 3; i++ {
+		line := fmt.Sprintf(`{"prev":"%s","seq":%d,"type":"run.finished"}`, prev, i)
+		buf.WriteString(line + "\n")
+		prev = hashHex([]byte(line))
+	}
+	os.WriteFile(forged, buf.Bytes(), 0o600)
+	if _, err := Open(forged, key, opts(runEvents)); err == nil || !strings.Contains(err.Error(), "opening seal") {
+		t.Fatalf("Open of forged chained lines: %v", err)
+	}
+	if b, _ := os.ReadFile(forged); !bytes.Equal(b, buf.Bytes()) {
+		t.Fatal("Open changed a log it refused")
+	}
+	// Forged lines after a real log's final seal: Open continues, and its
+	// marker names them as found unsealed.
+	real := splitLines(sample(t, key, 2))
+	tail := fmt.Sprintf(`{"prev":"%s","seq":3,"type":"run.finished"}`+"\n", hashHex(bytes.TrimSuffix(real[3], []byte("\n"))))
+	os.WriteFile(forged, join(append(real, []byte(tail))), 0o600)
+	w, err := Open(forged, key, opts(runEvents))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := w.Resumed(); r.Unsealed != 1 || !r.Interrupted {
+		t.Fatalf("Resumed = %+v", r)
+	}
+	w.Append(map[string]int{"seq": 4})
+	w.Close()
+	res, err := VerifyFile(forged, pubOf(key), runEvents)
+	if err != nil || !res.Final || len(res.Recovered) != 1 {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if r := res.Recovered[0]; r.Unsealed != 1 || r.From != 5 || r.To != 5 {
+		t.Fatalf("the forged line is not named unsealed: %+v", r)
 	}
 }
 
@@ -477,19 +621,24 @@ func TestOpenRefusesBrokenLogs(t *testing.T) {
 	key := newKey(t)
 	dir := t.TempDir()
 	ls := splitLines(sample(t, key, 5))
-	ls[1] = bytes.Replace(ls[1], []byte(`"i":2`), []byte(`"i":7`), 1)
+	ls[2] = bytes.Replace(ls[2], []byte(`"i":2`), []byte(`"i":7`), 1)
 	tampered := filepath.Join(dir, "tampered")
 	os.WriteFile(tampered, join(ls), 0o600)
-	if _, err := Open(tampered, key, Options{}); err == nil || !strings.Contains(err.Error(), "line 3") {
+	if _, err := Open(tampered, key, opts(runEvents)); err == nil || !strings.Contains(err.Error(), "line 4") {
 		t.Fatalf("Open of a tampered log: %v", err)
 	}
 	foreign := filepath.Join(dir, "foreign")
 	os.WriteFile(foreign, sample(t, newKey(t), 5), 0o600)
-	if _, err := Open(foreign, key, Options{}); err == nil || !strings.Contains(err.Error(), "factory's key") {
+	if _, err := Open(foreign, key, opts(runEvents)); err == nil || !strings.Contains(err.Error(), "factory's key") {
 		t.Fatalf("Open of a log sealed by another key: %v", err)
 	}
+	elsewhere := filepath.Join(dir, "elsewhere")
+	os.WriteFile(elsewhere, sampleFor(t, key, attEvents, 2), 0o600)
+	if _, err := Open(elsewhere, key, opts(runEvents)); err == nil || !strings.Contains(err.Error(), "another place") {
+		t.Fatalf("Open of another place's log: %v", err)
+	}
 	// Open of a missing file starts a new log.
-	w, err := Open(filepath.Join(dir, "new"), key, Options{SealInterval: -1})
+	w, err := Open(filepath.Join(dir, "new"), key, opts(runEvents))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -502,17 +651,13 @@ func TestOpenRefusesBrokenLogs(t *testing.T) {
 func TestEmptyLogClose(t *testing.T) {
 	key := newKey(t)
 	path := filepath.Join(t.TempDir(), "log")
-	w, _ := Create(path, key, Options{})
+	w, _ := Create(path, key, opts(runEvents))
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	b, _ := os.ReadFile(path)
-	res, err := Verify(bytes.NewReader(b), pubOf(key))
-	if err != nil || res.Lines != 1 || !res.Final || res.Records != 0 {
+	res, err := VerifyFile(path, pubOf(key), runEvents)
+	if err != nil || res.Lines != 2 || !res.Final || res.Records != 0 {
 		t.Fatalf("%+v %v", res, err)
-	}
-	if !strings.Contains(string(b), fmt.Sprintf(`"hash":"%s"`, Genesis)) {
-		t.Fatalf("empty log's seal does not sign Genesis: %s", b)
 	}
 }
 
@@ -520,11 +665,11 @@ func TestVerifyFileAndIsSeal(t *testing.T) {
 	key := newKey(t)
 	path := filepath.Join(t.TempDir(), "log")
 	os.WriteFile(path, sample(t, key, 4), 0o600)
-	res, err := VerifyFile(path, pubOf(key))
+	res, err := VerifyFile(path, pubOf(key), runEvents)
 	if err != nil || !res.Final || res.Records != 4 {
 		t.Fatalf("%+v %v", res, err)
 	}
-	if _, err := VerifyFile(path+".missing", pubOf(key)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := VerifyFile(path+".missing", pubOf(key), runEvents); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("missing file: %v", err)
 	}
 	b, _ := os.ReadFile(path)
@@ -537,4 +682,45 @@ func TestVerifyFileAndIsSeal(t *testing.T) {
 	if seals != res.Seals {
 		t.Fatalf("IsSeal counted %d seals, Verify %d", seals, res.Seals)
 	}
+}
+
+func TestParseOf(t *testing.T) {
+	for of, want := range map[string]Binding{
+		"r1":         {Run: "r1", Kind: KindEgress},
+		"r1/build/3": {Run: "r1", Step: "build", Attempt: 3, Kind: KindEgress},
+	} {
+		if b, err := ParseOf(of, KindEgress); err != nil || b != want || b.Of() != of {
+			t.Errorf("ParseOf(%q) = %+v %v", of, b, err)
+		}
+	}
+	for _, bad := range []string{"", "r/s", "r/s/0", "r/s/x", "r//1", "a/b/c/d"} {
+		if _, err := ParseOf(bad, KindEvents); err == nil {
+			t.Errorf("ParseOf(%q) accepted", bad)
+		}
+	}
+}
+
+func hashHex(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+// sampleSealed is sample with a seal every 3 records.
+func sampleSealed(t testing.TB, key ed25519.PrivateKey, n int) []byte {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "log")
+	w, err := Create(path, key, Options{Binding: runEvents, SealEvery: 3, SealInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= n; i++ {
+		if err := w.Append(event{Seq: i, Type: "x", Data: i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	return b
 }

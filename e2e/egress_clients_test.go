@@ -418,6 +418,17 @@ func (r sandboxRun) verify(t *testing.T, dir string) {
 	if v := runKusaw(t, dir, "log", "verify", "--strict", filepath.Join(r.adir, "egress.log"), filepath.Join(r.adir, "events.jsonl")); v.code != 0 {
 		t.Errorf("kusaw log verify: %d %s%s", v.code, v.stdout, v.stderr)
 	}
+	// The record of what the attempt reached cannot stand in for another
+	// attempt's: copied to attempt 99's place it fails, naming both.
+	other := filepath.Join(filepath.Dir(r.adir), "99")
+	if err := os.MkdirAll(other, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(other)
+	writeFile(t, filepath.Join(other, "egress.log"), readFile(t, filepath.Join(r.adir, "egress.log")))
+	if v := runKusaw(t, dir, "log", "verify", filepath.Join(other, "egress.log")); v.code != 7 || !strings.Contains(v.stdout, "copied from another place") || !strings.Contains(v.stdout, "attempt 99") {
+		t.Errorf("an egress.log copied over another attempt's: %d %s%s", v.code, v.stdout, v.stderr)
+	}
 }
 
 func atoi(s string) int { n, _ := strconv.Atoi(s); return n }

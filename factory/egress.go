@@ -73,7 +73,7 @@ type egressObserver struct {
 func (a *attemptRun) egressLog() *egressObserver {
 	a.egressOnce.Do(func() {
 		o := &egressObserver{a: a}
-		o.log, o.err = chainlog.Create(filepath.Join(a.dir, record.EgressLogFile), a.e.opts.Key, chainlog.Options{Perm: 0o644})
+		o.log, o.err = chainlog.Create(filepath.Join(a.dir, record.EgressLogFile), a.e.opts.Key, logOptions(a.run.ID(), a.step.ID, a.n, chainlog.KindEgress))
 		a.egress = o
 	})
 	return a.egress

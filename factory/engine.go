@@ -468,7 +468,11 @@ func (r *Run) finish() {
 		r.end(status.RunFailed, status.ReasonInternal, "the run ended without a result")
 	}
 	if r.events != nil {
-		_ = r.events.Close()
+		if r.events.Close() == nil && r.events.sealed.Line > 0 {
+			seal := r.events.sealed
+			r.Record.EventsSeal = &seal
+			r.save()
+		}
 	}
 	os.Remove(filepath.Join(r.Dir, record.CancelFile))
 	os.Remove(filepath.Join(r.e.State.Dir, record.ActiveDir, r.Record.ID))
@@ -479,13 +483,18 @@ func (r *Run) finish() {
 func (e *Engine) openSink(path, run, step string, attempt int, red *redactor) *sink {
 	s := &sink{run: run, step: step, attempt: attempt, emit: e.opts.OnEvent, redact: red}
 	// Open, not Create: a resumed run continues its run-level events file.
-	w, err := chainlog.Open(path, e.opts.Key, chainlog.Options{Perm: 0o644})
+	w, err := chainlog.Open(path, e.opts.Key, logOptions(run, step, attempt, chainlog.KindEvents))
 	if err != nil {
 		s.err = err
 		return s
 	}
 	s.log = w
 	return s
+}
+
+// logOptions are the options of a run's or an attempt's chained log.
+func logOptions(run, step string, attempt int, kind string) chainlog.Options {
+	return chainlog.Options{Binding: chainlog.Binding{Run: run, Step: step, Attempt: attempt, Kind: kind}, Perm: record.FileMode()}
 }
 
 func (e *Engine) secretSource() (SecretSource, error) {

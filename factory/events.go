@@ -5,16 +5,18 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kusaw/kusaw/chainlog"
 	"github.com/kusaw/kusaw/record"
 )
 
 // lineLog is an append-only JSON-lines file: a chainlog.Writer, which
-// chains each line to the one before and seals periodically (every 100
-// lines or 2s) and on Close, so a crash loses at most the unsealed tail.
+// chains each line to the one before and seals (signs) them within its
+// seal interval, at once on Seal, and on Close.
 type lineLog interface {
 	Append(v any) error
 	Seal() error
 	Close() error
+	LastSeal() chainlog.SealRef
 }
 
 // sink numbers and writes the events of one file and passes each to the
@@ -29,6 +31,7 @@ type sink struct {
 	emit    func(record.Event)
 	err     error
 	redact  *redactor
+	sealed  chainlog.SealRef // the final seal, once closed
 }
 
 func (s *sink) Emit(typ string, data map[string]any) {
@@ -44,6 +47,9 @@ func (s *sink) Emit(typ string, data map[string]any) {
 		b, err := json.Marshal(ev)
 		if err == nil {
 			err = s.log.Append(json.RawMessage(s.redact.Bytes(b)))
+		}
+		if err == nil && record.Checkpoint(typ) {
+			err = s.log.Seal()
 		}
 		if err != nil && s.err == nil {
 			s.err = err
@@ -63,6 +69,9 @@ func (s *sink) Close() error {
 		return s.err
 	}
 	err := s.log.Close()
+	if err == nil {
+		s.sealed = s.log.LastSeal()
+	}
 	s.log = nil
 	if s.err != nil {
 		return s.err

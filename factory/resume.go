@@ -216,7 +216,7 @@ func (e *Engine) openRunSink(r *Run) *sink {
 			}
 		}
 	}
-	w, err := chainlog.Open(path, e.opts.Key, chainlog.Options{Perm: 0o644})
+	w, err := chainlog.Open(path, e.opts.Key, logOptions(r.ID(), "", 0, chainlog.KindEvents))
 	if err != nil {
 		s.err = err
 		return s

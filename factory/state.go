@@ -280,7 +280,7 @@ func (s *State) interrupt(id string) error {
 		}
 		dir := s.AttemptDir(r.ID, a.Step, a.Number)
 		os.RemoveAll(filepath.Join(dir, record.TmpDir))
-		_ = appendFinal(filepath.Join(dir, record.EventsFile), key, record.Event{TS: now, Run: r.ID, Step: a.Step, Attempt: a.Number, Type: record.EvAttemptFinished,
+		_, _ = appendFinal(filepath.Join(dir, record.EventsFile), key, logOptions(r.ID, a.Step, a.Number, chainlog.KindEvents), record.Event{TS: now, Run: r.ID, Step: a.Step, Attempt: a.Number, Type: record.EvAttemptFinished,
 			Data: map[string]any{"outcome": status.OutcomeInterrupted, "reason": status.ReasonRunInterrupted, "message": a.Message, "recovered": true}})
 		os.Remove(filepath.Join(dir, record.WorktreesDir)) // empty once its worktrees are gone
 		removeLeaseDirs(dir)
@@ -324,11 +324,15 @@ func (s *State) interrupt(id string) error {
 	r.Fix = status.ReasonRunInterrupted.Info().Fix
 	r.Finished = &now
 	os.Remove(filepath.Join(runDir, record.CancelFile))
+	// The events first: run.json then names their final seal.
+	seal, err := appendFinal(filepath.Join(runDir, record.EventsFile), key, logOptions(r.ID, "", 0, chainlog.KindEvents), record.Event{TS: now, Run: r.ID, Type: record.EvRunFinished,
+		Data: map[string]any{"state": r.State, "reason": r.Reason, "message": r.Message, "fix": r.Fix, "recovered": true}})
+	if err == nil {
+		r.EventsSeal = &seal
+	}
 	if err := writeJSON(filepath.Join(runDir, record.RunFile), &r); err != nil {
 		errs = append(errs, err)
 	}
-	_ = appendFinal(filepath.Join(runDir, record.EventsFile), key, record.Event{TS: now, Run: r.ID, Type: record.EvRunFinished,
-		Data: map[string]any{"state": r.State, "reason": r.Reason, "message": r.Message, "fix": r.Fix, "recovered": true}})
 	return errors.Join(errs...)
 }
 
@@ -354,16 +358,18 @@ func within(dir, p string) bool {
 	return err == nil && rel != "." && !strings.HasPrefix(rel, "..")
 }
 
-// appendFinal continues an events file left by a dead kusaw (chainlog.Open
-// cuts a torn last line) with a closing event, and seals it, so the record
-// of an interrupted run ends like any other.
-func appendFinal(path string, key ed25519.PrivateKey, ev record.Event) error {
+// appendFinal continues an events file left by a dead kusaw with a closing
+// event and seals it, so the record of an interrupted run ends like any
+// other. chainlog.Open refuses a file whose lines do not all carry the
+// factory's signatures for this place (so recovery never signs what kusaw
+// did not write), and marks where the dead writer stopped.
+func appendFinal(path string, key ed25519.PrivateKey, opts chainlog.Options, ev record.Event) (chainlog.SealRef, error) {
 	if key == nil {
-		return nil
+		return chainlog.SealRef{}, errors.New("no log-signing key")
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return err
+		return chainlog.SealRef{}, err
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		var e struct {
@@ -374,15 +380,18 @@ func appendFinal(path string, key ed25519.PrivateKey, ev record.Event) error {
 		}
 	}
 	ev.Seq++
-	w, err := chainlog.Open(path, key, chainlog.Options{Perm: 0o644})
+	w, err := chainlog.Open(path, key, opts)
 	if err != nil {
-		return err
+		return chainlog.SealRef{}, err
 	}
 	if err := w.Append(ev); err != nil {
 		w.Close()
-		return err
+		return chainlog.SealRef{}, err
 	}
-	return w.Close()
+	if err := w.Close(); err != nil {
+		return chainlog.SealRef{}, err
+	}
+	return w.LastSeal(), nil
 }
 
 // recoveryKey loads the log-signing key for closing abandoned logs; nil

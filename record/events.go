@@ -48,3 +48,17 @@ type Event struct {
 	Type    string         `json:"type"`
 	Data    map[string]any `json:"data,omitempty"`
 }
+
+// Checkpoint reports whether an event of this type changes a run's or an
+// attempt's state: its log is sealed at once after it, rather than within
+// chainlog's seal interval, so the state a record claims is never unsigned.
+// The frequent events (provider output, egress refusals) wait for the
+// interval.
+func Checkpoint(typ string) bool {
+	switch typ {
+	case EvRunStarted, EvRunFinished, EvStepStarted, EvStepFinished, EvAttemptStarted, EvAttemptFinished,
+		EvProcessStarted, EvProcessExited, EvCommitted, EvBranchAdvanced, EvCancelRequested, EvEgressSummary:
+		return true
+	}
+	return false
+}

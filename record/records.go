@@ -5,6 +5,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/kusaw/kusaw/chainlog"
 	"github.com/kusaw/kusaw/config"
 	"github.com/kusaw/kusaw/status"
 )
@@ -56,6 +57,10 @@ type RunRecord struct {
 	Owner    *Owner          `json:"owner,omitempty"`
 	Repos    []RunRepo       `json:"repos"`
 	Steps    []StepResult    `json:"steps"`
+	// EventsSeal names the last seal of the run's events.jsonl (written
+	// when the run's events close), so a log cut back to an earlier seal
+	// (a resumed run's first final seal) does not verify.
+	EventsSeal *chainlog.SealRef `json:"events_seal,omitempty"`
 	// Refusals counts egress refusals over the run, for the end of kusaw run.
 	EgressBlocked int `json:"egress_blocked,omitempty"`
 	// EgressRefused names the first 20 refused hosts, one line each

@@ -478,13 +478,27 @@ steps:
 			if err != nil {
 				t.Fatal(err)
 			}
-			res, err = chainlog.Verify(bytes.NewReader(b), s2.E.PublicKey())
-			if err == nil && res.Unsealed() == 0 || time.Now().After(end) {
+			res, err = chainlog.Verify(bytes.NewReader(b), s2.E.PublicKey(), chainlog.Binding{Run: id, Kind: chainlog.KindEvents})
+			if err == nil && res.Final && record.CheckRunSeal(st.RunDir(id), res) == nil || time.Now().After(end) {
 				break
 			}
 		}
-		if err != nil || res.Unsealed() != 0 {
-			t.Fatalf("events of resumed run %s: %v (%d unsealed)", id, err, res.Unsealed())
+		if err != nil || !res.Final {
+			t.Fatalf("events of resumed run %s: %v (%+v)", id, err, res)
+		}
+		if err := record.CheckRunSeal(st.RunDir(id), res); err != nil {
+			t.Fatalf("run.json of resumed run %s: %v", id, err)
+		}
+		// The attack: cut the log back to its first final seal. The file
+		// alone still verifies as closed; run.json's last seal catches it.
+		first := bytes.Index(b, []byte(`{"seal":{"mark":"final"`))
+		cut := b[:first+bytes.IndexByte(b[first:], '\n')+1]
+		cres, err := chainlog.Verify(bytes.NewReader(cut), s2.E.PublicKey(), chainlog.Binding{Run: id, Kind: chainlog.KindEvents})
+		if err != nil || !cres.Final || cres.Lines >= res.Lines {
+			t.Fatalf("cut log of %s: %v %+v", id, err, cres)
+		}
+		if err := record.CheckRunSeal(st.RunDir(id), cres); err == nil || !strings.Contains(err.Error(), "cut back") {
+			t.Fatalf("a resumed run's events cut back to the first final seal pass run.json's check: %v", err)
 		}
 		if strings.Count(string(b), `"type":"run.started"`) < 1 || strings.Count(string(b), `"type":"run.finished"`) != 2 {
 			t.Fatalf("events of resumed run %s:\n%s", id, b)

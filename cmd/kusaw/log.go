@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kusaw/kusaw/chainlog"
+	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/secretstore"
 	"github.com/kusaw/kusaw/status"
 )
@@ -23,14 +24,19 @@ func newLogCmd(a *app) *cobra.Command {
 	}
 	var keyFile string
 	var strict bool
+	var expect string
 	verify := &cobra.Command{
 		Use:   "verify FILE...",
 		Short: "check a log's hash chain and signed seals; prints OK with counts or the first broken line",
 		Long: `Checks each line's link to the line before it and each seal's signature
-against the factory's public key. Lines after the last seal (left by a crash,
-or by a writer still running) are chained but not signed, and are reported
-as not sealed. Exit status 0 when every file verifies, 7 when one does not
-(with --strict also when one is not closed with a final seal).`,
+against the factory's public key. Every seal covers the file's place (run,
+step, attempt, and kind: events or egress): a file in a state directory is
+checked against where it lies, a copied file against --expect, and a run's
+events against the last seal its run.json names. Lines after the last seal
+(left by a crash, or by a writer still running) are chained but not signed,
+and are reported as not sealed. Exit status 0 when every file verifies, 7
+when one does not (with --strict also when one is not closed with a final
+seal, or holds lines recovery found unsealed).`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(c *cobra.Command, files []string) error {
 			pub, err := logVerifyKey(keyFile)
@@ -39,7 +45,7 @@ as not sealed. Exit status 0 when every file verifies, 7 when one does not
 			}
 			failed := false
 			for _, f := range files {
-				ok, err := verifyLogFile(a, f, pub, strict)
+				ok, err := verifyLogFile(a, f, pub, strict, expect)
 				if err != nil {
 					return err
 				}
@@ -52,7 +58,8 @@ as not sealed. Exit status 0 when every file verifies, 7 when one does not
 		},
 	}
 	verify.Flags().StringVar(&keyFile, "key", "", "the factory's public key (PEM); default: "+chainlog.PublicKeyFile+" in kusaw's secret-store folder")
-	verify.Flags().BoolVar(&strict, "strict", false, "also fail when a log is not closed with a final seal")
+	verify.Flags().BoolVar(&strict, "strict", false, "also fail when a log is not closed with a final seal, or holds lines recovery found unsealed")
+	verify.Flags().StringVar(&expect, "expect", "", "the place a copied log must be from: RUN (a run's events) or RUN/STEP/N (an attempt's events.jsonl or egress.log)")
 	cmd.AddCommand(verify)
 	return cmd
 }
@@ -90,8 +97,33 @@ func logVerifyKey(keyFile string) (ed25519.PublicKey, error) {
 	return pub, nil
 }
 
+// logExpect is the place a log must verify for: --expect, else the
+// file's place in a state directory, else none (the log's own claim is
+// checked and reported). runDir is set for a log in its run's folder.
+func logExpect(path, expect string) (b chainlog.Binding, runDir, how string, err error) {
+	if expect != "" {
+		kind := record.LogKind(filepath.Base(path))
+		b, err := chainlog.ParseOf(expect, kind)
+		if err != nil {
+			return b, "", "", exitf(status.ExitUsage, "--expect %v (give RUN for a run's events, RUN/STEP/N for an attempt's log)", err)
+		}
+		if kind == "" {
+			return b, "", "", exitf(status.ExitUsage, "--expect: %s is neither %s nor %s, so its kind is unknown; copy it under one of those names", path, record.EventsFile, record.EgressLogFile)
+		}
+		return b, "", "as expected", nil
+	}
+	if b, runDir, ok := record.LogPlace(path); ok {
+		return b, runDir, "at its place", nil
+	}
+	return chainlog.Binding{}, "", "", nil
+}
+
 // verifyLogFile prints one file's verdict and reports whether it passed.
-func verifyLogFile(a *app, path string, pub ed25519.PublicKey, strict bool) (bool, error) {
+func verifyLogFile(a *app, path string, pub ed25519.PublicKey, strict bool, expect string) (bool, error) {
+	want, runDir, how, err := logExpect(path, expect)
+	if err != nil {
+		return false, err
+	}
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return false, exitf(status.ExitNotFound, "log %s does not exist", path)
@@ -100,7 +132,7 @@ func verifyLogFile(a *app, path string, pub ed25519.PublicKey, strict bool) (boo
 		return false, exitf(status.ExitNotFound, "%v", err)
 	}
 	defer f.Close()
-	res, verr := chainlog.Verify(f, pub)
+	res, verr := chainlog.Verify(f, pub, want)
 	if verr != nil {
 		var be *chainlog.BreakError
 		if !errors.As(verr, &be) {
@@ -112,25 +144,59 @@ func verifyLogFile(a *app, path string, pub ed25519.PublicKey, strict bool) (boo
 		}
 		return false, nil
 	}
-	counts := fmt.Sprintf("%d lines (%d records, %d seals), key %s", res.Lines, res.Records, res.Seals, res.KeyID)
-	switch {
-	case res.Lines == 0:
+	if res.Lines == 0 {
 		fmt.Fprintf(a.stdout, "%s: OK: empty (the writer never wrote a line)\n", path)
 		return !strict, nil
-	case res.Final:
-		fmt.Fprintf(a.stdout, "%s: OK: %s; closed with a final seal\n", path, counts)
-		return true, nil
-	case res.Unsealed() == 0:
-		fmt.Fprintf(a.stdout, "%s: OK: %s; all sealed, but not closed (the writer stopped right after a seal, or is still running)\n", path, counts)
-	case res.Sealed == 0:
-		fmt.Fprintf(a.stdout, "%s: OK: %s; NO line is sealed: the chain is intact but nothing is signed (the writer stopped before its first seal, or is still running)\n", path, counts)
-	default:
-		tail := fmt.Sprintf("lines %d-%d are", res.Sealed+1, res.Lines)
-		if res.Unsealed() == 1 {
-			tail = fmt.Sprintf("line %d is", res.Lines)
-		}
-		fmt.Fprintf(a.stdout, "%s: OK up to line %d (its last seal): %s; %s NOT sealed (the writer stopped without closing, or is still running), so could have been changed\n",
-			path, res.Sealed, counts, tail)
 	}
-	return !strict, nil
+	ok := true
+	var problems []string
+	if runDir != "" && res.Binding.Step == "" {
+		if err := record.CheckRunSeal(runDir, res); err != nil {
+			fmt.Fprintf(a.stdout, "%s: BROKEN: %v\n", path, err)
+			return false, nil
+		}
+	}
+	for _, r := range res.Recovered {
+		if r.Unsealed > 0 {
+			problems = append(problems, fmt.Sprintf("%s recovered-unsealed: the writer died before sealing them; recovery (line %d) found them unsigned and did not vouch for them, so they could have been changed", span(r.From, r.To), r.Line))
+		}
+		if r.DroppedBytes > 0 {
+			problems = append(problems, fmt.Sprintf("line %d: recovery cut off a torn last line of %d bytes before it", r.Line, r.DroppedBytes))
+		}
+	}
+	switch {
+	case res.Final:
+	case res.Unsealed() > 0:
+		problems = append(problems, fmt.Sprintf("%s NOT sealed (the writer stopped without closing, or is still running), so could have been changed", span(res.Sealed+1, res.Lines)))
+	default:
+		problems = append(problems, fmt.Sprintf("not closed: no final seal after line %d (the writer stopped without closing, or is still running)", res.Lines))
+	}
+	where := "the " + res.Binding.String()
+	if how != "" {
+		where += " (" + how + ")"
+	} else {
+		where += " (as the log says; pass --expect to check a copied file)"
+	}
+	counts := fmt.Sprintf("%d lines (%d records, %d seals), key %s, %s", res.Lines, res.Records, res.Seals, res.KeyID, where)
+	closed := "closed with a final seal"
+	if len(res.Recovered) > 0 {
+		closed += fmt.Sprintf("; continued by recovery after its writer died (line %d)", res.Recovered[len(res.Recovered)-1].Line)
+	}
+	if len(problems) == 0 {
+		fmt.Fprintf(a.stdout, "%s: OK: %s; %s\n", path, counts, closed)
+		return true, nil
+	}
+	fmt.Fprintf(a.stdout, "%s: OK up to line %d (its last seal): %s\n", path, res.Sealed, counts)
+	for _, p := range problems {
+		fmt.Fprintf(a.stdout, "%s:   %s\n", path, p)
+		ok = false
+	}
+	return ok || !strict, nil
+}
+
+func span(from, to int) string {
+	if from == to {
+		return fmt.Sprintf("line %d is", from)
+	}
+	return fmt.Sprintf("lines %d-%d are", from, to)
 }

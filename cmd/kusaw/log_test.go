@@ -20,7 +20,7 @@ func writeLog(t *testing.T, storeDir string, n int, closed bool) string {
 		t.Fatal(err)
 	}
 	path := filepath.Join(t.TempDir(), "events.jsonl")
-	w, err := chainlog.Create(path, key, chainlog.Options{SealEvery: 3, SealInterval: -1})
+	w, err := chainlog.Create(path, key, chainlog.Options{Binding: chainlog.Binding{Run: "r1", Kind: chainlog.KindEvents}, SealEvery: 3, SealInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,8 +33,6 @@ func writeLog(t *testing.T, storeDir string, n int, closed bool) string {
 		if err := w.Close(); err != nil {
 			t.Fatal(err)
 		}
-	} else if err := w.Seal(); err != nil {
-		t.Fatal(err)
 	}
 	return path
 }
@@ -51,7 +49,7 @@ func TestLogVerify(t *testing.T) {
 	good := writeLog(t, store, 5, true)
 
 	code, out, errs := runKusaw("log", "verify", good)
-	if code != 0 || !strings.Contains(out, "OK: 7 lines (5 records, 2 seals)") || !strings.Contains(out, "final seal") {
+	if code != 0 || !strings.Contains(out, "OK: 8 lines (5 records, 3 seals)") || !strings.Contains(out, "events of run r1 (as the log says") || !strings.Contains(out, "final seal") {
 		t.Fatalf("good log: %d %q %q", code, out, errs)
 	}
 
@@ -60,7 +58,7 @@ func TestLogVerify(t *testing.T) {
 	bad := filepath.Join(t.TempDir(), "bad.jsonl")
 	os.WriteFile(bad, bytes.Replace(b, []byte(`"seq":1`), []byte(`"seq":9`), 1), 0o600)
 	code, out, _ = runKusaw("log", "verify", bad)
-	if code != 7 || !strings.Contains(out, "BROKEN at line 3") {
+	if code != 7 || !strings.Contains(out, "BROKEN at line 4") {
 		t.Fatalf("edited log: %d %q", code, out)
 	}
 	// Several files: one bad one fails the command, each gets its line.
@@ -70,17 +68,16 @@ func TestLogVerify(t *testing.T) {
 	}
 
 	// A log whose writer stopped: the unsealed tail is named.
-	crashed := writeLog(t, store, 4, false) // r r r S r S -> sealed
+	crashed := writeLog(t, store, 4, false) // O r r r S r
 	b, _ = os.ReadFile(crashed)
 	os.WriteFile(crashed, append(b, []byte(`{"prev":"x"}`+"\n")...), 0o600)
 	code, out, _ = runKusaw("log", "verify", crashed)
-	if code != 7 {
-		// the appended line has a wrong prev: that is a break, not a tail
+	if code != 7 || !strings.Contains(out, "BROKEN at line 7") {
 		t.Fatalf("bad tail: %d %q", code, out)
 	}
-	os.WriteFile(crashed, b[:bytes.LastIndex(b[:len(b)-1], []byte("\n"))+1], 0o600) // drop the last seal
+	os.WriteFile(crashed, b, 0o600)
 	code, out, _ = runKusaw("log", "verify", crashed)
-	if code != 0 || !strings.Contains(out, "OK up to line 4") || !strings.Contains(out, "line 5 is NOT sealed") {
+	if code != 0 || !strings.Contains(out, "OK up to line 5") || !strings.Contains(out, "line 6 is NOT sealed") {
 		t.Fatalf("unsealed tail: %d %q", code, out)
 	}
 	code, _, _ = runKusaw("log", "verify", "--strict", crashed)

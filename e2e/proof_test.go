@@ -1,0 +1,214 @@
+package e2e
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Attacks on kusaw's records from someone who can write the state folder
+// but does not hold the factory's key (issue 17), each with its twin.
+
+const twoStepFactory = `version: 1
+repos:
+  app: {path: ./app}
+pipelines:
+  default: [a, b]
+steps:
+  a:
+    run: [sh, -c, 'echo a > a.txt']
+  b:
+    run: [sh, -c, 'echo b > b.txt']
+`
+
+func sha(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+// chained writes lines as a forger would: each with the hash of the line
+// before it, every hash right, no key.
+func chained(prev string, lines ...string) string {
+	var b strings.Builder
+	for _, l := range lines {
+		line := `{"prev":"` + prev + `",` + strings.TrimPrefix(l, "{")
+		b.WriteString(line + "\n")
+		prev = sha(line)
+	}
+	return b.String()
+}
+
+func runLogs(t *testing.T, dir, id string) []string {
+	t.Helper()
+	var logs []string
+	filepath.Walk(filepath.Join(dir, ".kusaw", "runs", id), func(p string, fi os.FileInfo, err error) error {
+		if err == nil && (fi.Name() == "events.jsonl" || fi.Name() == "egress.log") {
+			logs = append(logs, p)
+		}
+		return nil
+	})
+	return logs
+}
+
+// A finished run's events replaced by invented, correctly chained lines and
+// the run marked active again: recovery must not sign them.
+func TestProofForgedLogMadeActiveIsNotSigned(t *testing.T) {
+	dir := factoryDir(t, twoStepFactory, "app")
+	if res := runKusaw(t, dir, "run"); res.code != 0 {
+		t.Fatalf("kusaw run: %d %s%s", res.code, res.stdout, res.stderr)
+	}
+	id := onlyRun(t, dir)
+	runEvents := filepath.Join(dir, ".kusaw", "runs", id, "events.jsonl")
+	forged := chained(
+		"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+		fmt.Sprintf(`{"seq":1,"ts":"2026-12-01T10:00:00Z","run":%q,"type":"run.started"}`, id),
+		fmt.Sprintf(`{"seq":2,"ts":"2026-12-01T10:00:01Z","run":%q,"type":"run.finished","data":{"state":"succeeded","note":"nothing happened here"}}`, id),
+	)
+	writeFile(t, runEvents, forged)
+	writeFile(t, filepath.Join(dir, ".kusaw", "active", id), "")
+	if res := runKusaw(t, dir, "runs"); res.code != 0 {
+		t.Fatalf("kusaw runs (recovery): %d %s%s", res.code, res.stdout, res.stderr)
+	}
+	if got := readFile(t, runEvents); got != forged {
+		t.Fatalf("recovery changed (signed) the forged log:\n%s", got)
+	}
+	v := runKusaw(t, dir, "log", "verify", "--strict", runEvents)
+	if v.code != 7 || !strings.Contains(v.stdout, "BROKEN at line 1") {
+		t.Fatalf("verify --strict of a forged log recovered: %d %s%s", v.code, v.stdout, v.stderr)
+	}
+	// The twin: the run's untouched attempt logs still verify.
+	var untouched []string
+	for _, l := range runLogs(t, dir, id) {
+		if l != runEvents {
+			untouched = append(untouched, l)
+		}
+	}
+	if len(untouched) != 2 {
+		t.Fatalf("attempt logs: %v", untouched)
+	}
+	if v := runKusaw(t, dir, append([]string{"log", "verify", "--strict"}, untouched...)...); v.code != 0 {
+		t.Fatalf("untouched logs: %d %s%s", v.code, v.stdout, v.stderr)
+	}
+}
+
+// kill -9 during a step, then the records edited before the next kusaw
+// command recovers the run: the attempt's last event rewritten and
+// re-chained, and a line appended to the run's events where the dead
+// writer's unsealed tail would be.
+func TestProofTailEditedAfterKill9(t *testing.T) {
+	dir := factoryDir(t, slowFactory, "app")
+	cmd, _, _ := startKusaw(t, dir, "run")
+	id, _ := waitProcess(t, dir)
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	adir := filepath.Join(dir, ".kusaw", "runs", id, "steps", "slow", "1")
+	events := filepath.Join(adir, "events.jsonl")
+	lines := strings.SplitAfter(readFile(t, events), "\n")
+	lines = lines[:len(lines)-1]
+	last := len(lines) - 1
+	for last > 0 && strings.HasPrefix(lines[last], `{"seal":`) {
+		last--
+	}
+	if last < 1 || strings.Contains(readFile(t, events), `"mark":"final"`) {
+		t.Fatalf("the killed attempt's events:\n%s", strings.Join(lines, ""))
+	}
+	// Rewrite the last record as the forger wants it, and re-chain what
+	// follows it.
+	var m map[string]any
+	if err := json.Unmarshal([]byte(lines[last]), &m); err != nil {
+		t.Fatal(err)
+	}
+	prev, _ := m["prev"].(string)
+	delete(m, "prev")
+	m["type"] = "attempt.finished"
+	m["data"] = map[string]any{"outcome": "passed"}
+	body, _ := json.Marshal(m)
+	lines[last] = chained(prev, string(body))
+	writeFile(t, events, strings.Join(lines, ""))
+
+	runEvents := filepath.Join(dir, ".kusaw", "runs", id, "events.jsonl")
+	runLines := readFile(t, runEvents)
+	lastLine := runLines[strings.LastIndex(strings.TrimSuffix(runLines, "\n"), "\n")+1:]
+	forged := chained(sha(strings.TrimSuffix(lastLine, "\n")), fmt.Sprintf(`{"seq":99,"run":%q,"type":"run.cancel_requested"}`, id))
+	writeFile(t, runEvents, runLines+forged)
+	nLines := strings.Count(runLines, "\n") + 1
+
+	if res := runKusaw(t, dir, "runs"); res.code != 0 || !strings.Contains(res.stdout, "interrupted") {
+		t.Fatalf("kusaw runs (recovery): %d %s%s", res.code, res.stdout, res.stderr)
+	}
+	v := runKusaw(t, dir, "log", "verify", "--strict", events)
+	if v.code != 7 || !strings.Contains(v.stdout, "BROKEN at line") {
+		t.Fatalf("verify --strict of an edited, re-chained event after recovery: %d %s%s", v.code, v.stdout, v.stderr)
+	}
+	if strings.Contains(readFile(t, events), `"mark":"recovered"`) {
+		t.Fatal("recovery continued (and sealed) an attempt log it could not verify")
+	}
+	v = runKusaw(t, dir, "log", "verify", "--strict", runEvents)
+	if v.code != 7 || !strings.Contains(v.stdout, fmt.Sprintf("line %d is recovered-unsealed", nLines)) {
+		t.Fatalf("verify --strict of a run log with an appended line after recovery: %d %s%s", v.code, v.stdout, v.stderr)
+	}
+	// Without --strict the rest verifies, and the marker is in the file.
+	if v := runKusaw(t, dir, "log", "verify", runEvents); v.code != 0 || !strings.Contains(readFile(t, runEvents), `"unsealed":1`) {
+		t.Fatalf("run log after recovery: %d %s%s", v.code, v.stdout, v.stderr)
+	}
+}
+
+// One attempt's events copied over another's, one run's over another
+// run's: each fails where it lies; --expect checks a copy elsewhere.
+func TestProofLogsBoundToTheirPlace(t *testing.T) {
+	dir := factoryDir(t, twoStepFactory, "app")
+	for i := 0; i < 2; i++ {
+		if res := runKusaw(t, dir, "run"); res.code != 0 {
+			t.Fatalf("kusaw run: %d %s%s", res.code, res.stdout, res.stderr)
+		}
+	}
+	entries, _ := os.ReadDir(filepath.Join(dir, ".kusaw", "runs"))
+	if len(entries) != 2 {
+		t.Fatalf("runs: %v", entries)
+	}
+	r1, r2 := entries[0].Name(), entries[1].Name()
+	runDir := func(id string) string { return filepath.Join(dir, ".kusaw", "runs", id) }
+	all := append(runLogs(t, dir, r1), runLogs(t, dir, r2)...)
+	if v := runKusaw(t, dir, append([]string{"log", "verify", "--strict"}, all...)...); v.code != 0 {
+		t.Fatalf("untouched logs: %d %s%s", v.code, v.stdout, v.stderr)
+	}
+	aEvents := filepath.Join(runDir(r1), "steps", "a", "1", "events.jsonl")
+	bEvents := filepath.Join(runDir(r1), "steps", "b", "1", "events.jsonl")
+	saved := readFile(t, aEvents)
+
+	// Attempt a/1's events over b/1's.
+	writeFile(t, bEvents, saved)
+	v := runKusaw(t, dir, "log", "verify", "--strict", bEvents)
+	if v.code != 7 || !strings.Contains(v.stdout, "step a, attempt 1, not the events of run "+r1+", step b, attempt 1") {
+		t.Fatalf("a/1 events at b/1's place: %d %s%s", v.code, v.stdout, v.stderr)
+	}
+	// Run 1's events over run 2's.
+	writeFile(t, filepath.Join(runDir(r2), "events.jsonl"), readFile(t, filepath.Join(runDir(r1), "events.jsonl")))
+	v = runKusaw(t, dir, "log", "verify", "--strict", filepath.Join(runDir(r2), "events.jsonl"))
+	if v.code != 7 || !strings.Contains(v.stdout, "copied from another place") {
+		t.Fatalf("run 1's events at run 2's place: %d %s%s", v.code, v.stdout, v.stderr)
+	}
+	// A copy outside the state folder: --expect names where it must be from.
+	copyPath := filepath.Join(t.TempDir(), "events.jsonl")
+	writeFile(t, copyPath, saved)
+	if v := runKusaw(t, dir, "log", "verify", "--strict", "--expect", r1+"/a/1", copyPath); v.code != 0 {
+		t.Fatalf("copy checked against its own place: %d %s%s", v.code, v.stdout, v.stderr)
+	}
+	if v := runKusaw(t, dir, "log", "verify", "--strict", "--expect", r2+"/a/1", copyPath); v.code != 7 || !strings.Contains(v.stdout, "copied from another place") {
+		t.Fatalf("copy checked against another run: %d %s%s", v.code, v.stdout, v.stderr)
+	}
+	if v := runKusaw(t, dir, "log", "verify", "--expect", "a/b", copyPath); v.code != 2 || !strings.Contains(v.stderr, "RUN/STEP/N") {
+		t.Fatalf("bad --expect: %d %s%s", v.code, v.stdout, v.stderr)
+	}
+	// The untouched attempt log of the same run still passes.
+	if v := runKusaw(t, dir, "log", "verify", "--strict", aEvents); v.code != 0 {
+		t.Fatalf("untouched a/1: %d %s%s", v.code, v.stdout, v.stderr)
+	}
+}
