@@ -74,6 +74,9 @@ const (
 	ECodeEmptyPipeline   = "E070"
 	ECodeNoPipelines     = "E071"
 	ECodeGroup           = "E072"
+	ECodeShape           = "E080"
+	ECodeRetry           = "E081"
+	ECodeGate            = "E082"
 
 	WCodeProxyIgnored  = "W1"
 	WCodeNoRestriction = "W2"
@@ -82,6 +85,8 @@ const (
 	WCodeUnusedStep    = "W5"
 	WCodeSecretMissing = "W6"
 	WCodeEnvProxy      = "W7"
+	WCodeRetryOnce     = "W10"
+	WCodeResolveUnused = "W11"
 )
 
 // CodeInfo describes every finding code.
@@ -117,7 +122,10 @@ var CodeInfo = []struct{ Code, Meaning string }{
 	{ECodeCapMissing, "a step requires a capability its provider or mode does not support"},
 	{ECodeEmptyPipeline, "a pipeline with no steps"},
 	{ECodeNoPipelines, "no pipelines defined"},
-	{ECodeGroup, "a parallel group with fewer than two steps, or a step named twice in one group"},
+	{ECodeGroup, "a parallel group with fewer than two steps, a step named twice in one group, or a step in two groups of one pipeline"},
+	{ECodeShape, "a pipeline shape that cannot run as written: select without candidates, on_failure or resolve naming the step itself, candidates with on_failure, resolve off a group's first step"},
+	{ECodeRetry, "a retry.on entry that is not an outcome kusaw retries on, or an exit code outside 1 to 255"},
+	{ECodeGate, "a gate without a message, or on a step with per_repo, candidates, or in a parallel group"},
 	{WCodeProxyIgnored, "allowlist mode with a tool known to ignore HTTP(S)_PROXY: it will fail closed"},
 	{WCodeNoRestriction, "network: allowlist on an attempt whose sandbox is off: nothing is restricted"},
 	{WCodeHandshake, "a provider's handshake hosts (login, telemetry) are not in the allowlist"},
@@ -125,6 +133,8 @@ var CodeInfo = []struct{ Code, Meaning string }{
 	{WCodeUnusedStep, "a step no pipeline uses"},
 	{WCodeSecretMissing, "a secret the file references is not in the secret store"},
 	{WCodeEnvProxy, "kusaw's environment sets HTTPS_PROXY (or HTTP_PROXY) but the factory sets no sandbox.egress.upstream_proxy: kusaw's proxy never reads it and dials hosts directly"},
+	{WCodeRetryOnce, "retry rules on a step with one attempt: nothing is retried"},
+	{WCodeResolveUnused, "resolve on a step that runs alone: there is nothing to merge"},
 }
 
 // Findings is a list of findings with helpers.

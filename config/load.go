@@ -89,7 +89,7 @@ func Parse(data []byte, file string) (*Factory, Findings) {
 		return f, d.findings
 	}
 	root := doc.Content[0]
-	top := d.fields(root, "", []string{"version", "state_dir", "repos", "providers", "setup", "sandbox", "serve", "caches", "pipelines", "steps"})
+	top := d.fields(root, "", []string{"version", "state_dir", "repos", "providers", "setup", "sandbox", "serve", "caches", "pipelines", "steps", "notify"})
 	var stepsN, pipesN, cachesN *yaml.Node
 	haveVersion := false
 	for _, fl := range top {
@@ -121,6 +121,8 @@ func Parse(data []byte, file string) (*Factory, Findings) {
 			pipesN = fl.value
 		case "steps":
 			stepsN = fl.value
+		case "notify":
+			f.Notify = d.notifyList(fl.value, "notify")
 		}
 	}
 	// After the loop: a cache's default folder is under state_dir.
@@ -140,6 +142,7 @@ func Parse(data []byte, file string) (*Factory, Findings) {
 		d.errf(ECodeNoPipelines, root, "pipelines", "add pipelines: {default: [step, ...]}", "no pipelines are defined")
 	}
 	d.crossChecks(f)
+	d.shapeChecks(f)
 	d.findings.Sort()
 	return f, d.findings
 }
@@ -516,7 +519,7 @@ func (d *decoder) cluster(n *yaml.Node, path string) *Cluster {
 
 // pipelineKeys are the keys of a pipeline written as a map; the list form
 // is the shorthand for {steps: [...]}.
-var pipelineKeys = []string{"steps", "limits", "deliver"}
+var pipelineKeys = []string{"steps", "limits", "deliver", "notify"}
 
 func (d *decoder) pipelines(f *Factory, n *yaml.Node) {
 	for _, fl := range d.fields(n, "pipelines", nil) {
@@ -537,6 +540,8 @@ func (d *decoder) pipelines(f *Factory, n *yaml.Node) {
 					pl.Limits = d.limits(kv.value, join(p, "limits"))
 				case "deliver":
 					pl.Deliver = d.deliver(f, kv.value, join(p, "deliver"))
+				case "notify":
+					pl.Notify = d.notifyList(kv.value, join(p, "notify"))
 				}
 			}
 		}
@@ -607,7 +612,7 @@ func (d *decoder) pipelineItems(f *Factory, n *yaml.Node, p, name string) []Pipe
 	return items
 }
 
-var stepKeys = []string{"provider", "builtin", "run", "prompt", "prompt_file", "repos", "per_repo", "attempts", "timeout", "env", "sandbox", "requires", "limits", "pool", "caches", "ports"}
+var stepKeys = append([]string{"provider", "builtin", "run", "prompt", "prompt_file", "repos", "per_repo", "attempts", "timeout", "env", "sandbox", "requires", "limits", "pool", "caches", "ports"}, shapeKeys...)
 
 func (d *decoder) steps(f *Factory, n *yaml.Node) {
 	for _, fl := range d.fields(n, "steps", nil) {
@@ -696,6 +701,8 @@ func (d *decoder) steps(f *Factory, n *yaml.Node) {
 				d.env(s, sf.value, kp)
 			case "sandbox":
 				s.Sandbox = d.stepSandbox(f, sf.value, kp)
+			default:
+				d.stepShape(s, sf.key, sf.value, kp)
 			case "requires":
 				var nodes []*yaml.Node
 				s.Requires, nodes = d.strList(sf.value, kp)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // The schema of factory.yaml: one tree that `kusaw schema` renders as JSON
@@ -247,6 +248,7 @@ func factorySchema() *schemaNode {
 		p("caches", cachesNode("the step's own caches; a name the factory also has replaces the factory's")),
 		p("ports", integer("free host ports each attempt leases, as KUSAW_PORT_1..N; never the same for two running attempts", intp(0), intp(MaxPorts))),
 	)
+	step.props = append(step.props, shapeProps()...)
 	for _, pr := range step.props {
 		if pr.name == "requires" {
 			pr.node.values = Capabilities
@@ -258,6 +260,7 @@ func factorySchema() *schemaNode {
 			p("steps", pipelineSteps("step ids run in order; a list of step ids is a parallel group")),
 			p("limits", limitsNode("bounds on the whole run")),
 			p("deliver", deliverNode()),
+			p("notify", notifyNode("webhooks for this pipeline's runs, added to the factory's")),
 		),
 	)
 	for _, pr := range pipeline.alts[1].props {
@@ -279,6 +282,7 @@ func factorySchema() *schemaNode {
 		p("caches", cachesNode("named caches shared by the attempts of the factory, mounted read-write into the sandbox of each step, one writer at a time")),
 		p("pipelines", mapOf("named pipelines", idPatternText, pipeline)),
 		p("steps", mapOf("the steps, by id", idPatternText, step)),
+		p("notify", notifyNode("webhooks for every pipeline's runs")),
 	)
 	root.required = []string{"version", "pipelines"}
 	return root
@@ -497,4 +501,49 @@ func cachesNode(desc string) *schemaNode {
 		p("env", &schemaNode{kind: kindText, desc: "the environment variable the step's tools read the folder from", pattern: envNamePatternText}),
 	)
 	return oneOf(desc, mapOf("caches by name", idPatternText, cache), list("presets by name: "+presetNames()))
+}
+
+// shapeProps are a step's pipeline-shape keys (docs/pipelines.md).
+func shapeProps() []*schemaProp {
+	on := list("outcomes that retry: " + strings.Join(RetryKinds, ", ") + ", or exit:CODE[,CODE]; anything else ends the step at once")
+	on.pattern = `^(` + strings.Join(RetryKinds, "|") + `|exit:[0-9]{1,3}(,[0-9]{1,3})*)$`
+	sel := &schemaNode{kind: kindText, desc: "how one candidate is kept: first (default), all (smallest diff of the passing) or judge:STEP", pattern: `^(first|all|judge:[A-Za-z0-9][A-Za-z0-9_.-]*)$`}
+	stepRef := func(desc string) *schemaNode {
+		return &schemaNode{kind: kindText, desc: desc, pattern: idPatternText}
+	}
+	gate := oneOf("wait for approval (kusaw approve RUN) before the step runs: the message, or a map",
+		text(""),
+		object("",
+			p("message", text("what the approver decides")),
+			p("timeout", duration("past it the gate rejects (gate_timeout)")),
+			p("approvers", list("who may decide: local user names or API token names (default: anyone who can reach kusaw)")),
+		))
+	return []*schemaProp{
+		p("retry", object("which failures retry",
+			p("attempts", integer("tries before the step fails", intp(1), intp(100))),
+			p("on", on),
+			p("backoff", duration("wait before each next attempt")),
+		)),
+		p("candidates", integer("attempts run at once from the same tip; one is kept (select)", intp(2), intp(10))),
+		p("select", sel),
+		p("on_failure", stepRef("a fixer step run on a failed attempt's branch; the next attempt starts from its commit")),
+		p("continue_on_failure", boolean("the step's failure neither stops its group's siblings nor fails the run")),
+		p("resolve", stepRef("on a parallel group's first step: runs in a worktree holding a conflicted merge; its commit completes it")),
+		p("gate", gate),
+	}
+}
+
+func notifyNode(desc string) *schemaNode {
+	entry := object("a webhook: kusaw POSTs a JSON body, signed when a secret is set",
+		p("url", text("http(s) URL")),
+		p("on", list("events: "+strings.Join(NotifyEvents, ", ")+" (default: all)")),
+		p("secret", secretRefNode("HMAC-SHA256 key for the X-Kusaw-Signature header")),
+	)
+	entry.required = []string{"url"}
+	for _, pr := range entry.props {
+		if pr.name == "on" {
+			pr.node.values = NotifyEvents
+		}
+	}
+	return array(desc, entry)
 }

@@ -72,6 +72,7 @@ type Factory struct {
 
 	Pipelines     map[string]*Pipeline
 	PipelineOrder []string
+	Notify        []Notify // webhooks for every pipeline
 
 	Steps     map[string]*Step
 	StepOrder []string
@@ -225,6 +226,17 @@ type Step struct {
 	Caches map[string]*Cache
 	// Ports is how many free host ports each attempt leases (KUSAW_PORT_n).
 	Ports int
+
+	// Pipeline shapes (config/shapes.go).
+	Retry             *Retry // nil: attempts alone, retried on any failure
+	Candidates        int    // 0: one attempt at a time; 2..10: that many at once
+	Select            Select // with candidates; "" means first
+	Judge             string // select: judge:STEP
+	OnFailure         string // a fixer step run between failed attempts
+	ContinueOnFailure bool   // the step's failure does not fail its group or run
+	Resolve           string // on a group's first step: finishes a conflicted merge
+	Gate              *Gate  // wait for approval before the step runs
+	retryAttempts     bool   // retry.attempts was written
 }
 
 // Kind says whether the step is an agent, built-in or command step.
@@ -256,6 +268,7 @@ type Pipeline struct {
 	Limits *Limits
 	// Deliver is where a successful run's work goes; nil: nowhere.
 	Deliver *Deliver
+	Notify  []Notify // adds to the factory's
 }
 
 // PipelineItem is one item of a pipeline's steps: a step id, or a parallel

@@ -50,6 +50,8 @@ type attemptRun struct {
 	refGuards map[string]*worktree.RefGuard
 	// refStores: repo → the private ref store its sandbox wrote (Linux).
 	refStores map[string]string
+	// opt: what the pipeline's shape asks of this attempt (pipeline.go).
+	opt attemptOpts
 }
 
 // save writes attempt.json atomically. Process goroutines change their
@@ -94,7 +96,8 @@ func (e *Engine) attempt(ctx context.Context, r *Run, s *config.Step, n, of int)
 // newAttempt is the running form of an attempt of step s in the factory f
 // (the engine's own, or the one-step view of a spec).
 func (e *Engine) newAttempt(r *Run, s *config.Step, n, of int, f *config.Factory) *attemptRun {
-	a := &attemptRun{e: e, f: f, run: r, step: s, n: n, dir: record.AttemptDir(r.Dir, s.ID, n), wts: map[string]*worktree.Worktree{}, repos: map[string]*worktree.Repo{}}
+	a := &attemptRun{e: e, f: f, run: r, step: s, n: n, dir: record.AttemptDir(r.Dir, s.ID, n), wts: map[string]*worktree.Worktree{}, repos: map[string]*worktree.Repo{},
+		opt: r.attemptOpt(s.ID, n)}
 	a.rec = &record.AttemptRecord{Run: r.ID(), Step: s.ID, Number: n, Of: of, Kind: s.Kind(), Builtin: s.Builtin,
 		Setup: f.Setup, Started: time.Now().UTC(), Worktrees: []record.WorktreeRecord{}, Processes: []record.ProcessRecord{}}
 	if s.Kind() == config.KindAgent {
@@ -137,6 +140,10 @@ func (e *Engine) runSpec(ctx context.Context, r *Run, spec *record.AttemptSpec) 
 		a.setOutcome(status.OutcomeFailed, status.ReasonWorktreeFailed, err.Error())
 		return a.finish()
 	}
+	if err := a.startMerges(); err != nil {
+		a.setOutcome(status.OutcomeFailed, status.ReasonWorktreeFailed, err.Error())
+		return a.finish()
+	}
 	if err := a.setup(ctx); err != nil {
 		if ctx.Err() != nil {
 			a.setOutcome(status.OutcomeCanceled, status.ReasonStepCanceled, "canceled during setup")
@@ -171,7 +178,11 @@ func (a *attemptRun) createWorktrees() error {
 		if err != nil {
 			return fmt.Errorf("repo %s: %v", w.Repo, err)
 		}
-		wt, err := repo.AddAttempt(a.run.repo(w.Repo).Branch, w.Branch, w.Path)
+		from := a.run.repo(w.Repo).Branch
+		if b := a.opt.from[w.Repo]; b != "" {
+			from = b
+		}
+		wt, err := repo.AddAttempt(from, w.Branch, w.Path)
 		if err != nil {
 			return fmt.Errorf("repo %s: %v", w.Repo, err)
 		}
@@ -393,6 +404,10 @@ func (a *attemptRun) prepare(i int, repos []string, many bool) (*preparedProc, e
 		env[k] = v
 	}
 	a.run.paramEnv(env, pr.Env)
+	for k, v := range a.opt.env {
+		env[k], pr.Env[k] = v, v
+	}
+	p.readPaths = append(p.readPaths, a.opt.readOnly...)
 	if len(spec.Secrets) > 0 {
 		src, err := a.e.secretSource()
 		if err != nil {
@@ -566,7 +581,7 @@ func (a *attemptRun) commit() {
 		w.HeadSHA, w.Changed = sha, changed
 		a.events.Emit(record.EvCommitted, map[string]any{"repo": w.Repo, "branch": w.Branch, "sha": sha, "changed": changed})
 	}
-	if a.rec.Outcome != status.OutcomePassed {
+	if a.rec.Outcome != status.OutcomePassed || a.opt.keep {
 		return
 	}
 	for i := range a.rec.Worktrees {
@@ -670,6 +685,7 @@ func (a *attemptRun) guardRefs() {
 			a.events.Emit(record.EvRefsRestored, map[string]any{"repo": repo, "error": err.Error()})
 			continue
 		}
+		g.Leave(a.opt.siblings...)
 		a.refGuards[repo] = g
 	}
 }

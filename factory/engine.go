@@ -56,6 +56,9 @@ type Options struct {
 	// CancelPoll is how often a running run looks for a cancel request
 	// (kusaw cancel). Default 100ms.
 	CancelPoll time.Duration
+	// Slots bound the attempts running at once across runs (serve's
+	// max_parallel); nil: no bound.
+	Slots *Slots
 }
 
 // DefaultKillGrace is the time between SIGTERM and SIGKILL.
@@ -137,6 +140,8 @@ type Run struct {
 	// interrupted is set by Interrupt (serve shutting down): the canceled
 	// run and attempt are recorded interrupted, not canceled.
 	interrupted atomic.Bool
+	numbers     map[string]int         // step → its last attempt number (takeAttempt)
+	opts        map[string]attemptOpts // attempt id → what the pipeline's shape asks of it
 }
 
 // ID is the run's id.
@@ -175,11 +180,6 @@ func (e *Engine) Pipeline(name string) (string, []*config.Step, error) {
 		return "", nil, fmt.Errorf("no pipeline %q in %s (pipelines: %v)", name, e.F.Path, e.F.PipelineOrder)
 	}
 	var steps []*config.Step
-	for _, it := range pl.Steps {
-		if it.Group != nil {
-			return "", nil, fmt.Errorf("pipeline %s has a parallel group %v, which the engine cannot run yet", name, it.Group)
-		}
-	}
 	for _, id := range pl.StepIDs() {
 		s := e.F.Steps[id]
 		if s == nil {
@@ -276,56 +276,15 @@ func (e *Engine) Execute(ctx context.Context, r *Run) {
 		}
 	} else {
 		r.save()
-	}
-	// A step may appear more than once in a pipeline: its attempts are
-	// numbered on across its occurrences (their folders and branches are
-	// per number).
-	used := map[string]int{}
-	for i, s := range r.steps {
-		if r.resume.skip(i) {
-			continue
-		}
-		if ctx.Err() != nil {
-			r.end(status.RunCanceled, status.ReasonRunCanceled, "the run was canceled")
-			return
-		}
-		sr := &rec.Steps[i]
-		sr.Started = ptrTime(time.Now().UTC())
-		r.events.Emit(record.EvStepStarted, map[string]any{"step": s.ID, "attempts": s.Attempts})
-		var last *record.AttemptRecord
-		base, ok := used[s.ID]
-		if !ok {
-			base = r.resume.attemptBase(s.ID)
-		}
-		sr.FirstAttempt = base + 1
-		for n := base + 1; n <= base+s.Attempts; n++ {
-			last = e.attempt(ctx, r, s, n, base+s.Attempts)
-			sr.Attempts = n - base
-			used[s.ID] = n
-			if last.Outcome == status.OutcomePassed || last.Outcome == status.OutcomeCanceled || last.Outcome == status.OutcomeRefused {
-				break
-			}
-			if ctx.Err() != nil {
-				break
+		// Branch moves decided before a crash are made, never redone.
+		if len(r.Record.Pending) > 0 {
+			if err := r.finishMoves(); err != nil {
+				r.end(status.RunFailed, status.ReasonCommitFailed, err.Error())
+				return
 			}
 		}
-		sr.Outcome, sr.Reason = last.Outcome, last.Reason
-		sr.Finished = ptrTime(time.Now().UTC())
-		r.save()
-		r.events.Emit(record.EvStepFinished, map[string]any{"step": s.ID, "outcome": sr.Outcome, "reason": sr.Reason, "attempts": sr.Attempts})
-		switch {
-		case last.Outcome == status.OutcomePassed:
-			continue
-		case last.Outcome == status.OutcomeCanceled || ctx.Err() != nil:
-			r.end(status.RunCanceled, status.ReasonRunCanceled, "the run was canceled during step "+s.ID)
-			return
-		default:
-			r.end(status.RunFailed, last.Reason, fmt.Sprintf("step %s %s after %d attempt(s): %s", s.ID, last.Outcome, sr.Attempts, last.Message))
-			return
-		}
 	}
-	e.deliverRun(ctx, r)
-	r.end(status.RunSucceeded, status.ReasonNone, "")
+	e.runItems(ctx, r)
 }
 
 func stepIDs(steps []*config.Step) []string {

@@ -35,6 +35,7 @@ func (a *attemptRun) agentSpec(spec *steps.Spec, at steps.Attempt, p *preparedPr
 		}
 		prompt = string(b)
 	}
+	prompt += a.opt.note
 	in := providers.PrepareInput{Provider: s.Provider, Step: s.ID, Prompt: prompt, Sandboxed: sandboxed,
 		Network: providerNetwork(a.f.EffectiveNetwork(s, modeOf(sandboxed))), FreshHome: providers.FreshHome(runtime.GOOS, sandboxed)}
 	if pc := a.f.Providers[s.Provider]; pc != nil {

@@ -36,6 +36,18 @@ const (
 	EvDeliverPushed = "deliver.pushed"
 	EvDeliverPull   = "deliver.pull_request"
 	EvDeliverFailed = "deliver.failed"
+
+	// Pipeline shapes (docs/pipelines.md).
+	EvStepRetry          = "step.retry"           // after a failed attempt: whether another runs, and why
+	EvFixStarted         = "fix.started"          // an on_failure fixer runs on a failed attempt's branch
+	EvFixFinished        = "fix.finished"         // where the next attempt starts
+	EvGroupStarted       = "group.started"        // a parallel group's members start from one tip
+	EvGroupCanceling     = "group.canceling"      // a member failed: its running siblings are stopped
+	EvGroupMerged        = "group.merged"         // the members' commits merged into the run branch
+	EvMergeConflict      = "group.merge_conflict" // a member's commit conflicts: files named
+	EvMergeResolved      = "group.merge_resolved" // a resolve step completed a conflicted merge
+	EvCandidatesSelected = "candidates.selected"  // which candidate was kept, and why
+	EvHeadsMoved         = "branch.merged"        // the run branch moved to merged or chosen work
 )
 
 // Event is one line of an events.jsonl file.

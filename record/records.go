@@ -40,6 +40,23 @@ type StepResult struct {
 	FirstAttempt int        `json:"first_attempt,omitempty"`
 	Started      *time.Time `json:"started,omitempty"`
 	Finished     *time.Time `json:"finished,omitempty"`
+	// Group numbers the parallel group the step ran in (1 for the
+	// pipeline's first group); 0 when it ran alone.
+	Group int `json:"group,omitempty"`
+	// Candidates is how many candidates ran at once; Chosen is the
+	// attempt number kept (0: none passed).
+	Candidates int `json:"candidates,omitempty"`
+	Chosen     int `json:"chosen,omitempty"`
+}
+
+// HeadMove is one planned move of a run branch to merged or chosen work.
+// It is written to run.json before the branch moves, so a restarted run
+// finishes the move instead of doing the work (or the merge) twice.
+type HeadMove struct {
+	Repo   string `json:"repo"`
+	Branch string `json:"branch"`
+	From   string `json:"from"`
+	To     string `json:"to"`
 }
 
 // RunRecord is run.json.
@@ -61,6 +78,9 @@ type RunRecord struct {
 	// when the run's events close), so a log cut back to an earlier seal
 	// (a resumed run's first final seal) does not verify.
 	EventsSeal *chainlog.SealRef `json:"events_seal,omitempty"`
+	// Pending are branch moves decided but maybe not yet made (a crash
+	// between the two); empty once made.
+	Pending []HeadMove `json:"pending_moves,omitempty"`
 	// Refusals counts egress refusals over the run, for the end of kusaw run.
 	EgressBlocked int `json:"egress_blocked,omitempty"`
 	// EgressRefused names the first 20 refused hosts, one line each

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"syscall"
 )
 
@@ -21,6 +22,26 @@ type RefGuard struct {
 	dir    string            // <heads>/<dir of branch>
 	own    string            // the own ref's path
 	before map[string][]byte // path -> content
+	leave  []string          // paths of branches Restore leaves alone
+}
+
+// Leave excludes branches from the guard: the candidates of one step run
+// at once beside each other, each writing its own branch (and git's lock
+// file beside it), so one must not undo what another does meanwhile. They
+// run the same step with the same trust.
+func (g *RefGuard) Leave(branches ...string) {
+	for _, b := range branches {
+		g.leave = append(g.leave, filepath.Join(g.heads, filepath.FromSlash(b)))
+	}
+}
+
+func (g *RefGuard) left(p string) bool {
+	for _, l := range g.leave {
+		if p == l || strings.HasPrefix(p, l+".") {
+			return true
+		}
+	}
+	return false
 }
 
 // GuardSiblingRefs snapshots the folder that holds w's branch ref.
@@ -87,7 +108,7 @@ func (g *RefGuard) Restore() ([]string, []Finding, error) {
 		found = append(found, f)
 	}
 	for p := range now {
-		if _, ok := g.before[p]; !ok {
+		if _, ok := g.before[p]; !ok && !g.left(p) {
 			if err := os.Remove(p); err != nil {
 				errs = append(errs, err)
 				continue
@@ -96,7 +117,7 @@ func (g *RefGuard) Restore() ([]string, []Finding, error) {
 		}
 	}
 	for p, b := range g.before {
-		if cur, ok := now[p]; ok && bytes.Equal(cur, b) {
+		if cur, ok := now[p]; ok && bytes.Equal(cur, b) || g.left(p) {
 			continue
 		}
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {

@@ -18,6 +18,9 @@ type Worktree struct {
 	GitDir    string // its administrative directory, <CommonDir>/worktrees/<x>
 	CommonDir string // the repository's git directory
 	BaseSHA   string // the commit it was created at (empty when listed)
+	// MergeParents are further parents of the next CommitAll: set by
+	// StartMerge, so a resolve step's commit completes the merge.
+	MergeParents []string
 
 	repo *Repo
 }
@@ -190,13 +193,16 @@ func (w *Worktree) CommitAll(msg string) (sha string, changed bool, err error) {
 		return "", false, fmt.Errorf("commit on %s: %v", w.Branch, err)
 	}
 	result := parent
-	if tree != parentTree {
+	if tree != parentTree || len(w.MergeParents) > 0 {
 		ident, err := r.identityArgs(env, w.Path)
 		if err != nil {
 			return "", false, fmt.Errorf("commit on %s: %v", w.Branch, err)
 		}
-		out, err := r.git.run(gitCmd{dir: w.Path, env: env, stdin: strings.NewReader(msg),
-			args: append(ident, "commit-tree", tree, "-p", parent)})
+		args := append(ident, "commit-tree", tree, "-p", parent)
+		for _, mp := range w.MergeParents {
+			args = append(args, "-p", mp)
+		}
+		out, err := r.git.run(gitCmd{dir: w.Path, env: env, stdin: strings.NewReader(msg), args: args})
 		if err != nil {
 			return "", false, fmt.Errorf("commit on %s: %v", w.Branch, err)
 		}
