@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The seam with the host (docs/sandbox.md, "What a step leaves behind"):
@@ -337,5 +339,115 @@ echo changed > README && echo new > new.txt && echo legit
 			}
 			gitBounded(t, app, "status", "--short")
 		})
+	}
+}
+
+// runOnTerminal runs kusaw with its stdout and stderr on a fresh
+// pseudo-terminal and returns what the terminal received.
+func runOnTerminal(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	ptmx, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatalf("no pseudo-terminal here: %v", err)
+	}
+	defer ptmx.Close()
+	if err := unix.IoctlSetPointerInt(int(ptmx.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatal(err)
+	}
+	n, err := unix.IoctlGetInt(int(ptmx.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pts, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got bytes.Buffer
+	read := make(chan struct{})
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := ptmx.Read(buf)
+			got.Write(buf[:n])
+			if err != nil {
+				close(read)
+				return
+			}
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, kusawBin, args...)
+	cmd.Dir = dir
+	cmd.Env = append(testEnv(t, dir), "TERM=xterm")
+	cmd.Stdout, cmd.Stderr = pts, pts
+	if err := cmd.Run(); err != nil && exitCode(err) < 0 {
+		t.Fatalf("kusaw %v: %v", args, err)
+	}
+	pts.Close()
+	select {
+	case <-read:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the terminal's output did not end")
+	}
+	return got.String()
+}
+
+// A step that writes escape sequences (OSC 52 sets the clipboard, CSI 2J
+// clears the screen) does not reach the user's terminal through logs and
+// show; logs --raw and output into a file keep the bytes.
+func TestSeamEscapeSequencesNeutralised(t *testing.T) {
+	need(t, "git")
+	const esc = "\x1b]52;c;cHduZWQ=\x07\x1b[2J"
+	dir := factoryDir(t, `version: 1
+repos:
+  app: {path: ./app}
+pipelines:
+  default: [noisy]
+steps:
+  noisy:
+    run: [sh, NOISY]
+`, "app")
+	writeFile(t, filepath.Join(dir, "factory.yaml"), strings.Replace(readFile(t, filepath.Join(dir, "factory.yaml")), "NOISY", filepath.Join(dir, "noisy.sh"), 1))
+	writeFile(t, filepath.Join(dir, "noisy.sh"), `printf '\033]52;c;cHduZWQ=\007\033[2Jhidden\n'; printf '\033]0;title\007' >&2`+"\n")
+	res := runKusaw(t, dir, "run")
+	if res.code != 0 {
+		t.Fatalf("run: %d\n%s%s", res.code, res.stdout, res.stderr)
+	}
+	id := onlyRun(t, dir)
+	if out := readFile(t, filepath.Join(dir, ".kusaw", "runs", id, "steps", "noisy", "1", "stdout.log")); !strings.Contains(out, esc) {
+		t.Fatalf("the step did not write the sequence: %q", out)
+	}
+	logs := runOnTerminal(t, dir, "logs", id)
+	if strings.ContainsAny(logs, "\x1b\x07") || !strings.Contains(logs, "^[]52;c;cHduZWQ=^G^[[2Jhidden") || !strings.Contains(logs, "^[]0;title^G") {
+		t.Errorf("logs on a terminal: %q", logs)
+	}
+	// show prints what an agent's result said when it failed.
+	f := buildFakes(t)
+	adir := agentFactory(t, f.Claude, `pipelines:
+  default: [agent]
+steps:
+  agent:
+    prompt: do it
+    env: {FAKE_AGENT_SCENARIO: is_error_exit0, FAKE_AGENT_ERROR_TEXT: "\e]52;c;cHduZWQ=\a\e[2Jhidden", CLAUDE_CODE_OAUTH_TOKEN: {secret: agent.token}}
+`)
+	runKusaw(t, adir, "run")
+	aid := onlyRun(t, adir)
+	if rec := readFile(t, filepath.Join(adir, ".kusaw", "runs", aid, "steps", "agent", "1", "attempt.json")); !strings.Contains(rec, `\u001b]52`) {
+		t.Fatalf("the agent's text did not reach the record: %s", rec)
+	}
+	show := runOnTerminal(t, adir, "show", aid)
+	if strings.ContainsAny(show, "\x1b\x07") || !strings.Contains(show, "^[]52;c;cHduZWQ=^G^[[2Jhidden") {
+		t.Errorf("show on a terminal: %q", show)
+	}
+	if piped := runKusaw(t, adir, "show", aid); !strings.Contains(piped.stdout, "\x1b]52") {
+		t.Errorf("show into a pipe lost the bytes: %q", piped.stdout)
+	}
+	// Twins: the bytes stay for --raw and for a pipe.
+	if raw := runOnTerminal(t, dir, "logs", "--raw", id); !strings.Contains(raw, esc) {
+		t.Errorf("logs --raw lost the bytes: %q", raw)
+	}
+	if piped := runKusaw(t, dir, "logs", id); !strings.Contains(piped.stdout, esc) {
+		t.Errorf("logs into a pipe lost the bytes: %q", piped.stdout)
 	}
 }

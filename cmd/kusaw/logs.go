@@ -18,27 +18,27 @@ func init() { addCommand(newLogsCmd) }
 func newLogsCmd(a *app) *cobra.Command {
 	var step string
 	var attempt int
-	var follow, events bool
+	var follow, events, raw bool
 	cmd := &cobra.Command{
-		Use:   "logs RUN [--step S] [--attempt N] [-f] [--events]",
+		Use:   "logs RUN [--step S] [--attempt N] [-f] [--events] [--raw]",
 		Short: "print a run's step output (stdout.log, stderr.log), or its events with --events; -f follows a running run",
 		// -f means follow here, while the root's -f is --file: the flags
 		// are parsed by hand (--file FILE still works).
 		DisableFlagParsing: true,
-		RunE: func(c *cobra.Command, raw []string) error {
+		RunE: func(c *cobra.Command, argv []string) error {
 			var args []string
-			for i := 0; i < len(raw); i++ {
-				arg := raw[i]
+			for i := 0; i < len(argv); i++ {
+				arg := argv[i]
 				name, val, hasVal := strings.Cut(arg, "=")
 				next := func() (string, error) {
 					if hasVal {
 						return val, nil
 					}
-					if i+1 >= len(raw) {
+					if i+1 >= len(argv) {
 						return "", exitf(status.ExitUsage, "%s needs a value (see 'kusaw logs --help')", name)
 					}
 					i++
-					return raw[i], nil
+					return argv[i], nil
 				}
 				switch name {
 				case "-h", "--help":
@@ -47,6 +47,8 @@ func newLogsCmd(a *app) *cobra.Command {
 					follow = true
 				case "--events":
 					events = true
+				case "--raw":
+					raw = true
 				case "--step":
 					v, err := next()
 					if err != nil {
@@ -96,7 +98,14 @@ func newLogsCmd(a *app) *cobra.Command {
 					return exitf(status.ExitNotFound, "run %s has no step %q", r.ID, step)
 				}
 			}
-			l := &logPrinter{w: a.stdout, offsets: map[string]int64{}, headed: map[string]bool{}, st: st, run: r.ID}
+			// A step's output reaches a terminal with its control
+			// characters made visible, unless --raw asks for the bytes.
+			out := a.stdout
+			if !raw {
+				out = forTerminal(out)
+				defer flushSafe(out)
+			}
+			l := &logPrinter{w: out, offsets: map[string]int64{}, headed: map[string]bool{}, st: st, run: r.ID}
 			for {
 				if events {
 					l.copy(filepath.Join(st.RunDir(r.ID), "events.jsonl"), "")
@@ -141,11 +150,13 @@ func newLogsCmd(a *app) *cobra.Command {
 			}
 		},
 	}
-	cmd.SetHelpTemplate(`Usage: kusaw logs RUN [--step S] [--attempt N] [-f|--follow] [--events] [--file FACTORY]
+	cmd.SetHelpTemplate(`Usage: kusaw logs RUN [--step S] [--attempt N] [-f|--follow] [--events] [--raw] [--file FACTORY]
 
 Prints the output of a run's attempts (setup.log, stdout.log, stderr.log), each
 file under a header. --step and --attempt narrow it; -f keeps printing new
-output until the run ends; --events prints the events files instead.
+output until the run ends; --events prints the events files instead. On a
+terminal, control characters a step wrote (escape sequences) are shown as
+^[ and the like; --raw prints the bytes as they are.
 `)
 	return cmd
 }

@@ -108,7 +108,12 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (code int) {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.msg != "" {
-			fmt.Fprintf(stderr, "kusaw: %s\n", ee.msg)
+			// A failed run's message can quote what its step wrote.
+			msg := ee.msg
+			if isTerminal(stderr) {
+				msg = termSafe(msg)
+			}
+			fmt.Fprintf(stderr, "kusaw: %s\n", msg)
 		}
 		return int(ee.code)
 	}

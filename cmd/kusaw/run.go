@@ -110,7 +110,7 @@ func newRunCmd(a *app) *cobra.Command {
 			if lines, n := run.EgressRefusals(); n > 0 {
 				fmt.Fprintf(a.stderr, "kusaw: the egress proxy refused %d connection(s):\n", n)
 				for _, l := range lines {
-					fmt.Fprintf(a.stderr, "  %s\n", l)
+					fmt.Fprintf(a.stderr, "  %s\n", safeFor(a.stderr, l))
 				}
 				if n > len(lines) {
 					fmt.Fprintf(a.stderr, "  ... and more: see each attempt's egress.log\n")
@@ -241,6 +241,9 @@ func (p *progress) event(ev record.Event) {
 		fmt.Fprintf(p.w, "%s\n", b)
 		return
 	}
+	if p.tty {
+		ev = safeEvent(ev)
+	}
 	switch ev.Type {
 	case record.EvRunStarted:
 		p.pipeline = fmt.Sprint(ev.Data["pipeline"])
@@ -326,4 +329,44 @@ func summary(d map[string]any) string {
 		fmt.Fprintf(&b, " %s=%s", k, v)
 	}
 	return b.String()
+}
+
+// safeEvent is ev with every string it carries made safe for a terminal:
+// event data can hold what a step wrote (messages, hosts, tool names).
+func safeEvent(ev record.Event) record.Event {
+	ev.Step = termSafe(ev.Step)
+	d := make(map[string]any, len(ev.Data))
+	for k, v := range ev.Data {
+		d[k] = safeValue(v)
+	}
+	ev.Data = d
+	return ev
+}
+
+func safeValue(v any) any {
+	switch x := v.(type) {
+	case string:
+		return termSafe(x)
+	case []string:
+		out := make([]string, len(x))
+		for i, s := range x {
+			out[i] = termSafe(s)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, s := range x {
+			out[i] = safeValue(s)
+		}
+		return out
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, s := range x {
+			out[termSafe(k)] = safeValue(s)
+		}
+		return out
+	case fmt.Stringer:
+		return termSafe(x.String())
+	}
+	return v
 }

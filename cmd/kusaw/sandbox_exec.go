@@ -69,16 +69,20 @@ sandbox cannot run here.`,
 			if res.Forced {
 				fmt.Fprintf(a.stderr, "kusaw: note: step %s's sandbox mode is off; sandbox exec ran it sandboxed anyway\n", step)
 			}
+			// The summary names hosts and messages that came from the
+			// command: safe for a terminal.
+			errw := forTerminal(a.stderr)
+			defer flushSafe(errw)
 			if lines, n := res.Run.EgressRefusals(); n > 0 {
-				fmt.Fprintf(a.stderr, "kusaw: the egress proxy refused %d connection(s):\n", n)
+				fmt.Fprintf(errw, "kusaw: the egress proxy refused %d connection(s):\n", n)
 				for _, l := range lines {
-					fmt.Fprintf(a.stderr, "  %s\n", l)
+					fmt.Fprintf(errw, "  %s\n", l)
 				}
 			}
 			if at := res.Attempt; at != nil && at.Outcome == status.OutcomeRefused {
 				return exitf(status.ExitSandboxUnavailable, "%s: %s (fix: %s)", at.Reason, at.Message, at.Fix)
 			} else if at != nil && res.ExitCode != 0 && at.Reason != status.ReasonStepExitNonzero && at.Message != "" {
-				fmt.Fprintf(a.stderr, "kusaw: %s: %s\n", at.Reason, at.Message)
+				fmt.Fprintf(errw, "kusaw: %s: %s\n", at.Reason, at.Message)
 			}
 			return silentExit(status.ExitCode(res.ExitCode))
 		},

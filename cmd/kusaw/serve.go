@@ -282,7 +282,7 @@ func (a *app) finishRun(rec *record.RunRecord, code status.ExitCode, jsonOut boo
 		if rec.Fix != "" {
 			fix = " (fix: " + rec.Fix + ")"
 		}
-		fmt.Fprintf(a.stderr, "kusaw: %s: %s%s\n", rec.Reason, rec.Message, fix)
+		fmt.Fprintf(a.stderr, "kusaw: %s: %s%s\n", rec.Reason, safeFor(a.stderr, rec.Message), fix)
 	}
 	if code != status.ExitOK {
 		return silentExit(code)

@@ -32,7 +32,10 @@ func newShowCmd(a *app) *cobra.Command {
 				fmt.Fprintf(a.stdout, "%s\n", b)
 				return nil
 			}
-			w := a.stdout
+			// Messages, argv and names may come from a step: control
+			// characters are made visible on a terminal.
+			w := forTerminal(a.stdout)
+			defer flushSafe(w)
 			fmt.Fprintf(w, "run %s  pipeline %s  %s  %s\n", r.ID, r.Pipeline, r.State, runDuration(r))
 			if r.Reason != "" {
 				fmt.Fprintf(w, "  reason: %s: %s\n", r.Reason, r.Message)

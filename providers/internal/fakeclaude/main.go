@@ -291,7 +291,11 @@ func run(format, mode, prompt string, scen map[string]bool) {
 	case scen["no_result"]:
 		os.Exit(0)
 	case scen["is_error_exit0"]:
-		s.result(true, "API Error: 429 {\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\",\"message\":\"rate limited\"}}")
+		msg := "API Error: 429 {\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\",\"message\":\"rate limited\"}}"
+		if v := os.Getenv(fakecli.EnvErrorText); v != "" {
+			msg = v
+		}
+		s.result(true, msg)
 		os.Exit(0)
 	case scen["success_then_exit1"]:
 		s.result(false, final)

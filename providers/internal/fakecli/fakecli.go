@@ -33,8 +33,10 @@ const (
 	EnvEnvFile  = "FAKE_AGENT_ENV_FILE"  // if set, the environment is written there as a JSON object
 	EnvVersion  = "FAKE_AGENT_VERSION"   // overrides the version printed by --version
 	EnvText     = "FAKE_AGENT_TEXT"      // the assistant's text in ok
-	EnvTokens   = "FAKE_AGENT_TOKENS"    // input tokens of each API message
-	EnvMarker   = "FAKE_AGENT_MARKER"    // argv word of the child hang_after_result leaves holding the pipes
+	// EnvErrorText replaces the error result's text in is_error_exit0.
+	EnvErrorText = "FAKE_AGENT_ERROR_TEXT"
+	EnvTokens    = "FAKE_AGENT_TOKENS" // input tokens of each API message
+	EnvMarker    = "FAKE_AGENT_MARKER" // argv word of the child hang_after_result leaves holding the pipes
 )
 
 // Scenarios every fake knows.
