@@ -205,7 +205,7 @@ func factorySchema() *schemaNode {
 		p("egress", egress),
 	)
 	serve := object("settings of kusaw serve",
-		p("max_parallel", integer("runs (and so attempts) at once; 0: the number of cores", intp(0), nil)),
+		p("max_parallel", integer("attempts at once, across runs and within a run's parallel groups and candidates; 0: the number of cores", intp(0), nil)),
 		p("listen", text("an extra TCP address host:port for the API and the web page (with a bearer token)")),
 		p("resume", boolean("after a crash, queue interrupted runs again from their first step that did not pass")),
 		p("cluster", object("run attempts on workers (kusaw worker) over NATS JetStream; absent: serve runs everything itself",

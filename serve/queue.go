@@ -44,14 +44,15 @@ type ServeOptions struct {
 	Log zerolog.Logger
 }
 
-// Server is kusaw serve: a queue of runs executed on one engine with at
-// most MaxParallel runs at once, and the HTTP API over them.
+// Server is kusaw serve: a queue of runs executed on one engine, and the
+// HTTP API over them.
 //
-// The limit counts runs, and that is also a limit on attempts: a run
-// executes its steps one after another and a step's attempts one after
-// another, so a running run has at most one attempt running. N runs at
-// once therefore never means more than N attempts at once (a per_repo
-// attempt's processes are one attempt).
+// serve.max_parallel counts attempts: a parallel group or a step's
+// candidates run several attempts of one run at once, and every attempt
+// takes one of the engine's slots (factory.Slots) for as long as it runs
+// (a per_repo attempt's processes are one attempt). Runs are started while
+// fewer than max_parallel run, so a queue of single-step runs keeps every
+// slot busy while queued runs cost nothing.
 type Server struct {
 	F    *config.Factory
 	E    *factory.Engine
@@ -119,6 +120,9 @@ func NewServer(f *config.Factory, opts ServeOptions) (*Server, error) {
 		s.opts.Listen = f.Serve.Listen
 	}
 	eo := opts.Engine
+	if eo.Slots == nil {
+		eo.Slots = factory.NewSlots(s.max)
+	}
 	user := eo.OnEvent
 	eo.OnEvent = func(ev record.Event) {
 		s.bus.publish(ev.Run)
@@ -178,7 +182,7 @@ func (s *Server) requeue() {
 	}
 }
 
-// MaxParallel is the number of runs (and so attempts) executed at once.
+// MaxParallel is the number of attempts (and of runs) executed at once.
 func (s *Server) MaxParallel() int { return s.max }
 
 // ErrStopping is returned by Submit once serve is stopping.

@@ -690,3 +690,33 @@ steps:
 		t.Fatalf("the owner cannot talk to serve: %v", err)
 	}
 }
+
+// TestServeLimitCountsAttempts: a parallel group of three and a step with
+// three candidates in one run never run more attempts at once than
+// max_parallel, and do use it.
+func TestServeLimitCountsAttempts(t *testing.T) {
+	f := serveFactory(t, `
+pipelines:
+  default: [[a, b, c], d]
+steps:
+  a: {run: [sh, -c, "sleep 0.3; echo a > a.txt"]}
+  b: {run: [sh, -c, "sleep 0.3; echo b > b.txt"]}
+  c: {run: [sh, -c, "sleep 0.3; echo c > c.txt"]}
+  d: {candidates: 3, select: all, run: [sh, -c, "sleep 0.3"]}
+`)
+	_, c, _ := startServer(t, f, ServeOptions{MaxParallel: 2})
+	rec, err := c.Submit(context.Background(), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := waitRun(t, c, rec.ID, 60*time.Second)
+	if d.Run.State != status.RunSucceeded {
+		t.Fatalf("run: %s %s", d.Run.State, d.Run.Message)
+	}
+	if len(d.Attempts) != 6 {
+		t.Fatalf("want 6 attempts, got %d", len(d.Attempts))
+	}
+	if got := record.MaxOverlap(d.Attempts); got != 2 {
+		t.Fatalf("%d attempts ran at once with max_parallel 2; want exactly 2", got)
+	}
+}

@@ -99,7 +99,7 @@ Logs: JSON lines on stderr.`,
 	cmd.Flags().String("log-level", "", "debug, info, warn or error (setting log_level; default info)")
 	cmd.Flags().String("log-format", "", "json or text (setting log_format; default json)")
 	cmd.Flags().String("listen", "", "also listen on this TCP address, with the token (setting listen; default serve.listen)")
-	cmd.Flags().IntVar(&maxParallel, "max-parallel", 0, "runs (and so attempts) at once (default serve.max_parallel, else the number of cores)")
+	cmd.Flags().IntVar(&maxParallel, "max-parallel", 0, "attempts at once, across runs and within parallel groups and candidates (default serve.max_parallel, else the number of cores)")
 	cmd.Flags().DurationVar(&grace, "grace", 30*time.Second, "on SIGTERM/SIGINT, how long running attempts may finish before they are interrupted")
 	return cmd
 }
