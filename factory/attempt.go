@@ -52,6 +52,9 @@ type attemptRun struct {
 	refStores map[string]string
 	// opt: what the pipeline's shape asks of this attempt (pipeline.go).
 	opt attemptOpts
+	// extras: what worktree set-up gave the attempt (included files,
+	// cache locks, leased ports).
+	extras attemptExtras
 }
 
 // save writes attempt.json atomically. Process goroutines change their
@@ -144,6 +147,10 @@ func (e *Engine) runSpec(ctx context.Context, r *Run, spec *record.AttemptSpec) 
 		a.setOutcome(status.OutcomeFailed, status.ReasonWorktreeFailed, err.Error())
 		return a.finish()
 	}
+	if err := a.includeFiles(); err != nil {
+		a.setOutcome(status.OutcomeFailed, status.ReasonSetupFailed, err.Error())
+		return a.finish()
+	}
 	if err := a.setup(ctx); err != nil {
 		if ctx.Err() != nil {
 			a.setOutcome(status.OutcomeCanceled, status.ReasonStepCanceled, "canceled during setup")
@@ -156,7 +163,17 @@ func (e *Engine) runSpec(ctx context.Context, r *Run, spec *record.AttemptSpec) 
 		_ = os.WriteFile(filepath.Join(dir, record.SpecFile), b, 0o644)
 	}
 	a.guardRefs()
+	release, err := a.holdResources(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			a.setOutcome(status.OutcomeCanceled, status.ReasonStepCanceled, "canceled while waiting for a cache")
+		} else {
+			a.setOutcome(status.OutcomeFailed, status.ReasonSetupFailed, err.Error())
+		}
+		return a.finish()
+	}
 	a.runProcesses(ctx, procs)
+	release()
 	a.commit()
 	return a.finish()
 }
@@ -408,6 +425,8 @@ func (a *attemptRun) prepare(i int, repos []string, many bool) (*preparedProc, e
 		env[k], pr.Env[k] = v, v
 	}
 	p.readPaths = append(p.readPaths, a.opt.readOnly...)
+	a.resourceEnv(env)
+	a.resourceEnv(pr.Env)
 	if len(spec.Secrets) > 0 {
 		src, err := a.e.secretSource()
 		if err != nil {
@@ -557,6 +576,7 @@ func (a *attemptRun) commit() {
 		return
 	}
 	a.restoreRefs()
+	a.dropIncluded()
 	msg := fmt.Sprintf("kusaw: run %s, step %s, attempt %d (%s)", a.run.ID(), a.step.ID, a.n, a.rec.Outcome)
 	for i := range a.rec.Worktrees {
 		w := &a.rec.Worktrees[i]

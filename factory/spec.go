@@ -3,6 +3,7 @@ package factory
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 
 	"github.com/kusaw/kusaw/config"
@@ -76,6 +77,14 @@ func (e *Engine) AttemptSpec(r *Run, s *config.Step, n, of int) (*record.Attempt
 	}
 	sp.Network = e.F.EffectiveNetwork(s, sp.Mode)
 	sp.Secrets = specSecrets(e.F, s)
+	for _, c := range e.F.StepCaches(s) {
+		sc := record.SpecCache{Name: c.Name, Env: c.Env}
+		if c.Path != filepath.Join(e.F.StateDir, "caches", c.Name) {
+			sc.Path = c.Path
+		}
+		sp.Caches = append(sp.Caches, sc)
+	}
+	sp.StepConfig.Caches = nil
 	return sp, sp.Check()
 }
 

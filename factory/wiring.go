@@ -141,7 +141,7 @@ func (a *attemptRun) sandboxed(i int, repos []string, spec *steps.Spec, env map[
 		TmpDir:       filepath.Join(a.dir, record.TmpDir),
 		Workdir:      spec.Dir,
 		AllowRead:    append(a.f.AllowRead(a.step), p.readPaths...),
-		AllowWrite:   a.f.AllowWrite(a.step),
+		AllowWrite:   append(a.f.AllowWrite(a.step), a.cachePaths()...),
 		Env:          env,
 	}
 	// A private object folder per sandbox: the repositories' own objects/

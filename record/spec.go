@@ -3,6 +3,7 @@ package record
 import (
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"sort"
 	"time"
 
@@ -65,6 +66,17 @@ type AttemptSpec struct {
 	// values, inject entries, the provider's API key): what a worker must
 	// be given, sealed to its key, or hold itself.
 	Secrets []string `json:"secrets,omitempty"`
+	// Caches are the step's caches (the factory's and its own): a name and
+	// variable, and a folder only when the file names one; otherwise the
+	// machine that runs the attempt keeps it in its own state folder.
+	Caches []SpecCache `json:"caches,omitempty"`
+}
+
+// SpecCache is one cache of an attempt.
+type SpecCache struct {
+	Name string `json:"name"`
+	Env  string `json:"env"`
+	Path string `json:"path,omitempty"`
 }
 
 // SpecRepo is one active repo of an attempt.
@@ -156,6 +168,17 @@ func (s *AttemptSpec) Factory(stateDir string, paths map[string]string) (*config
 	for _, name := range others {
 		f.Repos[name] = &config.Repo{Name: name, Path: paths[name]}
 		f.RepoOrder = append(f.RepoOrder, name)
+	}
+	step.Caches = nil
+	for _, c := range s.Caches {
+		if f.Caches == nil {
+			f.Caches = map[string]*config.Cache{}
+		}
+		p := c.Path
+		if p == "" {
+			p = filepath.Join(stateDir, "caches", c.Name)
+		}
+		f.Caches[c.Name] = &config.Cache{Name: c.Name, Env: c.Env, Path: p}
 	}
 	if s.Provider != nil && step.Provider != "" {
 		pc := *s.Provider

@@ -1,0 +1,219 @@
+package factory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/kusaw/kusaw/worktree"
+)
+
+// Worktree set-up (docs/factory.md, "Worktree set-up"): what an attempt gets
+// beside its fresh worktrees, outside the sandbox, before its process
+// starts: gitignored files copied from the main checkout (repos.NAME.
+// include), named caches shared across attempts, and leased host ports.
+
+// Events of worktree set-up.
+const (
+	evIncluded     = "worktree.included"
+	evCacheWaiting = "cache.waiting"
+	evPortsLeased  = "ports.leased"
+)
+
+// attemptExtras is what set-up gave one attempt, to undo after it.
+type attemptExtras struct {
+	included map[string][]string // worktree path → copied files (relative)
+	ports    []int
+	release  []func()
+}
+
+// includeFiles copies each active repo's include globs from its main
+// checkout into the new worktree. The files are removed again before the
+// commit, so a step that un-ignores them cannot commit them.
+func (a *attemptRun) includeFiles() error {
+	home, _ := os.UserHomeDir()
+	for _, w := range a.rec.Worktrees {
+		repo := a.e.F.Repos[w.Repo]
+		if repo == nil || len(repo.Include) == 0 {
+			continue
+		}
+		copied, err := worktree.CopyIgnored(repo.Path, w.Path, repo.Include, home)
+		if len(copied) > 0 {
+			if a.extras.included == nil {
+				a.extras.included = map[string][]string{}
+			}
+			a.extras.included[w.Path] = copied
+		}
+		a.events.Emit(evIncluded, map[string]any{"repo": w.Repo, "files": copied})
+		if err != nil {
+			return fmt.Errorf("repos.%s.include: %v", w.Repo, err)
+		}
+	}
+	return nil
+}
+
+// dropIncluded removes the included files before the worktree is committed.
+func (a *attemptRun) dropIncluded() {
+	for dir, files := range a.extras.included {
+		for _, f := range files {
+			_ = os.Remove(filepath.Join(dir, filepath.FromSlash(f)))
+		}
+	}
+}
+
+// holdResources takes what the attempt's processes share with others: a
+// lock on each cache (one writer at a time; it waits for the holder) and
+// the leased ports. The returned function gives them back.
+func (a *attemptRun) holdResources(ctx context.Context) (func(), error) {
+	release := func() {
+		for i := len(a.extras.release) - 1; i >= 0; i-- {
+			a.extras.release[i]()
+		}
+		a.extras.release = nil
+	}
+	for _, c := range a.f.StepCaches(a.step) {
+		if err := os.MkdirAll(c.Path, 0o700); err != nil {
+			release()
+			return nil, fmt.Errorf("cache %s: %v", c.Name, err)
+		}
+		unlock, err := lockWait(ctx, c.Path+".lock", func() {
+			a.events.Emit(evCacheWaiting, map[string]any{"cache": c.Name})
+		})
+		if err != nil {
+			release()
+			return nil, fmt.Errorf("cache %s: %v", c.Name, err)
+		}
+		a.extras.release = append(a.extras.release, unlock)
+	}
+	if n := a.step.Ports; n > 0 {
+		ports, free, err := leasePorts(a.e.F.StateDir, n)
+		if err != nil {
+			release()
+			return nil, err
+		}
+		a.extras.ports = ports
+		a.extras.release = append(a.extras.release, free)
+		a.events.Emit(evPortsLeased, map[string]any{"ports": ports})
+	}
+	return release, nil
+}
+
+// resourceEnv adds the caches' variables and KUSAW_PORT_n to a process's
+// environment (none of them is a secret).
+func (a *attemptRun) resourceEnv(env map[string]string) {
+	for _, c := range a.f.StepCaches(a.step) {
+		env[c.Env] = c.Path
+	}
+	for i, p := range a.extras.ports {
+		env["KUSAW_PORT_"+strconv.Itoa(i+1)] = strconv.Itoa(p)
+	}
+}
+
+// cachePaths are the folders the sandbox makes writable for the caches.
+func (a *attemptRun) cachePaths() []string {
+	var out []string
+	for _, c := range a.f.StepCaches(a.step) {
+		out = append(out, c.Path)
+	}
+	return out
+}
+
+// lockWait takes an exclusive flock on path, waiting (and saying so once)
+// while another attempt holds it.
+func lockWait(ctx context.Context, path string, waiting func()) (func(), error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	said := false
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, err
+		}
+		if !said {
+			waiting()
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// portLeases are the ports leased by this process; a flock per port in the
+// state folder keeps other kusaw processes of the factory off them.
+var portLeases = struct {
+	sync.Mutex
+	held map[int]bool
+}{held: map[int]bool{}}
+
+// leasePorts finds n free loopback TCP ports no running attempt holds.
+func leasePorts(stateDir string, n int) ([]int, func(), error) {
+	dir := filepath.Join(stateDir, "ports")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, err
+	}
+	var ports []int
+	var locks []*os.File
+	free := func() {
+		portLeases.Lock()
+		for _, p := range ports {
+			delete(portLeases.held, p)
+		}
+		portLeases.Unlock()
+		for _, l := range locks {
+			os.Remove(l.Name())
+			l.Close()
+		}
+	}
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 50*n {
+			free()
+			return nil, nil, fmt.Errorf("could not lease %d free ports", n)
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			free()
+			return nil, nil, err
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		portLeases.Lock()
+		taken := portLeases.held[p]
+		if !taken {
+			portLeases.held[p] = true
+		}
+		portLeases.Unlock()
+		if taken {
+			continue
+		}
+		lf, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(p)), os.O_RDWR|os.O_CREATE, 0o600)
+		if err == nil && syscall.Flock(int(lf.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+			ports = append(ports, p)
+			locks = append(locks, lf)
+			continue
+		}
+		if lf != nil {
+			lf.Close()
+		}
+		portLeases.Lock()
+		delete(portLeases.held, p)
+		portLeases.Unlock()
+	}
+	return ports, free, nil
+}
