@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -383,5 +384,76 @@ func TestLeaseCloseEndsOpenTunnels(t *testing.T) {
 	}
 	if s2 := e.l.Close(); s2.Decisions != s.Decisions {
 		t.Fatal("a second Close changed the summary")
+	}
+}
+
+// The attack: a step asks the inject endpoint for a path outside base_url's
+// prefix, plainly or encoded, hoping the upstream (or a gateway in front of
+// it that normalises paths) serves another endpoint with the real key. A
+// recording upstream on loopback sees every request that reaches it.
+func TestInjectKeyStaysUnderBasePath(t *testing.T) {
+	type seen struct{ raw, key string }
+	saw := make(chan seen, 64)
+	up := tlsUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		saw <- seen{r.RequestURI, r.Header.Get("X-Api-Key")}
+		io.WriteString(w, "ok")
+	}))
+	port := strconv.Itoa(portOf(t, up.Addr().String()))
+	const key = "sk-real-secret-path"
+	e := newEnv(t, Options{}, LeaseConfig{AllowRanges: loopback8, Inject: []Inject{{
+		Name: "p", Header: "x-api-key", Key: key, Upstream: "https://api.inject.test:" + port + "/gw/v1",
+	}}})
+	e.dns.set("api.inject.test", "127.0.0.1")
+	base := e.l.InjectURL("p")
+	u, _ := url.Parse(base)
+	send := func(rest string) (int, string) {
+		t.Helper()
+		c, err := net.Dial("tcp", u.Host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "GET %s%s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", u.Path, rest, u.Host)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, string(b)
+	}
+	for _, rest := range []string{
+		"/../admin", "/../../admin", "/%2e%2e/admin", "/%2E%2E/admin", "/.%2e/admin", "/..%2fadmin", "/..%2Fadmin",
+		"/x/..%2f..%2fadmin", "/x/%2e%2e%2f%2e%2e%2fadmin", "/./messages", "/..%5cadmin", "/x%00/y", "//admin", "/messages/%2e%2e",
+	} {
+		st, body := send(rest)
+		if st != 403 || !strings.Contains(body, ReasonInjectPath) || !strings.Contains(body, "so the key stays under https://api.inject.test:"+port+"/gw/v1") {
+			t.Errorf("%s: %d %q, want 403 naming the rule", rest, st, body)
+		}
+	}
+	// The twin: clean paths, with escapes that are not separators, go
+	// through below the prefix.
+	for rest, want := range map[string]string{
+		"/messages":            "/gw/v1/messages",
+		"/messages/":           "/gw/v1/messages/",
+		"/models/a%20b":        "/gw/v1/models/a%20b",
+		"/files/x..y?q=%2e%2e": "/gw/v1/files/x..y?q=%2e%2e",
+		"":                     "/gw/v1",
+	} {
+		if st, _ := send(rest); st != 200 {
+			t.Errorf("%q: %d, want 200", rest, st)
+			continue
+		}
+		if s := <-saw; s.raw != want || s.key != key {
+			t.Errorf("%q: upstream saw %+v, want %s with the key", rest, s, want)
+		}
+	}
+	close(saw)
+	for s := range saw {
+		t.Errorf("a refused request reached the upstream: %+v", s)
+	}
+	decisions := fmt.Sprintf("%+v", e.rec.all())
+	if !strings.Contains(decisions, "Reason:"+ReasonInjectPath) || strings.Contains(decisions, key) {
+		t.Errorf("decisions: %s", decisions)
 	}
 }

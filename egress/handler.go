@@ -137,6 +137,17 @@ func (l *Lease) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeRefusal(w, &refusal{status: 403, reason: ReasonBadRequest, line: line})
 			return
 		}
+		raw, ok := strings.CutPrefix(r.URL.EscapedPath(), ij.prefix)
+		_, _, rule := injectPath(raw)
+		if !ok {
+			rule = "the lease's prefix must not be %-encoded"
+		}
+		if rule != "" {
+			line := fmt.Sprintf("kusaw: inject %s: %s, so the key stays under %s (%s)", rc.inject, rule, ij.base.Redacted(), ReasonInjectPath)
+			l.record(Decision{Kind: KindInject, Host: ij.host, Port: ij.port, Decision: Refuse, Reason: ReasonInjectPath, Detail: line})
+			writeRefusal(w, &refusal{status: 403, reason: ReasonInjectPath, line: line})
+			return
+		}
 		ij.rp.ServeHTTP(w, r)
 	default:
 		line := "kusaw: " + rc.bad

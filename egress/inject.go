@@ -70,14 +70,12 @@ func (l *Lease) newInjector(in Inject) (*injector, error) {
 	prefix := injectPrefix + in.Name + "/" + l.injectToken
 	ij.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			rest := strings.TrimPrefix(pr.In.URL.Path, prefix)
-			if rest != "" && !strings.HasPrefix(rest, "/") {
-				rest = "/" + rest
-			}
+			// ServeHTTP checked the path (injectPath) before it got here.
+			rest, rawRest, _ := injectPath(strings.TrimPrefix(pr.In.URL.EscapedPath(), prefix))
 			pr.Out.URL.Scheme = "https"
 			pr.Out.URL.Host = base.Host
 			pr.Out.URL.Path = base.Path + rest
-			pr.Out.URL.RawPath = ""
+			pr.Out.URL.RawPath = base.EscapedPath() + rawRest
 			pr.Out.URL.RawQuery = pr.In.URL.RawQuery
 			pr.Out.Host = ""
 			for _, h := range keyHeaders {
@@ -112,4 +110,41 @@ func (l *Lease) newInjector(in Inject) (*injector, error) {
 func (ij *injector) authorized(path string) bool {
 	rest, ok := strings.CutPrefix(path, ij.prefix)
 	return ok && (rest == "" || rest[0] == '/')
+}
+
+// ReasonInjectPath refuses an inject URL whose path could leave base_url's
+// path on the upstream.
+const ReasonInjectPath = "inject.path"
+
+// injectPath checks the rest of an inject URL's path, as the client sent it
+// (escaped), after the lease's prefix, and returns it decoded and escaped.
+// Only a clean path is forwarded: no "." or ".." segments, encoded or not,
+// no encoded separators ("/", "\\") or NUL in a segment, no empty segment
+// but a trailing slash. So what follows base_url's path stays below it on
+// the upstream, whatever that upstream (or a gateway in front of it)
+// decodes or normalises; rule names what was broken.
+func injectPath(raw string) (rest, rawRest, rule string) {
+	if raw == "" {
+		return "", "", ""
+	}
+	if raw[0] != '/' {
+		return "", "", "the path must continue after the base URL with '/'"
+	}
+	segs := strings.Split(raw[1:], "/")
+	dec := make([]string, len(segs))
+	for i, seg := range segs {
+		d, err := url.PathUnescape(seg)
+		switch {
+		case err != nil:
+			return "", "", "a path segment has a bad %-escape"
+		case d == "." || d == "..":
+			return "", "", "dot segments (., .., %2e%2e) are not forwarded"
+		case strings.ContainsAny(d, "/\\\x00"):
+			return "", "", "encoded separators (%2f, %5c) and NUL are not forwarded"
+		case d == "" && i != len(segs)-1:
+			return "", "", "empty path segments (//) are not forwarded"
+		}
+		dec[i] = d
+	}
+	return "/" + strings.Join(dec, "/"), raw, ""
 }

@@ -111,7 +111,7 @@ func (s *State) LoadRun(id string) (*record.RunRecord, error) {
 }
 
 func (s *State) resolveID(id string) (string, error) {
-	if id == "" || strings.ContainsAny(id, "/\\") || id == "." || id == ".." {
+	if !record.ValidName(id) {
 		return "", fmt.Errorf("%w %q", record.ErrNoRun, id)
 	}
 	if _, err := os.Stat(filepath.Join(s.RunDir(id), record.RunFile)); err == nil {

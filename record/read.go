@@ -47,12 +47,13 @@ func ValidLogPath(p string) bool {
 	if !logPath().MatchString(p) || path.Clean(p) != p {
 		return false
 	}
-	for _, seg := range strings.Split(p, "/") {
+	segs := strings.Split(p, "/")
+	for _, seg := range segs {
 		if seg == ".." || seg == "." {
 			return false
 		}
 	}
-	return true
+	return len(segs) == 1 || ValidName(segs[1])
 }
 
 // ErrBadLogPath is returned for a log path outside the run's logs.

@@ -51,11 +51,11 @@ func (s *Server) Handler(token string) http.Handler {
 	mux.HandleFunc("GET /v1/health", s.apiHealth)
 	mux.HandleFunc("POST /v1/runs", s.apiSubmit)
 	mux.HandleFunc("GET /v1/runs", s.apiRuns)
-	mux.HandleFunc("GET /v1/runs/{id}", s.apiRun)
-	mux.HandleFunc("POST /v1/runs/{id}/cancel", s.apiCancel)
-	mux.HandleFunc("GET /v1/runs/{id}/events", s.apiEvents)
-	mux.HandleFunc("GET /v1/runs/{id}/log", s.apiLog)
-	mux.HandleFunc("GET /v1/runs/{id}/attempts/{step}/{n}/egress", s.apiEgress)
+	mux.HandleFunc("GET /v1/runs/{id}", names(s.apiRun))
+	mux.HandleFunc("POST /v1/runs/{id}/cancel", names(s.apiCancel))
+	mux.HandleFunc("GET /v1/runs/{id}/events", names(s.apiEvents))
+	mux.HandleFunc("GET /v1/runs/{id}/log", names(s.apiLog))
+	mux.HandleFunc("GET /v1/runs/{id}/attempts/{step}/{n}/egress", names(s.apiEgress))
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		// A known path with another method is a 405, still in JSON.
 		for _, m := range []string{http.MethodGet, http.MethodPost} {
@@ -78,6 +78,22 @@ func (s *Server) Handler(token string) http.Handler {
 		h = requireToken(token, h)
 	}
 	return s.logRequests(recoverJSON(s, h), token != "")
+}
+
+// names answers 400 for a route whose {id} or {step} is not a record name.
+// The mux hands over path values decoded, so an encoded separator or dot
+// segment ("..%2F..%2Fetc", "%2e%2e") is seen here as what it is.
+func names(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		for _, k := range []string{"id", "step"} {
+			if v := r.PathValue(k); v != "" && !record.ValidName(v) || k == "id" && v == "" {
+				apiError(w, http.StatusBadRequest, "bad_name", fmt.Sprintf("%s %q is not a valid name", k, v),
+					"run and step ids are a letter or digit, then letters, digits, '_', '.' or '-' (no '/', no '..')")
+				return
+			}
+		}
+		h(w, r)
+	}
 }
 
 // logRequests logs each request at debug level (--log-level debug).
@@ -311,7 +327,7 @@ func (s *Server) apiLog(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("X-Kusaw-Next-Offset", strconv.FormatInt(offset+int64(len(b)), 10))
-	w.Header().Set("X-Kusaw-factory.Run-factory.State", string(rec.State))
+	w.Header().Set("X-Kusaw-Run-State", string(rec.State))
 	w.WriteHeader(http.StatusOK)
 	w.Write(b)
 }
@@ -324,7 +340,7 @@ func (s *Server) apiEgress(w http.ResponseWriter, r *http.Request) {
 	}
 	step := r.PathValue("step")
 	n, err := strconv.Atoi(r.PathValue("n"))
-	if err != nil || n < 1 || step == "" || step == "." || step == ".." {
+	if err != nil || n < 1 || !record.ValidName(step) {
 		apiError(w, http.StatusBadRequest, "bad_request", "step and attempt number are invalid", "use /v1/runs/RUN/attempts/STEP/N/egress with N ≥ 1")
 		return
 	}

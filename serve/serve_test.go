@@ -311,7 +311,7 @@ steps:
 		{"POST", "/v1/runs", `{"params":{"A-B":"x"}}`, 400, "bad_params"},
 		{"POST", "/v1/runs", `{"params":{"A":"x"}} {}`, 400, "bad_request"},
 		{"GET", "/v1/runs/20990101-000000-zzzz", "", 404, "run_not_found"},
-		{"GET", "/v1/runs/..%2f..%2fetc", "", 404, "run_not_found"},
+		{"GET", "/v1/runs/..%2f..%2fetc", "", 400, "bad_name"},
 		{"POST", "/v1/runs/20990101/cancel", "", 404, "run_not_found"},
 		{"GET", "/v1/nothing", "", 404, "not_found"},
 		{"GET", "/v1/runs?limit=-1", "", 400, "bad_request"},
@@ -344,6 +344,41 @@ steps:
 		if e, _ := m["error"].(map[string]any); st != 400 || e["code"] != "bad_log_path" {
 			t.Errorf("log path %q: %d %v, want 400 bad_log_path", p, st, m)
 		}
+	}
+	// Encoded traversal on every route that takes a name: 4xx, never the
+	// file it points at. The attack plants an attempt folder outside the
+	// state folder whose egress summary names a host only it knows.
+	outside := t.TempDir()
+	writeSummary := func(dir string) {
+		os.MkdirAll(dir, 0o700)
+		line, _ := json.Marshal(record.Event{Seq: 1, Run: "x", Type: record.EvEgressSummary, Data: map[string]any{"hosts": []map[string]any{{"host": "planted.example", "connections": 1}}}})
+		os.WriteFile(filepath.Join(dir, record.EventsFile), append(line, '\n'), 0o600)
+	}
+	writeSummary(filepath.Join(outside, "1"))
+	rel, _ := filepath.Rel(filepath.Join(f.StateDir, record.RunsDir, rec.ID, record.StepsDir), outside)
+	up := strings.ReplaceAll(rel, "/", "%2F")
+	for _, p := range []struct{ method, path string }{
+		{"GET", "/v1/runs/" + rec.ID + "/attempts/" + up + "/1/egress"},
+		{"GET", "/v1/runs/" + rec.ID + "/attempts/" + strings.ReplaceAll(up, ".", "%2e") + "/1/egress"},
+		{"GET", "/v1/runs/" + rec.ID + "/attempts/%2e%2e/1/egress"},
+		{"GET", "/v1/runs/" + rec.ID + "/attempts/a%5C..%5C..%5Cx/1/egress"},
+		{"GET", "/v1/runs/" + rec.ID + "/attempts/a%00/1/egress"},
+		{"GET", "/v1/runs/%2e%2e"},
+		{"GET", "/v1/runs/..%2F" + rec.ID},
+		{"GET", "/v1/runs/%2e%2e/events"},
+		{"GET", "/v1/runs/a%2Fb/log?path=events.jsonl"},
+		{"POST", "/v1/runs/%2e%2e%2f" + rec.ID + "/cancel"},
+		{"GET", "/v1/runs/" + rec.ID + "/log?path=steps/%2e%2e/1/events.jsonl"},
+		{"GET", "/v1/runs/" + rec.ID + "/log?path=steps/a%2F..%2F..%2F/1/events.jsonl"},
+	} {
+		st, m := rawCall(t, sock, p.method, p.path, "", nil)
+		if st < 400 || st > 499 || strings.Contains(fmt.Sprint(m), "planted.example") {
+			t.Errorf("%s %s: %d %v, want 4xx", p.method, p.path, st, m)
+		}
+	}
+	// The legitimate twin: the attempt's own egress report.
+	if st, m := rawCall(t, sock, "GET", "/v1/runs/"+rec.ID+"/attempts/a/1/egress", "", nil); st != 200 || m["source"] == nil {
+		t.Errorf("own egress report: %d %v", st, m)
 	}
 	// The legitimate twin: a step's own log reads.
 	b, err := c.ReadLog(rec.ID, "steps/a/1/events.jsonl", 0, 1<<20)

@@ -29,7 +29,7 @@ func (s *Server) webRoutes(mux *http.ServeMux) {
 func webHeaders(w http.ResponseWriter) {
 	h := w.Header()
 	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'; frame-ancestors 'none'")
-	h.Set("X-Content-Type-factory.Options", "nosniff")
+	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("Cache-Control", "no-store")
 }
