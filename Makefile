@@ -2,6 +2,8 @@
 # the system packages it needs.
 GO      ?= go
 BIN     := bin/kusaw
+BRIDGE  := $(dir $(BIN))kusaw-bridge
+PREFIX  ?= /usr/local
 PKGS    := ./...
 export GOFLAGS := -buildvcs=false
 # make build stamps what kusaw version prints (a plain go build says devel).
@@ -10,15 +12,25 @@ COMMIT   := $(shell git rev-parse HEAD 2>/dev/null)
 MODIFIED := $(shell test -n "$$(git status --porcelain 2>/dev/null)" && echo true || echo false)
 LDFLAGS  := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.modified=$(MODIFIED)
 
-.PHONY: all build test lint vet fmt demo e2e-egress bench docs deps clean
+.PHONY: all build install test lint vet fmt demo e2e-egress bench docs deps clean
 
 all: build
 
 deps:
 	@scripts/ensure-deps.sh git:git bwrap:bubblewrap curl:curl node:nodejs npm:npm
 
+# Statically linked (no dynamic loader at each start; os/user without
+# NSS), and kusaw-bridge beside kusaw: the small first process of every
+# allowlist sandbox (docs/benchmarks.md has the figures).
 build:
-	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/kusaw
+	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/kusaw
+	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BRIDGE) ./cmd/kusaw-bridge
+
+# install: kusaw and kusaw-bridge into $(PREFIX)/bin (the bridge must sit
+# beside kusaw to be used).
+install: build
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 0755 $(BIN) $(BRIDGE) $(DESTDIR)$(PREFIX)/bin/
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

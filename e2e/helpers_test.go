@@ -103,7 +103,7 @@ func exitCode(err error) int {
 }
 
 // git runs git in dir and returns its trimmed output.
-func git(t *testing.T, dir string, args ...string) string {
+func git(t testing.TB, dir string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command("git", args...)
 	cmd.Dir = dir
@@ -116,7 +116,7 @@ func git(t *testing.T, dir string, args ...string) string {
 }
 
 // newRepo makes a git repository with one commit.
-func newRepo(t *testing.T, dir, name string) string {
+func newRepo(t testing.TB, dir, name string) string {
 	t.Helper()
 	p := filepath.Join(dir, name)
 	if err := os.MkdirAll(p, 0o755); err != nil {
@@ -131,7 +131,7 @@ func newRepo(t *testing.T, dir, name string) string {
 	return p
 }
 
-func writeFile(t *testing.T, p, content string) {
+func writeFile(t testing.TB, p, content string) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		t.Fatal(err)

@@ -27,14 +27,27 @@ func runMain(m *testing.M) int {
 	kusawBin = filepath.Join(dir, "kusaw")
 	_, self, _, _ := runtime.Caller(0)
 	root := filepath.Dir(filepath.Dir(self))
-	build := exec.Command("go", "build", "-o", kusawBin, "./cmd/kusaw")
-	build.Dir = root
-	build.Env = append(os.Environ(), "GOFLAGS=-buildvcs=false")
-	var out bytes.Buffer
-	build.Stdout, build.Stderr = &out, &out
-	if err := build.Run(); err != nil {
-		fmt.Fprintf(os.Stderr, "building kusaw: %v\n%s", err, out.String())
-		return 1
+	// As make build does: kusaw and, beside it, kusaw-bridge, statically
+	// linked unless CGO_ENABLED says otherwise. KUSAW_E2E_NO_BRIDGE=1
+	// leaves the bridge out (kusaw then runs as its own bridge), to
+	// measure the difference (docs/benchmarks.md).
+	bins := []string{"kusaw", "kusaw-bridge"}
+	if os.Getenv("KUSAW_E2E_NO_BRIDGE") == "1" {
+		bins = bins[:1]
+	}
+	for _, c := range bins {
+		build := exec.Command("go", "build", "-o", filepath.Join(dir, c), "./cmd/"+c)
+		build.Dir = root
+		build.Env = append(os.Environ(), "GOFLAGS=-buildvcs=false")
+		if os.Getenv("CGO_ENABLED") == "" {
+			build.Env = append(build.Env, "CGO_ENABLED=0")
+		}
+		var out bytes.Buffer
+		build.Stdout, build.Stderr = &out, &out
+		if err := build.Run(); err != nil {
+			fmt.Fprintf(os.Stderr, "building %s: %v\n%s", c, err, out.String())
+			return 1
+		}
 	}
 	return m.Run()
 }

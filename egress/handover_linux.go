@@ -1,7 +1,6 @@
 package egress
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"net"
@@ -9,17 +8,18 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kusaw/kusaw/egress/bridge"
 )
 
-// handOverHello opens the message that carries the listener; the version
-// lets a newer proxy refuse an older bridge clearly.
-const handOverHello = "kusaw-egress-handover 1\n"
-
-const handOverTimeout = 10 * time.Second
+// The hand-over's greeting and time limit are the bridge's.
+const (
+	handOverHello   = bridge.Hello
+	handOverTimeout = bridge.Timeout
+)
 
 // listenHandOver opens the lease's Unix socket and waits, in the
 // background, for the bridge's listener.
@@ -198,30 +198,6 @@ func (l *Lease) checkListenerFD(fd int) error {
 		return fmt.Errorf("the handed-over socket is not bound to %s", l.listenAddr)
 	}
 	return nil
-}
-
-// HandOver sends the proxy's listening socket, then any local-service
-// listeners, to the lease's Unix socket and waits for the proxy's
-// answer. The bridge uses it; so can a test.
-func HandOver(socketPath string, listenerFD int, localFDs ...int) error {
-	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: socketPath, Net: "unix"})
-	if err != nil {
-		return fmt.Errorf("cannot reach the egress proxy at %s: %v", socketPath, unwrapSyscall(err))
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(handOverTimeout))
-	if _, _, err := c.WriteMsgUnix([]byte(handOverHello), unix.UnixRights(append([]int{listenerFD}, localFDs...)...), nil); err != nil {
-		return fmt.Errorf("sending the listener to the egress proxy: %v", unwrapSyscall(err))
-	}
-	reply, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		return fmt.Errorf("the egress proxy did not answer the hand-over: %v", unwrapSyscall(err))
-	}
-	reply = strings.TrimSpace(reply)
-	if reply == "ok" {
-		return nil
-	}
-	return errors.New("the egress proxy refused the hand-over: " + strings.TrimPrefix(reply, "error: "))
 }
 
 func unwrapSyscall(err error) error {

@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/kusaw/kusaw/config"
+
+	"github.com/kusaw/kusaw/egress/bridge"
 )
 
 // Lease is one attempt's handle on the proxy: its listener, allowlist,
@@ -242,17 +244,10 @@ func (l *Lease) InjectURL(name string) string {
 }
 
 // BridgeArgv is the argv prefix that runs the step through the bridge
-// inside the sandbox; append the step's own argv.
+// inside the sandbox (kusaw-bridge beside kusawBinary when it is there);
+// append the step's own argv. Its first element is the program to mount.
 func (l *Lease) BridgeArgv(kusawBinary string) []string {
-	argv := []string{kusawBinary, "__egress-bridge", "--lease", l.sockPath, "--listen", l.listenAddr}
-	if len(l.localPorts) > 0 {
-		ps := make([]string, len(l.localPorts))
-		for i, p := range l.localPorts {
-			ps[i] = strconv.Itoa(p)
-		}
-		argv = append(argv, "--local", strings.Join(ps, ","))
-	}
-	return append(argv, "--")
+	return bridge.Argv(kusawBinary, l.sockPath, l.listenAddr, l.localPorts)
 }
 
 func (l *Lease) policy() Policy {

@@ -228,7 +228,10 @@ func (a *attemptRun) lease(i int, repos []string, p *preparedProc) (*sandbox.Pro
 		return nil, &status.Error{Reason: status.ReasonEgressLeaseFailed, Msg: err.Error(), Fix: status.ReasonEgressLeaseFailed.Info().Fix}
 	}
 	a.closeLeaseAfter(p, l, obs, dir)
-	return &sandbox.Proxy{SocketPath: l.SocketPath(), Env: l.Env(), WrapArgv: l.BridgeArgv(a.e.opts.Kusaw), Binaries: []string{a.e.opts.Kusaw}, LocalPorts: l.LeasedLocalPorts()}, nil
+	// The bridge's program (kusaw-bridge beside kusaw, else kusaw) is
+	// mounted read-only for it.
+	wrap := l.BridgeArgv(a.e.opts.Kusaw)
+	return &sandbox.Proxy{SocketPath: l.SocketPath(), Env: l.Env(), WrapArgv: wrap, Binaries: []string{wrap[0]}, LocalPorts: l.LeasedLocalPorts()}, nil
 }
 
 // injects resolves the step's inject entries: the key comes from the

@@ -30,11 +30,17 @@ bench "chainlog: Append vs a plain JSON line" -bench Append ./chainlog/
 bench "providers: stream parsing" -bench ParseStream ./providers/
 bench "egress: CONNECT throughput and set-up, proxy alone and full path (bwrap + bridge), vs direct" -bench 'ConnectThroughput|ConnectSetup|FullPath' -benchtime 1x ./egress/
 bench "sandbox exec CLI: kusaw sandbox exec -- true vs the same bwrap argv vs true" -bench SandboxExecCLI -benchtime 40x ./e2e/
+bench "allowlist start: sandbox exec --step with network allowlist vs the same step with network open, against one bare bwrap" -bench SandboxExecAllowlist -benchtime 30x ./e2e/
 for extra in scripts/bench.d/*.sh; do
   [ -x "$extra" ] || continue
   say ""
   say "== $(basename "$extra" .sh)"
   "$extra" 2>&1 | tee -a "$out" || { say "!! $extra failed"; failed=1; }
+done
+say ""
+say "== the two start-up ratios (issue 16)"
+for what in 'sandbox exec -- true' 'allowlist start'; do
+  say "$(grep -o -E "$what: .*" "$out" | tail -1)"
 done
 say ""
 say "results in $out"
