@@ -31,7 +31,7 @@ import (
 //
 //	GET  /v1/health                                  serve's state and queue
 //	POST /v1/runs  {"pipeline","params"}             queue a run (201)
-//	GET  /v1/runs[?limit=N]                          run records, newest first
+//	GET  /v1/runs[?limit=N&pipeline=P&state=S]       run records, newest first
 //	GET  /v1/runs/{id}                               a run, its attempts, its exit code
 //	POST /v1/runs/{id}/cancel                        cancel a queued or running run (202)
 //	GET  /v1/runs/{id}/events                        server-sent events, replayed then live
@@ -56,6 +56,7 @@ func (s *Server) Handler(token string) http.Handler {
 	mux.HandleFunc("GET /v1/runs/{id}/events", names(s.apiEvents))
 	mux.HandleFunc("GET /v1/runs/{id}/log", names(s.apiLog))
 	mux.HandleFunc("GET /v1/runs/{id}/attempts/{step}/{n}/egress", names(s.apiEgress))
+	s.viewRoutes(mux)
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		// A known path with another method is a 405, still in JSON.
 		for _, m := range []string{http.MethodGet, http.MethodPost} {
@@ -250,6 +251,7 @@ func (s *Server) apiRuns(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusInternalServerError, "internal", err.Error(), "")
 		return
 	}
+	runs = filterRuns(runs, r.URL.Query().Get("pipeline"), r.URL.Query().Get("state"))
 	if v := r.URL.Query().Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
