@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -420,7 +421,7 @@ func (d *decoder) sandbox(f *Factory, n *yaml.Node) {
 
 func (d *decoder) egress(f *Factory, n *yaml.Node, path string) {
 	e := &f.Sandbox.Egress
-	for _, fl := range d.fields(n, path, []string{"allow", "provider_hosts", "inject", "allow_ranges", "resolver", "budgets"}) {
+	for _, fl := range d.fields(n, path, []string{"allow", "provider_hosts", "inject", "allow_ranges", "resolver", "budgets", "upstream_proxy", "upstream_no_proxy"}) {
 		kp := join(path, fl.key)
 		switch fl.key {
 		case "allow":
@@ -444,6 +445,10 @@ func (d *decoder) egress(f *Factory, n *yaml.Node, path string) {
 			if _, port, err := net.SplitHostPort(e.Resolver); err != nil || port == "" {
 				d.errf(ECodeBadAddress, fl.value, kp, "write host:port, such as 127.0.0.1:53", "%s: %q is not host:port", kp, e.Resolver)
 			}
+		case "upstream_proxy":
+			e.UpstreamProxy = d.upstreamProxy(fl.value, kp)
+		case "upstream_no_proxy":
+			e.UpstreamNoProxy = d.hostList(fl.value, kp)
 		case "budgets":
 			for _, bf := range d.fields(fl.value, kp, []string{"per_host", "total", "enabled"}) {
 				bp := join(kp, bf.key)
@@ -458,6 +463,58 @@ func (d *decoder) egress(f *Factory, n *yaml.Node, path string) {
 			}
 		}
 	}
+}
+
+// upstreamProxy reads upstream_proxy: a URL, or {url, credentials}.
+func (d *decoder) upstreamProxy(n *yaml.Node, path string) *UpstreamProxy {
+	up := &UpstreamProxy{}
+	urlNode, urlPath := n, path
+	if resolve(n).Kind == yaml.MappingNode {
+		urlNode = nil
+		for _, fl := range d.fields(n, path, []string{"url", "credentials"}) {
+			switch fl.key {
+			case "url":
+				urlNode, urlPath = fl.value, join(path, "url")
+			case "credentials":
+				up.Credentials = d.secretRef(fl.value, join(path, "credentials"))
+			}
+		}
+		if urlNode == nil {
+			d.errf(ECodeMissing, n, join(path, "url"), "add url: http://HOST:PORT", "%s.url is missing", path)
+			return nil
+		}
+	}
+	up.URL = d.str(urlNode, urlPath)
+	if up.URL == "" {
+		return nil
+	}
+	if msg, fix := CheckUpstreamProxyURL(up.URL); msg != "" {
+		d.errf(ECodeUpstreamProxy, resolve(urlNode), urlPath, fix, "%s: %s", urlPath, msg)
+		return nil
+	}
+	return up
+}
+
+// CheckUpstreamProxyURL says what is wrong with an upstream proxy URL and
+// how to fix it ("" when it is usable).
+func CheckUpstreamProxyURL(s string) (msg, fix string) {
+	u, err := url.Parse(s)
+	switch {
+	case err != nil || u.Host == "" || u.Opaque != "":
+		return fmt.Sprintf("%q is not a URL", s), "write http://HOST:PORT, e.g. http://proxy.corp.example:3128"
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Sprintf("%q: kusaw speaks to an upstream proxy over http:// or https://, not %s://", s, u.Scheme), "write http://HOST:PORT or https://HOST:PORT"
+	case u.User != nil:
+		return "credentials do not belong in the URL (it is printed and logged)", "write upstream_proxy: {url: " + u.Scheme + "://" + u.Host + ", credentials: {secret: KEY}} and kusaw config set KEY --secret (value user:password)"
+	case u.Port() == "":
+		return fmt.Sprintf("%q has no port", s), "write the proxy's port, e.g. " + u.Scheme + "://" + u.Hostname() + ":3128"
+	case (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "":
+		return fmt.Sprintf("%q has a path, query or fragment; a proxy is only HOST:PORT", s), "write " + u.Scheme + "://" + u.Host
+	}
+	if p, err := strconv.Atoi(u.Port()); err != nil || p < 1 || p > 65535 {
+		return fmt.Sprintf("%q: port %s is out of range", s, u.Port()), "write a port from 1 to 65535"
+	}
+	return "", ""
 }
 
 func (d *decoder) serve(f *Factory, n *yaml.Node) {

@@ -196,6 +196,13 @@ func factorySchema() *schemaNode {
 		p("allow_ranges", list("CIDRs an allowed name may resolve to although they are private (an internal registry)")),
 		p("resolver", text("host:port of the DNS server the proxy asks (default: the system's)")),
 		p("budgets", budgets),
+		p("upstream_proxy", oneOf("a corporate proxy the egress proxy reaches allowed hosts through with CONNECT, after its own checks (kusaw never reads its own HTTPS_PROXY)",
+			&schemaNode{kind: kindText, desc: "http://HOST:PORT or https://HOST:PORT", pattern: `^https?://[^/@]+:[0-9]+/?$`},
+			object("the proxy with credentials",
+				p("url", &schemaNode{kind: kindText, desc: "http://HOST:PORT or https://HOST:PORT", pattern: `^https?://[^/@]+:[0-9]+/?$`}),
+				p("credentials", secretRefNode(`"user:password" for the proxy, from the secret store`)),
+			))),
+		p("upstream_no_proxy", hostList("hosts dialled directly although upstream_proxy is set")),
 	)
 	sandbox := object("the factory-wide sandbox and egress policy",
 		p("mode", enum("off (default) or required: whether attempts run in the OS sandbox", modes...)),

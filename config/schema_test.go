@@ -366,6 +366,7 @@ var beyondSchema = map[string]string{
 	"host_ip_literal":             "host patterns are parsed with the public-suffix list",
 	"host_metadata":               "host patterns are parsed with the public-suffix list",
 	"host_public_suffix":          "host patterns are parsed with the public-suffix list",
+	"local_range_too_wide":        "the size of a port range is checked by parsing the entry",
 	"inject_without_allowlist":    "inject needs the effective network of the step: a rule across keys",
 	"repo_not_git":                "needs the file system",
 	"repo_path_missing":           "needs the file system",

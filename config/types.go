@@ -153,6 +153,19 @@ type Egress struct {
 	AllowRanges   []netip.Prefix
 	Resolver      string
 	Budgets       Budgets
+	// UpstreamProxy, when set, is the proxy kusaw's proxy reaches allowed
+	// hosts through (CONNECT), after its own checks.
+	UpstreamProxy *UpstreamProxy
+	// UpstreamNoProxy are hosts dialled directly although UpstreamProxy
+	// is set.
+	UpstreamNoProxy []HostEntry
+}
+
+// UpstreamProxy is sandbox.egress.upstream_proxy: an http:// or https://
+// proxy with a port, and optionally "user:password" from the secret store.
+type UpstreamProxy struct {
+	URL         string
+	Credentials *SecretRef
 }
 
 // SandboxPolicy is the factory-wide sandbox section.

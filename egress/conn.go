@@ -23,7 +23,8 @@ type target struct {
 	port     int
 	rule     string
 	addrs    []netip.Addr
-	loopback bool // localhost: answered without DNS, loopback is fine
+	loopback bool      // localhost: answered without DNS, loopback is fine
+	upstream *Upstream // dialled through this proxy (CONNECT), not directly
 	start    time.Time
 }
 
@@ -59,6 +60,9 @@ func (l *Lease) admit(ctx context.Context, kind, rawHost string, port, defPort i
 	start := time.Now()
 	v := l.p.decide(ctx, l.policy(), rawHost, port, defPort, skipRule)
 	t := &target{kind: kind, host: v.Host, port: port, addrs: v.Addrs, loopback: v.Local, start: start}
+	if v.Upstream != "" {
+		t.upstream = l.c.Upstream
+	}
 	if t.rule = v.Rule; v.Origin != "" {
 		t.rule += " (" + v.Origin + ")"
 	}
@@ -118,6 +122,9 @@ var errAddrChanged = errors.New("the connection is not to the address that was c
 // address goes to connect(2), so nothing resolves the name a second time,
 // and the address is checked again at connect and once connected.
 func (l *Lease) dial(ctx context.Context, t *target) (*meteredConn, *refusal) {
+	if t.upstream != nil {
+		return l.dialUpstream(ctx, t)
+	}
 	var firstErr error
 	timeouts := 0
 	for _, a := range t.addrs {
@@ -240,7 +247,7 @@ type meteredConn struct {
 	// net.Conn, not *net.TCPConn: embedding the concrete type would
 	// promote ReadFrom/WriteTo, and io.Copy would bypass the counting.
 	net.Conn
-	tcp  *net.TCPConn
+	tcp  net.Conn // the TCP connection, or a TLS one to an upstream proxy
 	l    *Lease
 	t    *target
 	act  *activity
@@ -258,7 +265,7 @@ type meteredConn struct {
 	closed   bool
 }
 
-func newMeteredConn(l *Lease, t *target, c *net.TCPConn) *meteredConn {
+func newMeteredConn(l *Lease, t *target, c net.Conn) *meteredConn {
 	mc := &meteredConn{Conn: c, tcp: c, l: l, t: t, act: &activity{idle: l.p.o.IdleTimeout}, decision: Allow}
 	mc.act.touch()
 	return mc
@@ -334,4 +341,9 @@ func (c *meteredConn) Close() error {
 }
 
 // CloseWrite relays a half-close upstream.
-func (c *meteredConn) CloseWrite() error { return c.tcp.CloseWrite() }
+func (c *meteredConn) CloseWrite() error {
+	if cw, ok := c.tcp.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Close()
+}

@@ -19,6 +19,9 @@ type Policy struct {
 	PolicyKey   string // default sandbox.egress.allow
 	RangesKey   string // default sandbox.egress.allow_ranges
 	Audit       bool
+	// Upstream is the corporate proxy allowed hosts are reached through;
+	// a host it carries is not resolved by kusaw (the upstream resolves).
+	Upstream *Upstream
 }
 
 func (pol *Policy) defaults() {
@@ -55,6 +58,9 @@ type Verdict struct {
 	// WouldRefuse is set in audit mode for a host the allowlist lacks: it
 	// is admitted, and Reason, Line and Fix say what allowlist would do.
 	WouldRefuse bool `json:"would_refuse,omitempty"`
+	// Upstream is the upstream proxy the connection goes through ("":
+	// dialled directly). Its credentials are never part of it.
+	Upstream string `json:"upstream_proxy,omitempty"`
 	// Notes are what happens after admission (SNI, plain HTTP).
 	Notes []string `json:"notes,omitempty"`
 }
@@ -192,6 +198,10 @@ func (p *Proxy) decide(ctx context.Context, pol Policy, rawHost string, port, de
 		v.Addrs = loopbackAddrs(v.Host)
 		return v
 	}
+	if up := pol.Upstream; up != nil && !up.bypass(v.Host) {
+		v.Upstream = up.URL
+		return v
+	}
 	addrs, err := p.lookup(ctx, v.Host)
 	if err != nil || len(addrs) == 0 {
 		msg := "no address"
@@ -230,6 +240,11 @@ func (p *Proxy) Check(ctx context.Context, pol Policy, host string, port int) Ve
 			v.Notes = append(v.Notes, fmt.Sprintf("a local service: the step reaches the host's loopback port %d through the proxy, and on Linux directly on its own localhost:%d", port, port))
 		} else {
 			v.Notes = append(v.Notes, fmt.Sprintf("a CONNECT tunnel must start with a TLS ClientHello naming %s (SNI); plain HTTP goes only to port 80", v.Host))
+		}
+		if v.Upstream != "" {
+			v.Notes = append(v.Notes, fmt.Sprintf("reached through upstream_proxy %s with CONNECT; the upstream resolves the name", v.Upstream))
+		} else if pol.Upstream != nil && !v.Local {
+			v.Notes = append(v.Notes, "dialled directly: upstream_no_proxy lists it")
 		}
 	}
 	return v

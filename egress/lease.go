@@ -251,7 +251,7 @@ func (l *Lease) BridgeArgv(kusawBinary string) []string {
 }
 
 func (l *Lease) policy() Policy {
-	return Policy{Allow: l.c.Allow, AllowRanges: l.c.AllowRanges, PolicyKey: l.c.PolicyKey, RangesKey: l.c.RangesKey, Audit: l.c.Audit}
+	return Policy{Allow: l.c.Allow, AllowRanges: l.c.AllowRanges, PolicyKey: l.c.PolicyKey, RangesKey: l.c.RangesKey, Audit: l.c.Audit, Upstream: l.c.Upstream}
 }
 
 // Allowlist returns the lease's rules (for doctor).

@@ -131,6 +131,8 @@ type LeaseConfig struct {
 	// (defaults sandbox.egress.allow_ranges and sandbox.egress.budgets).
 	RangesKey string
 	BudgetKey string
+	// Upstream, when set, is the proxy allowed hosts are reached through.
+	Upstream *Upstream
 	// Audit admits hosts the allowlist lacks and logs them as
 	// WouldRefuse (network: audit); the address guard still refuses.
 	Audit    bool
@@ -193,6 +195,9 @@ const (
 	ReasonTimeout      = "upstream.timeout"
 	ReasonIdle         = "idle_timeout"
 	ReasonLeaseClosed  = "lease.closed"
+	// ReasonUpstreamProxy: the upstream proxy was down, refused the
+	// CONNECT or asked for credentials.
+	ReasonUpstreamProxy = "upstream_proxy.failed"
 )
 
 // Decision is one record of what the proxy did with one connection or

@@ -576,6 +576,9 @@ func WriteDoctorText(w io.Writer, r *DoctorReport) {
 				fmt.Fprintf(w, "    %-40s %s\n", h.Host, h.Origin)
 			}
 		}
+		if len(s.LocalPorts) > 0 {
+			fmt.Fprintf(w, "  local services: host loopback ports %s\n", strings.Trim(fmt.Sprint(s.LocalPorts), "[]"))
+		}
 		if len(s.Inject) > 0 {
 			fmt.Fprintf(w, "  injected:   %s (names only; values stay outside the sandbox)\n", strings.Join(s.Inject, ", "))
 		}

@@ -1,6 +1,7 @@
 package factory
 
 import (
+	"encoding/base64"
 	"fmt"
 	"net"
 	"os"
@@ -196,6 +197,13 @@ func (a *attemptRun) lease(i int, repos []string, p *preparedProc) (*sandbox.Pro
 		return nil, err
 	}
 	cfg.Inject = injects
+	if cfg.Upstream, err = a.e.upstream(true); err != nil {
+		return nil, err
+	}
+	if cfg.Upstream != nil && cfg.Upstream.Auth != "" {
+		a.run.redact.Add(cfg.Upstream.Auth)
+		a.run.redact.Add(base64.StdEncoding.EncodeToString([]byte(cfg.Upstream.Auth)))
+	}
 	// macOS has no network namespace: the lease listens on a loopback port
 	// itself and the Seatbelt profile admits only that port.
 	if runtime.GOOS == "darwin" {

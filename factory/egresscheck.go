@@ -3,10 +3,12 @@ package factory
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/kusaw/kusaw/config"
 	"github.com/kusaw/kusaw/egress"
 	"github.com/kusaw/kusaw/record"
+	"github.com/kusaw/kusaw/status"
 )
 
 // EgressPolicy is the proxy policy a step's attempts get (stepID ""
@@ -24,7 +26,33 @@ func (e *Engine) EgressPolicy(stepID string) (egress.Policy, error) {
 	for _, h := range e.F.Allowlist(s, providerHosts(s)) {
 		pol.Allow = append(pol.Allow, egress.Rule{Pattern: h.Pattern, Origin: h.Origin})
 	}
+	pol.Upstream, _ = e.upstream(false)
 	return pol, nil
+}
+
+// upstream is sandbox.egress.upstream_proxy for the proxy (nil when
+// unset); withAuth reads its credentials from the secret store.
+func (e *Engine) upstream(withAuth bool) (*egress.Upstream, error) {
+	c := e.F.Sandbox.Egress.UpstreamProxy
+	if c == nil {
+		return nil, nil
+	}
+	up := &egress.Upstream{URL: strings.TrimSuffix(c.URL, "/")}
+	for _, h := range e.F.Sandbox.Egress.UpstreamNoProxy {
+		up.NoProxy = append(up.NoProxy, h.Pattern)
+	}
+	if withAuth && c.Credentials != nil {
+		src, err := e.secretSource()
+		if err != nil {
+			return nil, &status.Error{Reason: status.ReasonSecretMissing, Msg: "cannot open the secret store: " + err.Error(), Fix: status.ReasonSecretMissing.Info().Fix}
+		}
+		v, err := src.Get(c.Credentials.Key)
+		if err != nil {
+			return nil, &status.Error{Reason: status.ReasonSecretMissing, Msg: fmt.Sprintf("upstream_proxy: secret %s is not in the secret store", c.Credentials.Key), Fix: "kusaw config set " + c.Credentials.Key + " --secret (value user:password)"}
+		}
+		up.Auth = v
+	}
+	return up, nil
 }
 
 // EgressCheck is kusaw egress check: what the proxy would decide on a

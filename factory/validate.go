@@ -2,6 +2,8 @@ package factory
 
 import (
 	"fmt"
+	"net/url"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -9,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/kusaw/kusaw/config"
+	"github.com/kusaw/kusaw/egress"
 	"github.com/kusaw/kusaw/providers"
 	"github.com/kusaw/kusaw/sandbox"
 	"github.com/kusaw/kusaw/secretstore"
@@ -28,14 +31,17 @@ type Report struct {
 
 // StepReport is one step's effective sandbox.
 type StepReport struct {
-	ID         string          `json:"id"`
-	Kind       string          `json:"kind"`
-	Provider   string          `json:"provider,omitempty"`
-	Mode       string          `json:"mode"`
-	ModeOrigin string          `json:"mode_origin"`
-	Network    string          `json:"network"`
-	Allowlist  []HostReport    `json:"allowlist"`
-	Inject     []string        `json:"inject"`
+	ID         string       `json:"id"`
+	Kind       string       `json:"kind"`
+	Provider   string       `json:"provider,omitempty"`
+	Mode       string       `json:"mode"`
+	ModeOrigin string       `json:"mode_origin"`
+	Network    string       `json:"network"`
+	Allowlist  []HostReport `json:"allowlist"`
+	Inject     []string     `json:"inject"`
+	// LocalPorts are the host loopback ports the step's local-service
+	// entries lease (reached through the proxy, and on Linux directly).
+	LocalPorts []int           `json:"local_ports,omitempty"`
 	Attempts   []AttemptReport `json:"attempts,omitempty"`
 }
 
@@ -68,11 +74,14 @@ type Validator struct {
 	Secrets      *secretstore.Store
 	SandboxCheck func() sandbox.CheckResult
 	GOOS         string
+	// Getenv reads kusaw's own environment (W7: a proxy the factory
+	// does not set); nil reads nothing.
+	Getenv func(string) string
 }
 
 // NewValidator uses the real secret store, backend check and OS.
 func NewValidator() *Validator {
-	v := &Validator{SandboxCheck: sandbox.Check, GOOS: runtime.GOOS}
+	v := &Validator{SandboxCheck: sandbox.Check, GOOS: runtime.GOOS, Getenv: os.Getenv}
 	if s, err := secretstore.Open(); err == nil {
 		v.Secrets = s
 	}
@@ -85,6 +94,7 @@ func (v *Validator) Validate(f *config.Factory, fs config.Findings) Report {
 	fs = append(fs, v.providerChecks(f)...)
 	fs = append(fs, v.secretChecks(f)...)
 	fs = append(fs, limitChecks(f)...)
+	fs = append(fs, v.envProxyCheck(f)...)
 	fs.Sort()
 	r.Errors = fs.Errors()
 	r.Warnings = fs.Warnings()
@@ -188,10 +198,13 @@ func stepReport(f *config.Factory, s *config.Step) StepReport {
 		}
 	}
 	if config.Network(sr.Network).Proxied() {
+		var rules []egress.Rule
 		for _, h := range f.Allowlist(s, providerHosts(s)) {
 			sr.Allowlist = append(sr.Allowlist, HostReport{Host: h.Pattern.String(), Origin: h.Origin})
+			rules = append(rules, egress.Rule{Pattern: h.Pattern, Origin: h.Origin})
 		}
 		sr.Inject = InjectedEnvNames(f, s)
+		sr.LocalPorts = egress.LocalPorts(rules)
 	}
 	return sr
 }
@@ -391,6 +404,9 @@ func (v *Validator) secretChecks(f *config.Factory) config.Findings {
 			refs = append(refs, ref{e.Secret, "sandbox.egress.inject"})
 		}
 	}
+	if up := f.Sandbox.Egress.UpstreamProxy; up != nil && up.Credentials != nil {
+		refs = append(refs, ref{up.Credentials.Key, "sandbox.egress.upstream_proxy.credentials"})
+	}
 	var out config.Findings
 	keys, err := v.Secrets.Keys()
 	if err != nil {
@@ -409,4 +425,39 @@ func (v *Validator) secretChecks(f *config.Factory) config.Findings {
 		}
 	}
 	return out
+}
+
+// envProxyCheck is W7: kusaw's environment names a proxy, a step's
+// network goes through kusaw's proxy, and the factory sets no
+// upstream_proxy. kusaw's proxy never reads HTTPS_PROXY itself, so it
+// would dial hosts directly, which a corporate network usually refuses.
+func (v *Validator) envProxyCheck(f *config.Factory) config.Findings {
+	if v.Getenv == nil || f.Sandbox.Egress.UpstreamProxy != nil {
+		return nil
+	}
+	var name, val string
+	for _, n := range []string{"HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"} {
+		if val = v.Getenv(n); val != "" {
+			name = n
+			break
+		}
+	}
+	if name == "" {
+		return nil
+	}
+	proxied := false
+	for _, id := range f.StepOrder {
+		proxied = proxied || f.StepNetwork(f.Steps[id]).Proxied()
+	}
+	if !proxied {
+		return nil
+	}
+	shown := val
+	if u, err := url.Parse(val); err == nil && u.Host != "" {
+		shown = u.Scheme + "://" + u.Host // never the credentials
+	}
+	pos := f.PosOf("sandbox.egress")
+	return config.Findings{{Code: config.WCodeEnvProxy, Severity: config.SevWarning, Path: "sandbox.egress", Line: pos.Line, Column: pos.Column, File: f.Path,
+		Message: fmt.Sprintf("kusaw's environment sets %s=%s, but kusaw's egress proxy never reads it and dials allowed hosts directly", name, shown),
+		Fix:     fmt.Sprintf("set sandbox.egress.upstream_proxy: %s (credentials as {url: ..., credentials: {secret: KEY}}), or unset %s if hosts are reachable directly", shown, name)}}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -69,6 +70,12 @@ func printReport(a *app, r factory.Report) {
 	}
 	for _, f := range r.Warnings {
 		fmt.Fprintln(a.stdout, f.String())
+	}
+	for _, s := range r.Steps {
+		if len(s.LocalPorts) > 0 {
+			fmt.Fprintf(a.stdout, "%s: step %s: local services: the host's loopback ports %s are leased (through the proxy, and on Linux straight from the sandbox's localhost)\n",
+				r.File, s.ID, strings.Trim(fmt.Sprint(s.LocalPorts), "[]"))
+		}
 	}
 	if r.Sandbox != nil && !r.Sandbox.Available {
 		fmt.Fprintf(a.stdout, "%s: sandbox: %s is not available here: %s (fix: %s)\n", r.File, r.Sandbox.Backend, r.Sandbox.Reason, r.Sandbox.Fix)
