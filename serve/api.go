@@ -370,11 +370,21 @@ func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	wake, unsub := s.bus.subscribe(rec.ID)
 	defer unsub()
+	// A stream outlives the request timeouts: no read deadline (the client
+	// sends nothing more), and a write deadline per flush, so a client that
+	// stops reading is still dropped.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Time{})
+	writeLimit := s.opts.Limits.withDefaults().Write
+	flush := func() {
+		_ = rc.SetWriteDeadline(time.Now().Add(writeLimit))
+		fl.Flush()
+	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	fl.Flush()
+	flush()
 	t := newEventTail(s.E.State, rec.ID)
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
@@ -389,7 +399,7 @@ func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) {
 				sawEnd = true
 			}
 		}
-		fl.Flush()
+		flush()
 		if cur, err := s.E.State.LoadRun(rec.ID); err != nil || cur.State.Final() && (sawEnd || !s.isActive(rec.ID)) {
 			// A final record and its run.finished read: the stream is
 			// complete. (A run recovered after a crash has no run.finished;
@@ -403,7 +413,7 @@ func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) {
 				}
 			}
 			fmt.Fprintf(w, "event: end\ndata: {\"state\":%q}\n\n", stateOf(cur))
-			fl.Flush()
+			flush()
 			return
 		}
 		select {
@@ -521,8 +531,9 @@ func (s *Server) Serve(ctx context.Context) error {
 		return fmt.Errorf("cannot listen on %s: %v", sock, err)
 	}
 	defer os.Remove(sock)
-	servers := []*http.Server{{Handler: s.Handler(""), ReadHeaderTimeout: 10 * time.Second}}
-	listeners := []net.Listener{ul}
+	lim := s.opts.Limits.withDefaults()
+	servers := []*http.Server{lim.httpServer(s.Handler(""))}
+	listeners := []net.Listener{newCapListener(ul, lim.MaxUnixConns, 0)}
 	if s.opts.Listen != "" {
 		if s.opts.Token == "" {
 			ul.Close()
@@ -536,8 +547,9 @@ func (s *Server) Serve(ctx context.Context) error {
 		s.mu.Lock()
 		s.opts.Listen = tl.Addr().String()
 		s.mu.Unlock()
-		servers = append(servers, &http.Server{Handler: s.Handler(s.opts.Token), ReadHeaderTimeout: 10 * time.Second})
-		listeners = append(listeners, tl)
+		servers = append(servers, lim.httpServer(s.Handler(s.opts.Token)))
+		s.tcp = newCapListener(tl, lim.MaxConns, lim.MaxConnsPerAddr)
+		listeners = append(listeners, s.tcp)
 	}
 	info := client.ServeInfo{PID: os.Getpid(), Socket: sock, Listen: s.opts.Listen, MaxParallel: s.max, Started: s.started, Factory: s.F.Path}
 	b, _ := json.MarshalIndent(info, "", "  ")

@@ -42,6 +42,8 @@ type ServeOptions struct {
 	StopGrace time.Duration
 	// Log receives serve's own structured logs.
 	Log zerolog.Logger
+	// Limits of the API's listeners; zero fields take DefaultLimits.
+	Limits Limits
 }
 
 // Server is kusaw serve: a queue of runs executed on one engine, and the
@@ -68,7 +70,8 @@ type Server struct {
 	stopping bool
 	wg       sync.WaitGroup
 	started  time.Time
-	peak     int // most runs running at once, for tests and health
+	tcp      *capListener // the TCP listener, when serve.listen is set
+	peak     int          // most runs running at once, for tests and health
 	lock     *factory.RunLock
 	fileSum  [32]byte // the factory file serve loaded
 }
