@@ -25,7 +25,7 @@ func (f *Factory) Attempts(s *Step) [][]string {
 	return out
 }
 
-// EffectiveMode resolves the sandbox mode of one attempt (DESIGN §3): the
+// EffectiveMode resolves the sandbox mode of one attempt (docs/architecture.md, "Effective sandbox mode"): the
 // step's own setting; else required if any active repo requires it; else off
 // if every active repo says off; else sandbox.mode. The origin says which
 // rule decided: "step:<id>", "repo:<name>", "repos", or "factory".

@@ -18,7 +18,7 @@ func modeFactory(factoryMode Mode, repos map[string]Mode) *Factory {
 	return f
 }
 
-// Each rule of DESIGN §3, in order; the first that applies wins.
+// Each rule of docs/architecture.md, "Effective sandbox mode", in order; the first that applies wins.
 func TestEffectiveMode(t *testing.T) {
 	tests := []struct {
 		name       string

@@ -19,7 +19,7 @@ import (
 // the current folder writable, network none) against the same bwrap command
 // line run directly (the plan kusaw builds, started without kusaw) and
 // against bare true, interleaved so load hits all three alike. It reports
-// median ratios; DESIGN §12's target is exec/bwrap ≤ 1.5.
+// median ratios; the target (docs/architecture.md, "Targets") is exec/bwrap ≤ 1.5.
 //
 //	go test -run '^$' -bench SandboxExecCLI -benchtime 60x ./e2e/
 func BenchmarkSandboxExecCLI(b *testing.B) {

@@ -88,7 +88,7 @@ func parseFullPath(b *testing.B, out []byte, err error) fullPathResult {
 	return r
 }
 
-// BenchmarkFullPathExec measures DESIGN §12's CONNECT targets on the
+// BenchmarkFullPathExec measures the CONNECT targets (docs/architecture.md, "Targets") on the
 // product's own path: the Go client runs under `kusaw sandbox exec` with
 // the step's real plan (network: allowlist), so each tunnel goes client →
 // the bridge's handed-over listener → kusaw's proxy → a loopback upstream.

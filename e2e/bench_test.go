@@ -9,7 +9,7 @@ import (
 )
 
 // End-to-end cost of `kusaw run` on a no-op 3-step pipeline over one repo
-// (DESIGN §12 target: ≤ 0.5 s), against the git floor measured in the same
+// (target ≤ 0.5 s: docs/architecture.md, "Targets"), against the git floor measured in the same
 // run: three `git worktree add -b` / `git worktree remove` cycles.
 //
 //	go test -run '^$' -bench 'KusawRun|GitFloor' -benchtime 10x ./e2e/

@@ -140,7 +140,7 @@ func benchSetup(b *testing.B) (direct, proxied benchPath) {
 
 // BenchmarkConnectThroughput moves 4 x 64 MiB per iteration through a
 // CONNECT tunnel and directly, alternately, and reports both rates and
-// their ratio (DESIGN §12: the full path must keep >= 50 % of direct).
+// their ratio (docs/architecture.md, Targets: the full path must keep >= 50 % of direct).
 // -benchtime 1x is enough.
 func BenchmarkConnectThroughput(b *testing.B) {
 	direct, proxied := benchSetup(b)

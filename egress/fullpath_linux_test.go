@@ -110,7 +110,7 @@ func runBenchClient(b *testing.B, cmd *exec.Cmd, env []string) benchResult {
 	return r
 }
 
-// BenchmarkFullPath measures DESIGN §12's targets on the real path: a
+// BenchmarkFullPath measures the targets (docs/architecture.md, "Targets") on the real path: a
 // client inside bwrap's private network namespace, the bridge's handed-
 // over listener, the proxy, a loopback upstream; against the same client
 // connecting directly on the host. Run it with

@@ -31,7 +31,7 @@ steps:
 
 // BenchmarkPipelineNoop3Steps: kusaw's whole life of three attempts
 // (run branch, worktrees, processes, commits, records, chained events,
-// cleanup). DESIGN §12 target: ≤ 0.5 s end to end.
+// cleanup). Target ≤ 0.5 s end to end (docs/architecture.md, "Targets").
 func BenchmarkPipelineNoop3Steps(b *testing.B) {
 	f := testkit.Factory(b, noopFactory, "app")
 	e, err := New(f, Options{})

@@ -147,7 +147,7 @@ type Run struct {
 // ID is the run's id.
 func (r *Run) ID() string { return r.Record.ID }
 
-// ExitCode is kusaw run's exit status for the run (DESIGN §5).
+// ExitCode is kusaw run's exit status for the run (docs/architecture.md, "Statuses").
 func (r *Run) ExitCode() status.ExitCode {
 	switch r.Record.State {
 	case status.RunSucceeded:

@@ -2,7 +2,7 @@ package record
 
 import "time"
 
-// Event types (DESIGN §4).
+// Event types (docs/architecture.md, "The life of an attempt").
 const (
 	EvRunStarted      = "run.started"
 	EvRunFinished     = "run.finished"

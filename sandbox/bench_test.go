@@ -18,7 +18,7 @@ import (
 //	         the same bwrap argv (mounts, flags, env as --setenv) run directly;
 //	bwrap-x-true: that bare bwrap over bare /bin/true.
 //
-// Target (DESIGN §12): x-bwrap ≤ 1.5.
+// Target (docs/architecture.md, "Targets"): x-bwrap ≤ 1.5.
 // Run: go test -run '^$' -bench SandboxTrue -benchtime 50x ./sandbox/
 func BenchmarkSandboxTrue(b *testing.B) {
 	needTool(b, "/usr/bin/bwrap", "the benchmark runs the real sandbox")

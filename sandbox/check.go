@@ -96,7 +96,7 @@ func firstLine(s string) string {
 }
 
 // Protections is what the Linux backend protects, in kusaw's words
-// (DESIGN §6); `kusaw sandbox check --verbose` prints it.
+// (docs/architecture.md, "The sandbox and the seam with the host"); `kusaw sandbox check --verbose` prints it.
 var Protections = []string{
 	"Writes reach only the attempt's worktrees, the git folders they need (the attempt branch's ref folder, the worktree's own git folder, a private object folder for new git objects), artifacts/, the private temp folder (TMPDIR, XDG_CACHE_HOME, XDG_RUNTIME_DIR) and what allow_write names.",
 	"The repositories' own git objects are read-only, loose objects included (git does not re-hash an object it reads, so a replaced one would change history other branches rely on): git writes new objects to the attempt's private object folder (GIT_OBJECT_DIRECTORY) and reads the repositories' as alternates; kusaw imports what the attempt's branch needs outside, with git index-pack --strict, so an object whose content does not match its name never gets in.",
@@ -113,7 +113,7 @@ var Protections = []string{
 	"bwrap is taken only from a root-owned, not world-writable /usr/bin, /usr/local/bin or /bin, never through PATH.",
 }
 
-// NotProtected is what the sandbox does not protect (DESIGN §6).
+// NotProtected is what the sandbox does not protect (docs/architecture.md, "The sandbox and the seam with the host").
 var NotProtected = []string{
 	"Kernel escapes: this is a shared-kernel sandbox, about as strong as a container.",
 	"The network when network is open: every host, including services on the host's localhost and abstract Unix sockets; the network capability is not_supported then.",

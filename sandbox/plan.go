@@ -235,7 +235,7 @@ func BuildPlan(in Input) (*Plan, error) {
 	b.plan = &Plan{Backend: "bubblewrap"}
 	if runtime.GOOS == "darwin" {
 		// macOS: always a fresh HOME and never the agent's real login
-		// folders (DESIGN §6), whatever the caller passed.
+		// folders (docs/architecture.md, "The sandbox and the seam with the host"), whatever the caller passed.
 		b.plan.Backend = "seatbelt"
 		b.in.FreshHome = true
 	}

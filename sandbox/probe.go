@@ -9,7 +9,7 @@ import (
 	"strings"
 )
 
-// ProbeResult is one of doctor's sandbox probes (DESIGN §9: P1–P4; the
+// ProbeResult is one of doctor's sandbox probes (docs/sandbox.md: P1–P4; the
 // egress probes P5–P7 belong to the proxy).
 type ProbeResult struct {
 	ID     string `json:"id"`

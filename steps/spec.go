@@ -10,7 +10,7 @@ import (
 	"github.com/kusaw/kusaw/config"
 )
 
-// Environment variable names a step process gets (DESIGN §4).
+// Environment variable names a step process gets (docs/architecture.md, "The life of an attempt").
 const (
 	EnvArtifacts = "KUSAW_ARTIFACTS"
 	EnvRun       = "KUSAW_RUN"

@@ -8,7 +8,7 @@ import (
 )
 
 // TestValidateExamples runs kusaw validate --json on every file in
-// examples/ and checks the object's shape (DESIGN §9, issue: foundation).
+// examples/ and checks the object's shape (docs/cli.md).
 func TestValidateExamples(t *testing.T) {
 	files, _ := filepath.Glob("../../examples/*.yaml")
 	if len(files) == 0 {
