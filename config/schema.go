@@ -283,7 +283,7 @@ func factorySchema() *schemaNode {
 		p("state_dir", text("where runs and attempts are recorded, relative to the file (default .kusaw)")),
 		p("repos", mapOf("the git repositories the factory works on, by name", idPatternText, repo)),
 		p("providers", providers),
-		p("setup", array("commands run outside the sandbox in every new worktree, before the step", setupCmd)),
+		p("setup", array("commands run in every new worktree before the step: on the host on the run's starting commit, inside the step's sandbox on commits a step of the run may have written", setupCmd)),
 		p("sandbox", sandbox),
 		p("serve", serve),
 		p("caches", cachesNode("named caches shared by the attempts of the factory, mounted read-write into the sandbox of each step, one writer at a time")),

@@ -451,3 +451,69 @@ steps:
 		t.Errorf("logs into a pipe lost the bytes: %q", piped.stdout)
 	}
 }
+
+// A step rewrites the script the next step's setup runs. Setup on that
+// commit runs inside the next step's sandbox: the rewritten script cannot
+// touch the host, and setup still installs what the step needs.
+func TestSeamSetupRunsStepCodeOnlySandboxed(t *testing.T) {
+	needSandbox(t)
+	need(t, "git")
+	for _, uid := range seamUIDs() {
+		t.Run(fmt.Sprintf("uid%d", uid), func(t *testing.T) {
+			dir, app := seamDir(t, uid)
+			writeFile(t, filepath.Join(app, "setup.sh"), "echo deps > deps.txt\n")
+			git(t, app, "add", "setup.sh")
+			git(t, app, "commit", "-q", "-m", "setup script")
+			pwned := filepath.Join(dir, "pwned")
+			writeFile(t, filepath.Join(dir, "write.sh"), `test -f deps.txt || { echo "setup did not run before the first step"; exit 1; }
+printf 'touch %s 2>/dev/null; echo deps > deps.txt\n' "$PWNED" > setup.sh && echo rewrote
+`)
+			writeFile(t, filepath.Join(dir, "use.sh"), `test "$(cat deps.txt)" = deps && echo "deps ok"
+`)
+			writeFile(t, filepath.Join(dir, "factory.yaml"), `version: 1
+repos:
+  app: {path: app}
+setup:
+  - [sh, setup.sh]
+pipelines:
+  default: [write, use]
+steps:
+  write:
+    run: [sh, `+filepath.Join(dir, "write.sh")+`]
+    sandbox: required
+    env: {PWNED: `+pwned+`}
+  use:
+    run: [sh, `+filepath.Join(dir, "use.sh")+`]
+    sandbox: required
+`)
+			res := runKusawAs(t, uid, 2*time.Minute, dir, "run")
+			id := runIDOf(t, res)
+			steps := filepath.Join(dir, ".kusaw", "runs", id, "steps")
+			if res.code != 0 {
+				o1, _ := os.ReadFile(filepath.Join(steps, "write", "1", "stdout.log"))
+				e2, _ := os.ReadFile(filepath.Join(steps, "use", "1", "stderr.log"))
+				t.Fatalf("run: %d\n%s%s\nwrite: %s\nuse stderr: %s", res.code, res.stdout, res.stderr, o1, e2)
+			}
+			if !strings.Contains(readFile(t, filepath.Join(steps, "write", "1", "stdout.log")), "rewrote") {
+				t.Fatal("the attack did not run")
+			}
+			if _, err := os.Lstat(pwned); err == nil {
+				t.Fatal("setup ran the code a sandboxed step wrote outside the sandbox")
+			}
+			if out := readFile(t, filepath.Join(steps, "use", "1", "stdout.log")); !strings.Contains(out, "deps ok") {
+				t.Errorf("setup did not install the dependencies for the next step: %q", out)
+			}
+			ev1 := readFile(t, filepath.Join(steps, "write", "1", "events.jsonl"))
+			ev2 := readFile(t, filepath.Join(steps, "use", "1", "events.jsonl"))
+			if !strings.Contains(ev1, `"where":"host"`) || !strings.Contains(ev2, `"where":"sandbox"`) {
+				t.Errorf("setup.placed events: write %v, use %v", strings.Contains(ev1, `"where":"host"`), strings.Contains(ev2, `"where":"sandbox"`))
+			}
+			verifyRecords(t, uid, dir)
+			// validate says which rule applies to each step.
+			v := runKusawAs(t, uid, time.Minute, dir, "validate")
+			if !strings.Contains(v.stdout, "step use: setup runs on the host on the run's starting commit; on commits a step of the run wrote, inside this step's sandbox") {
+				t.Errorf("validate does not say where setup runs:\n%s%s", v.stdout, v.stderr)
+			}
+		})
+	}
+}

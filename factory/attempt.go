@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -48,6 +49,9 @@ type attemptRun struct {
 	// refGuards: repo → the other attempts' branches beside this one's,
 	// as they were before the step ran (the folder is writable inside).
 	refGuards map[string]*worktree.RefGuard
+	// setupInside: repos whose setup runs inside the sandbox, before the
+	// step, because a sandboxed step may have written their commit.
+	setupInside map[string]bool
 	// refStores: repo → the private ref store its sandbox wrote (Linux).
 	refStores map[string]string
 	// opt: what the pipeline's shape asks of this attempt (pipeline.go).
@@ -210,11 +214,33 @@ func (a *attemptRun) createWorktrees() error {
 	return nil
 }
 
-// setup runs the factory's setup commands in each new worktree, outside
-// any sandbox, with the attempt's KUSAW_* variables but none of the step's
-// secrets. Output goes to setup.log.
+// setup runs the factory's setup commands in each new worktree, with the
+// attempt's KUSAW_* variables but none of the step's secrets. Output goes
+// to setup.log.
+//
+// Code a sandboxed step wrote never runs outside a sandbox: setup runs on
+// the host only on the commit the run started from (the user's own, with
+// no merge into it), or when the attempt itself runs unsandboxed (its step
+// then runs that code on the host anyway). Otherwise it runs inside the
+// attempt's sandbox, just before the step (setupInside).
 func (a *attemptRun) setup(ctx context.Context) error {
 	if len(a.f.Setup) == 0 || a.run.skipSetup {
+		return nil
+	}
+	var host []record.WorktreeRecord
+	for _, w := range a.rec.Worktrees {
+		where, why := a.setupPlace(w)
+		a.events.Emit(record.EvSetupWhere, map[string]any{"repo": w.Repo, "where": where, "why": why})
+		if where == setupInSandbox {
+			if a.setupInside == nil {
+				a.setupInside = map[string]bool{}
+			}
+			a.setupInside[w.Repo] = true
+			continue
+		}
+		host = append(host, w)
+	}
+	if len(host) == 0 {
 		return nil
 	}
 	logf, err := os.OpenFile(filepath.Join(a.dir, record.SetupLogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -222,7 +248,7 @@ func (a *attemptRun) setup(ctx context.Context) error {
 		return err
 	}
 	defer logf.Close()
-	for _, w := range a.rec.Worktrees {
+	for _, w := range host {
 		env := steps.HostEnv(os.Environ(), steps.TempEnv(filepath.Join(a.dir, record.TmpDir)), map[string]string{
 			steps.EnvRun: a.run.ID(), steps.EnvStep: a.step.ID, steps.EnvAttempt: fmt.Sprint(a.n),
 			steps.EnvArtifacts: filepath.Join(a.dir, record.ArtifactsDir), steps.EnvWorktreePrefix + steps.EnvName(w.Repo): w.Path,
@@ -241,6 +267,82 @@ func (a *attemptRun) setup(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+const (
+	setupOnHost    = "host"
+	setupInSandbox = "sandbox"
+)
+
+// setupPlace decides where setup runs in worktree w, and says why.
+func (a *attemptRun) setupPlace(w record.WorktreeRecord) (string, string) {
+	rr := a.run.repo(w.Repo)
+	if rr != nil && w.BaseSHA == rr.BaseSHA && a.opt.merge[w.Repo] == "" {
+		return setupOnHost, "the commit the run started from: no step of the run has written it"
+	}
+	if a.rec.Mode != config.ModeRequired {
+		return setupOnHost, "the step runs outside a sandbox, on the same code"
+	}
+	return setupInSandbox, "a step of the run may have written this commit: its code runs only inside a sandbox"
+}
+
+// setupMarker is where the in-sandbox setup leaves the failing command
+// (the attempt's tmp folder, writable inside): it tells a setup failure
+// from the step's own.
+const setupMarker = ".kusaw-setup-failed"
+
+// withSetup wraps a sandboxed process's argv so the factory's setup
+// commands run first, inside the same sandbox, in each of the repos whose
+// setup was kept from the host. Setup's output goes to stderr: stdout may
+// be an agent's stream.
+func (a *attemptRun) withSetup(argv, repos []string) []string {
+	var b strings.Builder
+	b.WriteString("d=$(pwd) || exit 1\n")
+	marker := shQuote(filepath.Join(a.dir, record.TmpDir, setupMarker))
+	n := 0
+	for _, w := range a.rec.Worktrees {
+		if !a.setupInside[w.Repo] || !slices.Contains(repos, w.Repo) {
+			continue
+		}
+		for _, cmd := range a.f.Setup {
+			n++
+			q := make([]string, len(cmd))
+			for i, c := range cmd {
+				q[i] = shQuote(c)
+			}
+			what := shQuote(fmt.Sprintf("setup %q in %s", strings.Join(cmd, " "), w.Repo))
+			fmt.Fprintf(&b, "cd %s || exit 1\n", shQuote(w.Path))
+			fmt.Fprintf(&b, "printf '== setup (sandboxed) %%s\\n' %s >&2\n", what)
+			fmt.Fprintf(&b, "%s >&2 || { s=$?; printf '%%s exited with exit code %%s (inside the sandbox; see stderr.log)\\n' %s \"$s\" > %s; exit \"$s\"; }\n",
+				strings.Join(q, " "), what, marker)
+		}
+	}
+	if n == 0 {
+		return argv
+	}
+	b.WriteString("cd \"$d\" || exit 1\nexec \"$@\"\n")
+	return append([]string{"/bin/sh", "-c", b.String(), "kusaw-setup"}, argv...)
+}
+
+// shQuote quotes s for sh.
+func shQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// setupFailed reads the marker the in-sandbox setup leaves when a command
+// fails: a small regular file (the step could have written anything there,
+// so nothing else is opened).
+func (a *attemptRun) setupFailed() (string, bool) {
+	p := filepath.Join(a.dir, record.TmpDir, setupMarker)
+	fi, err := os.Lstat(p)
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() > 4096 {
+		return "", false
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return "", false
+	}
+	return strings.TrimSpace(string(b)), true
 }
 
 func lookPath(name string) string {
@@ -317,6 +419,9 @@ func (a *attemptRun) runProcesses(ctx context.Context, procs [][]string) {
 			pr.Outcome, pr.Reason, pr.Message = status.OutcomeFailed, status.ReasonStepStartFailed, res.startErr.Error()
 		default:
 			pr.Outcome, pr.Reason, pr.Message = res.classify()
+			if msg, failed := a.setupFailed(); failed && pr.Outcome != status.OutcomePassed {
+				pr.Outcome, pr.Reason, pr.Message = status.OutcomeFailed, status.ReasonSetupFailed, msg
+			}
 			if pr.Outcome == status.OutcomeFailed && a.egress != nil && a.egress.budgetHit() {
 				pr.Reason, pr.Message = status.ReasonEgressBudget, pr.Message+"; an egress byte budget was reached (see egress.log)"
 			}
@@ -443,6 +548,7 @@ func (a *attemptRun) prepare(i int, repos []string, many bool) (*preparedProc, e
 		}
 	}
 	if m == config.ModeRequired {
+		spec.Argv = a.withSetup(spec.Argv, repos)
 		if err := a.sandboxed(i, repos, spec, env, p); err != nil {
 			return nil, err
 		}

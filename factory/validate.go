@@ -43,6 +43,9 @@ type StepReport struct {
 	// entries lease (reached through the proxy, and on Linux directly).
 	LocalPorts []int           `json:"local_ports,omitempty"`
 	Attempts   []AttemptReport `json:"attempts,omitempty"`
+	// Setup says where the factory's setup commands run for this step
+	// (docs/sandbox.md, "Setup"); empty when there is no setup.
+	Setup string `json:"setup,omitempty"`
 }
 
 // AttemptReport is the effective mode of one per_repo attempt process.
@@ -196,6 +199,9 @@ func stepReport(f *config.Factory, s *config.Step) StepReport {
 		if i == 0 || m == config.ModeRequired && sr.Mode != string(config.ModeRequired) {
 			sr.Mode, sr.ModeOrigin, sr.Network = string(m), origin, string(n)
 		}
+	}
+	if len(f.Setup) > 0 {
+		sr.Setup = SetupPlacement(config.Mode(sr.Mode), config.Network(sr.Network))
 	}
 	if config.Network(sr.Network).Proxied() {
 		var rules []egress.Rule
@@ -460,4 +466,15 @@ func (v *Validator) envProxyCheck(f *config.Factory) config.Findings {
 	return config.Findings{{Code: config.WCodeEnvProxy, Severity: config.SevWarning, Path: "sandbox.egress", Line: pos.Line, Column: pos.Column, File: f.Path,
 		Message: fmt.Sprintf("kusaw's environment sets %s=%s, but kusaw's egress proxy never reads it and dials allowed hosts directly", name, shown),
 		Fix:     fmt.Sprintf("set sandbox.egress.upstream_proxy: %s (credentials as {url: ..., credentials: {secret: KEY}}), or unset %s if hosts are reachable directly", shown, name)}}
+}
+
+// SetupPlacement says where setup runs for a step of this mode: on the
+// host on the commit a run starts from; on any later commit (one a step of
+// the run may have written) inside the step's sandbox, or on the host when
+// the step itself runs outside one.
+func SetupPlacement(m config.Mode, n config.Network) string {
+	if m == config.ModeRequired {
+		return fmt.Sprintf("on the host on the run's starting commit; on commits a step of the run wrote, inside this step's sandbox (network: %s)", n)
+	}
+	return "on the host (the step itself runs outside a sandbox, on the same code)"
 }

@@ -31,7 +31,11 @@ const (
 	EvLeftBehind = "worktree.left_behind"
 	// EvRefStore: the sandbox's private ref store was made (how many refs,
 	// how long it took).
-	EvRefStore      = "worktree.ref_store"
+	EvRefStore = "worktree.ref_store"
+	// EvSetupWhere says where an attempt's setup runs and why: on the host,
+	// or inside the attempt's sandbox because a step of the run may have
+	// written the commit it runs on.
+	EvSetupWhere    = "setup.placed"
 	EvDeliverMerged = "deliver.merged"
 	EvDeliverPushed = "deliver.pushed"
 	EvDeliverPull   = "deliver.pull_request"

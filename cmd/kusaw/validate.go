@@ -76,6 +76,9 @@ func printReport(a *app, r factory.Report) {
 			fmt.Fprintf(a.stdout, "%s: step %s: local services: the host's loopback ports %s are leased (through the proxy, and on Linux straight from the sandbox's localhost)\n",
 				r.File, s.ID, strings.Trim(fmt.Sprint(s.LocalPorts), "[]"))
 		}
+		if s.Setup != "" {
+			fmt.Fprintf(a.stdout, "%s: step %s: setup runs %s\n", r.File, s.ID, s.Setup)
+		}
 	}
 	if r.Sandbox != nil && !r.Sandbox.Available {
 		fmt.Fprintf(a.stdout, "%s: sandbox: %s is not available here: %s (fix: %s)\n", r.File, r.Sandbox.Backend, r.Sandbox.Reason, r.Sandbox.Fix)
