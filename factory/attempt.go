@@ -116,10 +116,15 @@ func (e *Engine) newAttempt(r *Run, s *config.Step, n, of int, f *config.Factory
 	return a
 }
 
-// runSpec runs an attempt from its spec on this machine, with the
-// factory's repos.
+// runSpec runs an attempt from its spec with the factory's repos: on this
+// machine, or on a worker when the cluster takes its pool.
 func (e *Engine) runSpec(ctx context.Context, r *Run, spec *record.AttemptSpec) *record.AttemptRecord {
-	f, s := spec.Factory(e.F.StateDir, e.hostRepos())
+	return e.runSpecOn(ctx, r, spec, e.hostRepos())
+}
+
+// runSpecOn runs an attempt from its spec with the repos at paths.
+func (e *Engine) runSpecOn(ctx context.Context, r *Run, spec *record.AttemptSpec, paths map[string]string) *record.AttemptRecord {
+	f, s := spec.Factory(e.F.StateDir, paths)
 	a := e.newAttempt(r, s, spec.Number, spec.Of, f)
 	a.spec = spec
 	n, of, dir := spec.Number, spec.Of, a.dir
@@ -143,6 +148,12 @@ func (e *Engine) runSpec(ctx context.Context, r *Run, spec *record.AttemptSpec) 
 	a.events = e.openSink(filepath.Join(dir, record.EventsFile), r.ID(), s.ID, n, r.redact)
 	a.events.Emit(record.EvAttemptStarted, map[string]any{"attempt": n, "of": of, "kind": s.Kind(), "mode": a.rec.Mode, "mode_origin": a.rec.ModeOrigin, "network": a.rec.Network})
 
+	if b, err := spec.Marshal(); err == nil {
+		_ = os.WriteFile(filepath.Join(dir, record.SpecFile), b, 0o644)
+	}
+	if e.opts.Remote != nil && e.opts.Remote.Takes(spec.Pool) && a.opt.remotable() {
+		return a.runRemote(ctx)
+	}
 	if err := a.createWorktrees(); err != nil {
 		a.setOutcome(status.OutcomeFailed, status.ReasonWorktreeFailed, err.Error())
 		return a.finish()
@@ -162,9 +173,6 @@ func (e *Engine) runSpec(ctx context.Context, r *Run, spec *record.AttemptSpec) 
 			a.setOutcome(status.OutcomeFailed, status.ReasonSetupFailed, err.Error())
 		}
 		return a.finish()
-	}
-	if b, err := spec.Marshal(); err == nil {
-		_ = os.WriteFile(filepath.Join(dir, record.SpecFile), b, 0o644)
 	}
 	a.guardRefs()
 	release, err := a.holdResources(ctx)

@@ -36,6 +36,9 @@ type Options struct {
 	// KillGrace is how long a process has between SIGTERM and SIGKILL when
 	// it times out or its run is canceled. Default 10s.
 	KillGrace time.Duration
+	// Remote, when set, runs the attempts of the pools it takes on other
+	// machines (serve's cluster).
+	Remote Remote
 	// OnEvent is called for every event of every run, after it is written.
 	// It must not block for long.
 	OnEvent func(record.Event)

@@ -223,7 +223,7 @@ func (e *Engine) runAttempts(ctx context.Context, r *Run, i int, keep bool) step
 	var end stepEnd
 	var from map[string]string
 	var prev *record.AttemptRecord
-	first := 0
+	first, lost := 0, 0
 	for k := 1; ; k++ {
 		n := r.takeAttempt(s.ID)
 		if k == 1 {
@@ -236,11 +236,18 @@ func (e *Engine) runAttempts(ctx context.Context, r *Run, i int, keep bool) step
 		if prev != nil {
 			e.handoff(r, prev, &opt)
 		}
-		end.last = e.runAttempt(ctx, r, s, n, first+s.Attempts-1, opt)
+		end.last = e.runAttempt(ctx, r, s, n, first+s.Attempts-1+lost, opt)
 		end.attempts = k
 		r.mu.Lock()
 		r.Record.Steps[i].Attempts = k
 		r.mu.Unlock()
+		// A lost attempt (its worker vanished) is the infrastructure's
+		// failure: dispatched again without counting, up to MaxLost.
+		if end.last.Outcome == status.OutcomeLost && lost < MaxLost && ctx.Err() == nil {
+			lost++
+			k--
+			continue
+		}
 		plan := decideRetry(s, k, end.last)
 		if end.last.Outcome != status.OutcomePassed {
 			r.events.Emit(record.EvStepRetry, map[string]any{"step": s.ID, "attempt": n, "again": plan.Again, "why": plan.Why})

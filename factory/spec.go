@@ -51,9 +51,13 @@ func (e *Engine) AttemptSpec(r *Run, s *config.Step, n, of int) (*record.Attempt
 		if rr == nil {
 			return nil, fmt.Errorf("repo %s has no run branch", name)
 		}
-		base := rr.HeadSHA
+		base, from := rr.HeadSHA, rr.Branch
+		// A shape may start the attempt from another branch (a fixer's).
+		if b := r.attemptOpt(s.ID, n).from[name]; b != "" {
+			from = b
+		}
 		if repo, err := r.openRepo(name, rr.Path); err == nil {
-			if head, err := repo.Head(rr.Branch); err == nil {
+			if head, err := repo.Head(from); err == nil {
 				base = head
 			}
 		}

@@ -155,6 +155,10 @@ type AttemptRecord struct {
 	ExitCode   *int             `json:"exit_code,omitempty"`
 	Started    time.Time        `json:"started"`
 	Finished   *time.Time       `json:"finished,omitempty"`
+	// Worker names the cluster worker that ran the attempt ("" for serve
+	// itself); Token is its claim's fencing token.
+	Worker string `json:"worker,omitempty"`
+	Token  uint64 `json:"token,omitempty"`
 }
 
 // EgressTotals sums an attempt's egress summaries (one per process).

@@ -1,0 +1,207 @@
+// Package dispatch is serve's side of the cluster (docs/cluster.md): it
+// publishes ready attempts to their pool's work queue, hands secrets
+// sealed to the claiming worker, writes the worker's streamed events into
+// serve's sealed records, watches heartbeats, marks a silent worker's
+// attempts lost, fences late results, and imports returned commits
+// re-hashed.
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/kusaw/kusaw/chainlog"
+	"github.com/kusaw/kusaw/cluster"
+	"github.com/kusaw/kusaw/record"
+	"github.com/nats-io/nats.go"
+)
+
+// Options configure a Dispatcher.
+type Options struct {
+	NC       *nats.Conn
+	H        *cluster.Handles
+	Identity *cluster.Identity // serve's: seals secrets
+	Registry *cluster.Registry // enrolled workers' keys
+	// Dir is state_dir/cluster: fenced results are recorded here.
+	Dir string
+	// LostAfter: a worker silent this long has lost its attempts.
+	LostAfter time.Duration
+	// LocalWorker: serve runs pool default itself.
+	LocalWorker bool
+	// Metrics, when set, counts what happens.
+	Metrics *Metrics
+}
+
+// FencedFile records results refused because their token was stale.
+const FencedFile = "fenced.jsonl"
+
+// Dispatcher runs attempts on workers; it implements factory.Remote.
+type Dispatcher struct {
+	o Options
+
+	mu     sync.Mutex
+	seen   map[string]time.Time // worker → when serve last heard its heartbeat (serve's clock)
+	hb     map[string]cluster.Heartbeat
+	active map[string]bool // attempt keys Run is waiting on
+}
+
+// New starts watching heartbeats and late results.
+func New(ctx context.Context, o Options) (*Dispatcher, error) {
+	if o.LostAfter <= 0 {
+		o.LostAfter = 15 * time.Second
+	}
+	d := &Dispatcher{o: o, seen: map[string]time.Time{}, hb: map[string]cluster.Heartbeat{}, active: map[string]bool{}}
+	w, err := o.H.Workers.WatchAll(ctx)
+	if err != nil {
+		return nil, err
+	}
+	go d.watchHeartbeats(ctx, w.Updates())
+	sub, err := o.NC.Subscribe("kusaw.result.>", d.lateResult)
+	if err != nil {
+		return nil, err
+	}
+	go func() { <-ctx.Done(); _ = sub.Unsubscribe() }()
+	return d, nil
+}
+
+// Takes reports whether attempts of pool go to workers.
+func (d *Dispatcher) Takes(pool string) bool {
+	return !(d.o.LocalWorker && (pool == "" || pool == "default"))
+}
+
+func (d *Dispatcher) watchHeartbeats(ctx context.Context, ch <-chan jetstreamEntry) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e, ok := <-ch:
+			if !ok {
+				return
+			}
+			if e == nil {
+				continue // the watcher's "caught up" marker
+			}
+			var hb cluster.Heartbeat
+			if json.Unmarshal(e.Value(), &hb) != nil || hb.Name != e.Key() {
+				continue
+			}
+			d.mu.Lock()
+			d.seen[hb.Name], d.hb[hb.Name] = time.Now(), hb
+			d.mu.Unlock()
+			if d.o.Registry != nil {
+				d.o.Registry.Offered(hb.Name, hb.Pools)
+			}
+			if d.o.Metrics != nil {
+				d.o.Metrics.running(hb.Name, len(hb.Running))
+			}
+		}
+	}
+}
+
+// WorkerStatus is one line of kusaw workers.
+type WorkerStatus struct {
+	Name        string     `json:"name"`
+	Pools       []string   `json:"pools"`
+	Running     int        `json:"running"`
+	MaxParallel int        `json:"max_parallel"`
+	Version     string     `json:"version,omitempty"`
+	LastSeen    *time.Time `json:"last_heartbeat,omitempty"`
+	Lost        bool       `json:"lost"`
+	Enrolled    time.Time  `json:"enrolled"`
+}
+
+// Workers lists every enrolled worker with its last heartbeat.
+func (d *Dispatcher) Workers() []WorkerStatus {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []WorkerStatus
+	for _, e := range d.o.Registry.List() {
+		ws := WorkerStatus{Name: e.Name, Pools: e.Pools, Enrolled: e.Enrolled, Lost: true}
+		if hb, ok := d.hb[e.Name]; ok {
+			t := d.seen[e.Name].UTC()
+			ws.Pools, ws.Running, ws.MaxParallel, ws.Version, ws.LastSeen = hb.Pools, len(hb.Running), hb.MaxParallel, hb.Version, &t
+			ws.Lost = time.Since(t) > d.o.LostAfter
+		}
+		if ws.Pools == nil {
+			ws.Pools = []string{}
+		}
+		out = append(out, ws)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// alive reports whether worker's heartbeat is fresh and it still runs the
+// attempt it claimed at claimedAt (a worker that restarted since forgot it).
+func (d *Dispatcher) alive(worker string, claimedAt time.Time) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	seen, ok := d.seen[worker]
+	if !ok {
+		// Not heard since serve started: give it lost_after from now.
+		d.seen[worker] = time.Now()
+		return true
+	}
+	if hb := d.hb[worker]; hb.Started.After(claimedAt.Add(time.Second)) {
+		return false
+	}
+	return time.Since(seen) <= d.o.LostAfter
+}
+
+// lateResult records a result nobody waits for: a fenced worker's, or
+// one that arrives after serve gave up on the attempt.
+func (d *Dispatcher) lateResult(m *nats.Msg) {
+	var r cluster.Result
+	if json.Unmarshal(m.Data, &r) != nil {
+		return
+	}
+	d.mu.Lock()
+	waiting := d.active[cluster.Key(r.Attempt)]
+	d.mu.Unlock()
+	if waiting {
+		return
+	}
+	d.recordFenced(r, "nobody waits for this attempt any more")
+}
+
+func (d *Dispatcher) recordFenced(r cluster.Result, why string) {
+	if d.o.Metrics != nil {
+		d.o.Metrics.Fenced.Inc()
+	}
+	line, _ := json.Marshal(map[string]any{"ts": time.Now().UTC(), "attempt": r.Attempt, "worker": r.Worker, "token": r.Token, "heads": r.Heads, "why": why})
+	f, err := os.OpenFile(filepath.Join(d.o.Dir, FencedFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	_, _ = f.Write(append(line, '\n'))
+}
+
+// verifyEgress checks a worker's egress.log against the key it enrolled.
+func (d *Dispatcher) verifyEgress(path, worker string, spec *record.AttemptSpec) error {
+	e := d.o.Registry.Get(worker)
+	if e == nil {
+		return fmt.Errorf("worker %s is not enrolled", worker)
+	}
+	pub, err := cluster.PublicSigningKey(e.NKey)
+	if err != nil {
+		return err
+	}
+	res, err := chainlog.VerifyFile(path, pub, chainlog.Binding{Run: spec.Run, Step: spec.Step, Attempt: spec.Number, Kind: chainlog.KindEgress})
+	if err != nil {
+		return err
+	}
+	if res.Unsealed() != 0 {
+		return fmt.Errorf("%d unsealed lines", res.Unsealed())
+	}
+	return nil
+}
+
+// Result is re-exported for serve's API (the remote result type).
+type Result = record.RemoteResult

@@ -1,0 +1,295 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/kusaw/kusaw/cluster"
+	"github.com/kusaw/kusaw/record"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+type jetstreamEntry = jetstream.KeyValueEntry
+
+// maxArtifacts bounds what a worker may return as artifacts.
+const maxArtifacts = 1 << 30
+
+// cancelWait is how long a canceled attempt's worker has to report.
+const cancelWait = 30 * time.Second
+
+// Run dispatches one attempt and waits for it (factory.Remote).
+func (d *Dispatcher) Run(ctx context.Context, spec *record.AttemptSpec, job record.RemoteJob) record.RemoteResult {
+	key := cluster.Key(spec.ID)
+	d.mu.Lock()
+	d.active[key] = true
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		delete(d.active, key)
+		d.mu.Unlock()
+		d.o.H.DeleteObjects(context.WithoutCancel(ctx), spec.ID)
+	}()
+	tmp, err := os.MkdirTemp("", "kusaw-dispatch-")
+	if err != nil {
+		return record.RemoteResult{Message: err.Error()}
+	}
+	defer os.RemoveAll(tmp)
+
+	// Code travels as bundles of the base commits.
+	inputs := map[string]string{}
+	for _, r := range spec.Repos {
+		p := filepath.Join(tmp, "in-"+r.Name+".bundle")
+		if _, err := cluster.MakeBundle(ctx, job.Repos[r.Name], p, r.Base, nil); err != nil {
+			return record.RemoteResult{Message: fmt.Sprintf("repo %s: %v", r.Name, err)}
+		}
+		name := cluster.ObjectName(spec.ID, 0, "in-"+r.Name+".bundle")
+		n, err := d.o.H.PutFile(ctx, name, p)
+		if err != nil {
+			return record.RemoteResult{Message: fmt.Sprintf("repo %s: cannot store its bundle: %v", r.Name, err)}
+		}
+		d.o.Metrics.bundle("out", n)
+		inputs[r.Name] = name
+	}
+
+	events := make(chan *nats.Msg, 256)
+	results := make(chan *nats.Msg, 4)
+	secrets := make(chan *nats.Msg, 4)
+	var subs []*nats.Subscription
+	for subj, ch := range map[string]chan *nats.Msg{cluster.EventsSubject(key): events, cluster.ResultSubject(key): results, cluster.SecretsSubject(key): secrets} {
+		s, err := d.o.NC.ChanSubscribe(subj, ch)
+		if err != nil {
+			return record.RemoteResult{Message: err.Error()}
+		}
+		subs = append(subs, s)
+	}
+	defer func() {
+		for _, s := range subs {
+			_ = s.Unsubscribe()
+		}
+	}()
+
+	specJSON, _ := spec.Marshal()
+	published := time.Now()
+	work, _ := json.Marshal(cluster.Work{Spec: specJSON, Inputs: inputs, Published: published.UTC()})
+	if _, err := d.o.H.JS.Publish(ctx, cluster.WorkSubject(spec.Pool), work); err != nil {
+		return record.RemoteResult{Message: "cannot publish the attempt: " + err.Error()}
+	}
+	d.o.Metrics.queued(spec.Pool, 1)
+	claimed := false
+	defer func() {
+		if !claimed {
+			d.o.Metrics.queued(spec.Pool, -1)
+		}
+	}()
+	job.Emit("cluster.dispatched", map[string]any{"pool": spec.Pool})
+
+	var holder cluster.Claim
+	var token uint64
+	claimedNow := func() {
+		if !claimed {
+			claimed = true
+			d.o.Metrics.queued(spec.Pool, -1)
+		}
+		job.Emit("cluster.claimed", map[string]any{"worker": holder.Worker, "token": token})
+	}
+	startedSeen := false
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	var giveUp <-chan time.Time
+	done := ctx.Done()
+	for {
+		select {
+		case <-done:
+			// Tell the worker, then give it a while to report.
+			done = nil
+			giveUp = time.After(cancelWait)
+			_ = d.o.NC.Publish(cluster.CancelSubject(key), nil)
+		case <-giveUp:
+			_ = d.o.H.Revoke(context.WithoutCancel(ctx), spec.ID)
+			return record.RemoteResult{Worker: holder.Worker, Token: token, Message: "canceled; the worker did not report"}
+		case m := <-secrets:
+			d.answerSecrets(ctx, m, spec, job)
+		case m := <-events:
+			var ev cluster.Event
+			if json.Unmarshal(m.Data, &ev) != nil || ev.Attempt != spec.ID {
+				continue
+			}
+			if d.o.H.Fenced(context.WithoutCancel(ctx), spec.ID, ev.Worker, ev.Token) {
+				continue // a stale holder's event: never written
+			}
+			if token == 0 {
+				holder, token = cluster.Claim{Worker: ev.Worker, Attempt: spec.ID, At: time.Now()}, ev.Token
+				claimedNow()
+			}
+			switch ev.Type {
+			case record.EvAttemptStarted, record.EvAttemptFinished, record.EvCommitted, record.EvBranchAdvanced:
+				continue // serve writes its own, about its own branches
+			}
+			if ev.Type == record.EvProcessStarted && !startedSeen {
+				startedSeen = true
+				d.o.Metrics.latency(time.Since(published))
+			}
+			data := ev.Data
+			if data == nil {
+				data = map[string]any{}
+			}
+			data["worker"] = ev.Worker
+			job.Emit(ev.Type, data)
+		case m := <-results:
+			var r cluster.Result
+			if json.Unmarshal(m.Data, &r) != nil || r.Attempt != spec.ID {
+				continue
+			}
+			if d.o.H.Fenced(context.WithoutCancel(ctx), spec.ID, r.Worker, r.Token) {
+				d.recordFenced(r, "stale fencing token")
+				job.Emit("cluster.fenced", map[string]any{"worker": r.Worker, "token": r.Token})
+				continue
+			}
+			if token != r.Token {
+				holder, token = cluster.Claim{Worker: r.Worker, Attempt: spec.ID, At: time.Now()}, r.Token
+				claimedNow()
+			}
+			res := d.accept(context.WithoutCancel(ctx), spec, job, r, tmp)
+			_ = d.o.H.Revoke(context.WithoutCancel(ctx), spec.ID)
+			return res
+		case <-tick.C:
+			c, tok, err := d.o.H.Holder(ctx, spec.ID)
+			if err != nil || tok == 0 {
+				continue
+			}
+			if tok != token {
+				holder, token = c, tok
+				claimedNow()
+			}
+			if !d.alive(holder.Worker, holder.At) {
+				_ = d.o.H.Revoke(context.WithoutCancel(ctx), spec.ID)
+				d.o.Metrics.lost()
+				msg := fmt.Sprintf("worker %s stopped answering for more than %s", holder.Worker, d.o.LostAfter)
+				job.Emit("cluster.lost", map[string]any{"worker": holder.Worker, "token": token})
+				return record.RemoteResult{Lost: true, Worker: holder.Worker, Token: token, Message: msg}
+			}
+		}
+	}
+}
+
+// answerSecrets seals the attempt's secrets to the current holder's curve
+// key; anyone else gets nothing.
+func (d *Dispatcher) answerSecrets(ctx context.Context, m *nats.Msg, spec *record.AttemptSpec, job record.RemoteJob) {
+	reply := func(r cluster.SecretsReply) {
+		b, _ := json.Marshal(r)
+		_ = m.Respond(b)
+	}
+	var req cluster.SecretsRequest
+	if json.Unmarshal(m.Data, &req) != nil || req.Attempt != spec.ID || d.o.H.Fenced(ctx, spec.ID, req.Worker, req.Token) {
+		reply(cluster.SecretsReply{Error: "not the attempt's holder"})
+		return
+	}
+	w := d.o.Registry.Get(req.Worker)
+	if w == nil {
+		reply(cluster.SecretsReply{Error: "not enrolled"})
+		return
+	}
+	vals := map[string]string{}
+	for _, k := range spec.Secrets {
+		if v, err := job.Secret(k); err == nil {
+			vals[k] = v
+		}
+	}
+	b, _ := json.Marshal(vals)
+	sealed, err := d.o.Identity.Seal(b, w.XKey)
+	clear(b)
+	if err != nil {
+		reply(cluster.SecretsReply{Error: err.Error()})
+		return
+	}
+	reply(cluster.SecretsReply{Sealed: sealed})
+}
+
+// accept imports a current holder's result: bundles re-hashed into serve's
+// repositories (their tips must be the heads the worker names), logs and
+// artifacts into the attempt's folder, the egress log checked against the
+// worker's enrolled key.
+func (d *Dispatcher) accept(ctx context.Context, spec *record.AttemptSpec, job record.RemoteJob, r cluster.Result, tmp string) record.RemoteResult {
+	out := record.RemoteResult{Worker: r.Worker, Token: r.Token, Heads: map[string]string{}}
+	if r.Error != "" {
+		out.Message = "worker " + r.Worker + ": " + r.Error
+		return out
+	}
+	var rec record.AttemptRecord
+	if err := json.Unmarshal(r.Record, &rec); err != nil {
+		out.Message = "worker " + r.Worker + " sent a bad attempt record"
+		return out
+	}
+	for _, sr := range spec.Repos {
+		head := r.Heads[sr.Name]
+		obj := r.Bundles[sr.Name]
+		if head == "" || head == sr.Base || obj == "" {
+			if head == sr.Base {
+				out.Heads[sr.Name] = head
+			}
+			continue
+		}
+		if !strings.HasPrefix(obj, cluster.Key(spec.ID)+"/") {
+			out.Message = "worker " + r.Worker + " named an object of another attempt"
+			return out
+		}
+		p := filepath.Join(tmp, "out-"+sr.Name+".bundle")
+		n, err := d.o.H.GetFile(ctx, obj, p)
+		if err == nil {
+			d.o.Metrics.bundle("in", n)
+			var tip string
+			tip, err = cluster.ImportBundle(ctx, job.Repos[sr.Name], p)
+			if err == nil && tip != head {
+				err = fmt.Errorf("the bundle carries %s, not %s", tip, head)
+			}
+		}
+		if err != nil {
+			job.Emit(record.EvCommitted, map[string]any{"repo": sr.Name, "error": err.Error(), "worker": r.Worker})
+			out.Message = fmt.Sprintf("repo %s: the worker's commits were refused: %v", sr.Name, err)
+			return out
+		}
+		out.Heads[sr.Name] = head
+	}
+	for name, obj := range r.Files {
+		if !strings.HasPrefix(obj, cluster.Key(spec.ID)+"/") {
+			continue
+		}
+		if name == cluster.ArtifactsTar {
+			p := filepath.Join(tmp, name)
+			if _, err := d.o.H.GetFile(ctx, obj, p); err == nil {
+				f, err := os.Open(p)
+				if err == nil {
+					err = cluster.Untar(f, filepath.Join(job.Dir, record.ArtifactsDir), maxArtifacts)
+					f.Close()
+				}
+				if err != nil {
+					job.Emit("cluster.artifacts_refused", map[string]any{"worker": r.Worker, "error": err.Error()})
+				}
+			}
+			continue
+		}
+		if !record.ValidLogPath(record.StepsDir+"/s/1/"+name) && name != cluster.WorkerEvents {
+			continue // only the attempt's own log names
+		}
+		dst := filepath.Join(job.Dir, name)
+		if _, err := d.o.H.GetFile(ctx, obj, dst); err != nil {
+			continue
+		}
+		_ = os.Chmod(dst, 0o644)
+		if name == record.EgressLogFile {
+			data := map[string]any{"worker": r.Worker, "verified": true}
+			if err := d.verifyEgress(dst, r.Worker, spec); err != nil {
+				data["verified"], data["error"] = false, err.Error()
+			}
+			job.Emit("cluster.egress_log", data)
+		}
+	}
+	out.Record = &rec
+	return out
+}

@@ -1,0 +1,156 @@
+package cluster
+
+import (
+	"archive/tar"
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// TarDir writes the regular files and folders under dir to w (symlinks and
+// anything else are left out: an artifact is a file).
+func TarDir(dir string, w io.Writer) error {
+	tw := tar.NewWriter(w)
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if rel == "." {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if !info.Mode().IsRegular() && !info.IsDir() {
+			return nil
+		}
+		h, err := tar.FileInfoHeader(info, "")
+		if err != nil {
+			return err
+		}
+		h.Name = filepath.ToSlash(rel)
+		h.Uname, h.Gname, h.Uid, h.Gid = "", "", 0, 0
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if info.Mode().IsRegular() {
+			f, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(tw, f)
+			f.Close()
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
+}
+
+// Untar extracts r under dir: regular files and folders only, every name
+// inside dir (no "..", no absolute path), at most limit bytes in all. A
+// worker's artifacts are data from another machine.
+func Untar(r io.Reader, dir string, limit int64) error {
+	tr := tar.NewReader(r)
+	var total int64
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		name := filepath.FromSlash(h.Name)
+		if filepath.IsAbs(name) || !filepath.IsLocal(name) {
+			return fmt.Errorf("artifacts: %q is outside the artifacts folder", h.Name)
+		}
+		p := filepath.Join(dir, name)
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := os.MkdirAll(p, 0o755); err != nil {
+				return err
+			}
+		case tar.TypeReg:
+			if total += h.Size; total > limit {
+				return fmt.Errorf("artifacts: more than %d bytes", limit)
+			}
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				return err
+			}
+			// O_EXCL with no symlink on the way: a name cannot be made to
+			// write elsewhere.
+			if fi, err := os.Lstat(filepath.Dir(p)); err != nil || fi.Mode()&os.ModeSymlink != 0 {
+				return fmt.Errorf("artifacts: %q: parent is not a folder", h.Name)
+			}
+			f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+			if err != nil {
+				return fmt.Errorf("artifacts: %v", err)
+			}
+			_, err = io.CopyN(f, tr, h.Size)
+			f.Close()
+			if err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("artifacts: %q is not a file or folder", h.Name)
+		}
+	}
+}
+
+// PutFile stores a local file as an object.
+func (h *Handles) PutFile(ctx context.Context, name, path string) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	info, err := h.Objects.Put(ctx, jetstream.ObjectMeta{Name: name}, f)
+	if err != nil {
+		return 0, err
+	}
+	return int64(info.Size), nil
+}
+
+// GetFile writes an object to a local file (mode 0600).
+func (h *Handles) GetFile(ctx context.Context, name, path string) (int64, error) {
+	res, err := h.Objects.Get(ctx, name)
+	if err != nil {
+		return 0, fmt.Errorf("object %s: %v", name, err)
+	}
+	defer res.Close()
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	n, err := io.Copy(f, res)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return n, err
+}
+
+// DeleteObjects removes an attempt's objects.
+func (h *Handles) DeleteObjects(ctx context.Context, attemptID string) {
+	l, err := h.Objects.List(ctx)
+	if err != nil {
+		return
+	}
+	prefix := Key(attemptID) + "/"
+	for _, o := range l {
+		if strings.HasPrefix(o.Name, prefix) {
+			_ = h.Objects.Delete(ctx, o.Name)
+		}
+	}
+}

@@ -1,0 +1,77 @@
+package cluster
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Work is the message on kusaw.work.<pool>: data only, never a path of
+// serve (docs/cluster.md).
+type Work struct {
+	Spec json.RawMessage `json:"spec"` // record.AttemptSpec
+	// Inputs name, per repo, the object holding a bundle of the base.
+	Inputs    map[string]string `json:"inputs"`
+	Published time.Time         `json:"published"`
+}
+
+// Event is one event of a remote attempt, streamed live to serve, which
+// writes it into the attempt's sealed events.jsonl.
+type Event struct {
+	Attempt string         `json:"attempt"`
+	Worker  string         `json:"worker"`
+	Token   uint64         `json:"token"`
+	TS      time.Time      `json:"ts"`
+	Type    string         `json:"type"`
+	Data    map[string]any `json:"data,omitempty"`
+}
+
+// Result is a worker's report of a finished attempt.
+type Result struct {
+	Attempt string          `json:"attempt"`
+	Worker  string          `json:"worker"`
+	Token   uint64          `json:"token"`
+	Record  json.RawMessage `json:"record,omitempty"` // record.AttemptRecord, the worker's
+	Error   string          `json:"error,omitempty"`  // the worker could not run it
+	// Heads are the commits the attempt ended at; Bundles the objects
+	// carrying them (against the base); Files the logs and the artifacts
+	// (a tar), by name.
+	Heads   map[string]string `json:"heads,omitempty"`
+	Bundles map[string]string `json:"bundles,omitempty"`
+	Files   map[string]string `json:"files,omitempty"`
+}
+
+// Heartbeat is a worker's entry in the workers bucket, put every second.
+type Heartbeat struct {
+	Name        string    `json:"name"`
+	Pools       []string  `json:"pools"`
+	MaxParallel int       `json:"max_parallel"`
+	Running     []Running `json:"running"`
+	Version     string    `json:"version,omitempty"`
+	Started     time.Time `json:"started"` // the worker process's start: a restart shows here
+	TS          time.Time `json:"ts"`
+}
+
+// Running is an attempt a worker holds, with its token.
+type Running struct {
+	Attempt string `json:"attempt"`
+	Token   uint64 `json:"token"`
+}
+
+// SecretsRequest asks serve for an attempt's secrets; SecretsReply carries
+// them sealed to the asking worker's curve key (a JSON map once opened).
+type SecretsRequest struct {
+	Attempt string `json:"attempt"`
+	Worker  string `json:"worker"`
+	Token   uint64 `json:"token"`
+}
+
+type SecretsReply struct {
+	Sealed []byte `json:"sealed,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
+// Files a result carries besides bundles.
+const (
+	ArtifactsTar = "artifacts.tar"
+	WorkerEvents = "worker-events.jsonl" // the worker's own sealed copy
+)

@@ -1,0 +1,250 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kusaw/kusaw/cluster"
+	"github.com/kusaw/kusaw/record"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// take claims one work message and runs it.
+func (w *Worker) take(ctx context.Context, msg jetstream.Msg) {
+	var work cluster.Work
+	if err := json.Unmarshal(msg.Data(), &work); err != nil {
+		_ = msg.Term()
+		return
+	}
+	spec, err := record.ParseSpec(work.Spec)
+	if err != nil {
+		w.o.Logf("refused an attempt: %v", err)
+		_ = msg.Term()
+		return
+	}
+	token, err := w.h.Claim(ctx, spec.ID, w.id.Name)
+	if err != nil {
+		// Another worker holds it (a redelivery), or the bucket failed:
+		// either way it is not ours.
+		_ = msg.Term()
+		return
+	}
+	_ = msg.Ack()
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	a := &attempt{id: spec.ID, token: token, cancel: cancel}
+	w.mu.Lock()
+	w.running[spec.ID] = a
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		delete(w.running, spec.ID)
+		w.mu.Unlock()
+		for k := range a.secrets {
+			a.secrets[k] = ""
+		}
+	}()
+	key := cluster.Key(spec.ID)
+	sub, _ := w.nc.Subscribe(cluster.CancelSubject(key), func(*nats.Msg) { cancel() })
+	if sub != nil {
+		defer sub.Unsubscribe()
+	}
+	w.o.Logf("attempt %s: claimed (token %d)", spec.ID, token)
+	res := w.run(actx, spec, &work, a)
+	res.Attempt, res.Worker, res.Token = spec.ID, w.id.Name, token
+	b, _ := json.Marshal(res)
+	pctx, pcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer pcancel()
+	if _, err := w.h.JS.Publish(pctx, cluster.ResultSubject(key), b); err != nil {
+		w.o.Logf("attempt %s: cannot report: %v", spec.ID, err)
+		return
+	}
+	w.o.Logf("attempt %s: reported (%s)", spec.ID, outcomeOf(res))
+}
+
+func outcomeOf(r cluster.Result) string {
+	if r.Error != "" {
+		return "error: " + r.Error
+	}
+	var rec record.AttemptRecord
+	_ = json.Unmarshal(r.Record, &rec)
+	return string(rec.Outcome)
+}
+
+// run fetches the attempt's secrets and code, runs it through the engine
+// and stores what it made.
+func (w *Worker) run(ctx context.Context, spec *record.AttemptSpec, work *cluster.Work, a *attempt) cluster.Result {
+	fail := func(format string, args ...any) cluster.Result {
+		return cluster.Result{Error: fmt.Sprintf(format, args...)}
+	}
+	if len(spec.Secrets) > 0 {
+		s, err := w.fetchSecrets(ctx, spec.ID, a.token)
+		if err != nil {
+			return fail("secrets: %v", err)
+		}
+		w.mu.Lock()
+		a.secrets = s
+		w.mu.Unlock()
+	}
+	tmp, err := os.MkdirTemp("", "kusaw-worker-")
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer os.RemoveAll(tmp)
+	repos := map[string]string{}
+	for _, r := range spec.Repos {
+		path, err := w.cacheRepo(r.Name)
+		if err != nil {
+			return fail("cache repo %s: %v", r.Name, err)
+		}
+		repos[r.Name] = path
+		if cluster.HasCommit(ctx, path, r.Base) {
+			continue
+		}
+		obj, ok := work.Inputs[r.Name]
+		if !ok {
+			return fail("no bundle for repo %s", r.Name)
+		}
+		p := filepath.Join(tmp, "in-"+r.Name+".bundle")
+		if _, err := w.h.GetFile(ctx, obj, p); err != nil {
+			return fail("repo %s: %v", r.Name, err)
+		}
+		mu := w.lockRepo(r.Name)
+		tip, err := cluster.ImportBundle(ctx, path, p)
+		mu.Unlock()
+		if err == nil && tip != r.Base {
+			err = fmt.Errorf("the bundle carries %s, not the base %s", tip, r.Base)
+		}
+		if err != nil {
+			return fail("repo %s: %v", r.Name, err)
+		}
+	}
+	rec, dir, err := w.eng.RunForeign(ctx, spec, repos)
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer os.RemoveAll(filepath.Dir(filepath.Dir(dir))) // the run's folder on this worker
+	res := cluster.Result{Heads: map[string]string{}, Bundles: map[string]string{}, Files: map[string]string{}}
+	res.Record, _ = json.Marshal(rec)
+	for _, wt := range rec.Worktrees {
+		if wt.HeadSHA == "" {
+			continue
+		}
+		res.Heads[wt.Repo] = wt.HeadSHA
+		if wt.HeadSHA == wt.BaseSHA {
+			continue
+		}
+		p := filepath.Join(tmp, "out-"+wt.Repo+".bundle")
+		if _, err := cluster.MakeBundle(ctx, repos[wt.Repo], p, wt.HeadSHA, []string{wt.BaseSHA}); err != nil {
+			return fail("repo %s: %v", wt.Repo, err)
+		}
+		name := cluster.ObjectName(spec.ID, a.token, "out-"+wt.Repo+".bundle")
+		if _, err := w.h.PutFile(context.WithoutCancel(ctx), name, p); err != nil {
+			return fail("repo %s: cannot store the bundle: %v", wt.Repo, err)
+		}
+		res.Bundles[wt.Repo] = name
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		n := e.Name()
+		if !e.Type().IsRegular() || !(strings.HasSuffix(n, ".log") || n == record.EventsFile) {
+			continue
+		}
+		obj := n
+		if n == record.EventsFile {
+			obj = cluster.WorkerEvents
+		}
+		name := cluster.ObjectName(spec.ID, a.token, obj)
+		if _, err := w.h.PutFile(context.WithoutCancel(ctx), name, filepath.Join(dir, n)); err == nil {
+			res.Files[obj] = name
+		}
+	}
+	if arts := filepath.Join(dir, record.ArtifactsDir); hasFiles(arts) {
+		p := filepath.Join(tmp, cluster.ArtifactsTar)
+		f, err := os.Create(p)
+		if err == nil {
+			err = cluster.TarDir(arts, f)
+			f.Close()
+		}
+		if err == nil {
+			name := cluster.ObjectName(spec.ID, a.token, cluster.ArtifactsTar)
+			if _, err := w.h.PutFile(context.WithoutCancel(ctx), name, p); err == nil {
+				res.Files[cluster.ArtifactsTar] = name
+			}
+		}
+	}
+	return res
+}
+
+func hasFiles(dir string) bool {
+	e, err := os.ReadDir(dir)
+	return err == nil && len(e) > 0
+}
+
+// fetchSecrets asks serve for the attempt's secrets, sealed to this
+// worker's curve key; they are opened here, in memory only.
+func (w *Worker) fetchSecrets(ctx context.Context, id string, token uint64) (map[string]string, error) {
+	b, _ := json.Marshal(cluster.SecretsRequest{Attempt: id, Worker: w.id.Name, Token: token})
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	m, err := w.nc.RequestWithContext(rctx, cluster.SecretsSubject(cluster.Key(id)), b)
+	if err != nil {
+		return nil, err
+	}
+	var rep cluster.SecretsReply
+	if err := json.Unmarshal(m.Data, &rep); err != nil {
+		return nil, err
+	}
+	if rep.Error != "" {
+		return nil, errors.New(rep.Error)
+	}
+	plain, err := w.id.Open(rep.Sealed, w.id.ServeXKey)
+	if err != nil {
+		return nil, fmt.Errorf("cannot open what serve sealed: %v", err)
+	}
+	defer clear(plain)
+	out := map[string]string{}
+	return out, json.Unmarshal(plain, &out)
+}
+
+// cacheRepo is the worker's repository for a factory repo, made on first
+// use; it holds every commit serve sent, so later bundles can be smaller.
+func (w *Worker) cacheRepo(name string) (string, error) {
+	if !cluster.ValidName(name) {
+		return "", fmt.Errorf("repo name %q", name)
+	}
+	mu := w.lockRepo(name)
+	defer mu.Unlock()
+	p := filepath.Join(w.o.StateDir, cacheDir, name)
+	if _, err := os.Stat(filepath.Join(p, ".git")); err == nil {
+		return p, nil
+	}
+	if err := os.MkdirAll(p, 0o755); err != nil {
+		return "", err
+	}
+	if out, err := exec.Command("git", "init", "-q", p).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("git init: %v %s", err, out)
+	}
+	return p, nil
+}
+
+func (w *Worker) lockRepo(name string) *sync.Mutex {
+	w.mu.Lock()
+	mu := w.repoMu[name]
+	if mu == nil {
+		mu = &sync.Mutex{}
+		w.repoMu[name] = mu
+	}
+	w.mu.Unlock()
+	mu.Lock()
+	return mu
+}

@@ -1,0 +1,260 @@
+// Package worker is `kusaw worker` (docs/cluster.md): it claims attempts of
+// its pools when it has a free slot, runs them through the engine of one
+// machine with its own sandbox and proxy, streams their events to serve and
+// returns their commits as a bundle, with their logs and artifacts,
+// through the object store.
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kusaw/kusaw/cluster"
+	"github.com/kusaw/kusaw/config"
+	"github.com/kusaw/kusaw/factory"
+	"github.com/kusaw/kusaw/record"
+	"github.com/kusaw/kusaw/secretstore"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Options configure a worker.
+type Options struct {
+	// StateDir holds the identity, the cache repositories and the
+	// attempts' folders.
+	StateDir    string
+	Pools       []string
+	MaxParallel int
+	Version     string
+	// Kusaw is the binary built-in steps and the egress bridge run as.
+	Kusaw string
+	// Logf reports what the worker does (stderr in kusaw worker).
+	Logf func(format string, args ...any)
+}
+
+// Folders of a worker's state.
+const (
+	cacheDir  = "cache" // cache/<repo>: one repository per factory repo
+	engineDir = "state" // the engine's state folder (runs/...)
+)
+
+// Worker runs attempts for one serve.
+type Worker struct {
+	o       Options
+	id      *cluster.Identity
+	nc      *nats.Conn
+	h       *cluster.Handles
+	eng     *factory.Engine
+	started time.Time
+
+	mu      sync.Mutex
+	running map[string]*attempt // by attempt id
+	repoMu  map[string]*sync.Mutex
+}
+
+type attempt struct {
+	id      string
+	token   uint64
+	secrets map[string]string
+	cancel  context.CancelFunc
+}
+
+// Join enrolls a new worker with a token and saves its identity in
+// stateDir; a worker that has joined already keeps its identity.
+func Join(ctx context.Context, stateDir, token, name, version string) (*cluster.Identity, error) {
+	if id, err := cluster.LoadIdentity(stateDir); err == nil && id.Server != "" {
+		return id, nil
+	}
+	tok, err := cluster.ParseToken(token)
+	if err != nil {
+		return nil, err
+	}
+	if !cluster.ValidName(name) {
+		return nil, fmt.Errorf("worker name %q: use letters, digits, - and _ (at most 64); set it with --name", name)
+	}
+	id, err := cluster.NewIdentity(name)
+	if err != nil {
+		return nil, err
+	}
+	if err := cluster.Enroll(ctx, tok, id, version); err != nil {
+		return nil, err
+	}
+	return id, id.Save(stateDir)
+}
+
+// New opens an enrolled worker: its identity, the connection (which
+// reconnects by itself), and its engine.
+func New(ctx context.Context, o Options) (*Worker, error) {
+	id, err := cluster.LoadIdentity(o.StateDir)
+	if errors.Is(err, os.ErrNotExist) || err == nil && id.Server == "" {
+		return nil, fmt.Errorf("this worker has not joined a serve (no enrollment in %s): run kusaw worker --join TOKEN with a token from kusaw cluster token", o.StateDir)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if o.MaxParallel <= 0 {
+		o.MaxParallel = 1
+	}
+	if len(o.Pools) == 0 {
+		o.Pools = []string{config.DefaultPool}
+	}
+	for _, p := range o.Pools {
+		if !cluster.ValidName(p) {
+			return nil, fmt.Errorf("pool %q: use letters, digits, - and _ (at most 64)", p)
+		}
+	}
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	w := &Worker{o: o, id: id, started: time.Now().UTC(), running: map[string]*attempt{}, repoMu: map[string]*sync.Mutex{}}
+	w.cleanLeftovers()
+	f := &config.Factory{Version: 1, StateDir: filepath.Join(o.StateDir, engineDir), Repos: map[string]*config.Repo{},
+		Steps: map[string]*config.Step{}, Pipelines: map[string]*config.Pipeline{}}
+	w.eng, err = factory.New(f, factory.Options{Kusaw: o.Kusaw, Key: id.SigningKey(), Secrets: w, OnEvent: w.forward})
+	if w.eng == nil {
+		return nil, err
+	}
+	w.nc, err = cluster.Dial(id, "kusaw worker "+id.Name,
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { o.Logf("disconnected from serve: %v", err) }),
+		nats.ReconnectHandler(func(*nats.Conn) { o.Logf("reconnected to serve") }))
+	if err != nil {
+		return nil, err
+	}
+	if w.h, err = cluster.Open(ctx, w.nc); err != nil {
+		w.nc.Close()
+		return nil, err
+	}
+	return w, nil
+}
+
+// Name is the worker's enrolled name.
+func (w *Worker) Name() string { return w.id.Name }
+
+// Close ends the connection.
+func (w *Worker) Close() {
+	if w.nc != nil {
+		w.nc.Close()
+	}
+	_ = w.eng.Close()
+}
+
+// cleanLeftovers removes what a previous run of the worker left: attempt
+// folders and the cache's attempt worktrees and branches. Attempts it held
+// are serve's to dispatch again.
+func (w *Worker) cleanLeftovers() {
+	_ = os.RemoveAll(filepath.Join(w.o.StateDir, engineDir, record.RunsDir))
+	entries, _ := os.ReadDir(filepath.Join(w.o.StateDir, cacheDir))
+	for _, e := range entries {
+		repo := filepath.Join(w.o.StateDir, cacheDir, e.Name())
+		_ = exec.Command("git", "-C", repo, "worktree", "prune").Run()
+		out, _ := exec.Command("git", "-C", repo, "for-each-ref", "--format=%(refname)", "refs/heads/kusaw/").Output()
+		for _, ref := range strings.Fields(string(out)) {
+			_ = exec.Command("git", "-C", repo, "update-ref", "-d", ref).Run()
+		}
+	}
+}
+
+// Get resolves a secret for the engine: the worker's own secret store
+// first (kusaw config set --secret on this machine), then what serve
+// sealed to this worker for a running attempt.
+func (w *Worker) Get(key string) (string, error) {
+	if st, err := secretstore.Open(); err == nil {
+		if v, err := st.Get(key); err == nil {
+			return v, nil
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, a := range w.running {
+		if v, ok := a.secrets[key]; ok {
+			return v, nil
+		}
+	}
+	return "", fmt.Errorf("secret %s: not on this worker and not given by serve", key)
+}
+
+// forward streams an engine event of a running attempt to serve.
+func (w *Worker) forward(ev record.Event) {
+	if ev.Step == "" {
+		return
+	}
+	id := record.AttemptID(ev.Run, ev.Step, ev.Attempt)
+	w.mu.Lock()
+	a := w.running[id]
+	w.mu.Unlock()
+	if a == nil {
+		return
+	}
+	b, _ := json.Marshal(cluster.Event{Attempt: id, Worker: w.id.Name, Token: a.token, TS: ev.TS, Type: ev.Type, Data: ev.Data})
+	_ = w.nc.Publish(cluster.EventsSubject(cluster.Key(id)), b)
+}
+
+// Run takes attempts until ctx ends.
+func (w *Worker) Run(ctx context.Context) error {
+	go w.heartbeat(ctx)
+	slots := make(chan struct{}, w.o.MaxParallel)
+	var wg sync.WaitGroup
+	for _, pool := range w.o.Pools {
+		cons, err := w.h.JS.CreateOrUpdateConsumer(ctx, cluster.WorkStream, jetstream.ConsumerConfig{Durable: "pool-" + pool,
+			FilterSubject: cluster.WorkSubject(pool), AckPolicy: jetstream.AckExplicitPolicy, AckWait: 10 * time.Second})
+		if err != nil {
+			return fmt.Errorf("pool %s: %v", pool, err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				select {
+				case slots <- struct{}{}:
+				case <-ctx.Done():
+					return
+				}
+				msg, err := cons.Next(jetstream.FetchMaxWait(time.Second))
+				if err != nil {
+					<-slots
+					continue
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer func() { <-slots }()
+					w.take(ctx, msg)
+				}()
+			}
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+func (w *Worker) heartbeat(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		w.mu.Lock()
+		hb := cluster.Heartbeat{Name: w.id.Name, Pools: w.o.Pools, MaxParallel: w.o.MaxParallel, Version: w.o.Version, Started: w.started, TS: time.Now().UTC(), Running: []cluster.Running{}}
+		for _, a := range w.running {
+			hb.Running = append(hb.Running, cluster.Running{Attempt: a.id, Token: a.token})
+		}
+		w.mu.Unlock()
+		sort.Slice(hb.Running, func(i, j int) bool { return hb.Running[i].Attempt < hb.Running[j].Attempt })
+		b, _ := json.Marshal(hb)
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, _ = w.h.Workers.Put(pctx, w.id.Name, b)
+		cancel()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

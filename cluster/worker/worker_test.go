@@ -1,0 +1,172 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kusaw/kusaw/chainlog"
+	"github.com/kusaw/kusaw/cluster"
+	"github.com/kusaw/kusaw/cluster/dispatch"
+	"github.com/kusaw/kusaw/factory"
+	"github.com/kusaw/kusaw/internal/testkit"
+	"github.com/kusaw/kusaw/record"
+	"github.com/kusaw/kusaw/status"
+)
+
+type secrets map[string]string
+
+func (s secrets) Get(k string) (string, error) {
+	if v, ok := s[k]; ok {
+		return v, nil
+	}
+	return "", os.ErrNotExist
+}
+
+type rig struct {
+	srv *cluster.Server
+	d   *dispatch.Dispatcher
+	e   *factory.Engine
+	ctx context.Context
+}
+
+// startServe starts serve's side: the embedded server, a dispatcher and
+// an engine that sends every pool to workers.
+func startServe(t *testing.T, yaml string, lostAfter time.Duration) *rig {
+	t.Helper()
+	f := testkit.Factory(t, yaml, "app")
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	srv, err := cluster.StartServer(cluster.ServerOptions{Dir: filepath.Join(f.StateDir, "cluster"), Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.ConnectInProcess("serve")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	if err := srv.ServeEnrollments(ctx, nc); err != nil {
+		t.Fatal(err)
+	}
+	h, err := cluster.Setup(ctx, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := dispatch.New(ctx, dispatch.Options{NC: nc, H: h, Identity: srv.Identity, Registry: srv.Registry, Dir: srv.Dir, LostAfter: lostAfter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := factory.New(f, factory.Options{Kusaw: "/bin/false", Remote: d, Secrets: secrets{"tok": "s3cr3t-value-42"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return &rig{srv: srv, d: d, e: e, ctx: ctx}
+}
+
+func (r *rig) startWorker(t *testing.T, name string) (*Worker, context.CancelFunc) {
+	t.Helper()
+	dir := t.TempDir()
+	tok, err := r.srv.NewToken("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Join(r.ctx, dir, tok.String(), name, "test"); err != nil {
+		t.Fatal(err)
+	}
+	w, err := New(r.ctx, Options{StateDir: dir, Kusaw: "/bin/false", MaxParallel: 2, Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(r.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done; w.Close() })
+	return w, cancel
+}
+
+const twoSteps = `version: 1
+repos:
+  app: {path: ./app}
+pipelines:
+  default: [write, check]
+steps:
+  write:
+    env:
+      TOKEN: {secret: tok}
+    run: [sh, -c, 'test "$(printf %s "$TOKEN" | sha256sum | cut -c1-16)" = e5bf47ca990f9d6d && echo from-worker > made.txt && mkdir -p "$KUSAW_ARTIFACTS" && echo report > "$KUSAW_ARTIFACTS/r.txt" && echo "out $TOKEN"']
+  check:
+    run: [sh, -c, 'grep -q from-worker made.txt && echo second >> made.txt']
+`
+
+// A run's attempts run on a worker that holds none of serve's paths: the
+// secret reaches it sealed, its commits come back as bundles and land on
+// the run branch, its logs and artifacts come back, serve writes
+// attempt.json with the worker's name and sealed events that verify.
+func TestRunOnWorker(t *testing.T) {
+	r := startServe(t, twoSteps, 5*time.Second)
+	r.startWorker(t, "w1")
+	ctx, cancel := context.WithTimeout(r.ctx, 60*time.Second)
+	defer cancel()
+	run, err := r.e.Run(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	atts, _ := r.e.State.Attempts(run.Record)
+	if run.Record.State != status.RunSucceeded {
+		for _, a := range atts {
+			t.Logf("attempt %s/%d: %s %s %s", a.Step, a.Number, a.Outcome, a.Reason, a.Message)
+		}
+		t.Fatalf("run %s: %s", run.Record.State, run.Record.Message)
+	}
+	for _, a := range atts {
+		if a.Worker != "w1" || a.Token == 0 {
+			t.Errorf("attempt %s/%d: worker %q token %d", a.Step, a.Number, a.Worker, a.Token)
+		}
+	}
+	repo := run.Record.Repos[0]
+	got := testkit.GitRun(t, repo.Path, "show", repo.Branch+":made.txt")
+	if got != "from-worker\nsecond" {
+		t.Fatalf("run branch made.txt %q", got)
+	}
+	if n := testkit.GitRun(t, repo.Path, "rev-list", "--count", repo.Base+".."+repo.Branch); n != "2" && repo.Base != "" {
+		t.Errorf("%s commits on the run branch", n)
+	}
+	dir := record.AttemptDir(run.Dir, "write", 1)
+	if b, _ := os.ReadFile(filepath.Join(dir, record.StdoutFile)); !strings.Contains(string(b), "out ") || strings.Contains(string(b), "s3cr3t") {
+		t.Errorf("stdout.log %q: the worker's output, redacted", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, record.ArtifactsDir, "r.txt")); string(b) != "report\n" {
+		t.Errorf("artifact %q", b)
+	}
+	ev, err := os.ReadFile(filepath.Join(dir, record.EventsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := chainlog.Verify(bytes.NewReader(ev), r.e.PublicKey(), chainlog.Binding{Run: run.ID(), Step: "write", Attempt: 1, Kind: chainlog.KindEvents})
+	if err != nil || res.Unsealed() != 0 {
+		t.Fatalf("events: %v (%d unsealed)", err, res.Unsealed())
+	}
+	for _, want := range []string{`"type":"process.started"`, `"type":"cluster.claimed"`, `"worker":"w1"`} {
+		if !strings.Contains(string(ev), want) {
+			t.Errorf("events lack %s:\n%s", want, ev)
+		}
+	}
+	// The secret is never in clear in serve's records or JetStream's store.
+	for _, root := range []string{run.Dir, r.srv.Dir} {
+		filepath.Walk(root, func(p string, info os.FileInfo, err error) error {
+			if err == nil && info.Mode().IsRegular() {
+				if b, _ := os.ReadFile(p); bytes.Contains(b, []byte("s3cr3t-value-42")) {
+					t.Errorf("the secret is in clear in %s", p)
+				}
+			}
+			return nil
+		})
+	}
+}

@@ -1,0 +1,143 @@
+package factory
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/kusaw/kusaw/record"
+	"github.com/kusaw/kusaw/status"
+	"github.com/kusaw/kusaw/worktree"
+)
+
+// Remote runs attempts on other machines: serve's cluster dispatcher
+// (docs/architecture.md, "The cluster"). It speaks record's plain data
+// only, so the cluster never imports the engine.
+type Remote interface {
+	// Takes reports whether attempts of the pool run remotely.
+	Takes(pool string) bool
+	// Run runs the attempt on a worker and returns how it ended; the
+	// attempt's commits are in the job's repositories by then.
+	Run(ctx context.Context, spec *record.AttemptSpec, job record.RemoteJob) record.RemoteResult
+}
+
+// MaxLost is how many times a step's attempt may be lost (and dispatched
+// again) without counting against its attempts.
+const MaxLost = 3
+
+// runRemote hands the attempt to the cluster and records what the worker
+// did: serve writes attempt.json and the sealed events, moves the attempt
+// branch to the worker's commits (imported and re-hashed by then) and,
+// when the attempt passed, the run branch.
+func (a *attemptRun) runRemote(ctx context.Context) *record.AttemptRecord {
+	spec := a.spec
+	job := record.RemoteJob{Dir: a.dir, Repos: a.e.hostRepos(), Emit: a.events.Emit,
+		Secret: func(key string) (string, error) {
+			src, err := a.e.secretSource()
+			if err != nil {
+				return "", err
+			}
+			v, err := src.Get(key)
+			if err == nil {
+				a.run.redact.Add(v)
+			}
+			return v, err
+		}}
+	res := a.e.opts.Remote.Run(ctx, spec, job)
+	a.rec.Worker, a.rec.Token = res.Worker, res.Token
+	switch {
+	case res.Lost:
+		a.setOutcome(status.OutcomeLost, status.ReasonLost, res.Message)
+		return a.finish()
+	case res.Record == nil && ctx.Err() != nil:
+		a.setOutcome(status.OutcomeCanceled, status.ReasonStepCanceled, "the run was canceled")
+		return a.finish()
+	case res.Record == nil:
+		a.setOutcome(status.OutcomeFailed, status.ReasonInternal, res.Message)
+		return a.finish()
+	}
+	wr := res.Record
+	a.rec.Processes, a.rec.Allowlist, a.rec.Egress, a.rec.ExitCode = wr.Processes, wr.Allowlist, wr.Egress, wr.ExitCode
+	a.setOutcome(wr.Outcome, wr.Reason, wr.Message)
+	a.rec.Fix = wr.Fix
+	changed := map[string]bool{}
+	for _, w := range wr.Worktrees {
+		changed[w.Repo] = w.Changed
+	}
+	repos := map[string]*worktree.Repo{}
+	for _, sr := range spec.Repos {
+		rr := a.run.repo(sr.Name)
+		w := record.WorktreeRecord{Repo: sr.Name, RepoPath: rr.Path, Branch: sr.AttemptBranch, BaseSHA: sr.Base, HeadSHA: res.Heads[sr.Name], Changed: changed[sr.Name], Removed: true}
+		repo, err := a.run.openRepo(sr.Name, rr.Path)
+		if err == nil && w.HeadSHA != "" {
+			err = repo.SetBranch(sr.AttemptBranch, "", w.HeadSHA)
+		}
+		if err != nil {
+			a.events.Emit(record.EvCommitted, map[string]any{"repo": sr.Name, "error": err.Error()})
+			if a.rec.Outcome == status.OutcomePassed {
+				a.setOutcome(status.OutcomeFailed, status.ReasonCommitFailed, err.Error())
+			}
+			w.HeadSHA = ""
+		} else if w.HeadSHA != "" {
+			a.events.Emit(record.EvCommitted, map[string]any{"repo": sr.Name, "branch": w.Branch, "sha": w.HeadSHA, "changed": w.Changed, "worker": res.Worker})
+		}
+		repos[sr.Name] = repo
+		a.rec.Worktrees = append(a.rec.Worktrees, w)
+	}
+	if a.rec.Outcome == status.OutcomePassed && !a.opt.keep {
+		for _, w := range a.rec.Worktrees {
+			rr := a.run.repo(w.Repo)
+			if w.HeadSHA == "" || w.HeadSHA == rr.HeadSHA {
+				continue
+			}
+			if err := repos[w.Repo].AdvanceBranch(rr.Branch, w.HeadSHA); err != nil {
+				a.setOutcome(status.OutcomeFailed, status.ReasonCommitFailed, err.Error())
+				break
+			}
+			rr.HeadSHA = w.HeadSHA
+			a.events.Emit(record.EvBranchAdvanced, map[string]any{"repo": w.Repo, "branch": rr.Branch, "sha": w.HeadSHA})
+		}
+	}
+	return a.finish()
+}
+
+// RunForeign runs one attempt of another machine's run from its spec: a
+// worker's attempt. It runs in this engine's state folder against repos
+// (the worker's cache repositories by name), starting at the spec's base
+// commits on a branch of its own per attempt, and returns the attempt's
+// record and folder. Events go to Options.OnEvent as for any attempt.
+func (e *Engine) RunForeign(ctx context.Context, spec *record.AttemptSpec, repos map[string]string) (*record.AttemptRecord, string, error) {
+	if err := spec.Check(); err != nil {
+		return nil, "", err
+	}
+	r := &Run{Record: &record.RunRecord{ID: spec.Run, Pipeline: "(remote)", State: status.RunRunning, Created: time.Now().UTC()},
+		Dir: e.State.RunDir(spec.Run), e: e, redact: &redactor{}, params: spec.Params, skipSetup: len(spec.Setup) == 0}
+	if err := os.MkdirAll(filepath.Join(r.Dir, record.StepsDir), 0o755); err != nil {
+		return nil, "", err
+	}
+	for _, sr := range spec.Repos {
+		path := repos[sr.Name]
+		repo, err := r.openRepo(sr.Name, path)
+		if err != nil {
+			return nil, "", err
+		}
+		// A branch per attempt: attempts of one run may run here at once
+		// from different bases.
+		branch := worktree.RunBranch(spec.Run + "." + spec.Step + "." + strconv.Itoa(spec.Number))
+		if err := repo.SetBranch(branch, "", sr.Base); err != nil {
+			return nil, "", err
+		}
+		r.Record.Repos = append(r.Record.Repos, record.RunRepo{Name: sr.Name, Path: path, BaseSHA: sr.Base, Branch: branch, HeadSHA: sr.Base})
+	}
+	rec := e.runSpecOn(ctx, r, spec, repos)
+	return rec, record.AttemptDir(r.Dir, spec.Step, spec.Number), nil
+}
+
+// remotable reports whether a shape's attempt can run on a worker: one
+// that needs a merge, a note, extra env or read-only paths, or that runs
+// beside sibling candidates, runs here (the spec does not carry those yet).
+func (o attemptOpts) remotable() bool {
+	return len(o.merge) == 0 && o.note == "" && len(o.env) == 0 && len(o.readOnly) == 0 && len(o.siblings) == 0
+}
