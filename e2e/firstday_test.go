@@ -371,3 +371,38 @@ func runKusawWith(t *testing.T, dir string, env []string, args ...string) result
 	}
 	return result{out.String(), errb.String(), exitCode(err)}
 }
+
+// TestDemo runs make demo's script against the built binary: the
+// pipeline passes, the allowlist step reaches the demo's local server and
+// is refused example.com, and the refusal line, the egress.log entries and
+// the verified logs are printed.
+func TestDemo(t *testing.T) {
+	needSandbox(t)
+	need(t, "node")
+	need(t, "curl")
+	dir := t.TempDir()
+	cmd := exec.Command("bash", filepath.Join(repoRoot(), "scripts", "demo.sh"))
+	cmd.Dir = dir
+	cmd.Env = append(testEnv(t, dir), "KUSAW="+kusawBin, "DEMO_WORK="+filepath.Join(dir, "work"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("demo: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"fetched from the allowed local server: greeter-data 1.0",
+		"example.com (not on the list): HTTP 403",
+		"example.com:80 refused: kusaw: example.com:80 is not allowed; add it to steps.fetch.sandbox.egress.allow",
+		"  example.com:80  refuse  host.not_allowed",
+		"  localhost:",
+		"checks: passed after 1 attempt(s)",
+		"+greeter-data 1.0",
+		"fetch/1/egress.log: OK",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the demo's output lacks %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("output:\n%s", out)
+	}
+}
