@@ -62,6 +62,13 @@ type Options struct {
 	// Slots bound the attempts running at once across runs (serve's
 	// max_parallel); nil: no bound.
 	Slots *Slots
+	// RunLink is a run's link in notifications (serve: its web page);
+	// nil: the run's folder as a file:// URL.
+	RunLink func(runID string) string
+	// NotifyFor is how long a notification is retried (default 10m);
+	// NotifyBackoff its first wait between tries (default 1s, doubling up
+	// to a minute).
+	NotifyFor, NotifyBackoff time.Duration
 }
 
 // DefaultKillGrace is the time between SIGTERM and SIGKILL.
@@ -80,6 +87,11 @@ type Engine struct {
 	secretsOnce sync.Once
 	secrets     SecretSource
 	secretsErr  error
+
+	notifyWG sync.WaitGroup  // deliveries in flight (notify.go)
+	closing  context.Context // ends notification retries
+	// StopNotifications gives up the retries of webhooks (serve stopping).
+	StopNotifications context.CancelFunc
 }
 
 // New opens the factory's state directory (recovering abandoned runs) and
@@ -112,6 +124,7 @@ func New(f *config.Factory, opts Options) (*Engine, error) {
 		}
 	}
 	e := &Engine{F: f, State: st, opts: opts}
+	e.closing, e.StopNotifications = context.WithCancel(context.Background())
 	if opts.Secrets != nil {
 		e.secretsOnce.Do(func() { e.secrets = opts.Secrets })
 	}
@@ -145,6 +158,7 @@ type Run struct {
 	interrupted atomic.Bool
 	numbers     map[string]int         // step → its last attempt number (takeAttempt)
 	opts        map[string]attemptOpts // attempt id → what the pipeline's shape asks of it
+	notes       *notifier              // the run's webhook deliveries (notify.go)
 }
 
 // ID is the run's id.
@@ -421,6 +435,7 @@ func (r *Run) end(st status.RunState, reason status.Reason, msg string) {
 		data["reason"], data["message"], data["fix"] = reason, rec.Message, rec.Fix
 	}
 	r.events.Emit(record.EvRunFinished, data)
+	r.e.notify(r, "run.finished", "")
 }
 
 // finish releases the run: closes (seals) its events, drops the active
@@ -429,6 +444,7 @@ func (r *Run) finish() {
 	if !r.Record.State.Final() {
 		r.end(status.RunFailed, status.ReasonInternal, "the run ended without a result")
 	}
+	r.closeNotes(notifyTimeout + time.Second)
 	if r.events != nil {
 		if r.events.Close() == nil && r.events.sealed.Line > 0 {
 			seal := r.events.sealed

@@ -88,9 +88,16 @@ func (e *Engine) runItems(ctx context.Context, r *Run) {
 			return
 		}
 		var end itemEnd
-		if it.group > 0 {
+		gated := false
+		if s := r.steps[it.idx[0]]; it.group == 0 && s.Gate != nil {
+			end = e.waitGate(ctx, r, it.idx[0])
+			gated = !end.ok
+		}
+		switch {
+		case gated:
+		case it.group > 0:
 			end = e.runGroup(ctx, r, it)
-		} else {
+		default:
 			end = e.runSingle(ctx, r, it.idx[0])
 		}
 		switch {
@@ -174,6 +181,9 @@ func (r *Run) stepDone(i int, end stepEnd, o status.Outcome, reason status.Reaso
 	r.mu.Unlock()
 	r.save()
 	r.events.Emit(record.EvStepFinished, map[string]any{"step": sr.ID, "outcome": o, "reason": reason, "attempts": end.attempts})
+	if o != status.OutcomePassed && o != status.OutcomeCanceled && o != status.OutcomeInterrupted {
+		r.e.notify(r, "step.failed", sr.ID)
+	}
 }
 
 // takeAttempt numbers the next attempt of a step: numbers go on across a

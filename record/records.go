@@ -47,6 +47,9 @@ type StepResult struct {
 	// attempt number kept (0: none passed).
 	Candidates int `json:"candidates,omitempty"`
 	Chosen     int `json:"chosen,omitempty"`
+	// Gate is the decision on the step's gate; an approval stays through a
+	// resume, so a restarted run does not ask again.
+	Gate *GateDecision `json:"gate,omitempty"`
 }
 
 // HeadMove is one planned move of a run branch to merged or chosen work.
@@ -81,6 +84,8 @@ type RunRecord struct {
 	// Pending are branch moves decided but maybe not yet made (a crash
 	// between the two); empty once made.
 	Pending []HeadMove `json:"pending_moves,omitempty"`
+	// Gate is the gate the run waits at (state waiting).
+	Gate *GateWait `json:"gate,omitempty"`
 	// Refusals counts egress refusals over the run, for the end of kusaw run.
 	EgressBlocked int `json:"egress_blocked,omitempty"`
 	// EgressRefused names the first 20 refused hosts, one line each
