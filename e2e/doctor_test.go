@@ -97,7 +97,7 @@ steps:
 		t.Error("W1 does not list node")
 	}
 	for _, s := range rep.Steps {
-		if len(s.Probes) != 5 {
+		if len(s.Probes) != 6 {
 			t.Fatalf("step %s probes: %+v", s.ID, s.Probes)
 		}
 		for _, p := range s.Probes {

@@ -522,7 +522,13 @@ echo pushed`, noProxyOff, ca, repo))
 		need(t, "node")
 		major, ver := nodeMajor(t)
 		conns := fx.tlsUp.conns.Load()
-		r := execIn(t, dir, "node", fmt.Sprintf(`cd %s && %sNODE_EXTRA_CA_CERTS=%s node fetch.mjs https://localhost:%s/node`, fx.tools, noProxyOff, ca, fx.tlsUp.port))
+		// A named host (not a local service, which the bridge would
+		// forward): a client that ignores the proxy has no way to it.
+		nd := fx.factory(t, "    allow_ranges: [127.0.0.0/8]", `  node:
+    run: [node, fetch.mjs]
+`)
+		fx.dns.set("svc.test", "127.0.0.1")
+		r := execIn(t, nd, "node", fmt.Sprintf(`cd %s && %sNODE_EXTRA_CA_CERTS=%s node fetch.mjs https://svc.test:%s/node`, fx.tools, noProxyOff, ca, fx.tlsUp.port))
 		if major >= 24 {
 			if r.code != 0 || !strings.Contains(r.stdout, "hello over tls /node") || !fx.tlsUp.saw("/node") {
 				t.Errorf("node %s honours NODE_USE_ENV_PROXY, the fetch must work: %d\n%s%s", ver, r.code, r.stdout, r.stderr)
@@ -531,7 +537,7 @@ echo pushed`, noProxyOff, ca, repo))
 			if r.code == 0 || !strings.Contains(r.stdout, "fetch failed") || fx.tlsUp.saw("/node") || fx.tlsUp.conns.Load() != conns {
 				t.Errorf("node %s's fetch ignores the proxy and must fail closed: %d\n%s%s", ver, r.code, r.stdout, r.stderr)
 			}
-			if r.logged(t, "allow", "localhost", atoi(fx.tlsUp.port), "") {
+			if r.logged(t, "allow", "svc.test", atoi(fx.tlsUp.port), "") {
 				t.Error("node's request went through the proxy?")
 			}
 		}
@@ -540,7 +546,7 @@ echo pushed`, noProxyOff, ca, repo))
 		if !strings.Contains(v.stdout, `"W1"`) || !strings.Contains(v.stdout, "step node runs node") {
 			t.Errorf("validate does not name node as W1:\n%s", v.stdout)
 		}
-		r.verify(t, dir)
+		r.verify(t, nd)
 	})
 
 	t.Run("direct", func(t *testing.T) {

@@ -22,6 +22,12 @@ func TestPipelineEgressAllowlist(t *testing.T) {
 	defer srv.Close()
 	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
 	url := "http://localhost:" + port + "/ok"
+	// A second host port no entry lists: the direct connection there
+	// must fail, while the listed port is a local service the bridge
+	// forwards.
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "unlisted") }))
+	defer other.Close()
+	_, otherPort, _ := net.SplitHostPort(other.Listener.Addr().String())
 	dir := factoryDir(t, `version: 1
 repos:
   app: {path: ./app}
@@ -39,7 +45,8 @@ steps:
       - |
         curl -sf --noproxy '' -x "$HTTP_PROXY" `+url+` > got.txt || exit 11
         curl -s --noproxy '' -x "$HTTP_PROXY" -o /dev/null -w '%{http_code}' http://evil.example/ > code.txt
-        if curl -sf -m 3 --noproxy '*' `+url+` >/dev/null 2>&1; then echo direct > direct.txt; else echo blocked > direct.txt; fi
+        if curl -sf -m 3 --noproxy '*' http://127.0.0.1:`+otherPort+`/ >/dev/null 2>&1; then echo direct > direct.txt; else echo blocked > direct.txt; fi
+        curl -sf -m 3 --noproxy '*' `+url+` > local.txt || echo unreached > local.txt
 `, "app")
 	res := runKusaw(t, dir, "run")
 	if res.code != 0 {
@@ -55,6 +62,9 @@ steps:
 	}
 	if got := git(t, app, "show", "kusaw/"+id+":direct.txt"); got != "blocked" {
 		t.Errorf("a direct connection bypassing the proxy: %q", got)
+	}
+	if got := git(t, app, "show", "kusaw/"+id+":local.txt"); got != "hello through the proxy" {
+		t.Errorf("the listed local-service port straight from the sandbox: %q", got)
 	}
 	if !strings.Contains(res.stderr, "evil.example:80 refused") {
 		t.Errorf("kusaw run did not report the refusal on stderr:\n%s", res.stderr)

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/kusaw/kusaw/config"
+	"github.com/kusaw/kusaw/egress"
 	"github.com/kusaw/kusaw/providers"
 	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/sandbox"
@@ -38,7 +39,7 @@ const (
 // refused by the proxy before any lookup (.invalid never resolves anyway).
 const DoctorProbeHost = "kusaw-doctor-probe.invalid"
 
-// DoctorProbe is one of P1–P7 with its result and, when it failed, the fix.
+// DoctorProbe is one of P1–P8 with its result and, when it failed, the fix.
 type DoctorProbe struct {
 	ID     string `json:"id"`
 	Name   string `json:"name"`
@@ -92,7 +93,7 @@ type DoctorOptions struct {
 }
 
 // Doctor reports each step's (or one step's) sandbox and egress, and runs
-// probes P1–P7: P1 and P2 on the machine, P3–P7 for real inside the step's
+// probes P1–P8: P1 and P2 on the machine, P3–P8 for real inside the step's
 // sandbox, through kusaw sandbox exec's path with `kusaw __probe` as the
 // command.
 func (e *Engine) Doctor(ctx context.Context, o DoctorOptions) (*DoctorReport, error) {
@@ -210,6 +211,7 @@ var stepProbeNames = [][2]string{
 	{"P5", "an allowed host is reached through the proxy"},
 	{"P6", "a host not allowed is refused and logged"},
 	{"P7", "a direct connection that bypasses the proxy fails"},
+	{"P8", "local-service ports are reached straight from the sandbox's localhost"},
 }
 
 func notRun(why string) []DoctorProbe {
@@ -221,9 +223,11 @@ func notRun(why string) []DoctorProbe {
 }
 
 // probeServer is doctor's loopback upstream: P5 must reach it through the
-// proxy, P7 must not reach it directly.
+// proxy and P8 straight (its port is a local-service entry of the probe
+// run), while P7 must not reach its second port, which no entry lists.
 type probeServer struct {
 	ln    net.Listener
+	other net.Listener
 	srv   *http.Server
 	token string
 	mu    sync.Mutex
@@ -237,7 +241,12 @@ func startProbeServer() (*probeServer, error) {
 	}
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
-	ps := &probeServer{ln: ln, token: "kusaw-doctor-" + hex.EncodeToString(b), hits: map[string]int{}}
+	other, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("doctor cannot listen on loopback for its egress probes: %v", err)
+	}
+	ps := &probeServer{ln: ln, other: other, token: "kusaw-doctor-" + hex.EncodeToString(b), hits: map[string]int{}}
 	ps.srv = &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ps.mu.Lock()
 		ps.hits[r.URL.Path]++
@@ -245,10 +254,14 @@ func startProbeServer() (*probeServer, error) {
 		fmt.Fprint(w, ps.token)
 	})}
 	go func() { _ = ps.srv.Serve(ln) }()
+	go func() { _ = ps.srv.Serve(other) }()
 	return ps, nil
 }
 
 func (ps *probeServer) port() int { return ps.ln.Addr().(*net.TCPAddr).Port }
+
+// unlistedPort is the port P7 dials: no entry of the probe run lists it.
+func (ps *probeServer) unlistedPort() int { return ps.other.Addr().(*net.TCPAddr).Port }
 
 func (ps *probeServer) count(path string) int {
 	ps.mu.Lock()
@@ -258,7 +271,7 @@ func (ps *probeServer) count(path string) int {
 
 func (ps *probeServer) close() { _ = ps.srv.Close() }
 
-// probeObs is everything P3–P7 are judged from: what the probe saw inside
+// probeObs is everything P3–P8 are judged from: what the probe saw inside
 // and what the host saw outside.
 type probeObs struct {
 	out        ProbeOutput
@@ -271,12 +284,15 @@ type probeObs struct {
 	withData   int      // how many of them hold something on the host
 	hitsP5     int
 	hitsP7     int
+	hitsP8     int
+	local      []string // the step's own local-service ports P8 probed
+	localIdle  []int    // leased ports with nothing listening on the host
 	egressLog  string
 	logAllow   bool // egress.log has the allowed request
 	logRefuse  bool // egress.log has the refusal of DoctorProbeHost
 }
 
-// probeStep runs `kusaw __probe` in the step's sandbox and judges P3–P7.
+// probeStep runs `kusaw __probe` in the step's sandbox and judges P3–P8.
 func (e *Engine) probeStep(ctx context.Context, s *config.Step, ds *DoctorStep, srv *probeServer) {
 	port := srv.port()
 	host, err := config.ParseHostPattern("localhost:" + strconv.Itoa(port))
@@ -300,7 +316,21 @@ func (e *Engine) probeStep(ctx context.Context, s *config.Step, ds *DoctorStep, 
 		WriteInside: []string{"$KUSAW_ARTIFACTS/.kusaw-probe-in", "$TMPDIR/.kusaw-probe-in", ".kusaw-probe-in"},
 		Allowed:     fmt.Sprintf("http://localhost:%d/p5", port), Token: srv.token,
 		Denied: "http://" + DoctorProbeHost + "/p6",
-		Direct: fmt.Sprintf("127.0.0.1:%d", port),
+		Direct: fmt.Sprintf("127.0.0.1:%d", srv.unlistedPort()),
+		Local:  []string{fmt.Sprintf("localhost:%d", port)},
+	}
+	// The step's own local services: probed where the host has something
+	// listening (doctor never starts one).
+	pol, _ := e.EgressPolicy(s.ID)
+	for _, lp := range egress.LocalPorts(pol.Allow) {
+		addr := fmt.Sprintf("127.0.0.1:%d", lp)
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			c.Close()
+			spec.Local = append(spec.Local, addr)
+			obs.local = append(obs.local, addr)
+		} else {
+			obs.localIdle = append(obs.localIdle, lp)
+		}
 	}
 	// Outside targets: records, the home, the factory's folder, the state
 	// folder, the repos' own checkouts. One that exists already is left
@@ -387,7 +417,7 @@ func (e *Engine) probeStep(ctx context.Context, s *config.Step, ds *DoctorStep, 
 	if !obs.found && obs.ranErr == "" {
 		obs.ranErr = "the probe printed no result: " + clip(strings.TrimSpace(stderr.String()+" "+stdout.String()), 300)
 	}
-	obs.hitsP5, obs.hitsP7 = srv.count("/p5"), srv.count("/p7")
+	obs.hitsP5, obs.hitsP7, obs.hitsP8 = srv.count("/p5"), srv.count("/p7"), srv.count("/p8")
 	for _, l := range strings.Split(obs.egressLog, "\n") {
 		if strings.Contains(l, `"host":"localhost"`) && strings.Contains(l, `"port":`+strconv.Itoa(port)) && strings.Contains(l, `"decision":"allow"`) {
 			obs.logAllow = true
@@ -399,7 +429,7 @@ func (e *Engine) probeStep(ctx context.Context, s *config.Step, ds *DoctorStep, 
 	ds.Probes = judgeProbes(obs)
 }
 
-// judgeProbes turns what the probe and the host saw into P3–P7. Each
+// judgeProbes turns what the probe and the host saw into P3–P8. Each
 // probe passes only when both sides agree.
 func judgeProbes(o probeObs) []DoctorProbe {
 	ps := notRun("")
@@ -413,7 +443,7 @@ func judgeProbes(o probeObs) []DoctorProbe {
 		}
 		return ps
 	}
-	p3, p4, p5, p6, p7 := &ps[0], &ps[1], &ps[2], &ps[3], &ps[4]
+	p3, p4, p5, p6, p7, p8 := &ps[0], &ps[1], &ps[2], &ps[3], &ps[4], &ps[5]
 	fail := func(p *DoctorProbe, detail, fix string) { p.Status, p.Detail, p.Fix = ProbeFail, detail, fix }
 	pass := func(p *DoctorProbe, detail string) { p.Status, p.Detail = ProbePass, detail }
 
@@ -470,7 +500,25 @@ func judgeProbes(o probeObs) []DoctorProbe {
 		fail(p7, "a direct connection to the host's loopback bypassed the proxy",
 			"the step's network is not isolated: network: allowlist must run bwrap without --share-net; check sandbox.network and the step's network")
 	default:
-		pass(p7, "a direct connection to doctor's server failed: "+o.out.DirectErr)
+		pass(p7, "a direct connection to a host port no entry lists failed: "+o.out.DirectErr)
+	}
+
+	switch {
+	case len(o.out.LocalErr) > 0:
+		fail(p8, "a local-service port was not reached straight from the sandbox: "+strings.Join(o.out.LocalErr, "; "),
+			"on Linux the egress bridge forwards these ports; run kusaw sandbox exec --step ID -- true and read its egress.log, or report this")
+	case o.hitsP8 == 0:
+		fail(p8, "the connection to doctor's local-service port opened, but doctor's server saw no request",
+			"report this: the bridge accepted the connection but did not forward it")
+	default:
+		detail := "doctor's server reached on its local-service port straight from the sandbox (logged kind local)"
+		if len(o.local) > 0 {
+			detail += "; the step's local services reached: " + strings.Join(o.local, ", ")
+		}
+		if len(o.localIdle) > 0 {
+			detail += fmt.Sprintf("; not probed, nothing listens on the host: ports %s", strings.Trim(fmt.Sprint(o.localIdle), "[]"))
+		}
+		pass(p8, detail)
 	}
 	return ps
 }

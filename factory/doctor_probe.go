@@ -27,6 +27,9 @@ type ProbeSpec struct {
 	Token        string   `json:"token"`
 	Denied       string   `json:"denied"` // P6: GET through the proxy, must be refused with 403
 	Direct       string   `json:"direct"` // P7: host:port dialled without the proxy, must fail
+	// Local are local-service host:ports dialled without the proxy (P8):
+	// each must connect, through the bridge on Linux.
+	Local []string `json:"local,omitempty"`
 }
 
 // ProbeOutput is what the probe saw, reported back as one JSON line.
@@ -37,7 +40,8 @@ type ProbeOutput struct {
 	Visible      []string    `json:"visible"` // secrets whose content could be read
 	Allowed      ProbeAnswer `json:"allowed"`
 	Denied       ProbeAnswer `json:"denied"`
-	DirectErr    string      `json:"direct_err"` // empty when the direct connection worked
+	DirectErr    string      `json:"direct_err"`          // empty when the direct connection worked
+	LocalErr     []string    `json:"local_err,omitempty"` // "host:port: error" per local service not reached
 }
 
 // ProbeAnswer is one HTTP exchange through the proxy.
@@ -101,6 +105,19 @@ func RunProbe(spec ProbeSpec, w io.Writer) error {
 		} else {
 			out.DirectErr = errText(err)
 		}
+	}
+	for _, addr := range spec.Local {
+		c, err := net.DialTimeout("tcp", addr, 3*time.Second)
+		if err != nil {
+			out.LocalErr = append(out.LocalErr, addr+": "+errText(err))
+			continue
+		}
+		// Doctor's own server counts the request; another service only
+		// has to accept the connection.
+		fmt.Fprintf(c, "GET /p8 HTTP/1.0\r\nHost: %s\r\n\r\n", addr)
+		c.SetReadDeadline(time.Now().Add(3 * time.Second))
+		_, _ = io.Copy(io.Discard, io.LimitReader(c, 4096))
+		c.Close()
 	}
 	b, err := json.Marshal(out)
 	if err != nil {

@@ -19,7 +19,7 @@ import (
 // passingObs is what a healthy sandbox shows doctor.
 func passingObs() probeObs {
 	return probeObs{found: true, outside: []string{"attempt folder"}, secrets: []string{"/home/u/.ssh"}, withData: 1,
-		hitsP5: 1, logAllow: true, logRefuse: true,
+		hitsP5: 1, hitsP8: 1, logAllow: true, logRefuse: true,
 		out: ProbeOutput{Proxy: "http://127.0.0.1:9", Wrote: []string{}, InsideFailed: []string{}, Visible: []string{},
 			Allowed:   ProbeAnswer{Status: 200, Body: "kusaw-doctor-abc", Line: "kusaw-doctor-abc"},
 			Denied:    ProbeAnswer{Status: 403, Line: "kusaw: " + DoctorProbeHost + ":80 is not allowed; add it to steps.x.sandbox.egress.allow"},
@@ -60,6 +60,8 @@ func TestJudgeProbes(t *testing.T) {
 		{"refusal not logged", "P6", "no refuse line", func(o *probeObs) { o.logRefuse = false }},
 		{"direct connection worked", "P7", "bypassed the proxy", func(o *probeObs) { o.out.DirectErr = "" }},
 		{"server saw a direct request", "P7", "bypassed the proxy", func(o *probeObs) { o.hitsP7 = 1 }},
+		{"local service not reached", "P8", "was not reached straight", func(o *probeObs) { o.out.LocalErr = []string{"localhost:9: connection refused"} }},
+		{"local connection not forwarded", "P8", "saw no request", func(o *probeObs) { o.hitsP8 = 0 }},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 func init() { addCommand(newProbeCmd) }
 
 // newProbeCmd is the hidden program kusaw sandbox doctor runs inside a
-// step's sandbox: it tries what P3–P7 need and prints one result line.
+// step's sandbox: it tries what P3–P8 need and prints one result line.
 func newProbeCmd(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:    "__probe SPEC-JSON",

@@ -23,7 +23,7 @@ func newSandboxDoctorCmd(a *app) *cobra.Command {
 	var asJSON bool
 	c := &cobra.Command{
 		Use:   "doctor [--step ID] [--json]",
-		Short: "per step: effective mode, allowlist with origins, injected names, proxy socket, plan, capabilities, W1, and probes P1–P7",
+		Short: "per step: effective mode, allowlist with origins, injected names, proxy socket, plan, capabilities, W1, and probes P1–P8",
 		Long: `For each step (or the one --step names): the effective sandbox mode and
 where it comes from (per attempt process with per_repo), the network, the
 allowlist with each host's origin, the env names inject sets (never values),
@@ -36,7 +36,10 @@ and for real inside the step's sandbox (a one-attempt run recorded under
 state_dir/runs/, like kusaw sandbox exec): P3 a write outside the writable
 paths fails, P4 the home's secrets are hidden, P5 an allowed host is reached
 through the proxy, P6 a host not allowed is refused with 403 and logged in
-egress.log, P7 a direct connection that bypasses the proxy fails. The probe
+egress.log, P7 a direct connection that bypasses the proxy (to a host port
+no entry lists) fails, P8 local-service ports (doctor's own, and the step's
+where something listens on the host) are reached straight from the
+sandbox's localhost. The probe
 run always uses network: allowlist and allows doctor's own loopback server
 (origin doctor); a step whose network is open is told so.
 
