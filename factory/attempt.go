@@ -16,6 +16,7 @@ import (
 	"github.com/kusaw/kusaw/config"
 	"github.com/kusaw/kusaw/egress"
 	"github.com/kusaw/kusaw/internal/proc"
+	"github.com/kusaw/kusaw/providers"
 	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/secretstore"
 	"github.com/kusaw/kusaw/status"
@@ -59,6 +60,8 @@ type attemptRun struct {
 	// extras: what worktree set-up gave the attempt (included files,
 	// cache locks, leased ports).
 	extras attemptExtras
+	// limits watches the step's limits while the processes run.
+	limits *limitWatch
 }
 
 // save writes attempt.json atomically. Process goroutines change their
@@ -372,6 +375,11 @@ func (a *attemptRun) runProcesses(ctx context.Context, procs [][]string) {
 		actx, cancel = context.WithTimeout(ctx, a.step.Timeout)
 		defer cancel()
 	}
+	// A crossed step limit stops every process of the attempt.
+	lctx, lstop := context.WithCancelCause(actx)
+	defer lstop(nil)
+	a.limits = newLimitWatch(a.step.Limits, lstop, func(le *limitError) { a.events.Emit(record.EvLimitReached, le.data()) })
+	defer a.limits.close()
 	results := make([]procResult, len(procs))
 	a.rec.Processes = make([]record.ProcessRecord, len(procs))
 	// Prepare every process first: a refusal refuses the whole attempt
@@ -404,7 +412,7 @@ func (a *attemptRun) runProcesses(ctx context.Context, procs [][]string) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i] = a.execute(actx, i, p)
+			results[i] = a.execute(lctx, i, p)
 		}()
 	}
 	wg.Wait()
@@ -421,6 +429,14 @@ func (a *attemptRun) runProcesses(ctx context.Context, procs [][]string) {
 		switch {
 		case stopped && ctx.Err() != nil:
 			pr.Outcome, pr.Reason, pr.Message = status.OutcomeCanceled, status.ReasonStepCanceled, "the run was canceled"
+		case stopped && actx.Err() != nil:
+			pr.Outcome, pr.Reason, pr.Message = status.OutcomeTimedOut, status.ReasonStepTimeout, fmt.Sprintf("the step ran longer than its timeout (%s)", a.step.Timeout)
+		case a.limits.reached() != nil:
+			pr.Outcome, pr.Reason, pr.Message = status.OutcomeFailed, status.ReasonLimitReached, a.limits.reached().Error()
+		case res.stopped && errors.Is(res.cause, errAfterResult):
+			// Stopped by kusaw after its result: the result decides, not
+			// the signal that ended it.
+			pr.Outcome, pr.Reason, pr.Message = res.parsed.outcome(0)
 		case stopped:
 			pr.Outcome, pr.Reason, pr.Message = status.OutcomeTimedOut, status.ReasonStepTimeout, fmt.Sprintf("the step ran longer than its timeout (%s)", a.step.Timeout)
 		case res.startErr != nil:
@@ -440,6 +456,14 @@ func (a *attemptRun) runProcesses(ctx context.Context, procs [][]string) {
 				x := res.exit
 				a.rec.ExitCode = &x
 			}
+		}
+	}
+	for _, res := range results {
+		if res.parsed.usage != nil {
+			if a.rec.Usage == nil {
+				a.rec.Usage = &record.Usage{}
+			}
+			a.rec.Usage.Merge(res.parsed.usage)
 		}
 	}
 	if a.rec.Outcome == status.OutcomePassed && len(results) > 0 {
@@ -468,7 +492,9 @@ type preparedProc struct {
 	stdout  string
 	stderr  string
 	cleanup func()
-	parse   func(io.Reader) procParse // agent steps: reads the stream
+	parse   func(io.Reader, func(providers.Event)) procParse // agent steps: reads the stream, telling the watcher each event
+	// exitGrace is how long an agent may take to exit after its result.
+	exitGrace time.Duration
 	// loginPaths are the agent's own state folders, mounted in the sandbox.
 	loginPaths []string
 	// readPaths must be readable in the sandbox (the agent CLI's install).
@@ -491,6 +517,7 @@ func (p *preparedProc) release() {
 // exit status into an outcome.
 type procParse struct {
 	result  any
+	usage   *record.Usage // what the provider reported (nil: nothing)
 	outcome func(exit int) (status.Outcome, status.Reason, string)
 }
 
@@ -593,15 +620,20 @@ func (a *attemptRun) execute(ctx context.Context, i int, p *preparedProc) procRe
 	if a.run.tee.stderr != nil {
 		stderr = io.MultiWriter(errf, a.run.tee.stderr)
 	}
+	// pctx ends this process alone (its exit grace after the result ran out).
+	pctx, pstop := context.WithCancelCause(ctx)
+	defer pstop(nil)
 	var parsed chan procParse
 	var pw *io.PipeWriter
+	var rw *resultWatch
 	if p.parse != nil {
 		var pipeR *io.PipeReader
 		pipeR, pw = io.Pipe()
 		stdout = io.MultiWriter(stdout, pw)
 		parsed = make(chan procParse, 1)
+		rw = &resultWatch{i: i, limits: a.limits, grace: p.exitGrace, stop: pstop}
 		go func() {
-			res := p.parse(pipeR)
+			res := p.parse(pipeR, rw.event)
 			_, _ = io.Copy(io.Discard, pipeR)
 			parsed <- res
 		}()
@@ -613,7 +645,17 @@ func (a *attemptRun) execute(ctx context.Context, i int, p *preparedProc) procRe
 		a.save()
 		a.events.Emit(record.EvProcessStarted, map[string]any{"pid": pid, "argv": pr.Argv, "dir": pr.Dir, "repos": pr.Repos})
 	}
-	res := a.e.runProcess(ctx, a.e.opts.KillGrace, p.cmd, stdout, stderr, started, a.run.redact)
+	res := a.e.runProcess(pctx, a.e.opts.KillGrace, p.cmd, stdout, stderr, started, a.run.redact)
+	if rw != nil {
+		rw.finish()
+	}
+	if res.stopped {
+		res.cause = context.Cause(pctx)
+		if errors.Is(res.cause, errAfterResult) {
+			a.events.Emit(record.EvStoppedAfterResult, map[string]any{"exit_grace_ms": p.exitGrace.Milliseconds(),
+				"note": "the agent printed its result but did not exit; kusaw stopped it (SIGTERM, then SIGKILL) and its result decides"})
+		}
+	}
 	if p.lease != nil && res.startErr == nil && !p.lease.HandedOver() {
 		res.bridgeFailed = true
 	}
@@ -648,7 +690,8 @@ type procResult struct {
 	signal   string
 	dur      time.Duration
 	parsed   procParse
-	stopped  bool // kusaw signalled it (timeout or cancel)
+	stopped  bool  // kusaw signalled it (timeout, cancel, limit, or after its result)
+	cause    error // why kusaw stopped it
 	// bridgeFailed: the egress bridge never handed its listener over, so
 	// the step itself did not run.
 	bridgeFailed bool

@@ -159,6 +159,8 @@ type Run struct {
 	numbers     map[string]int         // step → its last attempt number (takeAttempt)
 	opts        map[string]attemptOpts // attempt id → what the pipeline's shape asks of it
 	notes       *notifier              // the run's webhook deliveries (notify.go)
+	// limits are the pipeline's (pipelines.<name>.limits), for the run.
+	limits *config.Limits
 }
 
 // ID is the run's id.
@@ -240,7 +242,7 @@ func (e *Engine) prepareSteps(name string, steps []*config.Step) (*Run, error) {
 	for _, s := range steps {
 		rec.Steps = append(rec.Steps, record.StepResult{ID: s.ID})
 	}
-	r := &Run{Record: rec, Dir: dir, e: e, steps: steps, lock: l, redact: &redactor{}}
+	r := &Run{Record: rec, Dir: dir, e: e, steps: steps, lock: l, redact: &redactor{}, limits: e.pipelineLimits(name)}
 	if err := writeJSON(filepath.Join(dir, record.RunFile), rec); err != nil {
 		l.Unlock()
 		return nil, err
@@ -484,3 +486,12 @@ func (e *Engine) secretSource() (SecretSource, error) {
 
 // PublicKey is the public half of the key that seals this engine's logs.
 func (e *Engine) PublicKey() ed25519.PublicKey { return e.opts.Key.Public().(ed25519.PublicKey) }
+
+// pipelineLimits are a pipeline's limits (nil for none, or for a run of
+// no pipeline: kusaw sandbox exec).
+func (e *Engine) pipelineLimits(name string) *config.Limits {
+	if pl := e.F.Pipelines[name]; pl != nil {
+		return pl.Limits
+	}
+	return nil
+}

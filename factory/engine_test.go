@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"testing/iotest"
@@ -366,4 +368,57 @@ steps:
 	if len(atts) != 1 || atts[0].Worktrees[0].BaseSHA != spec.Repos[0].Base {
 		t.Errorf("attempt did not start from the spec's base: %+v", atts)
 	}
+}
+
+// A complete line is passed on at once, not held back until EOF: an
+// agent's result line must reach the parser while the agent still runs.
+// A secret that spans lines is still caught across reads.
+func TestRedactorPassesCompleteLines(t *testing.T) {
+	r := &redactor{}
+	r.Add("a-long-secret-value-0123456789")
+	pr, pw := io.Pipe()
+	got := make(chan string, 1)
+	var out syncWriter
+	go func() { _ = r.copyRedacted(&out, pr); got <- out.String() }()
+	pw.Write([]byte(`{"type":"result","is_error":false}` + "\n"))
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.HasSuffix(out.String(), "}\n") && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if out.String() != `{"type":"result","is_error":false}`+"\n" {
+		t.Fatalf("the complete line was held back: %q", out.String())
+	}
+	pw.Write([]byte("a-long-secret-"))
+	pw.Write([]byte("value-0123456789 tail"))
+	pw.Close()
+	if s := <-got; strings.Contains(s, "0123456789") || !strings.HasSuffix(s, "<secret> tail") {
+		t.Fatalf("secret split across reads: %q", s)
+	}
+
+	m := &redactor{}
+	m.Add("line-one\nline-two")
+	var mo bytes.Buffer
+	if err := m.copyRedacted(&mo, iotest.OneByteReader(strings.NewReader("x line-one\nline-two y\n"))); err != nil {
+		t.Fatal(err)
+	}
+	if mo.String() != "x <secret> y\n" {
+		t.Fatalf("a secret spanning lines: %q", mo.String())
+	}
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }

@@ -87,6 +87,11 @@ func (e *Engine) runItems(ctx context.Context, r *Run) {
 			r.end(status.RunCanceled, status.ReasonRunCanceled, "the run was canceled")
 			return
 		}
+		// A pipeline limit crossed stops the run before its next item.
+		if le := r.runLimit(); le != nil {
+			r.limitEnd(le, "before step "+r.steps[it.idx[0]].ID)
+			return
+		}
 		var end itemEnd
 		gated := false
 		if s := r.steps[it.idx[0]]; it.group == 0 && s.Gate != nil {
@@ -106,6 +111,10 @@ func (e *Engine) runItems(ctx context.Context, r *Run) {
 			r.end(status.RunCanceled, status.ReasonRunCanceled, "the run was canceled during step "+r.steps[it.idx[0]].ID)
 			return
 		default:
+			if le := r.runLimit(); le != nil {
+				r.limitEnd(le, end.msg)
+				return
+			}
 			r.end(status.RunFailed, end.reason, end.msg)
 			return
 		}
@@ -215,7 +224,9 @@ func (e *Engine) runAttempt(ctx context.Context, r *Run, s *config.Step, n, of i
 	}
 	r.opts[record.AttemptID(r.ID(), s.ID, n)] = opt
 	r.mu.Unlock()
-	return e.attempt(ctx, r, s, n, of)
+	a := e.attempt(ctx, r, s, n, of)
+	r.addUsage(s.ID, a.Usage)
+	return a
 }
 
 // attemptOpt is what the pipeline asked of an attempt (none for one that
@@ -241,6 +252,9 @@ func (e *Engine) runAttempts(ctx context.Context, r *Run, i int, keep bool) step
 			r.mu.Lock()
 			r.Record.Steps[i].FirstAttempt = n
 			r.mu.Unlock()
+		}
+		if k > 1 && r.runLimit() != nil {
+			break // the pipeline's limit: no further attempt (runItems says which)
 		}
 		opt := attemptOpts{from: from, keep: keep}
 		if prev != nil {

@@ -86,11 +86,18 @@ func (r *redactor) maxLen() int {
 
 // copyRedacted copies src to dst replacing secrets, holding back enough of
 // each chunk's tail that a secret split across two reads is still found.
+// A complete line is never held back (unless a secret spans lines): an
+// agent's result line must reach the stream parser while the agent still
+// runs, or a CLI that does not exit after its result is never stopped.
 func (r *redactor) copyRedacted(dst io.Writer, src io.Reader) error {
 	keep := r.maxLen() - 1
 	if keep <= 0 {
 		_, err := io.Copy(dst, src)
 		return err
+	}
+	multiLine := false
+	for _, v := range r.list() {
+		multiLine = multiLine || strings.ContainsAny(v, "\n")
 	}
 	buf := make([]byte, 32<<10)
 	var pending []byte
@@ -98,8 +105,11 @@ func (r *redactor) copyRedacted(dst io.Writer, src io.Reader) error {
 		n, err := src.Read(buf)
 		if n > 0 {
 			pending = r.Bytes(append(pending, buf[:n]...))
-			if len(pending) > keep {
-				cut := len(pending) - keep
+			cut := len(pending) - keep
+			if nl := bytes.LastIndexByte(pending, '\n'); !multiLine && nl+1 > cut {
+				cut = nl + 1
+			}
+			if cut > 0 {
 				if _, werr := dst.Write(pending[:cut]); werr != nil {
 					return werr
 				}

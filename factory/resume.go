@@ -111,7 +111,8 @@ func (e *Engine) Resume(id string) (*Run, error) {
 	host, _ := os.Hostname()
 	rec.State, rec.Reason, rec.Message, rec.Fix, rec.Finished = status.RunQueued, "", "", "", nil
 	rec.Owner = &record.Owner{PID: os.Getpid(), Host: host, Start: processStart}
-	r := &Run{Record: rec, Dir: dir, e: e, steps: steps, lock: l, redact: &redactor{}, resume: p, params: loadParams(dir)}
+	r := &Run{Record: rec, Dir: dir, e: e, steps: steps, lock: l, redact: &redactor{}, resume: p, params: loadParams(dir),
+		limits: e.pipelineLimits(rec.Pipeline)}
 	if err := writeJSON(filepath.Join(dir, record.RunFile), rec); err != nil {
 		l.Unlock()
 		return nil, err

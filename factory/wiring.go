@@ -52,6 +52,12 @@ func (a *attemptRun) agentSpec(spec *steps.Spec, at steps.Attempt, p *preparedPr
 		}
 	}
 	in.StepEnv = append(in.StepEnv, s.EnvOrder...)
+	// A per-attempt settings folder (Cursor's cli-config.json), inside the
+	// attempt's tmp so the sandbox sees it and it goes with the attempt.
+	in.ConfigDir = filepath.Join(at.Tmp, "provider-config")
+	if s.Limits != nil {
+		in.MaxTurns, in.MaxBudgetUSD = s.Limits.Turns, s.Limits.CostUSD
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	prep, err := providers.Prepare(ctx, in)
@@ -76,12 +82,27 @@ func (a *attemptRun) agentSpec(spec *steps.Spec, at steps.Attempt, p *preparedPr
 		prov, _ = providers.Get(s.Provider)
 	}
 	a.events.Emit("provider.probe", map[string]any{"provider": s.Provider, "path": prep.Probe.Path, "version": prep.Probe.Version})
-	p.parse = func(r io.Reader) procParse {
-		res := prov.ParseStream(r, func(ev providers.Event) { a.events.Emit(ev.Type, ev.Data) })
-		return procParse{result: res, outcome: func(exit int) (status.Outcome, status.Reason, string) {
+	if prep.ConfigDir != "" {
+		// The CLI's settings for this attempt: a copy of the user's with
+		// what the sandbox needs; the user's own file is not touched.
+		a.events.Emit("provider.config", map[string]any{"dir": prep.ConfigDir, "network": in.Network})
+	}
+	p.exitGrace = config.DefaultExitGrace
+	if pc := a.e.F.Providers[s.Provider]; pc != nil && pc.ExitGrace > 0 {
+		p.exitGrace = pc.ExitGrace
+	}
+	p.parse = func(r io.Reader, watch func(providers.Event)) procParse {
+		res := prov.ParseStream(r, func(ev providers.Event) {
+			a.events.Emit(ev.Type, ev.Data)
+			watch(ev)
+		})
+		return procParse{result: res, usage: res.Usage, outcome: func(exit int) (status.Outcome, status.Reason, string) {
 			o, reason := prov.Outcome(res, exit)
 			msg := ""
-			if reason != status.ReasonNone {
+			switch {
+			case reason == status.ReasonLimitReached:
+				msg = fmt.Sprintf("the agent stopped itself at its limits.%s (%s result)", providers.LimitSubtypes[res.Subtype], res.Subtype)
+			case reason != status.ReasonNone:
 				msg = reason.Info().Message
 				if res.Text != "" && res.IsError {
 					msg += ": " + clip(res.Text, 300)

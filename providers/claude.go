@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/kusaw/kusaw/record"
@@ -123,6 +124,14 @@ func (claudeCode) Argv(req RunRequest) ([]string, error) {
 		}
 		argv = append(argv, "--add-dir", d)
 	}
+	// The step's limits, where the user's args do not set their own: the
+	// CLI then ends with an error_max_* result before kusaw must stop it.
+	if req.MaxTurns > 0 && !hasFlag(user, "--max-turns") {
+		argv = append(argv, "--max-turns", strconv.Itoa(req.MaxTurns))
+	}
+	if req.MaxBudgetUSD > 0 && !hasFlag(user, "--max-budget-usd") {
+		argv = append(argv, "--max-budget-usd", strconv.FormatFloat(req.MaxBudgetUSD, 'f', -1, 64))
+	}
 	settings, err := claudeSettings(req.Sandboxed, userSettings, req.UserSettings)
 	if err != nil {
 		return nil, err
@@ -173,6 +182,15 @@ func splitClaudeArgs(args []string) (rest, settings []string, err error) {
 		rest = append(rest, a)
 	}
 	return rest, settings, nil
+}
+
+func hasFlag(args []string, flag string) bool {
+	for _, a := range args {
+		if name, _, _ := strings.Cut(a, "="); name == flag {
+			return true
+		}
+	}
+	return false
 }
 
 func hasPermissionFlag(args []string) bool {
@@ -320,7 +338,8 @@ func (claudeCode) ParseStream(r io.Reader, emit func(Event)) Result {
 			msg := sub(m, "message")
 			if u, ok := tokens(sub(msg, "usage"), "input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"); ok && !res.Seen {
 				if live.message(str(msg, "id"), u) {
-					emit(Event{Type: EventUsage, Data: usageData(live.usage())})
+					lu := live.usage()
+					emit(Event{Type: EventUsage, Data: usageData(lu), Usage: lu})
 				}
 			}
 			if res.Model == "" {
@@ -394,7 +413,7 @@ func (claudeCode) ParseStream(r io.Reader, emit func(Event)) Result {
 			if tr := str(m, "terminal_reason"); tr != "" {
 				d["terminal_reason"] = tr
 			}
-			emit(Event{Type: EventResult, Data: d})
+			emit(Event{Type: EventResult, Data: d, Usage: res.Usage})
 		}
 	}, func() { res.Lines++; res.Malformed++ })
 	if res.Usage == nil {

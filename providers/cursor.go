@@ -222,7 +222,7 @@ func (cursor) ParseStream(r io.Reader, emit func(Event)) Result {
 				res.Usage = &u
 			}
 			res.Text = resultText(str(m, "result"))
-			emit(Event{Type: EventResult, Data: resultData(res)})
+			emit(Event{Type: EventResult, Data: resultData(res), Usage: res.Usage})
 		}
 	}, func() { res.Lines++; res.Malformed++ })
 	return res

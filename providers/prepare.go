@@ -26,6 +26,9 @@ type PrepareInput struct {
 	// sandbox, where a provider may write per-attempt CLI settings
 	// (Cursor's cli-config.json). Empty: none are written.
 	ConfigDir string
+	// MaxTurns and MaxBudgetUSD: see RunRequest.
+	MaxTurns     int
+	MaxBudgetUSD float64
 }
 
 // Prepared is everything needed to start the process.
@@ -71,7 +74,8 @@ func Prepare(ctx context.Context, in PrepareInput) (Prepared, error) {
 		return Prepared{}, err
 	}
 	out.Probe = pr
-	req := RunRequest{Command: pr.Path, Args: in.Args, Prompt: in.Prompt, ExtraDirs: in.ExtraDirs, Sandboxed: in.Sandboxed, Network: in.Network}
+	req := RunRequest{Command: pr.Path, Args: in.Args, Prompt: in.Prompt, ExtraDirs: in.ExtraDirs, Sandboxed: in.Sandboxed, Network: in.Network,
+		MaxTurns: in.MaxTurns, MaxBudgetUSD: in.MaxBudgetUSD}
 	if in.Sandboxed {
 		// The folder of a PATH symlink (~/.local/bin) may be hidden in the
 		// sandbox; the binary itself is in ReadPaths.

@@ -104,6 +104,11 @@ type RunRequest struct {
 	// UserSettings is extra Claude Code settings (a JSON object or a file
 	// path) merged into the one --settings kusaw passes.
 	UserSettings string
+	// MaxTurns and MaxBudgetUSD are the step's limits, passed to a CLI
+	// that can stop itself at them (Claude Code's --max-turns and
+	// --max-budget-usd); 0: none.
+	MaxTurns     int
+	MaxBudgetUSD float64
 }
 
 // Event types emitted while parsing a stream.
@@ -125,6 +130,10 @@ const (
 type Event struct {
 	Type string
 	Data map[string]any
+	// Usage is set on provider.usage (the running totals) and on
+	// provider.result when it reports usage: what limits are checked
+	// against.
+	Usage *record.Usage
 }
 
 // Result is what the stream said about the run. Zero when no result event

@@ -163,6 +163,10 @@ func outcome(res Result, exitCode int) (status.Outcome, status.Reason) {
 		return status.OutcomeFailed, status.ReasonProviderNoResult
 	case res.Results > 1:
 		return status.OutcomeFailed, status.ReasonProviderMultipleResults
+	case LimitSubtypes[res.Subtype] != "":
+		// The CLI stopped itself at a limit kusaw passed (or the user's
+		// args set): the same reason as when kusaw stops it.
+		return status.OutcomeFailed, status.ReasonLimitReached
 	case res.IsError:
 		return status.OutcomeFailed, status.ReasonProviderError
 	case exitCode != 0:
@@ -170,6 +174,13 @@ func outcome(res Result, exitCode int) (status.Outcome, status.Reason) {
 	default:
 		return status.OutcomePassed, status.ReasonNone
 	}
+}
+
+// LimitSubtypes maps the result subtypes of a CLI that stopped itself at
+// a limit to the limit's name in limits:.
+var LimitSubtypes = map[string]string{
+	"error_max_turns":      "turns",
+	"error_max_budget_usd": "cost_usd",
 }
 
 // tally keeps a stream's running usage, one entry per API message: Claude
@@ -213,6 +224,9 @@ func (t *tally) usage() *record.Usage {
 
 // usageData is the data of a provider.usage event: the running totals.
 func usageData(u *record.Usage) map[string]any {
+	if u == nil {
+		return nil
+	}
 	d := map[string]any{"tokens": u.Tokens(), "input_tokens": u.InputTokens, "output_tokens": u.OutputTokens}
 	if u.Turns > 0 {
 		d["turns"] = u.Turns

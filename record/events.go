@@ -52,6 +52,11 @@ const (
 	EvMergeResolved      = "group.merge_resolved" // a resolve step completed a conflicted merge
 	EvCandidatesSelected = "candidates.selected"  // which candidate was kept, and why
 	EvHeadsMoved         = "branch.merged"        // the run branch moved to merged or chosen work
+	// EvStoppedAfterResult: the agent printed its result but did not exit
+	// within its exit grace, so kusaw ended it; the result decides.
+	EvStoppedAfterResult = "process.stopped_after_result"
+	// EvLimitReached: a step's or pipeline's limit was crossed.
+	EvLimitReached = "limit.reached"
 )
 
 // Event is one line of an events.jsonl file.

@@ -50,6 +50,8 @@ type StepResult struct {
 	// Gate is the decision on the step's gate; an approval stays through a
 	// resume, so a restarted run does not ask again.
 	Gate *GateDecision `json:"gate,omitempty"`
+	// Usage sums the step's attempts' usage; absent when none reported any.
+	Usage *Usage `json:"usage,omitempty"`
 }
 
 // HeadMove is one planned move of a run branch to merged or chosen work.
@@ -93,6 +95,8 @@ type RunRecord struct {
 	EgressRefused []string `json:"egress_refused,omitempty"`
 	// Delivery is what pipelines.<name>.deliver did after the run succeeded.
 	Delivery *Delivery `json:"delivery,omitempty"`
+	// Usage sums every attempt's usage; absent when none reported any.
+	Usage *Usage `json:"usage,omitempty"`
 }
 
 // WorktreeRecord is one worktree of an attempt.
@@ -158,8 +162,11 @@ type AttemptRecord struct {
 	Message    string           `json:"message,omitempty"`
 	Fix        string           `json:"fix,omitempty"`
 	ExitCode   *int             `json:"exit_code,omitempty"`
-	Started    time.Time        `json:"started"`
-	Finished   *time.Time       `json:"finished,omitempty"`
+	// Usage is what the agent's provider reported (summed over per_repo
+	// processes); absent when it reported nothing.
+	Usage    *Usage     `json:"usage,omitempty"`
+	Started  time.Time  `json:"started"`
+	Finished *time.Time `json:"finished,omitempty"`
 	// Worker names the cluster worker that ran the attempt ("" for serve
 	// itself); Token is its claim's fencing token.
 	Worker string `json:"worker,omitempty"`

@@ -15,11 +15,9 @@ type Usage struct {
 	// Models is the same, per model, when the provider breaks it down
 	// (Claude Code's modelUsage).
 	Models map[string]*ModelUsage `json:"models,omitempty"`
-	// Attempts counts the attempts summed into a step's or run's usage;
-	// Unreported those whose provider reported nothing (so a sum says
-	// when it is partial).
-	Attempts   int `json:"attempts,omitempty"`
-	Unreported int `json:"unreported,omitempty"`
+	// Attempts counts the attempts summed into a step's or run's usage
+	// (those that reported any); absent on one attempt's own usage.
+	Attempts int `json:"attempts,omitempty"`
 }
 
 // ModelUsage is one model's share of a Usage.
@@ -48,12 +46,29 @@ func (u *Usage) Cost() (float64, bool) {
 	return *u.CostUSD, true
 }
 
-// Add sums o into u (one attempt's usage, or another sum). A nil o counts
-// as one attempt that reported nothing.
-func (u *Usage) Add(o *Usage) {
+// Add sums one attempt's usage (or another sum) into sum and returns it;
+// nil stays nil until some attempt reports usage, so a sum is absent, not
+// zero, when nothing was reported.
+func Add(sum, o *Usage) *Usage {
 	if o == nil {
-		u.Attempts++
-		u.Unreported++
+		return sum
+	}
+	if sum == nil {
+		sum = &Usage{}
+	}
+	sum.Merge(o)
+	if o.Attempts == 0 {
+		sum.Attempts++
+	} else {
+		sum.Attempts += o.Attempts
+	}
+	return sum
+}
+
+// Merge adds o's tokens, cost, turns and models into u (the processes of
+// one attempt, or running totals); it does not count attempts.
+func (u *Usage) Merge(o *Usage) {
+	if o == nil {
 		return
 	}
 	u.InputTokens += o.InputTokens
@@ -62,12 +77,6 @@ func (u *Usage) Add(o *Usage) {
 	u.CacheWriteTokens += o.CacheWriteTokens
 	u.CostUSD = addCost(u.CostUSD, o.CostUSD)
 	u.Turns += o.Turns
-	if o.Attempts == 0 {
-		u.Attempts++ // o is one attempt's own usage
-	} else {
-		u.Attempts += o.Attempts
-		u.Unreported += o.Unreported
-	}
 	for name, m := range o.Models {
 		if u.Models == nil {
 			u.Models = map[string]*ModelUsage{}
@@ -95,11 +104,6 @@ func addCost(a, b *float64) *float64 {
 	}
 	c := *a + *b
 	return &c
-}
-
-// Reported reports whether any attempt summed into u reported usage.
-func (u *Usage) Reported() bool {
-	return u != nil && (u.Attempts == 0 || u.Attempts > u.Unreported)
 }
 
 // ModelNames lists the models of a usage, sorted.

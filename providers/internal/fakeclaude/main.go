@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -121,6 +122,20 @@ func main() {
 	if prompt == "" {
 		fakecli.Fail(1, "Error: Input must be provided either through stdin or as a prompt argument when using --print")
 	}
+	if v := p.Get("max-turns"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			fakecli.Fail(1, "Error: --max-turns must be a positive number")
+		}
+		maxTurns = n
+	}
+	if v := p.Get("max-budget-usd"); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f <= 0 {
+			fakecli.Fail(1, "Error: --max-budget-usd must be a positive number")
+		}
+		maxBudget = f
+	}
 	scen := fakecli.Scenarios("fakeclaude", func(n string) bool { return n != "api_error" && n != "mcp" })
 	run(format, mode, prompt, scen)
 }
@@ -170,6 +185,30 @@ type session struct {
 	inTok, outTok int // tokens used so far
 }
 
+// The limits the CLI stops itself at (--max-turns, --max-budget-usd).
+var (
+	maxTurns  int
+	maxBudget float64
+)
+
+// checkLimits ends the run as the real CLI does at a limit: an error
+// result with the limit's subtype.
+func (s *session) checkLimits() {
+	subtype := ""
+	switch {
+	case maxTurns > 0 && s.turns >= maxTurns:
+		subtype = "error_max_turns"
+	case maxBudget > 0 && s.cost() > maxBudget:
+		subtype = "error_max_budget_usd"
+	default:
+		return
+	}
+	s.emit(map[string]any{"type": "result", "subtype": subtype, "is_error": true, "num_turns": s.turns,
+		"duration_ms": time.Since(s.started).Milliseconds() + 1, "total_cost_usd": s.cost(),
+		"usage": map[string]any{"input_tokens": s.inTok, "output_tokens": s.outTok}})
+	os.Exit(1)
+}
+
 // usage counts one API message's tokens and returns its usage object.
 func (s *session) usage(out int) map[string]any {
 	in := fakecli.Tokens(12)
@@ -192,6 +231,7 @@ func (s *session) text(t string) {
 		"id": fakecli.ID("msg_"), "type": "message", "role": "assistant", "model": s.model,
 		"content": []any{map[string]any{"type": "text", "text": t}}, "stop_reason": nil,
 		"usage": s.usage(4)}})
+	s.checkLimits()
 }
 
 func (s *session) tool(name string, input map[string]any, result string, isErr bool) {
@@ -206,6 +246,7 @@ func (s *session) tool(name string, input map[string]any, result string, isErr b
 		blk["is_error"] = true
 	}
 	s.emit(map[string]any{"type": "user", "parent_tool_use_id": nil, "message": map[string]any{"role": "user", "content": []any{blk}}})
+	s.checkLimits()
 }
 
 func (s *session) result(isErr bool, text string) {
