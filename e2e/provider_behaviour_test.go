@@ -254,3 +254,144 @@ func TestCursorFakeIgnoresProxyWithoutHTTP1(t *testing.T) {
 		t.Fatalf("with HTTP/1.1 the agent stream did not use the proxy: err %v, proxy hits %d", err, viaProxy.Load())
 	}
 }
+
+// Usage and limits (#15): a step's tokens limit below one turn's usage
+// stops the attempt with limit_reached while the agent still works; a
+// pipeline's cost limit stops the run before its next step; the sums are
+// in run.json and shown by runs, show and usage.
+func TestUsageAndLimits(t *testing.T) {
+	t.Run("step tokens", func(t *testing.T) {
+		marker := fmt.Sprintf("kusaw-limit-%d", os.Getpid())
+		dir := providerFactory(t, `pipelines:
+  default: [agent]
+steps:
+  agent:
+    prompt: do it
+    timeout: 3m
+    limits: {tokens: 1000}
+    env:
+      CLAUDE_CODE_OAUTH_TOKEN: {secret: agent.token}
+      FAKE_AGENT_SCENARIO: sleep
+      FAKE_AGENT_SLEEP: 10m
+      FAKE_AGENT_TOKENS: "5000"
+      FAKE_AGENT_MARKER: `+marker+`
+`)
+		res := runKusaw(t, dir, "run")
+		if res.code != 1 || !strings.Contains(res.stderr, "limit_reached") {
+			t.Fatalf("kusaw run exit %d\n%s%s", res.code, res.stdout, res.stderr)
+		}
+		id := onlyRun(t, dir)
+		b := readFile(t, filepath.Join(dir, ".kusaw", "runs", id, "steps", "agent", "1", "attempt.json"))
+		var a struct {
+			Outcome, Reason, Message string
+			Usage                    *struct {
+				InputTokens int64 `json:"input_tokens"`
+			} `json:"usage"`
+		}
+		json.Unmarshal([]byte(b), &a)
+		if a.Outcome != "failed" || a.Reason != "limit_reached" || !strings.Contains(a.Message, "limits.tokens (1000)") {
+			t.Errorf("attempt %s/%s: %s", a.Outcome, a.Reason, a.Message)
+		}
+		if a.Usage == nil || a.Usage.InputTokens < 5000 {
+			t.Errorf("the running usage is not recorded: %+v", a.Usage)
+		}
+		events := readFile(t, filepath.Join(dir, ".kusaw", "runs", id, "steps", "agent", "1", "events.jsonl"))
+		if !strings.Contains(events, `"type":"limit.reached"`) || !strings.Contains(events, `"limit":"tokens"`) {
+			t.Errorf("no limit.reached event naming tokens")
+		}
+	})
+	t.Run("claude's own turn limit", func(t *testing.T) {
+		dir := providerFactory(t, `pipelines:
+  default: [agent]
+steps:
+  agent:
+    prompt: do it
+    limits: {turns: 1}
+    env:
+      CLAUDE_CODE_OAUTH_TOKEN: {secret: agent.token}
+      FAKE_AGENT_SCENARIO: edit_file
+`)
+		res := runKusaw(t, dir, "run")
+		if res.code != 1 {
+			t.Fatalf("kusaw run exit %d\n%s%s", res.code, res.stdout, res.stderr)
+		}
+		id := onlyRun(t, dir)
+		b := readFile(t, filepath.Join(dir, ".kusaw", "runs", id, "steps", "agent", "1", "attempt.json"))
+		if !strings.Contains(b, `"--max-turns",`) || !strings.Contains(b, `"reason": "limit_reached"`) || !strings.Contains(b, "stopped itself at its limits.turns") {
+			t.Errorf("the CLI's own --max-turns was not passed or not read:\n%s", b)
+		}
+	})
+	t.Run("pipeline cost", func(t *testing.T) {
+		dir := providerFactory(t, `pipelines:
+  default:
+    steps: [plan, build]
+    limits: {cost_usd: 0.1}
+steps:
+  plan:
+    prompt: plan it
+    env:
+      CLAUDE_CODE_OAUTH_TOKEN: {secret: agent.token}
+      FAKE_AGENT_TOKENS: "100000"
+  build:
+    prompt: build it
+    env:
+      CLAUDE_CODE_OAUTH_TOKEN: {secret: agent.token}
+`)
+		res := runKusaw(t, dir, "run")
+		if res.code != 1 || !strings.Contains(res.stderr, "limit_reached") || !strings.Contains(res.stderr, "before step build") {
+			t.Fatalf("kusaw run exit %d\n%s%s", res.code, res.stdout, res.stderr)
+		}
+		id := onlyRun(t, dir)
+		if _, ok := loadAttempt(t, dir, id, "build", 1); ok {
+			t.Error("step build ran after the pipeline's cost limit was crossed")
+		}
+		var run struct {
+			Reason string `json:"reason"`
+			Usage  *struct {
+				CostUSD     *float64 `json:"cost_usd"`
+				InputTokens int64    `json:"input_tokens"`
+				Attempts    int      `json:"attempts"`
+			} `json:"usage"`
+			Steps []struct {
+				ID    string          `json:"id"`
+				Usage json.RawMessage `json:"usage"`
+			} `json:"steps"`
+		}
+		json.Unmarshal([]byte(readFile(t, filepath.Join(dir, ".kusaw", "runs", id, "run.json"))), &run)
+		if run.Reason != "limit_reached" || run.Usage == nil || run.Usage.CostUSD == nil || *run.Usage.CostUSD <= 0.1 || run.Usage.Attempts != 1 {
+			t.Fatalf("run.json: %+v", run)
+		}
+		if len(run.Steps) != 2 || len(run.Steps[0].Usage) == 0 || len(run.Steps[1].Usage) != 0 {
+			t.Errorf("per-step sums: %+v", run.Steps)
+		}
+		// runs and show print cost and tokens; usage sums the state folder.
+		if out := runKusaw(t, dir, "runs"); !strings.Contains(out.stdout, "COST") || !strings.Contains(out.stdout, fmt.Sprintf("$%.4f", *run.Usage.CostUSD)) {
+			t.Errorf("kusaw runs:\n%s", out.stdout)
+		}
+		if out := runKusaw(t, dir, "runs", "--json"); !strings.Contains(out.stdout, `"usage": {`) || !strings.Contains(out.stdout, `"cost_usd"`) {
+			t.Errorf("kusaw runs --json has no usage:\n%s", out.stdout)
+		}
+		if out := runKusaw(t, dir, "show", id); !strings.Contains(out.stdout, "usage: $") || !strings.Contains(out.stdout, "claude-fake-1: $") {
+			t.Errorf("kusaw show:\n%s", out.stdout)
+		}
+		out := runKusaw(t, dir, "usage", "--by", "step", "--since", "1h", "--json")
+		var rep struct {
+			Runs int `json:"runs"`
+			Rows []struct {
+				Key   string `json:"key"`
+				Usage *struct {
+					CostUSD *float64 `json:"cost_usd"`
+				} `json:"usage"`
+			} `json:"rows"`
+		}
+		if err := json.Unmarshal([]byte(out.stdout), &rep); err != nil || rep.Runs != 1 || len(rep.Rows) != 1 || rep.Rows[0].Key != "plan" || rep.Rows[0].Usage == nil {
+			t.Errorf("kusaw usage --by step: %v\n%s%s", err, out.stdout, out.stderr)
+		}
+		if out := runKusaw(t, dir, "usage"); !strings.Contains(out.stdout, "default") || !strings.Contains(out.stdout, "total") {
+			t.Errorf("kusaw usage:\n%s", out.stdout)
+		}
+		if out := runKusaw(t, dir, "usage", "--by", "week"); out.code != 2 || !strings.Contains(out.stderr, "use pipeline, step or day") {
+			t.Errorf("kusaw usage --by week: exit %d %s", out.code, out.stderr)
+		}
+	})
+}

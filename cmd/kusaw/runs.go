@@ -41,7 +41,7 @@ func newRunsCmd(a *app) *cobra.Command {
 				return nil
 			}
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "RUN\tPIPELINE\tSTATE\tSTARTED\tDURATION\tSTEPS\tREASON")
+			fmt.Fprintln(tw, "RUN\tPIPELINE\tSTATE\tSTARTED\tDURATION\tSTEPS\tCOST\tTOKENS\tREASON")
 			for _, r := range runs {
 				done := 0
 				for _, s := range r.Steps {
@@ -53,7 +53,11 @@ func newRunsCmd(a *app) *cobra.Command {
 				if r.Started != nil {
 					started = r.Started.Local().Format("2006-01-02 15:04:05")
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\n", r.ID, r.Pipeline, r.State, started, runDuration(r), done, len(r.Steps), r.Reason)
+				cost, tokens := "-", "-"
+				if r.Usage != nil {
+					cost, tokens = fmtCost(r.Usage), fmtTokens(r.Usage.Tokens())
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", r.ID, r.Pipeline, r.State, started, runDuration(r), done, len(r.Steps), cost, tokens, r.Reason)
 			}
 			return tw.Flush()
 		},

@@ -47,6 +47,9 @@ func newShowCmd(a *app) *cobra.Command {
 				fmt.Fprintf(w, "  owner: pid %d\n", r.Owner.PID)
 			}
 			fmt.Fprintf(w, "  folder: %s\n", st.RunDir(r.ID))
+			if r.Usage != nil {
+				fmt.Fprintf(w, "  usage: %s\n", usageLine(r.Usage))
+			}
 			for _, rr := range r.Repos {
 				fmt.Fprintf(w, "  repo %s: %s %s → %s (base %s)\n", rr.Name, rr.Branch, short(rr.BaseSHA), short(rr.HeadSHA), orDash(rr.Base))
 			}
@@ -75,6 +78,9 @@ func newShowCmd(a *app) *cobra.Command {
 				if s.Reason != "" {
 					fmt.Fprintf(w, " (%s)", s.Reason)
 				}
+				if s.Usage != nil {
+					fmt.Fprintf(w, "  %s, %s tokens", fmtCost(s.Usage), fmtTokens(s.Usage.Tokens()))
+				}
 				fmt.Fprintln(w)
 				first := s.FirstAttempt
 				if first == 0 {
@@ -98,6 +104,17 @@ func newShowCmd(a *app) *cobra.Command {
 						fmt.Fprintf(w, "    reason: %s: %s\n", at.Reason, at.Message)
 						if at.Fix != "" {
 							fmt.Fprintf(w, "    fix: %s\n", at.Fix)
+						}
+					}
+					if at.Usage != nil {
+						fmt.Fprintf(w, "    usage: %s\n", usageLine(at.Usage))
+						for _, m := range at.Usage.ModelNames() {
+							mu := at.Usage.Models[m]
+							mc := "-"
+							if mu.CostUSD != nil {
+								mc = fmt.Sprintf("$%.4f", *mu.CostUSD)
+							}
+							fmt.Fprintf(w, "      %s: %s, input %s, output %s\n", m, mc, fmtTokens(mu.InputTokens), fmtTokens(mu.OutputTokens))
 						}
 					}
 					if at.Egress != nil {

@@ -225,16 +225,20 @@ func (s *session) emit(v map[string]any) {
 	}
 }
 
+// Each assistant message is one API call, one turn; like the real CLI,
+// the fake checks its limits before it makes the next call.
 func (s *session) text(t string) {
+	s.checkLimits()
+	s.turns++
 	s.texts = append(s.texts, t)
 	s.emit(map[string]any{"type": "assistant", "parent_tool_use_id": nil, "message": map[string]any{
 		"id": fakecli.ID("msg_"), "type": "message", "role": "assistant", "model": s.model,
 		"content": []any{map[string]any{"type": "text", "text": t}}, "stop_reason": nil,
 		"usage": s.usage(4)}})
-	s.checkLimits()
 }
 
 func (s *session) tool(name string, input map[string]any, result string, isErr bool) {
+	s.checkLimits()
 	id := fakecli.ID("toolu_")
 	s.turns++
 	s.emit(map[string]any{"type": "assistant", "parent_tool_use_id": nil, "message": map[string]any{
@@ -246,11 +250,9 @@ func (s *session) tool(name string, input map[string]any, result string, isErr b
 		blk["is_error"] = true
 	}
 	s.emit(map[string]any{"type": "user", "parent_tool_use_id": nil, "message": map[string]any{"role": "user", "content": []any{blk}}})
-	s.checkLimits()
 }
 
 func (s *session) result(isErr bool, text string) {
-	s.turns++
 	r := map[string]any{
 		"type": "result", "subtype": "success", "is_error": isErr,
 		"duration_ms": time.Since(s.started).Milliseconds() + 1, "duration_api_ms": 1,
