@@ -36,6 +36,8 @@ type Options struct {
 	// KillGrace is how long a process has between SIGTERM and SIGKILL when
 	// it times out or its run is canceled. Default 10s.
 	KillGrace time.Duration
+	// Hide are more paths every sandbox hides (a worker's identity).
+	Hide []string
 	// Remote, when set, runs the attempts of the pools it takes on other
 	// machines (serve's cluster).
 	Remote Remote

@@ -201,6 +201,14 @@ func (a *attemptRun) sandboxed(i int, repos []string, spec *steps.Spec, env map[
 		return &status.Error{Reason: status.ReasonSandboxPlanRefused, Msg: "cannot create " + sockDir + ": " + err.Error(), Fix: "check that state_dir is writable"}
 	}
 	in.HiddenPaths = append(in.HiddenPaths, sockDir, filepath.Join(a.f.StateDir, record.ActiveDir))
+	// The cluster's keys (serve's CA and identity, workers' keys) are never
+	// a step's to read: a step holding serve's nkey could queue work.
+	clusterDir := filepath.Join(a.f.StateDir, record.ClusterDir)
+	if err := os.MkdirAll(clusterDir, 0o700); err != nil {
+		return &status.Error{Reason: status.ReasonSandboxPlanRefused, Msg: "cannot create " + clusterDir + ": " + err.Error(), Fix: "check that state_dir is writable"}
+	}
+	in.HiddenPaths = append(in.HiddenPaths, clusterDir)
+	in.HiddenPaths = append(in.HiddenPaths, a.e.opts.Hide...)
 	// The factory's other repos are not the step's to read. (One that
 	// holds the state folder, and so this attempt, stays: the sandbox
 	// hides a checkout only around what the step needs from it.)

@@ -27,6 +27,7 @@ const (
 
 	// Serve's files.
 	ServeSocketDir  = "serve"            // holds the socket; hidden from every sandbox
+	ClusterDir      = "cluster"          // serve's CA, identity, workers, JetStream store; hidden from every sandbox
 	ServeSocketFile = "serve/serve.sock" // the API's Unix socket (mode 0600)
 	ServeInfoFile   = "serve.json"       // pid, socket, listen address, limits
 	ServedFile      = "served"           // in a run's folder: serve queued it (resume candidates)

@@ -57,6 +57,7 @@ func (s *Server) Handler(token string) http.Handler {
 	mux.HandleFunc("GET /v1/runs/{id}/log", names(s.apiLog))
 	mux.HandleFunc("GET /v1/runs/{id}/attempts/{step}/{n}/egress", names(s.apiEgress))
 	s.viewRoutes(mux)
+	s.clusterRoutes(mux)
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		// A known path with another method is a 405, still in JSON.
 		for _, m := range []string{http.MethodGet, http.MethodPost} {
@@ -551,7 +552,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		s.tcp = newCapListener(tl, lim.MaxConns, lim.MaxConnsPerAddr)
 		listeners = append(listeners, s.tcp)
 	}
-	info := client.ServeInfo{PID: os.Getpid(), Socket: sock, Listen: s.opts.Listen, MaxParallel: s.max, Started: s.started, Factory: s.F.Path}
+	info := client.ServeInfo{PID: os.Getpid(), Socket: sock, Listen: s.opts.Listen, Cluster: s.clusterAddr(), MaxParallel: s.max, Started: s.started, Factory: s.F.Path}
 	b, _ := json.MarshalIndent(info, "", "  ")
 	_ = config.WriteFileAtomic(filepath.Join(s.F.StateDir, record.ServeInfoFile), append(b, '\n'), 0o644)
 	defer os.Remove(filepath.Join(s.F.StateDir, record.ServeInfoFile))
@@ -562,6 +563,9 @@ func (s *Server) Serve(ctx context.Context) error {
 	ev := s.log.Info().Str("socket", sock).Int("max_parallel", s.max).Str("state_dir", s.F.StateDir)
 	if s.opts.Listen != "" {
 		ev = ev.Str("listen", s.opts.Listen)
+	}
+	if a := s.clusterAddr(); a != "" {
+		ev = ev.Str("cluster", a)
 	}
 	q, _ := s.Counts()
 	ev.Int("queued", q).Msg("kusaw serve ready")
@@ -577,6 +581,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		s.log.Error().Err(serveErr).Msg("API listener failed; stopping")
 	}
 	s.stop()
+	s.cl.close()
 	// Serve's one engine owns the one egress proxy every attempt leased.
 	if err := s.E.Close(); err != nil {
 		s.log.Warn().Err(err).Msg("closing the egress proxy")

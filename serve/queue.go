@@ -73,7 +73,8 @@ type Server struct {
 	tcp      *capListener // the TCP listener, when serve.listen is set
 	peak     int          // most runs running at once, for tests and health
 	lock     *factory.RunLock
-	fileSum  [32]byte // the factory file serve loaded
+	fileSum  [32]byte      // the factory file serve loaded
+	cl       *serveCluster // serve.cluster: the embedded NATS server and the dispatcher
 }
 
 // ErrFactoryChanged is returned by Submit when the factory file on disk is
@@ -133,8 +134,17 @@ func NewServer(f *config.Factory, opts ServeOptions) (*Server, error) {
 			user(ev)
 		}
 	}
+	cl, err := startCluster(f)
+	if err != nil {
+		l.Unlock()
+		return nil, fmt.Errorf("serve.cluster: %v", err)
+	}
+	if cl != nil {
+		s.cl, eo.Remote = cl, cl.d
+	}
 	e, err := factory.New(f, eo)
 	if e == nil {
+		cl.close()
 		l.Unlock()
 		return nil, err
 	}

@@ -14,6 +14,7 @@ const (
 	ExitVerifyFailed       ExitCode = 7
 	ExitEgressRefused      ExitCode = 8
 	ExitDeliverFailed      ExitCode = 9
+	ExitNotEnrolled        ExitCode = 10
 	ExitInternal           ExitCode = 70
 	ExitInterrupted        ExitCode = 130
 )
@@ -34,6 +35,7 @@ var ExitCodes = []struct {
 	{ExitVerifyFailed, "verify_failed", "a log's hash chain or seal does not verify"},
 	{ExitEgressRefused, "egress_refused", "kusaw egress check: the proxy would refuse the connection"},
 	{ExitDeliverFailed, "deliver_failed", "kusaw deliver: a delivery step (merge, push, pull request) failed; the run itself stays succeeded"},
+	{ExitNotEnrolled, "not_enrolled", "kusaw worker: serve refused the worker (no enrollment, a used or forged token, a key serve does not know, another serve's CA)"},
 	{ExitInternal, "internal", "an internal error; please report it"},
 	{ExitInterrupted, "interrupted", "interrupted by SIGINT/SIGTERM; the run is recorded as canceled"},
 }

@@ -119,7 +119,8 @@ func New(ctx context.Context, o Options) (*Worker, error) {
 	w.cleanLeftovers()
 	f := &config.Factory{Version: 1, StateDir: filepath.Join(o.StateDir, engineDir), Repos: map[string]*config.Repo{},
 		Steps: map[string]*config.Step{}, Pipelines: map[string]*config.Pipeline{}}
-	w.eng, err = factory.New(f, factory.Options{Kusaw: o.Kusaw, Key: id.SigningKey(), Secrets: w, OnEvent: w.forward})
+	w.eng, err = factory.New(f, factory.Options{Kusaw: o.Kusaw, Key: id.SigningKey(), Secrets: w, OnEvent: w.forward,
+		Hide: []string{filepath.Join(o.StateDir, cluster.IdentityFile)}})
 	if w.eng == nil {
 		return nil, err
 	}

@@ -269,3 +269,23 @@ func (c *Client) ReadLog(runID, rel string, offset, max int64) ([]byte, error) {
 	defer resp.Body.Close()
 	return io.ReadAll(io.LimitReader(resp.Body, max))
 }
+
+// ClusterToken asks serve for a one-time join token; addr, when set, is
+// the address workers reach serve's cluster by (default: its listen
+// address).
+func (c *Client) ClusterToken(ctx context.Context, addr string) (*ClusterToken, error) {
+	var out ClusterToken
+	p := "/v1/cluster/token"
+	if addr != "" {
+		p += "?addr=" + url.QueryEscape(addr)
+	}
+	return &out, c.getJSON(ctx, http.MethodPost, p, nil, &out)
+}
+
+// Workers lists the cluster's enrolled workers.
+func (c *Client) Workers(ctx context.Context) ([]Worker, error) {
+	var out struct {
+		Workers []Worker `json:"workers"`
+	}
+	return out.Workers, c.getJSON(ctx, http.MethodGet, "/v1/workers", nil, &out)
+}

@@ -48,7 +48,28 @@ type ServeInfo struct {
 	PID         int       `json:"pid"`
 	Socket      string    `json:"socket"`
 	Listen      string    `json:"listen,omitempty"`
+	Cluster     string    `json:"cluster,omitempty"` // the address workers connect to
 	MaxParallel int       `json:"max_parallel"`
 	Started     time.Time `json:"started"`
 	Factory     string    `json:"factory"`
+}
+
+// ClusterToken is POST /v1/cluster/token.
+type ClusterToken struct {
+	Token   string `json:"token"`
+	Addr    string `json:"addr"`
+	CA      string `json:"ca_sha256"`
+	Expires string `json:"expires_in"`
+}
+
+// Worker is one line of GET /v1/workers.
+type Worker struct {
+	Name          string     `json:"name"`
+	Pools         []string   `json:"pools"`
+	Running       int        `json:"running"`
+	MaxParallel   int        `json:"max_parallel"`
+	Version       string     `json:"version,omitempty"`
+	LastHeartbeat *time.Time `json:"last_heartbeat,omitempty"`
+	Lost          bool       `json:"lost"`
+	Enrolled      time.Time  `json:"enrolled"`
 }

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kusaw/kusaw/cluster"
+	"github.com/kusaw/kusaw/cluster/worker"
+	"github.com/kusaw/kusaw/serve/client"
+	"github.com/kusaw/kusaw/status"
+)
+
+func init() {
+	addCommand(newClusterCmd)
+	addCommand(newWorkerCmd)
+	addCommand(newWorkersCmd)
+}
+
+// serveOnly is the running serve's client, or the error that says none runs.
+func (a *app) serveOnly() (*client.Client, error) {
+	f, err := a.loadFactory()
+	if err != nil {
+		return nil, err
+	}
+	c := a.serveClient(f.StateDir)
+	if c == nil {
+		return nil, exitf(status.ExitServeUnavailable, "kusaw serve is not running for %s: start it (kusaw serve, or kusaw service install)", f.StateDir)
+	}
+	return c, nil
+}
+
+func newClusterCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{Use: "cluster", Short: "serve's cluster of workers (docs/cluster.md)"}
+	var addr string
+	tok := &cobra.Command{
+		Use:   "token",
+		Short: "print a one-time join token for kusaw worker --join (serve's address, its CA fingerprint, a secret; valid 24h)",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, args []string) error {
+			cl, err := a.serveOnly()
+			if err != nil {
+				return err
+			}
+			t, err := cl.ClusterToken(c.Context(), addr)
+			if err != nil {
+				return exitf(status.ExitServeUnavailable, "%v", err)
+			}
+			fmt.Fprintln(a.stdout, t.Token)
+			return nil
+		},
+	}
+	tok.Flags().StringVar(&addr, "addr", "", "the host:port workers reach serve's cluster by (default: serve.cluster.listen)")
+	cmd.AddCommand(tok)
+	return cmd
+}
+
+func newWorkersCmd(a *app) *cobra.Command {
+	var jsonOut bool
+	cmd := &cobra.Command{
+		Use:   "workers",
+		Short: "list the cluster's workers: name, pools, attempts running, last heartbeat, version",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, args []string) error {
+			cl, err := a.serveOnly()
+			if err != nil {
+				return err
+			}
+			ws, err := cl.Workers(c.Context())
+			if err != nil {
+				return exitf(status.ExitServeUnavailable, "%v", err)
+			}
+			if jsonOut {
+				enc := json.NewEncoder(a.stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(map[string]any{"workers": ws})
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 2, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tPOOLS\tRUNNING\tLAST HEARTBEAT\tVERSION")
+			for _, w := range ws {
+				last := "never"
+				if w.LastHeartbeat != nil {
+					last = time.Since(*w.LastHeartbeat).Round(time.Second).String() + " ago"
+				}
+				if w.Lost {
+					last += " (lost)"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%s\n", termSafe(w.Name), termSafe(strings.Join(w.Pools, ",")), w.Running, w.MaxParallel, last, termSafe(w.Version))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&jsonOut, "json", false, "print JSON")
+	return cmd
+}
+
+func newWorkerCmd(a *app) *cobra.Command {
+	var join, name, stateDir string
+	var pools []string
+	var maxParallel int
+	cmd := &cobra.Command{
+		Use:   "worker",
+		Short: "run attempts for a kusaw serve on this machine, under this machine's sandbox and proxy (enroll once with --join)",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, args []string) error {
+			if stateDir == "" {
+				home, err := os.UserHomeDir()
+				if err != nil {
+					return exitf(status.ExitUsage, "cannot find the home folder: set --state-dir")
+				}
+				stateDir = filepath.Join(home, ".local", "state", "kusaw-worker")
+			}
+			if name == "" {
+				h, _ := os.Hostname()
+				name = strings.Map(func(r rune) rune {
+					if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+						return r
+					}
+					return '-'
+				}, h)
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			if join != "" {
+				id, err := worker.Join(ctx, stateDir, join, name, versionInfo().Version)
+				if err != nil {
+					return exitf(status.ExitNotEnrolled, "%v", err)
+				}
+				fmt.Fprintf(a.stderr, "kusaw worker %s: enrolled with serve at %s\n", id.Name, id.Server)
+			}
+			exe, _ := os.Executable()
+			w, err := worker.New(ctx, worker.Options{StateDir: stateDir, Pools: pools, MaxParallel: maxParallel, Version: versionInfo().Version, Kusaw: exe,
+				Logf: func(format string, args ...any) { fmt.Fprintf(a.stderr, "kusaw worker: "+format+"\n", args...) }})
+			if err != nil {
+				if errors.Is(err, cluster.ErrNotEnrolled) || strings.Contains(err.Error(), "has not joined") {
+					return exitf(status.ExitNotEnrolled, "%v", err)
+				}
+				return exitf(status.ExitServeUnavailable, "%v", err)
+			}
+			defer w.Close()
+			fmt.Fprintf(a.stderr, "kusaw worker %s: ready (pools %s, %d at once)\n", w.Name(), strings.Join(poolsOr(pools), ","), max(1, maxParallel))
+			return w.Run(ctx)
+		},
+	}
+	cmd.Flags().StringVar(&join, "join", "", "enroll with a token from kusaw cluster token (once; the identity stays in --state-dir)")
+	cmd.Flags().StringVar(&name, "name", "", "the worker's name (default: the host name)")
+	cmd.Flags().StringArrayVar(&pools, "pool", nil, "a pool to take attempts from (repeatable; default: default)")
+	cmd.Flags().IntVar(&maxParallel, "max-parallel", 1, "attempts at once")
+	cmd.Flags().StringVar(&stateDir, "state-dir", "", "the worker's folder: identity, cache repositories, attempts (default ~/.local/state/kusaw-worker)")
+	return cmd
+}
+
+func poolsOr(p []string) []string {
+	if len(p) == 0 {
+		return []string{"default"}
+	}
+	return p
+}
