@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // Attacks on kusaw's records from someone who can write the state folder
@@ -211,4 +214,85 @@ func TestProofLogsBoundToTheirPlace(t *testing.T) {
 	if v := runKusaw(t, dir, "log", "verify", "--strict", aEvents); v.code != 0 {
 		t.Fatalf("untouched a/1: %d %s%s", v.code, v.stdout, v.stderr)
 	}
+}
+
+// kill -9 of kusaw run while an unsandboxed step runs with background
+// children: the parent-death signal ends only the step's own process; the
+// next kusaw command ends the rest, by the recorded group and start time.
+func TestProofKill9LeavesNoStepProcess(t *testing.T) {
+	dir := factoryDir(t, `version: 1
+repos:
+  app: {path: ./app}
+pipelines:
+  default: [slow, after]
+steps:
+  slow:
+    sandbox: "off"
+    run: [sh, -c, 'sleep 300 & echo $! > "$KUSAW_ARTIFACTS/pids"; (sleep 300; true) & echo $! >> "$KUSAW_ARTIFACTS/pids"; wait']
+  after:
+    run: ["true"]
+`, "app")
+	cmd, _, _ := startKusaw(t, dir, "run")
+	id, leader := waitProcess(t, dir)
+	pidFile := filepath.Join(dir, ".kusaw", "runs", id, "steps", "slow", "1", "artifacts", "pids")
+	var pids []int
+	waitFor(t, "the step's background children", 20*time.Second, func() bool {
+		b, err := os.ReadFile(pidFile)
+		pids = pids[:0]
+		for _, f := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, n)
+			}
+		}
+		return err == nil && len(pids) == 2
+	})
+	t.Cleanup(func() {
+		for _, p := range pids {
+			syscall.Kill(p, syscall.SIGKILL)
+		}
+	})
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	waitFor(t, "the step's own process to die with kusaw", 5*time.Second, func() bool { return !alive(leader) })
+	for _, p := range pids {
+		if !alive(p) {
+			t.Fatalf("child %d died with kusaw already: the test shows nothing", p)
+		}
+	}
+	if res := runKusaw(t, dir, "runs"); res.code != 0 || !strings.Contains(res.stdout, "interrupted") {
+		t.Fatalf("kusaw runs (recovery): %d %s%s", res.code, res.stdout, res.stderr)
+	}
+	waitFor(t, "the step's children to be ended by recovery", 5*time.Second, func() bool {
+		for _, p := range pids {
+			if alive(p) {
+				return false
+			}
+		}
+		return true
+	})
+	var a struct {
+		Processes []struct {
+			Start string `json:"start"`
+		} `json:"processes"`
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, ".kusaw", "runs", id, "steps", "slow", "1", "attempt.json"))
+	if err := json.Unmarshal(b, &a); err != nil || len(a.Processes) != 1 || a.Processes[0].Start == "" {
+		t.Errorf("the attempt record does not keep the process's start: %s", b)
+	}
+}
+
+// alive is a process that exists and is not a zombie.
+func alive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }

@@ -639,8 +639,9 @@ func (a *attemptRun) execute(ctx context.Context, i int, p *preparedProc) procRe
 		}()
 	}
 	started := func(pid int) {
+		start, _ := proc.StartID(pid)
 		a.mu.Lock()
-		pr.PID = pid
+		pr.PID, pr.Start = pid, start
 		a.mu.Unlock()
 		a.save()
 		a.events.Emit(record.EvProcessStarted, map[string]any{"pid": pid, "argv": pr.Argv, "dir": pr.Dir, "repos": pr.Repos})

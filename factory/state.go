@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kusaw/kusaw/chainlog"
+	"github.com/kusaw/kusaw/internal/proc"
 	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/secretstore"
 	"github.com/kusaw/kusaw/status"
@@ -268,8 +269,14 @@ func (s *State) interrupt(id string) error {
 		a.Fix = status.ReasonRunInterrupted.Info().Fix
 		a.Finished = &now
 		for i := range a.Processes {
-			if a.Processes[i].Outcome == "" {
-				a.Processes[i].Outcome = status.OutcomeInterrupted
+			p := &a.Processes[i]
+			if p.Outcome == "" {
+				// What the dead kusaw's process left running (children
+				// the parent-death signal did not reach) ends now.
+				if _, err := proc.EndGroup(p.PID, p.Start); err != nil {
+					errs = append(errs, fmt.Errorf("end the processes of %s attempt %d: %v", a.Step, a.Number, err))
+				}
+				p.Outcome = status.OutcomeInterrupted
 			}
 		}
 		for i := range a.Worktrees {

@@ -120,14 +120,18 @@ type ProcessRecord struct {
 	Env     map[string]string `json:"env"` // the step's own env; secrets as <secret>
 	Sandbox json.RawMessage   `json:"sandbox_plan,omitempty"`
 	PID     int               `json:"pid,omitempty"`
-	Exit    *int              `json:"exit_code,omitempty"`
-	Signal  string            `json:"signal,omitempty"`
-	Outcome status.Outcome    `json:"outcome,omitempty"`
-	Reason  status.Reason     `json:"reason,omitempty"`
-	Message string            `json:"message,omitempty"`
-	Stdout  string            `json:"stdout"`
-	Stderr  string            `json:"stderr"`
-	Result  any               `json:"provider_result,omitempty"`
+	// Start tells this process from a later one with the same pid
+	// (internal/proc.StartID); recovery ends the process group it led
+	// only when it matches.
+	Start   string         `json:"start,omitempty"`
+	Exit    *int           `json:"exit_code,omitempty"`
+	Signal  string         `json:"signal,omitempty"`
+	Outcome status.Outcome `json:"outcome,omitempty"`
+	Reason  status.Reason  `json:"reason,omitempty"`
+	Message string         `json:"message,omitempty"`
+	Stdout  string         `json:"stdout"`
+	Stderr  string         `json:"stderr"`
+	Result  any            `json:"provider_result,omitempty"`
 	// Probe is what kusaw found of the provider's CLI (agent steps).
 	Probe *ProviderProbe `json:"provider_probe,omitempty"`
 }
