@@ -56,6 +56,7 @@ func (s *Server) Handler(token string) http.Handler {
 	mux.HandleFunc("GET /v1/runs/{id}/events", names(s.apiEvents))
 	mux.HandleFunc("GET /v1/runs/{id}/log", names(s.apiLog))
 	mux.HandleFunc("GET /v1/runs/{id}/attempts/{step}/{n}/egress", names(s.apiEgress))
+	s.gateRoutes(mux, token != "")
 	s.viewRoutes(mux)
 	s.clusterRoutes(mux)
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {

@@ -67,6 +67,7 @@ type Server struct {
 	cond     *sync.Cond
 	queue    []*factory.Run
 	running  map[string]*activeRun
+	waiting  map[string]bool // running runs that wait at a gate: they hold no slot
 	stopping bool
 	wg       sync.WaitGroup
 	started  time.Time
@@ -108,7 +109,7 @@ func NewServer(f *config.Factory, opts ServeOptions) (*Server, error) {
 	if !ok {
 		return nil, fmt.Errorf("kusaw serve is already running for %s (see: kusaw service status)", f.StateDir)
 	}
-	s := &Server{F: f, opts: opts, log: opts.Log, running: map[string]*activeRun{}, started: time.Now().UTC(), lock: l, bus: newBus(), fileSum: fileSum(f.Path)}
+	s := &Server{F: f, opts: opts, log: opts.Log, running: map[string]*activeRun{}, waiting: map[string]bool{}, started: time.Now().UTC(), lock: l, bus: newBus(), fileSum: fileSum(f.Path)}
 	s.cond = sync.NewCond(&s.mu)
 	s.max = opts.MaxParallel
 	if s.max <= 0 {
@@ -128,7 +129,12 @@ func NewServer(f *config.Factory, opts ServeOptions) (*Server, error) {
 		eo.Slots = factory.NewSlots(s.max)
 	}
 	user := eo.OnEvent
+	if eo.RunLink == nil && s.opts.Listen != "" {
+		base := "http://" + s.opts.Listen + "/#run="
+		eo.RunLink = func(id string) string { return base + id }
+	}
 	eo.OnEvent = func(ev record.Event) {
+		s.gateEvent(ev)
 		s.bus.publish(ev.Run)
 		if user != nil {
 			user(ev)
@@ -289,7 +295,7 @@ func (s *Server) Peak() int {
 func (s *Server) dispatch(ctx context.Context) {
 	for {
 		s.mu.Lock()
-		for !s.stopping && (len(s.queue) == 0 || len(s.running) >= s.max) {
+		for !s.stopping && (len(s.queue) == 0 || len(s.running)-len(s.waiting) >= s.max) {
 			s.cond.Wait()
 		}
 		if s.stopping {
@@ -315,6 +321,7 @@ func (s *Server) dispatch(ctx context.Context) {
 			s.log.Info().Str("run", id).Str("state", string(r.Record.State)).Dur("duration", time.Since(start)).Msg("run finished")
 			s.mu.Lock()
 			delete(s.running, id)
+			delete(s.waiting, id)
 			s.cond.Broadcast()
 			s.mu.Unlock()
 			s.bus.publish(id)
@@ -394,5 +401,21 @@ func (b *bus) publish(run string) {
 		case ch <- struct{}{}:
 		default:
 		}
+	}
+}
+
+// gateEvent keeps the set of runs waiting at a gate: a waiting run runs
+// no attempt, so another queued run may start in its place.
+func (s *Server) gateEvent(ev record.Event) {
+	switch ev.Type {
+	case record.EvGateWaiting:
+		s.mu.Lock()
+		s.waiting[ev.Run] = true
+		s.cond.Broadcast()
+		s.mu.Unlock()
+	case record.EvGateApproved, record.EvGateRejected, record.EvRunFinished:
+		s.mu.Lock()
+		delete(s.waiting, ev.Run)
+		s.mu.Unlock()
 	}
 }

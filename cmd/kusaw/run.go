@@ -101,6 +101,11 @@ func newRunCmd(a *app) *cobra.Command {
 			p.start()
 			run, err := runWithParams(ctx, e, pipeline, params)
 			p.stop()
+			// Webhooks still being retried get a short while; kusaw serve
+			// retries them for up to ten minutes.
+			if !e.WaitNotifications(5 * time.Second) {
+				fmt.Fprintln(a.stderr, "kusaw: notifications still failing after 5s are given up (run kusaw serve to retry them for 10 minutes)")
+			}
 			if err != nil {
 				if errors.Is(err, record.ErrUnknownPipeline) || errors.Is(err, record.ErrBadParams) {
 					return exitf(status.ExitUsage, "%s", strings.TrimPrefix(err.Error(), record.ErrUnknownPipeline.Error()+": "))
@@ -271,6 +276,30 @@ func (p *progress) event(ev record.Event) {
 		line = fmt.Sprintf("%s: egress blocked: %v", ev.Step, summary(ev.Data))
 	case record.EvCancelRequested:
 		line = "cancel requested"
+	case record.EvGateWaiting:
+		line = fmt.Sprintf("waiting at the gate before step %v: %v\n  approve from another terminal: %v\n  or reject:                     %v", ev.Data["step"], ev.Data["message"], ev.Data["approve"], ev.Data["reject"])
+		if d, ok := ev.Data["deadline"]; ok {
+			line += fmt.Sprintf("\n  undecided by %v, it rejects", d)
+		}
+	case record.EvGateApproved, record.EvGateRejected:
+		line = fmt.Sprintf("gate before step %v %s by %v", ev.Data["step"], strings.TrimPrefix(ev.Type, "gate."), ev.Data["by"])
+		if r, ok := ev.Data["reason"]; ok {
+			line += fmt.Sprintf(": %v", r)
+		}
+	case record.EvGroupStarted:
+		line = fmt.Sprintf("parallel group %v: %v", ev.Data["group"], ev.Data["steps"])
+	case record.EvMergeConflict:
+		if f, ok := ev.Data["files"]; ok && ev.Data["group"] != nil {
+			line = fmt.Sprintf("parallel group %v: step %v conflicts in %v: %v", ev.Data["group"], ev.Data["step"], ev.Data["repo"], f)
+		}
+	case record.EvCandidatesSelected:
+		line = fmt.Sprintf("%v: %v", ev.Data["step"], ev.Data["why"])
+	case record.EvStepRetry:
+		line = fmt.Sprintf("%v: %v", ev.Data["step"], ev.Data["why"])
+	case record.EvNotifyFailed:
+		if ev.Data["final"] == true {
+			line = fmt.Sprintf("notification %v to %v failed: %v", ev.Data["event"], ev.Data["url"], ev.Data["error"])
+		}
 	}
 	if line == "" {
 		p.redraw()

@@ -15,6 +15,7 @@ type RunStore interface {
 	RunDir(id string) string
 	AttemptDir(run, step string, n int) string
 	RequestCancel(id string) (*record.RunRecord, error)
+	DecideGate(id string, d record.GateDecision) (*record.RunRecord, error)
 	ReadLog(runID, rel string, offset, max int64) ([]byte, error)
 }
 

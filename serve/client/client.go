@@ -171,6 +171,19 @@ func (c *Client) CancelCtx(ctx context.Context, id string) (*record.RunRecord, e
 	return out.Run, c.getJSON(ctx, "POST", "/v1/runs/"+url.PathEscape(id)+"/cancel", struct{}{}, &out)
 }
 
+// DecideGate approves or rejects the gate a run waits at.
+func (c *Client) DecideGate(id string, d record.GateDecision) (*record.RunRecord, error) {
+	var out struct {
+		Run *record.RunRecord `json:"run"`
+	}
+	verb := "reject"
+	if d.Approve {
+		verb = "approve"
+	}
+	err := c.getJSON(context.Background(), "POST", "/v1/runs/"+url.PathEscape(id)+"/"+verb, GateRequest{Step: d.Step, Reason: d.Reason, By: d.By}, &out)
+	return out.Run, err
+}
+
 // Egress reads an attempt's egress per host.
 func (c *Client) Egress(ctx context.Context, id, step string, n int) (*record.EgressReport, error) {
 	var r record.EgressReport

@@ -43,6 +43,15 @@ type SubmitRequest struct {
 	Params   map[string]string `json:"params,omitempty"`
 }
 
+// GateRequest is POST /v1/runs/{id}/approve and /reject. Step "" is the
+// gate the run waits at; By is heeded only on the Unix socket (the TCP
+// listener records the token's name).
+type GateRequest struct {
+	Step   string `json:"step,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	By     string `json:"by,omitempty"`
+}
+
 // ServeInfo is serve.json: how to reach a running serve.
 type ServeInfo struct {
 	PID         int       `json:"pid"`

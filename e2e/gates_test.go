@@ -1,0 +1,192 @@
+package e2e
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kusaw/kusaw/record"
+	"github.com/kusaw/kusaw/secretstore"
+	"github.com/kusaw/kusaw/status"
+)
+
+// Gates and notifications end to end: kusaw run in-process and kusaw
+// serve, the CLI and the API, a local HTTP server on loopback.
+
+const gatedSteps = `  build: {run: [sh, -c, "echo b > b.txt"]}
+  deploy:
+    gate: GATE
+    run: [sh, -c, "echo d > d.txt"]
+`
+
+func gatedFactory(t *testing.T, gate string) string {
+	return shapeFactory(t, "  default: [build, deploy]\n", strings.Replace(gatedSteps, "GATE", gate, 1))
+}
+
+// waitWaiting waits until the factory's only run waits at its gate.
+func waitWaiting(t *testing.T, dir string) string {
+	t.Helper()
+	var id string
+	waitFor(t, "the run to wait at its gate", 30*time.Second, func() bool {
+		entries, _ := os.ReadDir(filepath.Join(dir, ".kusaw", "runs"))
+		if len(entries) != 1 {
+			return false
+		}
+		id = entries[0].Name()
+		b, _ := os.ReadFile(filepath.Join(dir, ".kusaw", "runs", id, "run.json"))
+		return strings.Contains(string(b), `"state": "waiting"`) || strings.Contains(string(b), `"state":"waiting"`)
+	})
+	return id
+}
+
+func gateEvent(t *testing.T, dir, id, typ string) map[string]any {
+	t.Helper()
+	for _, line := range strings.Split(readFile(t, filepath.Join(dir, ".kusaw", "runs", id, "events.jsonl")), "\n") {
+		var ev record.Event
+		if json.Unmarshal([]byte(line), &ev) == nil && ev.Type == typ {
+			return ev.Data
+		}
+	}
+	t.Fatalf("run %s has no %s event", id, typ)
+	return nil
+}
+
+func TestGateApprovedThroughCLI(t *testing.T) {
+	dir := gatedFactory(t, `"deploy to staging?"`)
+	cmd, out, errb := startKusaw(t, dir, "run")
+	id := waitWaiting(t, dir)
+	waitFor(t, "kusaw run to print the approve command", 10*time.Second, func() bool {
+		return strings.Contains(out.String()+errb.String(), "kusaw approve "+id+" deploy")
+	})
+	if onBranch(dir, id, "d.txt") != "" {
+		t.Fatal("the gated step ran before the approval")
+	}
+	res := runKusaw(t, dir, "approve", id)
+	if res.code != 0 || !strings.Contains(res.stdout, "approved the gate before step deploy") {
+		t.Fatalf("kusaw approve: %d\n%s%s", res.code, res.stdout, res.stderr)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("kusaw run after the approval: %v\n%s%s", err, out.String(), errb.String())
+	}
+	if onBranch(dir, id, "d.txt") != "d" {
+		t.Fatal("the approved step's work is not on the run branch")
+	}
+	ev := gateEvent(t, dir, id, record.EvGateApproved)
+	if ev["by"] == "" || ev["at"] == nil {
+		t.Fatalf("gate.approved lacks who or when: %v", ev)
+	}
+	// A second decision on an ended run is refused.
+	if res := runKusaw(t, dir, "reject", id, "--reason", "late"); res.code == 0 {
+		t.Fatal("a decision on a finished run was taken")
+	}
+}
+
+func TestGateRejectedThroughAPIAndTimedOut(t *testing.T) {
+	dir := gatedFactory(t, `"deploy to staging?"`)
+	sp := startServe(t, dir)
+	rec, err := sp.client.Submit(context.Background(), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitWaiting(t, dir)
+	if _, err := sp.client.DecideGate(rec.ID, record.GateDecision{Step: "deploy", Reason: "freeze week", By: "ops"}); err != nil {
+		t.Fatal(err)
+	}
+	d := waitDetail(t, sp.client, rec.ID, 30*time.Second)
+	if d.Run.State != status.RunFailed || d.Run.Reason != status.ReasonGateRejected || !strings.Contains(d.Run.Message, "freeze week") {
+		t.Fatalf("after the rejection: %s %s %s", d.Run.State, d.Run.Reason, d.Run.Message)
+	}
+	if ev := gateEvent(t, dir, rec.ID, record.EvGateRejected); ev["by"] != "ops" || ev["reason"] != "freeze week" {
+		t.Fatalf("gate.rejected: %v", ev)
+	}
+	sp.stop(t)
+
+	dir = gatedFactory(t, `{message: "deploy?", timeout: 500ms}`)
+	res := runKusaw(t, dir, "run")
+	if res.code == 0 {
+		t.Fatal("a timed-out gate passed")
+	}
+	id := onlyRun(t, dir)
+	if d := loadDetail(t, dir, id); d.Reason != string(status.ReasonGateTimeout) {
+		t.Fatalf("after the timeout: %+v", d)
+	}
+}
+
+func TestNotificationSignedAndDeadURL(t *testing.T) {
+	type got struct {
+		sig, event string
+		body       []byte
+	}
+	recv := make(chan got, 10)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		recv <- got{r.Header.Get("X-Kusaw-Signature"), r.Header.Get("X-Kusaw-Event"), b}
+	})}
+	go srv.Serve(l)
+	defer srv.Close()
+	dl, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead := "http://" + dl.Addr().String() + "/gone"
+	dl.Close()
+	dir := shapeFactory(t, `  default:
+    steps: [broken]
+    notify: [{url: `+dead+`}]
+`, `  broken: {run: [sh, -c, "exit 2"], continue_on_failure: true}
+notify:
+  - {url: "http://`+l.Addr().String()+`/hook", on: [run.finished, step.failed], secret: {secret: hook.key}}
+`)
+	if err := secretstore.OpenDir(filepath.Join(dir, "secrets")).Set("hook.key", "whsec-123"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	res := runKusaw(t, dir, "run")
+	if res.code != 0 {
+		t.Fatalf("a failing notification failed the run: %d\n%s%s", res.code, res.stdout, res.stderr)
+	}
+	if time.Since(start) > 40*time.Second {
+		t.Fatalf("the dead URL held kusaw run for %s", time.Since(start))
+	}
+	events := map[string]bool{}
+	for len(events) < 2 {
+		select {
+		case g := <-recv:
+			m := hmac.New(sha256.New, []byte("whsec-123"))
+			m.Write(g.body)
+			if g.sig != "sha256="+hex.EncodeToString(m.Sum(nil)) {
+				t.Fatalf("signature %q does not match", g.sig)
+			}
+			var n struct{ Event, Run, Pipeline, State, Link string }
+			json.Unmarshal(g.body, &n)
+			if n.Event != g.event || n.Pipeline != "default" || n.Run == "" || n.Link == "" {
+				t.Fatalf("body: %s", g.body)
+			}
+			events[n.Event] = true
+		case <-time.After(10 * time.Second):
+			t.Fatalf("notifications received: %v", events)
+		}
+	}
+	if !events["run.finished"] || !events["step.failed"] {
+		t.Fatalf("notifications received: %v", events)
+	}
+	id := onlyRun(t, dir)
+	if ev := gateEvent(t, dir, id, record.EvNotifyFailed); !strings.HasPrefix(ev["url"].(string), "http://127.0.0.1:") || strings.Contains(ev["url"].(string), "gone") {
+		t.Fatalf("notify.failed: %v", ev)
+	}
+	all := readFile(t, filepath.Join(dir, ".kusaw", "runs", id, "events.jsonl"))
+	if strings.Contains(all, "whsec-123") {
+		t.Fatal("the webhook secret is in the run's events")
+	}
+}
