@@ -36,10 +36,9 @@ import (
 )
 
 const (
-	claudePackage = "@anthropic-ai/claude-code"
-	helperEnv     = "KUSAW_REALCLAUDE_HELPER"
-	realKey       = "sk-ant-kusaw-test-not-a-real-key"
-	apiText       = "pong from the fake Messages API"
+	helperEnv = "KUSAW_REALCLAUDE_HELPER"
+	realKey   = "sk-ant-kusaw-test-not-a-real-key"
+	apiText   = "pong from the fake Messages API"
 )
 
 func skipOrFail(t *testing.T, format string, args ...any) {
@@ -49,73 +48,6 @@ func skipOrFail(t *testing.T, format string, args ...any) {
 		t.Fatal(msg)
 	}
 	t.Skip(msg)
-}
-
-// installClaude returns the path of the real CLI for the registry's
-// latest version, installing it into the cache when missing.
-func installClaude(t *testing.T) (bin, version string) {
-	t.Helper()
-	npm, err := exec.LookPath("npm")
-	if err != nil {
-		skipOrFail(t, "real Claude Code test needs npm: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, npm, "view", claudePackage, "version").Output()
-	version = strings.TrimSpace(string(out))
-	if err != nil || version == "" {
-		skipOrFail(t, "npm view %s failed (registry not reachable?): %v", claudePackage, err)
-	}
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		cache = os.TempDir()
-	}
-	root := filepath.Join(cache, "kusaw-test", "claude-code")
-	dir := filepath.Join(root, version)
-	bin = filepath.Join(dir, "node_modules", ".bin", "claude")
-	if works(bin) {
-		return bin, version
-	}
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	tmp, err := os.MkdirTemp(root, ".install-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(tmp)
-	t.Logf("installing %s@%s into %s", claudePackage, version, dir)
-	ictx, icancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer icancel()
-	cmd := exec.CommandContext(ictx, npm, "install", "--prefix", tmp, "--no-audit", "--no-fund", "--no-save", claudePackage+"@"+version)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		skipOrFail(t, "npm install %s@%s failed: %v: %s", claudePackage, version, err, tail(out, 600))
-	}
-	if !works(filepath.Join(tmp, "node_modules", ".bin", "claude")) {
-		skipOrFail(t, "npm installed %s@%s but `claude --version` does not run (postinstall skipped?)", claudePackage, version)
-	}
-	os.RemoveAll(dir) // a broken earlier install
-	if err := os.Rename(tmp, dir); err != nil && !works(bin) {
-		t.Fatalf("caching the install: %v", err)
-	}
-	// Keep one version: each is a few hundred MB.
-	if old, err := os.ReadDir(root); err == nil {
-		for _, e := range old {
-			if e.Name() != version && !strings.HasPrefix(e.Name(), ".install-") {
-				os.RemoveAll(filepath.Join(root, e.Name()))
-			}
-		}
-	}
-	return bin, version
-}
-
-func works(bin string) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "--version")
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + os.TempDir(), "DISABLE_AUTOUPDATER=1"}
-	out, err := cmd.Output()
-	return err == nil && bytes.Contains(out, []byte("Claude Code"))
 }
 
 func tail(b []byte, n int) string {
@@ -259,7 +191,7 @@ func TestRealClaudeCode(t *testing.T) {
 	if _, err := os.Stat(bwrap); err != nil {
 		skipOrFail(t, "the real Claude Code runs in bwrap's network namespace; %s: %v", bwrap, err)
 	}
-	bin, version := installClaude(t)
+	bin, version := providertest.InstallClaude(t)
 	p := mustGet(t, "claude-code")
 
 	pr, err := p.Probe(context.Background(), bin)
