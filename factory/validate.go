@@ -97,6 +97,7 @@ func (v *Validator) Validate(f *config.Factory, fs config.Findings) Report {
 	fs = append(fs, v.providerChecks(f)...)
 	fs = append(fs, v.secretChecks(f)...)
 	fs = append(fs, limitChecks(f)...)
+	fs = append(fs, providerArgChecks(f)...)
 	fs = append(fs, v.envProxyCheck(f)...)
 	fs.Sort()
 	r.Errors = fs.Errors()
@@ -124,6 +125,27 @@ func (v *Validator) Validate(f *config.Factory, fs config.Findings) Report {
 		}
 	}
 	return r
+}
+
+// providerArgChecks refuses providers.<name>.args that kusaw would refuse
+// when the step starts (E007): a flag kusaw sets itself, one that breaks
+// the stream (Cursor's --stream-partial-output), a key in argv.
+func providerArgChecks(f *config.Factory) config.Findings {
+	var out config.Findings
+	for _, name := range config.ProviderNames {
+		pc := f.Providers[name]
+		p, ok := providers.Get(name)
+		if pc == nil || !ok || len(pc.Args) == 0 {
+			continue
+		}
+		if _, err := p.Argv(providers.RunRequest{Command: "x", Args: pc.Args, Prompt: "validate"}); err != nil {
+			path := "providers." + name + ".args"
+			pos := f.PosOf(path)
+			out = append(out, config.Finding{Code: config.ECodeBadValue, Severity: config.SevError, Path: path, Line: pos.Line, Column: pos.Column,
+				Message: err.Error(), Fix: "remove that argument from " + path, File: f.Path})
+		}
+	}
+	return out
 }
 
 // limitChecks refuses limits kusaw could not watch (E062): cost, tokens
