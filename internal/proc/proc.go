@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -30,6 +31,10 @@ type Options struct {
 	Copy func(dst io.Writer, src io.Reader) error
 	// Started is called with the pid once the process runs.
 	Started func(pid int)
+	// Limits bound the process and all it starts; Name names its cgroup
+	// (unique among kusaw's running processes).
+	Limits Limits
+	Name   string
 }
 
 // Result is how one process ended.
@@ -44,6 +49,8 @@ type Result struct {
 	Dur     time.Duration
 	// Stopped: Run signalled it because ctx ended.
 	Stopped bool
+	// Limit names the limit the process reached (LimitPids, ...), "" none.
+	Limit string
 }
 
 // Describe says how the process ended, for messages.
@@ -106,15 +113,38 @@ func Run(ctx context.Context, cmd *exec.Cmd, o Options) Result {
 		closeAll(outR, errR)
 		return Result{StartErr: err}
 	}
+	pgid := cmd.Process.Pid
+	// Limits: the cgroup (or rlimits) first, before the process has had
+	// much time to start anything; then kusaw's own counting.
+	var g *group
+	var hit atomic.Value
+	if o.Limits.hasAny() {
+		var missing []string
+		g, missing = newGroup(o.groupName(pgid), o.Limits)
+		if g != nil {
+			if err := g.add(pgid); err != nil {
+				missing = append(missing, wanted(o.Limits)...)
+			}
+		}
+		rlimitsFor(pgid, o.Limits, missing)
+	}
+	reached := func(name string) {
+		if hit.CompareAndSwap(nil, name) {
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		}
+	}
+	capOut := &outputCap{max: o.Limits.Output, over: func() { reached(LimitOutput) }}
+	stdout, stderr := capOut.wrap(o.Stdout), capOut.wrap(o.Stderr)
+	stopDisk := make(chan struct{})
+	go watchDisk(o.Limits, stopDisk, func() { reached(LimitDisk) })
 	if o.Started != nil {
-		o.Started(cmd.Process.Pid)
+		o.Started(pgid)
 	}
 	var copies sync.WaitGroup
 	copies.Add(2)
-	go func() { defer copies.Done(); _ = o.Copy(o.Stdout, outR) }()
-	go func() { defer copies.Done(); _ = o.Copy(o.Stderr, errR) }()
+	go func() { defer copies.Done(); _ = o.Copy(stdout, outR) }()
+	go func() { defer copies.Done(); _ = o.Copy(stderr, errR) }()
 
-	pgid := cmd.Process.Pid
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
 	var werr error
@@ -126,6 +156,16 @@ func Run(ctx context.Context, cmd *exec.Cmd, o Options) Result {
 		werr = stop(pgid, o.Grace, waited)
 	}
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	close(stopDisk)
+	limit, _ := hit.Load().(string)
+	if g != nil {
+		if limit == "" {
+			limit = g.hit()
+		}
+		// Every process of the group goes, also one that left the
+		// process group (setsid), and the group with them.
+		g.close()
+	}
 	done := make(chan struct{})
 	go func() { copies.Wait(); close(done) }()
 	select {
@@ -135,7 +175,7 @@ func Run(ctx context.Context, cmd *exec.Cmd, o Options) Result {
 		<-done
 	}
 	closeAll(outR, errR)
-	res := Result{Dur: time.Since(start), Stopped: stopped}
+	res := Result{Dur: time.Since(start), Stopped: stopped, Limit: limit}
 	st := cmd.ProcessState
 	if st == nil {
 		res.StartErr = werr
@@ -170,4 +210,17 @@ func closeAll(fs ...*os.File) {
 	for _, f := range fs {
 		f.Close()
 	}
+}
+
+func (l Limits) hasAny() bool {
+	return l.Pids > 0 || l.Memory > 0 || l.CPU > 0 || l.Output > 0 || l.Disk > 0
+}
+
+// groupName is the process's cgroup: its own name, or one from kusaw's pid
+// and the process's.
+func (o Options) groupName(pid int) string {
+	if o.Name != "" {
+		return o.Name
+	}
+	return fmt.Sprintf("kusaw-%d-%d", os.Getpid(), pid)
 }

@@ -1,0 +1,338 @@
+package proc
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// group is a cgroup (v1: one folder per controller; v2: one folder) that
+// kusaw made below the group it runs in, for one process. It never moves
+// another process and never writes a parent group's files.
+type group struct {
+	dirs map[string]string // controller → folder (v2: every controller → the same folder)
+	v2   bool
+}
+
+// cgroupRoots finds, per controller, the folder of the group this
+// process runs in: v1 hierarchies from /proc/self/cgroup and mountinfo,
+// and the v2 group when its controllers are delegated to it.
+func cgroupRoots() (v1 map[string]string, v2 string, v2ctl map[string]bool) {
+	v1 = map[string]string{}
+	v2ctl = map[string]bool{}
+	mounts := cgroupMounts()
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return v1, "", v2ctl
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if parts[0] == "0" && parts[1] == "" {
+			if m, ok := mounts["cgroup2"]; ok {
+				dir := filepath.Join(m.point, relTo(m.root, parts[2]))
+				if c, err := os.ReadFile(filepath.Join(dir, "cgroup.subtree_control")); err == nil {
+					for _, f := range strings.Fields(string(c)) {
+						v2ctl[f] = true
+					}
+				}
+				v2 = dir
+			}
+			continue
+		}
+		for _, ctl := range strings.Split(parts[1], ",") {
+			if m, ok := mounts[ctl]; ok {
+				v1[ctl] = filepath.Join(m.point, relTo(m.root, parts[2]))
+			}
+		}
+	}
+	return v1, v2, v2ctl
+}
+
+type mount struct{ point, root string }
+
+// cgroupMounts maps each v1 controller (and "cgroup2") to its mount.
+func cgroupMounts() map[string]mount {
+	out := map[string]mount{}
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return out
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		if !ok {
+			continue
+		}
+		fa, fb := strings.Fields(pre), strings.Fields(post)
+		if len(fa) < 5 || len(fb) < 3 {
+			continue
+		}
+		m := mount{point: fa[4], root: fa[3]}
+		switch fb[0] {
+		case "cgroup2":
+			if _, seen := out["cgroup2"]; !seen {
+				out["cgroup2"] = m
+			}
+		case "cgroup":
+			for _, o := range strings.Split(fb[2], ",") {
+				if _, seen := out[o]; !seen {
+					out[o] = m
+				}
+			}
+		}
+	}
+	return out
+}
+
+func relTo(root, p string) string {
+	if root == "/" {
+		return p
+	}
+	if r, err := filepath.Rel(root, p); err == nil && !strings.HasPrefix(r, "..") {
+		return r
+	}
+	return p
+}
+
+// newGroup makes a child group named name below kusaw's own group for
+// each controller a limit needs and can have, and writes the limits. The
+// controllers it could not use are returned, for rlimits to stand in.
+func newGroup(name string, l Limits) (*group, []string) {
+	ctls := wanted(l)
+	if len(ctls) == 0 {
+		return nil, nil
+	}
+	v1, v2, v2ctl := cgroupRoots()
+	g := &group{dirs: map[string]string{}}
+	var missing []string
+	// v2 when it has every controller delegated, else v1 per controller.
+	all2 := v2 != ""
+	for _, c := range ctls {
+		all2 = all2 && v2ctl[c]
+	}
+	if all2 {
+		dir := filepath.Join(v2, name)
+		if err := os.Mkdir(dir, 0o755); err == nil {
+			g.v2 = true
+			for _, c := range ctls {
+				g.dirs[c] = dir
+			}
+		}
+	}
+	for _, c := range ctls {
+		if g.dirs[c] != "" {
+			continue
+		}
+		base, ok := v1[c]
+		if !ok {
+			missing = append(missing, c)
+			continue
+		}
+		dir := filepath.Join(base, name)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			missing = append(missing, c)
+			continue
+		}
+		g.dirs[c] = dir
+	}
+	for c, dir := range g.dirs {
+		if err := g.write(c, dir, l); err != nil {
+			g.removeDir(dir)
+			delete(g.dirs, c)
+			missing = append(missing, c)
+		}
+	}
+	if len(g.dirs) == 0 {
+		return nil, missing
+	}
+	return g, missing
+}
+
+func (g *group) write(c, dir string, l Limits) error {
+	w := func(file, v string) error { return os.WriteFile(filepath.Join(dir, file), []byte(v), 0o644) }
+	switch {
+	case c == "pids":
+		return w("pids.max", strconv.Itoa(l.Pids))
+	case c == "memory" && g.v2:
+		_ = w("memory.swap.max", "0")
+		return w("memory.max", strconv.FormatInt(l.Memory, 10))
+	case c == "memory":
+		if err := w("memory.limit_in_bytes", strconv.FormatInt(l.Memory, 10)); err != nil {
+			return err
+		}
+		// With swap accounting, swap counts too: no escape into swap.
+		_ = w("memory.memsw.limit_in_bytes", strconv.FormatInt(l.Memory, 10))
+		return nil
+	case c == "cpu" && g.v2:
+		return w("cpu.max", fmt.Sprintf("%d 100000", l.CPU*100000))
+	case c == "cpu":
+		if err := w("cpu.cfs_period_us", "100000"); err != nil {
+			return err
+		}
+		return w("cpu.cfs_quota_us", strconv.Itoa(l.CPU*100000))
+	}
+	return nil
+}
+
+// add puts pid into the group (each controller's folder).
+func (g *group) add(pid int) error {
+	var errs []error
+	done := map[string]bool{}
+	for _, dir := range g.dirs {
+		if done[dir] {
+			continue
+		}
+		done[dir] = true
+		errs = append(errs, os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644))
+	}
+	return errors.Join(errs...)
+}
+
+// hit names the limit the group reached: a fork refused (pids) or the
+// kernel's OOM killer (memory).
+func (g *group) hit() string {
+	if dir := g.dirs["pids"]; dir != "" && eventCount(filepath.Join(dir, "pids.events"), "max") > 0 {
+		return LimitPids
+	}
+	if dir := g.dirs["memory"]; dir != "" {
+		f := "memory.oom_control"
+		if g.v2 {
+			f = "memory.events"
+		}
+		if eventCount(filepath.Join(dir, f), "oom_kill") > 0 {
+			return LimitMemory
+		}
+	}
+	return ""
+}
+
+func eventCount(file, key string) int64 {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, " "); ok && k == key {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// killAll kills every process in the group (all descendants of the one
+// kusaw put there, also those that left its process group) and removes
+// the folders.
+func (g *group) close() {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		left := 0
+		for _, dir := range g.dirs {
+			for _, pid := range procsOf(dir) {
+				left++
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		if left == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, dir := range g.dirs {
+		g.removeDir(dir)
+	}
+}
+
+func procsOf(dir string) []int {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, f := range strings.Fields(string(b)) {
+		if n, err := strconv.Atoi(f); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func (g *group) removeDir(dir string) {
+	for i := 0; i < 50; i++ {
+		if err := os.Remove(dir); err == nil || errors.Is(err, os.ErrNotExist) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// rlimitsFor applies rlimits to pid for the limits no cgroup enforces:
+// RLIMIT_NPROC for pids (not for root, whom the kernel exempts), and
+// RLIMIT_DATA for memory. Disk gets RLIMIT_FSIZE (one file cannot
+// outgrow it) whatever else counts it.
+func rlimitsFor(pid int, l Limits, missing []string) {
+	set := func(res int, v uint64) {
+		_ = unix.Prlimit(pid, res, &unix.Rlimit{Cur: v, Max: v}, nil)
+	}
+	for _, c := range missing {
+		switch c {
+		case "pids":
+			if os.Geteuid() != 0 {
+				set(unix.RLIMIT_NPROC, uint64(l.Pids))
+			}
+		case "memory":
+			set(unix.RLIMIT_DATA, uint64(l.Memory))
+		}
+	}
+	if l.Disk > 0 {
+		set(unix.RLIMIT_FSIZE, uint64(l.Disk))
+	}
+}
+
+// Enforcement says, for each limit, how this machine enforces it for a
+// process kusaw starts now (sandbox check --verbose).
+func Enforcement() map[string]string {
+	out := map[string]string{
+		LimitOutput: "counted by kusaw: the process group is killed past it",
+		LimitDisk:   "counted by kusaw every 2s over the attempt's tmp and worktrees (and RLIMIT_FSIZE per file)",
+	}
+	probe := Limits{Pids: 1 << 20, Memory: 1 << 50, CPU: 1024}
+	g, missing := newGroup(fmt.Sprintf("kusaw-probe-%d", os.Getpid()), probe)
+	if g != nil {
+		for c, dir := range g.dirs {
+			kind := "cgroup v1 " + c + " controller"
+			if g.v2 {
+				kind = "cgroup v2 " + c + " controller"
+			}
+			out[c] = kind + " (" + filepath.Dir(dir) + ")"
+		}
+		g.close()
+	}
+	for _, c := range missing {
+		switch c {
+		case "pids":
+			if os.Geteuid() == 0 {
+				out[c] = "not enforced (no usable pids cgroup, and root is exempt from RLIMIT_NPROC)"
+			} else {
+				out[c] = "RLIMIT_NPROC (counts all of this user's processes)"
+			}
+		case "memory":
+			out[c] = "RLIMIT_DATA per process (no usable memory cgroup)"
+		case "cpu":
+			out[c] = "not enforced (no usable cpu cgroup)"
+		}
+	}
+	return out
+}
