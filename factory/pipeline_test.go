@@ -302,3 +302,57 @@ func testkitCmd(dir string, args ...string) *exec.Cmd {
 	cmd.Dir = dir
 	return cmd
 }
+
+// TestPendingMovesFinishOnResume: a run interrupted between recording a
+// group's merge and (not) making it finishes the move on resume, and
+// never merges again.
+func TestPendingMovesFinishOnResume(t *testing.T) {
+	for _, moved := range []bool{true, false} {
+		r, _, app := shapeRun(t, `version: 1
+repos:
+  app: {path: ./app}
+pipelines:
+  default: [[left, right], after]
+steps:
+  left: {run: [sh, -c, "echo left > left.txt"]}
+  right: {run: [sh, -c, "echo right > right.txt"]}
+  after: {run: [sh, -c, "test -f left.txt && test -f right.txt"]}
+`)
+		if r.Record.State != status.RunSucceeded {
+			t.Fatalf("run: %s", r.Record.Message)
+		}
+		e := r.e
+		rec, _ := e.State.LoadRun(r.ID())
+		rr := rec.Repos[0]
+		merged := rr.HeadSHA
+		if !moved {
+			// The crash came before the branch moved.
+			if out, err := gitOut(app, "update-ref", "refs/heads/"+rr.Branch, rr.BaseSHA); err != nil {
+				t.Fatal(out, err)
+			}
+		}
+		rec.State, rec.Finished = status.RunInterrupted, nil
+		rec.Steps[2].Outcome, rec.Steps[2].Finished = "", nil
+		rec.Repos[0].HeadSHA = rr.BaseSHA
+		rec.Pending = []record.HeadMove{{Repo: "app", Branch: rr.Branch, From: rr.BaseSHA, To: merged}}
+		if err := writeJSON(filepath.Join(r.Dir, record.RunFile), rec); err != nil {
+			t.Fatal(err)
+		}
+		r2, err := e.Resume(r.ID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Execute(context.Background(), r2)
+		if r2.Record.State != status.RunSucceeded || len(r2.Record.Pending) != 0 {
+			t.Fatalf("moved=%v: resumed run %s %s, pending %v", moved, r2.Record.State, r2.Record.Message, r2.Record.Pending)
+		}
+		head, _ := gitOut(app, "rev-parse", rr.Branch)
+		if head != merged {
+			t.Fatalf("moved=%v: the run branch is at %s, want the recorded merge %s", moved, head, merged)
+		}
+		log, _ := gitOut(app, "log", "--format=%s", rr.Branch)
+		if strings.Count(log, "merge step left ") != 1 || strings.Count(log, "merge step right ") != 1 {
+			t.Fatalf("moved=%v: merges on the run branch:\n%s", moved, log)
+		}
+	}
+}
