@@ -1,0 +1,395 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kusaw/kusaw/cluster"
+	"github.com/kusaw/kusaw/record"
+	"github.com/kusaw/kusaw/secretstore"
+	"github.com/kusaw/kusaw/serve/client"
+	"github.com/kusaw/kusaw/status"
+)
+
+// The cluster end to end (docs/cluster.md): a real serve with its embedded
+// NATS server and real `kusaw worker` processes on loopback, each with its
+// own state folder. When the test is root the workers run as uid 65534
+// and serve's folder is 0700: they cannot read the repositories and get
+// the code only as bundles.
+
+func clusterYAML(sandbox string, sleep string, lostAfter string) string {
+	return `version: 1
+repos:
+  app: {path: app}
+serve:
+  max_parallel: 12
+  cluster: {listen: "127.0.0.1:0", local_worker: false, lost_after: ` + lostAfter + `}
+pipelines:
+  default: [one, two]
+steps:
+  one:
+    sandbox: ` + sandbox + `
+    env:
+      TOKEN: {secret: cluster.token}
+    run: [sh, -c, 'test "$(printf %s "$TOKEN" | sha256sum | cut -c1-16)" = eb4ed2822b27418e && sleep ` + sleep + ` && echo "one $KUSAW_RUN" > one.txt']
+  two:
+    sandbox: ` + sandbox + `
+    run: [sh, -c, 'test -s one.txt && echo two > two.txt']
+`
+}
+
+// clusterSandbox is the steps' sandbox mode: required where the sandbox
+// works; elsewhere off, except under CI, where a missing sandbox fails.
+func clusterSandbox(t *testing.T) string {
+	if sandboxWorks(t) {
+		return "required"
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("the sandbox does not work here: the cluster's e2e runs sandboxed steps in CI")
+	}
+	t.Log("the sandbox does not work here: steps run with sandbox off")
+	return "\"off\""
+}
+
+func workerUID() int {
+	if os.Geteuid() == 0 {
+		return 65534
+	}
+	return os.Geteuid()
+}
+
+// clusterSecret reaches the workers sealed; it must never be found in
+// clear on disk.
+const clusterSecret = "cluster-s3cret-9f2"
+
+type clusterRig struct {
+	dir string
+	sp  *serveProc
+}
+
+func startClusterServe(t *testing.T, yaml string) *clusterRig {
+	t.Helper()
+	dir := factoryDir(t, yaml, "app")
+	// The step's secret is in serve's secret store only.
+	if err := secretstore.OpenDir(filepath.Join(dir, "secrets")).Set("cluster.token", clusterSecret); err != nil {
+		t.Fatal(err)
+	}
+	// Workers must not read the factory's folder.
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	sp := startServe(t, dir)
+	return &clusterRig{dir: dir, sp: sp}
+}
+
+type workerProc struct {
+	name  string
+	cmd   *exec.Cmd
+	state string
+	log   *syncBuffer
+}
+
+// startWorker joins a worker with a fresh token and starts it as the
+// worker uid, in a state folder of its own outside /tmp (the sandbox's
+// /tmp is private).
+func (r *clusterRig) startWorker(t *testing.T, name string, extra ...string) *workerProc {
+	t.Helper()
+	tok := runKusaw(t, r.dir, "cluster", "token")
+	if tok.code != 0 {
+		t.Fatalf("kusaw cluster token: %d %s", tok.code, tok.stderr)
+	}
+	state, err := os.MkdirTemp("/var/tmp", "kusaw-worker-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(state) })
+	os.Chmod(state, 0o755)
+	w := &workerProc{name: name, state: state, log: &syncBuffer{}}
+	w.start(t, append([]string{"--join", strings.TrimSpace(tok.stdout)}, extra...)...)
+	return w
+}
+
+func (w *workerProc) start(t *testing.T, extra ...string) {
+	t.Helper()
+	uid := workerUID()
+	args := append([]string{"worker", "--name", w.name, "--state-dir", filepath.Join(w.state, "w"), "--max-parallel", "2"}, extra...)
+	cmd := exec.Command(kusawBin, args...)
+	cmd.Dir = w.state
+	cmd.Env = testEnv(t, w.state)
+	cmd.Stderr = w.log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if uid != os.Geteuid() {
+		chownAll(t, w.state, uid)
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.cmd = cmd
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGCONT)
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			_ = cmd.Wait()
+		}
+		if t.Failed() {
+			t.Logf("worker %s:\n%s", w.name, w.log.String())
+		}
+	})
+}
+
+// waitWorkers waits until n workers send heartbeats.
+func (r *clusterRig) waitWorkers(t *testing.T, n int) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("%d workers", n), 30*time.Second, func() bool {
+		ws, err := r.sp.client.Workers(context.Background())
+		if err != nil {
+			return false
+		}
+		live := 0
+		for _, w := range ws {
+			if w.LastHeartbeat != nil && !w.Lost {
+				live++
+			}
+		}
+		return live >= n
+	})
+}
+
+func (r *clusterRig) submit(t *testing.T, n int) []string {
+	t.Helper()
+	var ids []string
+	for range n {
+		rec, err := r.sp.client.Submit(context.Background(), "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, rec.ID)
+	}
+	return ids
+}
+
+// checkRuns: every run succeeded, its run branch holds exactly both steps'
+// commits (no duplicate), and every log verifies --strict.
+func (r *clusterRig) checkRuns(t *testing.T, ids []string) map[string]int {
+	t.Helper()
+	perWorker := map[string]int{}
+	for _, id := range ids {
+		d := waitDetail(t, r.sp.client, id, 3*time.Minute)
+		if d.Run.State != status.RunSucceeded {
+			for _, a := range d.Attempts {
+				t.Logf("run %s attempt %s/%d on %q: %s %s %s", id, a.Step, a.Number, a.Worker, a.Outcome, a.Reason, a.Message)
+			}
+			t.Fatalf("run %s: %s (%s)", id, d.Run.State, d.Run.Message)
+		}
+		br := d.Run.Repos[0]
+		if n := git(t, filepath.Join(r.dir, "app"), "rev-list", "--count", br.BaseSHA+".."+br.Branch); n != "2" {
+			t.Errorf("run %s: %s commits on its branch, want 2 (one per step)", id, n)
+		}
+		if got := git(t, filepath.Join(r.dir, "app"), "show", br.Branch+":one.txt"); got != "one "+id {
+			t.Errorf("run %s: one.txt %q", id, got)
+		}
+		for _, a := range d.Attempts {
+			if a.Outcome == status.OutcomePassed {
+				if a.Worker == "" {
+					t.Errorf("run %s attempt %s/%d: no worker in attempt.json", id, a.Step, a.Number)
+				}
+				perWorker[a.Worker]++
+			}
+		}
+	}
+	verifyRecords(t, os.Geteuid(), r.dir)
+	return perWorker
+}
+
+func TestClusterRunsOnWorkers(t *testing.T) {
+	need(t, "git")
+	r := startClusterServe(t, clusterYAML(clusterSandbox(t), "0.3", "15s"))
+	var workers []*workerProc
+	for i := 1; i <= 3; i++ {
+		workers = append(workers, r.startWorker(t, fmt.Sprintf("w%d", i)))
+	}
+	r.waitWorkers(t, 3)
+	ids := r.submit(t, 12)
+	per := r.checkRuns(t, ids)
+	if len(per) != 3 {
+		t.Errorf("attempts by worker %v: want all three workers used", per)
+	}
+	// kusaw workers lists them; --json too.
+	res := runKusaw(t, r.dir, "workers")
+	for i := 1; i <= 3; i++ {
+		if !strings.Contains(res.stdout, fmt.Sprintf("w%d", i)) {
+			t.Errorf("kusaw workers:\n%s", res.stdout)
+		}
+	}
+	// The secret is in clear nowhere: serve's records, JetStream's store
+	// files, the workers' folders.
+	roots := []string{filepath.Join(r.dir, ".kusaw")}
+	for _, w := range workers {
+		roots = append(roots, w.state)
+	}
+	for _, root := range roots {
+		filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
+			if err == nil && fi.Mode().IsRegular() {
+				if b, _ := os.ReadFile(p); strings.Contains(string(b), clusterSecret) {
+					t.Errorf("the secret is in clear in %s", p)
+				}
+			}
+			return nil
+		})
+	}
+	if _, err := os.Stat(filepath.Join(r.dir, ".kusaw", "cluster", "jetstream")); err != nil {
+		t.Errorf("JetStream's store is not where the grep looked: %v", err)
+	}
+	var js struct{ Workers []client.Worker }
+	if err := json.Unmarshal([]byte(runKusaw(t, r.dir, "workers", "--json").stdout), &js); err != nil || len(js.Workers) != 3 {
+		t.Errorf("kusaw workers --json: %v %+v", err, js)
+	}
+}
+
+// A worker killed with kill -9 in the middle of attempts: its attempts end
+// lost and run again elsewhere, every run succeeds without a duplicate
+// commit, and the logs verify.
+func TestClusterWorkerKilled(t *testing.T) {
+	need(t, "git")
+	r := startClusterServe(t, clusterYAML(clusterSandbox(t), "3", "3s"))
+	victim := r.startWorker(t, "victim")
+	r.waitWorkers(t, 1)
+	ids := r.submit(t, 3)
+	// The victim alone holds the first attempts; kill it once it runs two.
+	waitFor(t, "the victim to run attempts", 30*time.Second, func() bool {
+		ws, _ := r.sp.client.Workers(context.Background())
+		return len(ws) == 1 && ws[0].Running == 2
+	})
+	time.Sleep(500 * time.Millisecond)
+	_ = syscall.Kill(-victim.cmd.Process.Pid, syscall.SIGKILL)
+	_ = victim.cmd.Wait()
+	r.startWorker(t, "s1")
+	r.startWorker(t, "s2")
+	r.checkRuns(t, ids)
+	lost := 0
+	for _, id := range ids {
+		d := waitDetail(t, r.sp.client, id, time.Second)
+		for _, a := range d.Attempts {
+			if a.Outcome == status.OutcomeLost {
+				lost++
+				if a.Worker != "victim" || a.Reason != status.ReasonLost {
+					t.Errorf("lost attempt %+v", a)
+				}
+			}
+			if a.Outcome == status.OutcomePassed && a.Worker == "victim" && a.Step == "one" {
+				t.Errorf("run %s: the killed worker passed step one", id)
+			}
+		}
+	}
+	if lost != 2 {
+		t.Errorf("%d lost attempts, want the victim's 2", lost)
+	}
+}
+
+// A worker stopped (SIGSTOP) past lost_after and then resumed reports
+// late: its result is fenced (recorded, never merged) and the attempt ran
+// again elsewhere.
+func TestClusterStoppedWorkerFenced(t *testing.T) {
+	need(t, "git")
+	r := startClusterServe(t, clusterYAML(clusterSandbox(t), "2", "2s"))
+	sleeper := r.startWorker(t, "sleeper")
+	r.waitWorkers(t, 1)
+	ids := r.submit(t, 1)
+	waitFor(t, "the sleeper to claim", 30*time.Second, func() bool {
+		ws, _ := r.sp.client.Workers(context.Background())
+		return len(ws) == 1 && ws[0].Running == 1
+	})
+	_ = syscall.Kill(-sleeper.cmd.Process.Pid, syscall.SIGSTOP)
+	other := r.startWorker(t, "other")
+	_ = other
+	d := waitDetail(t, r.sp.client, ids[0], 2*time.Minute)
+	_ = syscall.Kill(-sleeper.cmd.Process.Pid, syscall.SIGCONT)
+	if d.Run.State != status.RunSucceeded {
+		t.Fatalf("run: %s %s", d.Run.State, d.Run.Message)
+	}
+	fenced := filepath.Join(r.dir, ".kusaw", "cluster", "fenced.jsonl")
+	waitFor(t, "the sleeper's late result to be fenced", 30*time.Second, func() bool {
+		b, _ := os.ReadFile(fenced)
+		return strings.Contains(string(b), `"worker":"sleeper"`)
+	})
+	r.checkRuns(t, ids)
+	if d.Attempts[0].Outcome != status.OutcomeLost || d.Attempts[0].Worker != "sleeper" {
+		t.Errorf("first attempt %+v: want lost on the sleeper", d.Attempts[0])
+	}
+}
+
+// A worker without an enrollment, with a forged identity, or with a token
+// used twice is refused (exit 10); nothing of serve's is given to it.
+func TestClusterEnrollmentRefused(t *testing.T) {
+	need(t, "git")
+	r := startClusterServe(t, clusterYAML(`"off"`, "0", "15s"))
+	state := t.TempDir()
+	res := runKusaw(t, state, "worker", "--state-dir", filepath.Join(state, "none"))
+	if res.code != int(status.ExitNotEnrolled) || !strings.Contains(res.stderr, "has not joined") {
+		t.Fatalf("an unenrolled worker: exit %d %s", res.code, res.stderr)
+	}
+	good := r.startWorker(t, "good")
+	r.waitWorkers(t, 1)
+	// A forger copies the good worker's identity file but replaces the
+	// keys with its own: serve does not know them.
+	b, err := os.ReadFile(filepath.Join(good.state, "w", "identity.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var id map[string]any
+	json.Unmarshal(b, &id)
+	fresh := runKusaw(t, state, "worker", "--state-dir", filepath.Join(state, "x"), "--join", "kusaw-join-1.e30")
+	if fresh.code != int(status.ExitNotEnrolled) {
+		t.Fatalf("a damaged token: exit %d %s", fresh.code, fresh.stderr)
+	}
+	forged := filepath.Join(state, "forged")
+	os.MkdirAll(forged, 0o700)
+	other, err := cluster.NewIdentity("good")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id["user_seed"], id["curve_seed"] = other.UserSeed, other.CurveSeed
+	out, _ := json.Marshal(id)
+	os.WriteFile(filepath.Join(forged, "identity.json"), out, 0o600)
+	res = runKusaw(t, state, "worker", "--state-dir", forged)
+	if res.code != int(status.ExitNotEnrolled) {
+		t.Fatalf("a forged identity: exit %d %s", res.code, res.stderr)
+	}
+	// A token works once.
+	tok := strings.TrimSpace(runKusaw(t, r.dir, "cluster", "token").stdout)
+	first := runKusawTimeout(t, state, 3*time.Second, "worker", "--state-dir", filepath.Join(state, "a"), "--name", "a", "--join", tok)
+	if !strings.Contains(first.stderr, "enrolled") {
+		t.Fatalf("first use of a token: %d %s", first.code, first.stderr)
+	}
+	second := runKusaw(t, state, "worker", "--state-dir", filepath.Join(state, "b"), "--name", "b", "--join", tok)
+	if second.code != int(status.ExitNotEnrolled) {
+		t.Fatalf("a token used twice: exit %d %s", second.code, second.stderr)
+	}
+}
+
+// runKusawTimeout runs kusaw until it exits or limit passes (then SIGTERM).
+func runKusawTimeout(t *testing.T, dir string, limit time.Duration, args ...string) result {
+	t.Helper()
+	cmd, out, errb := startKusaw(t, dir, args...)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(limit):
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		err = <-done
+	}
+	return result{out.String(), errb.String(), exitCode(err)}
+}
+
+var _ = record.EventsFile
