@@ -70,6 +70,15 @@ steps:
 		t.Errorf("kusaw run did not report the refusal on stderr:\n%s", res.stderr)
 	}
 	adir := filepath.Join(dir, ".kusaw", "runs", id, "steps", "fetch", "1")
+	// The step's stderr ends with the refusal, worded as egress check
+	// words it.
+	const line = "kusaw: evil.example:80 is not allowed; add it to steps.fetch.sandbox.egress.allow"
+	if serr := readFile(t, filepath.Join(adir, "stderr.log")); !strings.Contains(serr, "the egress proxy refused") || !strings.Contains(serr, line) {
+		t.Errorf("stderr.log lacks the refusal:\n%s", serr)
+	}
+	if c := runKusaw(t, dir, "egress", "check", "--step", "fetch", "evil.example:80"); c.code != 8 || !strings.Contains(c.stdout, line) {
+		t.Errorf("egress check words it otherwise: %d\n%s%s", c.code, c.stdout, c.stderr)
+	}
 	elog := readFile(t, filepath.Join(adir, "egress.log"))
 	if !strings.Contains(elog, `"host":"evil.example"`) || !strings.Contains(elog, `"decision":"refuse"`) || !strings.Contains(elog, `"decision":"allow"`) {
 		t.Errorf("egress.log:\n%s", elog)

@@ -69,6 +69,10 @@ type egressObserver struct {
 	// would counts audit mode's would_refuse decisions.
 	would  int
 	budget bool
+	// refusedLines are the refusals' lines, one per host:port (at most
+	// 20), for the end of the step's stderr.log.
+	refusedLines []string
+	refusedKeys  map[string]bool
 }
 
 func (a *attemptRun) egressLog() *egressObserver {
@@ -101,6 +105,13 @@ func (o *egressObserver) Decision(d egress.Decision) {
 	if d.Blocked() {
 		o.blocked++
 		show = o.blocked <= maxBlockedEvents
+		if k := fmt.Sprintf("%s:%d", d.Host, d.Port); !o.refusedKeys[k] && len(o.refusedLines) < 20 && d.Detail != "" {
+			if o.refusedKeys == nil {
+				o.refusedKeys = map[string]bool{}
+			}
+			o.refusedKeys[k] = true
+			o.refusedLines = append(o.refusedLines, d.Detail)
+		}
 		if strings.HasPrefix(d.Reason, "budget.") {
 			o.budget = true
 		}
@@ -316,7 +327,22 @@ func (a *attemptRun) closeLeaseAfter(p *preparedProc, l *egress.Lease, obs *egre
 		}
 		obs.mu.Lock()
 		blocked := obs.blocked
+		lines := append([]string(nil), obs.refusedLines...)
 		obs.mu.Unlock()
+		// The step's own stderr ends with what the proxy refused, in the
+		// words of kusaw egress check, so reading it is enough.
+		if len(lines) > 0 {
+			if f, err := os.OpenFile(filepath.Join(a.dir, p.stderr), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644); err == nil {
+				fmt.Fprintf(f, "kusaw: the egress proxy refused %d connection(s) of this attempt:\n", blocked)
+				for _, l := range lines {
+					fmt.Fprintf(f, "  %s\n", l)
+				}
+				if blocked > len(lines) {
+					fmt.Fprintln(f, "  ... and more: see egress.log (kusaw egress check HOST explains one)")
+				}
+				f.Close()
+			}
+		}
 		data := map[string]any{"lease": sum.Lease, "hosts": hosts, "bytes_up": sum.BytesUp, "bytes_down": sum.BytesDown,
 			"refusals": sum.Refusals, "decisions": sum.Decisions, "bridged": l.HandedOver()}
 		if blocked > maxBlockedEvents {
