@@ -78,15 +78,16 @@ const (
 	ECodeRetry           = "E081"
 	ECodeGate            = "E082"
 
-	WCodeProxyIgnored  = "W1"
-	WCodeNoRestriction = "W2"
-	WCodeHandshake     = "W3"
-	WCodeTokenMissing  = "W4"
-	WCodeUnusedStep    = "W5"
-	WCodeSecretMissing = "W6"
-	WCodeEnvProxy      = "W7"
-	WCodeRetryOnce     = "W10"
-	WCodeResolveUnused = "W11"
+	WCodeProxyIgnored     = "W1"
+	WCodeNoRestriction    = "W2"
+	WCodeHandshake        = "W3"
+	WCodeTokenMissing     = "W4"
+	WCodeUnusedStep       = "W5"
+	WCodeSecretMissing    = "W6"
+	WCodeEnvProxy         = "W7"
+	WCodeRetryOnce        = "W10"
+	WCodeResolveUnused    = "W11"
+	WCodeUnsandboxedAfter = "W12"
 )
 
 // CodeInfo describes every finding code.
@@ -135,6 +136,7 @@ var CodeInfo = []struct{ Code, Meaning string }{
 	{WCodeEnvProxy, "kusaw's environment sets HTTPS_PROXY (or HTTP_PROXY) but the factory sets no sandbox.egress.upstream_proxy: kusaw's proxy never reads it and dials hosts directly"},
 	{WCodeRetryOnce, "retry rules on a step with one attempt: nothing is retried"},
 	{WCodeResolveUnused, "resolve on a step that runs alone: there is nothing to merge"},
+	{WCodeUnsandboxedAfter, "a step that runs outside the sandbox comes after a sandboxed step: it runs, on the host, code the sandboxed step may have written"},
 }
 
 // Findings is a list of findings with helpers.

@@ -99,6 +99,7 @@ func (v *Validator) Validate(f *config.Factory, fs config.Findings) Report {
 	fs = append(fs, limitChecks(f)...)
 	fs = append(fs, providerArgChecks(f)...)
 	fs = append(fs, v.envProxyCheck(f)...)
+	fs = append(fs, unsandboxedAfterChecks(f)...)
 	fs.Sort()
 	r.Errors = fs.Errors()
 	r.Warnings = fs.Warnings()
@@ -499,4 +500,50 @@ func SetupPlacement(m config.Mode, n config.Network) string {
 		return fmt.Sprintf("on the host on the run's starting commit; on commits a step of the run wrote, inside this step's sandbox (network: %s)", n)
 	}
 	return "on the host (the step itself runs outside a sandbox, on the same code)"
+}
+
+// unsandboxedAfterChecks warns (W12) where a pipeline runs a step outside
+// the sandbox after a sandboxed one: that step, and its setup, run on the
+// host the code the sandboxed step may have written (docs/sandbox.md,
+// "What a step leaves behind"). Members of one parallel group start from
+// the same commit, so only earlier items count.
+func unsandboxedAfterChecks(f *config.Factory) config.Findings {
+	var out config.Findings
+	warned := map[string]bool{}
+	sandboxed := func(s *config.Step) bool {
+		for _, repos := range f.Attempts(s) {
+			if m, _ := f.EffectiveMode(s, repos); m == config.ModeRequired {
+				return true
+			}
+		}
+		return false
+	}
+	for _, name := range f.PipelineOrder {
+		p := f.Pipelines[name]
+		if p == nil {
+			continue
+		}
+		first := ""
+		for _, it := range p.Steps {
+			later := first
+			for _, id := range it.IDs() {
+				s := f.Steps[id]
+				if s == nil {
+					continue
+				}
+				if later != "" && !sandboxed(s) && !warned[id] {
+					warned[id] = true
+					path := "steps." + id
+					pos := f.PosOf(path)
+					out = append(out, config.Finding{Code: config.WCodeUnsandboxedAfter, Severity: config.SevWarning, Path: path, Line: pos.Line, Column: pos.Column, File: f.Path,
+						Message: fmt.Sprintf("step %s runs outside the sandbox after sandboxed step %s (pipeline %s): it and its setup run, on the host, code %s may have written", id, later, name, later),
+						Fix:     fmt.Sprintf("set steps.%s.sandbox: required, or move it before %s", id, later)})
+				}
+				if first == "" && sandboxed(s) {
+					first = id
+				}
+			}
+		}
+	}
+	return out
 }
