@@ -406,3 +406,34 @@ func TestDemo(t *testing.T) {
 		t.Logf("output:\n%s", out)
 	}
 }
+
+// TestSettingsStateDirAndProbeCache: the state_dir setting moves a run's
+// records out of the factory's state_dir; probe_cache names where a
+// passed sandbox check is remembered, and off remembers nothing.
+func TestSettingsStateDirAndProbeCache(t *testing.T) {
+	needSandbox(t)
+	dir := factoryDir(t, "version: 1\nrepos:\n  app: {path: app}\npipelines:\n  default: [t]\nsteps:\n  t: {run: [\"true\"], sandbox: required}\n", "app")
+	state := filepath.Join(t.TempDir(), "state")
+	cache := filepath.Join(t.TempDir(), "probe.json")
+	env := append(testEnv(t, dir), "KUSAW_STATE_DIR="+state, "KUSAW_PROBE_CACHE="+cache)
+	if r := runKusawWith(t, dir, env, "run"); r.code != 0 {
+		t.Fatalf("run: exit %d %s%s", r.code, r.stdout, r.stderr)
+	}
+	if runs, _ := os.ReadDir(filepath.Join(state, "runs")); len(runs) != 1 {
+		t.Errorf("the run is not under the state_dir setting: %v", runs)
+	}
+	if _, err := os.Stat(filepath.Join(dir, ".kusaw", "runs")); err == nil {
+		t.Error("the run was recorded under the factory's state_dir too")
+	}
+	if _, err := os.Stat(cache); err != nil {
+		t.Errorf("the passed check was not remembered at the probe_cache path: %v", err)
+	}
+	off := filepath.Join(t.TempDir(), "home")
+	env = append(testEnv(t, off), "KUSAW_PROBE_CACHE=off")
+	if r := runKusawWith(t, dir, env, "version"); r.code != 0 {
+		t.Fatalf("version: %d %s", r.code, r.stderr)
+	}
+	if hits, _ := filepath.Glob(filepath.Join(off, "home", ".cache", "kusaw", "*")); len(hits) > 0 {
+		t.Errorf("probe_cache off still wrote %v", hits)
+	}
+}
