@@ -1,6 +1,8 @@
-// kusaw serve's web page: the list of runs, and a run's page with its
-// steps and attempts as a timeline, live events and egress per host. It
-// reads the same HTTP API as the CLI; every text goes in with textContent.
+// kusaw serve's web page: the list of runs (filtered by pipeline and
+// state), and a run's page with its steps and attempts as a timeline, its
+// diff, each attempt's views (views.js), live events and egress per host.
+// It reads the same HTTP API as the CLI; every text goes in with
+// textContent.
 "use strict";
 
 const app = document.getElementById("app");
@@ -75,13 +77,23 @@ async function health() {
 
 // ---- the list of runs ----
 
-async function showRuns() {
+async function showRuns(filter) {
   setPage("runs");
-  let timer = null;
+  let timer = null, pipes = "";
+  const bar = el("div", {}), list = el("div", {});
+  app.replaceChildren(el("h1", { text: "Runs" }), bar, list);
   const render = async () => {
     let data;
-    try { data = await api("/v1/runs?limit=200"); } catch (e) { app.replaceChildren(el("p", { class: "reason", text: String(e) })); return; }
+    const q = new URLSearchParams({ limit: "200" });
+    if (filter.pipeline) q.set("pipeline", filter.pipeline);
+    if (filter.state) q.set("state", filter.state);
+    try { data = await api("/v1/runs?" + q.toString()); } catch (e) { list.replaceChildren(el("p", { class: "reason", text: String(e) })); return; }
+    // The filter bar is redrawn only when a new pipeline shows up, so an
+    // open menu is not closed under the reader.
+    const names = [...new Set([...seenPipelines, ...data.runs.map(r => r.pipeline)])].sort().join("\n");
+    if (names !== pipes || !bar.firstChild) { pipes = names; bar.replaceChildren(runsFilter(filter, data.runs)); }
     const rows = data.runs.map(r => {
+      r.steps = r.steps || [];
       const passed = r.steps.filter(s => s.outcome === "passed").length;
       return el("tr", {},
         el("td", { class: "mono" }, el("a", { href: "#/runs/" + encodeURIComponent(r.id), text: r.id })),
@@ -90,14 +102,15 @@ async function showRuns() {
         el("td", { text: r.started ? new Date(r.started).toLocaleString() : "-" }),
         el("td", { class: "num", text: fmtDur(runDuration(r)) }),
         el("td", { class: "num", text: passed + "/" + r.steps.length }),
+        el("td", { class: "num", text: fmtCost(r.usage) }),
         el("td", { class: "mono", text: r.reason || "" }));
     });
-    app.replaceChildren(
-      el("h1", { text: "Runs" }),
+    const filtered = filter.pipeline || filter.state;
+    list.replaceChildren(
       rows.length ? el("table", { id: "runs" },
-        el("thead", {}, el("tr", {}, ...["run", "pipeline", "state", "started", "duration", "steps", "reason"].map(h => el("th", { text: h })))),
+        el("thead", {}, el("tr", {}, ...["run", "pipeline", "state", "started", "duration", "steps", "cost", "reason"].map(h => el("th", { text: h })))),
         el("tbody", {}, ...rows))
-        : el("p", { class: "muted", text: "No runs yet. Start one with: kusaw run" }));
+        : el("p", { class: "muted", text: filtered ? "No runs match the filter." : "No runs yet. Start one with: kusaw run" }));
     health();
   };
   await render();
@@ -129,18 +142,20 @@ function timeline(run, attempts) {
   return el("div", { class: "timeline", id: "timeline" }, ...rows, el("div", { class: "tl-axis" }, ...ticks));
 }
 
-function attemptsTable(attempts) {
+function attemptsTable(runId, attempts) {
   const rows = attempts.map(a => el("tr", {},
-    el("td", { text: a.step }),
+    el("td", {}, el("a", { href: `#/runs/${encodeURIComponent(runId)}/${encodeURIComponent(a.step)}/${a.attempt}`, text: a.step })),
     el("td", { class: "num", text: a.attempt + "/" + a.of }),
     el("td", {}, badge(a.outcome || "running")),
     el("td", { class: "mono", text: a.reason || "" }),
     el("td", { text: (a.message || "") + (a.fix ? " — fix: " + a.fix : "") }),
     el("td", { text: a.mode + (a.network ? " / " + a.network : "") }),
     el("td", { class: "num", text: a.exit_code === undefined || a.exit_code === null ? "-" : String(a.exit_code) }),
-    el("td", { class: "num", text: fmtDur((a.finished ? Date.parse(a.finished) : Date.now()) - Date.parse(a.started)) })));
+    el("td", { class: "num", text: fmtDur((a.finished ? Date.parse(a.finished) : Date.now()) - Date.parse(a.started)) }),
+    el("td", { class: "num", text: a.usage ? fmtTokens(usageTokens(a.usage)) : "-" }),
+    el("td", { class: "num", text: fmtCost(a.usage) })));
   return el("table", { id: "attempts" },
-    el("thead", {}, el("tr", {}, ...["step", "attempt", "outcome", "reason", "message", "sandbox", "exit", "duration"].map(h => el("th", { text: h })))),
+    el("thead", {}, el("tr", {}, ...["step", "attempt", "outcome", "reason", "message", "sandbox", "exit", "duration", "tokens", "cost"].map(h => el("th", { text: h })))),
     el("tbody", {}, ...rows));
 }
 
@@ -163,29 +178,44 @@ function egressChart(a, rep) {
     el("div", { class: "legend" }, el("span", {}, el("i", { class: "bar-up" }), "bytes up"), el("span", {}, el("i", { class: "bar-down" }), "bytes down"), el("span", {}, el("i", { class: "bar-ref" }), "refusals")));
 }
 
-async function showRun(id) {
+async function showRun(id, want) {
   setPage("run");
+  const diff = diffSection(id), panel = attemptPanel(id, want), steps = el("div", {});
+  let diffDone = false;
   let es = null, timer = null, pending = false, ended = false;
   const evBox = el("div", { class: "events", id: "events" });
+  const problem = el("p", { class: "reason-text", id: "problem" });
   const top = el("div", {}), tl = el("div", {}), table = el("div", {}), egress = el("div", { id: "egress" });
   const eventsShown = new Set();
-  app.replaceChildren(top, el("h2", { text: "Timeline" }), tl, el("h2", { text: "Attempts" }), table, egress, el("h2", { text: "Events (live)" }), evBox);
+  app.replaceChildren(problem, top, el("h2", { text: "Timeline" }), tl, el("h2", { text: "Steps" }), steps, el("h2", { text: "Attempts" }), table,
+    el("h2", { text: "Changes" }), diff.node, el("h2", { text: "Attempt" }), panel.node, egress, el("h2", { text: "Events (live)" }), evBox);
 
   const render = async () => {
     pending = false;
     let d;
     try { d = await api("/v1/runs/" + encodeURIComponent(id)); } catch (e) { top.replaceChildren(el("p", { class: "reason", text: String(e) })); setPage("run", "error"); return; }
     const r = d.run;
+    // A run just queued may not have its repos and steps written yet.
+    r.repos = r.repos || []; r.steps = r.steps || []; d.attempts = d.attempts || [];
     top.replaceChildren(...[
       el("p", {}, el("a", { href: "#/", text: "← runs" })),
       el("h1", { class: "mono", text: "run " + r.id }),
       el("div", { class: "summary" }, badge(r.state), el("span", { text: "pipeline " + r.pipeline }),
         el("span", { text: "duration " + fmtDur(runDuration(r)) }),
+        r.usage ? el("span", { id: "run-usage", text: "usage " + fmtUsage(r.usage) }) : null,
         el("span", { class: "muted", text: r.repos.map(x => `${x.name}: ${x.branch}`).join(" · ") }),
         (r.state === "running" || r.state === "queued") ? el("button", { id: "cancel", onclick: async () => { try { await api("/v1/runs/" + encodeURIComponent(r.id) + "/cancel", { method: "POST" }); } catch (e) { alert(e); } } }, "Cancel") : null),
-      r.reason ? el("div", { class: "reason" }, el("b", { class: "mono", text: r.reason + ": " }), r.message || "", r.fix ? el("div", { class: "muted", text: "fix: " + r.fix }) : null) : null].filter(Boolean));
+      r.reason ? el("div", { class: "reason" }, el("b", { class: "mono", text: r.reason + ": " }), r.message || "", r.fix ? el("div", { class: "muted", text: "fix: " + r.fix }) : null) : null,
+      deliveryBlock(r.delivery)].filter(Boolean));
     tl.replaceChildren(timeline(r, d.attempts));
-    table.replaceChildren(attemptsTable(d.attempts));
+    table.replaceChildren(attemptsTable(r.id, d.attempts));
+    steps.replaceChildren(stepsTable(r));
+    panel.update(d.attempts);
+    if (!diffDone) {
+      await diff.refresh(r);
+      // A finished run's branches do not move: one last look is enough.
+      if (r.state !== "running" && r.state !== "queued" && r.state !== "waiting") diffDone = true;
+    }
     const charts = [];
     for (const a of d.attempts.filter(a => a.finished && a.network === "allowlist")) {
       try {
@@ -197,11 +227,14 @@ async function showRun(id) {
     health();
     // The state goes on the body last, once everything above is drawn:
     // a test waiting for a final state sees the whole page.
+    problem.textContent = "";
     setPage("run", r.state);
   };
-  const soon = () => { if (!pending) { pending = true; setTimeout(render, 150); } };
+  const soon = () => { if (!pending) { pending = true; setTimeout(draw, 150); } };
 
-  await render();
+  // A failed drawing is shown, and the page keeps following the run.
+  const draw = () => render().catch(e => { problem.textContent = "This page failed to draw: " + e; });
+  await draw();
   es = new EventSource("/v1/runs/" + encodeURIComponent(id) + "/events");
   const onEvent = (m) => {
     if (eventsShown.has(m.lastEventId)) return;
@@ -217,17 +250,22 @@ async function showRun(id) {
     soon();
   };
   es.onmessage = onEvent;
-  es.addEventListener("end", () => { ended = true; es.close(); render(); });
-  timer = setInterval(() => { if (!ended) render(); }, 3000);
-  stopPage = () => { if (es) es.close(); clearInterval(timer); };
+  es.addEventListener("end", () => { ended = true; es.close(); draw(); });
+  timer = setInterval(() => { if (!ended) draw(); }, 3000);
+  stopPage = () => { if (es) es.close(); clearInterval(timer); panel.stop(); };
 }
 
 function route() {
   stopPage();
   stopPage = () => {};
-  const m = location.hash.match(/^#\/runs\/([^/]+)$/);
-  if (m) showRun(decodeURIComponent(m[1]));
-  else showRuns();
+  // #/runs/RUN[/STEP/N[/VIEW]], or #/?pipeline=P&state=S
+  const m = location.hash.match(/^#\/runs\/([^/?]+)(?:\/([^/?]+)\/(\d+)(?:\/(\w+))?)?$/);
+  if (m) {
+    showRun(decodeURIComponent(m[1]), { step: m[2] ? decodeURIComponent(m[2]) : "", n: m[3] ? parseInt(m[3], 10) : 0, tab: m[4] || "" });
+    return;
+  }
+  const q = new URLSearchParams((location.hash.split("?")[1]) || "");
+  showRuns({ pipeline: q.get("pipeline") || "", state: q.get("state") || "" });
 }
 
 window.addEventListener("hashchange", route);
