@@ -42,20 +42,41 @@ func (s *State) DecideGate(id string, d record.GateDecision) (*record.RunRecord,
 	if d.At.IsZero() {
 		d.At = time.Now().UTC()
 	}
+	if !record.ValidName(r.Gate.File) || !strings.HasPrefix(r.Gate.File, "gate-") {
+		return r, fmt.Errorf("%w: run %s names no decision file", record.ErrNotWaiting, r.ID)
+	}
+	if err := writeDecision(filepath.Join(s.RunDir(r.ID), r.Gate.File), d); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return r, fmt.Errorf("%w: the gate of step %s in run %s", record.ErrDecided, d.Step, r.ID)
+		}
+		return r, err
+	}
+	return r, nil
+}
+
+// writeDecision takes the decision on a gate: O_EXCL, and the file stays,
+// so the first decision (a person's, or the run's own timeout) is final at
+// once, whatever the run's owner is doing; a second one finds the file.
+// The content is written to a temporary file first, so a reader never sees
+// half of it.
+func writeDecision(path string, d record.GateDecision) error {
 	b, _ := json.Marshal(d)
-	// O_EXCL: the first decision wins; a second one is told so.
-	f, err := os.OpenFile(filepath.Join(s.RunDir(r.ID), record.GateFile(d.Step)), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if errors.Is(err, os.ErrExist) {
-		return r, fmt.Errorf("%w: the gate of step %s in run %s", record.ErrDecided, d.Step, r.ID)
+	f, err := os.CreateTemp(filepath.Dir(path), ".decision-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
 	if err != nil {
-		return r, err
+		return err
 	}
-	defer f.Close()
-	if _, err := f.Write(b); err != nil {
-		return r, err
-	}
-	return r, f.Sync()
+	// link(2) fails if path exists: an atomic create-if-absent with the
+	// whole content.
+	return os.Link(tmp, path)
 }
 
 // waitGate makes the run wait at step i's gate until it is decided.
@@ -65,8 +86,9 @@ func (e *Engine) waitGate(ctx context.Context, r *Run, i int) itemEnd {
 	if prev := r.Record.Steps[i].Gate; prev != nil && prev.Approve {
 		return itemEnd{ok: true} // approved before a restart
 	}
-	path := filepath.Join(r.Dir, record.GateFile(s.ID))
-	wait := &record.GateWait{Step: s.ID, Message: g.Message, Approvers: g.Approvers, Since: time.Now().UTC()}
+	file := record.GateFile(s.ID, i)
+	path := filepath.Join(r.Dir, file)
+	wait := &record.GateWait{Step: s.ID, Message: g.Message, Approvers: g.Approvers, Since: time.Now().UTC(), File: file}
 	if prev := r.Record.Gate; prev != nil && prev.Step == s.ID {
 		wait.Since = prev.Since // a resumed run keeps the gate's clock
 	}
@@ -93,8 +115,15 @@ func (e *Engine) waitGate(ctx context.Context, r *Run, i int) itemEnd {
 	for {
 		d, ok := readDecision(path)
 		if !ok && wait.Deadline != nil && !time.Now().Before(*wait.Deadline) {
-			d, ok = record.GateDecision{Step: s.ID, By: "kusaw (timeout)", At: time.Now().UTC(), TimedOut: true,
-				Reason: fmt.Sprintf("no decision within %s", g.Timeout)}, true
+			to := record.GateDecision{Step: s.ID, By: "kusaw (timeout)", At: time.Now().UTC(), TimedOut: true,
+				Reason: fmt.Sprintf("no decision within %s", g.Timeout)}
+			// The timeout is a decision too: it is taken like a person's,
+			// and loses to one taken just before it.
+			if err := writeDecision(path, to); err == nil {
+				d, ok = to, true
+			} else {
+				d, ok = readDecision(path)
+			}
 		}
 		if ok {
 			return r.gateDecided(i, d)
@@ -110,10 +139,8 @@ func (e *Engine) waitGate(ctx context.Context, r *Run, i int) itemEnd {
 	}
 }
 
-// gateDecided records a decision and consumes its file, so a later gate of
-// the same step waits for its own.
+// gateDecided records a decision in run.json and the run's events.
 func (r *Run) gateDecided(i int, d record.GateDecision) itemEnd {
-	os.Remove(filepath.Join(r.Dir, record.GateFile(d.Step)))
 	r.mu.Lock()
 	r.Record.State, r.Record.Gate = status.RunRunning, nil
 	r.Record.Steps[i].Gate = &d

@@ -2,6 +2,7 @@ package record
 
 import (
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -15,6 +16,8 @@ type GateWait struct {
 	Approvers []string   `json:"approvers,omitempty"`
 	Since     time.Time  `json:"since"`
 	Deadline  *time.Time `json:"deadline,omitempty"` // past it the gate rejects (gate_timeout)
+	// File names the decision's file in the run's folder (GateFile).
+	File string `json:"file"`
 }
 
 // GateDecision is one decision on a gate: who, when, and for a rejection
@@ -28,9 +31,10 @@ type GateDecision struct {
 	TimedOut bool      `json:"timed_out,omitempty"`
 }
 
-// GateFile is the file in a run's folder that carries a decision on the
-// gate of a step to the run's owner.
-func GateFile(step string) string { return "gate-" + step + ".json" }
+// GateFile is the file in a run's folder that carries the decision on the
+// gate of a step at position i of the run's steps to the run's owner. It is
+// never removed: the first decision is the only one.
+func GateFile(step string, i int) string { return fmt.Sprintf("gate-%s-%d.json", step, i) }
 
 // Errors of a gate decision.
 var (
