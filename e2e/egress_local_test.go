@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // echoServer is a raw TCP service on the host's 127.0.0.1 (a stand-in for
@@ -122,5 +123,43 @@ bash -c 'exec 3<>/dev/tcp/127.0.0.1/%[4]s && echo devtcp-raw >&3 && head -n1 <&3
 	c = runKusaw(t, dir, "egress", "check", "--step", "local", "127.0.0.1:"+far.port)
 	if c.code != 8 || !strings.Contains(c.stdout, "local.port_not_allowed") || !strings.Contains(c.stdout, "fix: add localhost:"+far.port+" to steps.local.sandbox.egress.allow") {
 		t.Errorf("egress check of an unlisted port: %d\n%s%s", c.code, c.stdout, c.stderr)
+	}
+}
+
+// As root and as a normal user (uid 65534): a local service on a high port
+// is reached straight from the sandbox; one below 1024, which a normal
+// user's namespace cannot bind, does not stop the step: the bridge says
+// so and the port stays reachable through the proxy.
+func TestEgressLocalServicesAsUser(t *testing.T) {
+	needSandbox(t)
+	need(t, "bash")
+	echoPort, echoConns := echoServer(t)
+	for _, uid := range seamUIDs() {
+		t.Run(fmt.Sprintf("uid%d", uid), func(t *testing.T) {
+			dir, _ := seamDir(t, uid)
+			writeFile(t, filepath.Join(dir, "factory.yaml"), `version: 1
+repos:
+  app: {path: ./app}
+sandbox:
+  mode: required
+  network: allowlist
+  egress:
+    allow: ["localhost:`+echoPort+`", "localhost:1"]
+pipelines:
+  default: [x]
+steps:
+  x:
+    run: ["true"]
+`)
+			before := echoConns()
+			r := runKusawAs(t, uid, 2*time.Minute, dir, "sandbox", "exec", "--step", "x", "--", "bash", "-c",
+				`exec 3<>/dev/tcp/127.0.0.1/`+echoPort+` && echo straight >&3 && head -n1 <&3`)
+			if r.code != 0 || !strings.Contains(r.stdout, "echo: straight") || echoConns() != before+1 {
+				t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
+			}
+			if uid != 0 && !strings.Contains(r.stderr, "local service port 1 cannot be bound in the sandbox as this user") {
+				t.Errorf("the bridge did not say why port 1 is not bound:\n%s", r.stderr)
+			}
+		})
 	}
 }

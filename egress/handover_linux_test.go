@@ -277,3 +277,51 @@ func TestBridgeFailureStopsTheStep(t *testing.T) {
 	}
 	io.Discard.Write(nil)
 }
+
+// Local-service listeners come with the proxy's: each must listen on
+// loopback on a leased port. A listener on a port no local-service entry
+// lists is refused (attack), a leased one is taken (twin).
+func TestHandOverLocalListeners(t *testing.T) {
+	leased, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer leased.Close()
+	lp := strconv.Itoa(portOf(t, leased.Addr().String()))
+	e := newEnv(t, Options{}, LeaseConfig{SocketDir: t.TempDir(), Allow: rules(t, "localhost:"+lp)})
+	if got := e.l.LeasedLocalPorts(); len(got) != 1 || strconv.Itoa(got[0]) != lp {
+		t.Fatalf("leased ports %v, want [%s]", got, lp)
+	}
+	argv := strings.Join(e.l.BridgeArgv("kusaw"), " ")
+	if !strings.Contains(argv, "--local "+lp+" --") {
+		t.Fatalf("bridge argv %q lacks --local %s", argv, lp)
+	}
+	proxyLn, err := net.Listen("tcp", e.l.ListenAddr())
+	if err != nil {
+		t.Skipf("the lease's port is taken on the host's loopback: %v", err)
+	}
+	defer proxyLn.Close()
+	pfd := fdOf(t, proxyLn.(*net.TCPListener))
+
+	unlisted, _ := net.Listen("tcp", "127.0.0.1:0")
+	defer unlisted.Close()
+	if err := HandOver(e.l.SocketPath(), pfd, fdOf(t, unlisted.(*net.TCPListener))); err == nil || !strings.Contains(err.Error(), "which no local-service entry lists") {
+		t.Fatalf("unlisted local listener: %v", err)
+	}
+	uc, _ := net.ListenPacket("udp", "127.0.0.1:"+lp)
+	if uc != nil {
+		defer uc.Close()
+		if err := HandOver(e.l.SocketPath(), pfd, fdOf(t, uc.(*net.UDPConn))); err == nil || !strings.Contains(err.Error(), "not a stream socket") {
+			t.Fatalf("udp local socket: %v", err)
+		}
+	}
+	if e.l.HandedOver() {
+		t.Fatal("a refused hand-over counted")
+	}
+	if err := HandOver(e.l.SocketPath(), pfd, fdOf(t, leased.(*net.TCPListener))); err != nil {
+		t.Fatalf("leased local listener: %v", err)
+	}
+	if !e.l.HandedOver() {
+		t.Fatal("not handed over")
+	}
+}

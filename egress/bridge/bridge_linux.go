@@ -100,6 +100,12 @@ func listenLocal(list string) ([]int, error) {
 			return fail(fmt.Errorf("--local %q: %q is not a port", list, s))
 		}
 		fd, err := listenLoopback(netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(p)))
+		if errors.Is(err, unix.EACCES) && p < 1024 {
+			// Without privilege a namespace keeps ports below 1024 for
+			// root; the step still reaches the service through the proxy.
+			fmt.Fprintf(os.Stderr, "kusaw: local service port %d cannot be bound in the sandbox as this user (ports below 1024 need privilege); the step reaches it through the proxy (CONNECT localhost:%d), not straight\n", p, p)
+			continue
+		}
 		if err != nil {
 			return fail(fmt.Errorf("cannot listen on local-service port 127.0.0.1:%d in the sandbox: %v", p, err))
 		}
