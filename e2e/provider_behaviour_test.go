@@ -395,3 +395,61 @@ steps:
 		}
 	})
 }
+
+// kusaw sandbox doctor's P9 for a Cursor step: the API is reached through
+// the proxy and the attempt's cli-config.json has HTTP/1.1 for the agent
+// stream. Twins: the API's host not on the allowlist (refused: the fix
+// names provider_hosts), and a step env that replaces kusaw's config
+// folder.
+func TestDoctorCursorAgentTraffic(t *testing.T) {
+	needSandbox(t)
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("{}")) }))
+	defer api.Close()
+	_, port, _ := net.SplitHostPort(api.Listener.Addr().String())
+	f := buildFakes(t)
+	for _, c := range []struct {
+		name, allow, env, status, want string
+	}{
+		{"reached", `["localhost:` + port + `"]`, "", "pass", "useHttp1ForAgent"},
+		{"not allowed", `[]`, "", "fail", "provider_hosts"},
+		{"config replaced", `["localhost:` + port + `"]`, "\n      CURSOR_CONFIG_DIR: /tmp/elsewhere", "fail", "remove CURSOR_CONFIG_DIR"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := factoryDir(t, `version: 1
+repos:
+  app: {path: ./app}
+providers:
+  cursor: {command: `+f.Cursor+`}
+pipelines:
+  default: [edit]
+steps:
+  edit:
+    provider: cursor
+    prompt: edit it
+    sandbox: {mode: required, network: allowlist, egress: {allow: `+c.allow+`}}
+    env:
+      CURSOR_API_ENDPOINT: http://localhost:`+port+c.env+`
+`, "app")
+			res := runKusaw(t, dir, "sandbox", "doctor", "--json")
+			var rep doctorReport
+			if err := json.Unmarshal([]byte(res.stdout), &rep); err != nil || len(rep.Steps) != 1 {
+				t.Fatalf("doctor exit %d: %v\n%s%s", res.code, err, res.stdout, res.stderr)
+			}
+			var p9 *struct{ ID, Status, Detail, Fix string }
+			for i, p := range rep.Steps[0].Probes {
+				if p.ID == "P9" {
+					p9 = &rep.Steps[0].Probes[i]
+				}
+			}
+			if p9 == nil {
+				t.Fatalf("no P9 for a Cursor step: %+v", rep.Steps[0].Probes)
+			}
+			if p9.Status != c.status || !strings.Contains(p9.Detail+" "+p9.Fix, c.want) {
+				t.Errorf("P9 %s: %s (fix %s); want %s mentioning %q", p9.Status, p9.Detail, p9.Fix, c.status, c.want)
+			}
+			if (c.status == "pass") != (res.code == 0) {
+				t.Errorf("doctor exit %d with P9 %s", res.code, p9.Status)
+			}
+		})
+	}
+}

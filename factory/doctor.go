@@ -319,6 +319,8 @@ func (e *Engine) probeStep(ctx context.Context, s *config.Step, ds *DoctorStep, 
 		Direct: fmt.Sprintf("127.0.0.1:%d", srv.unlistedPort()),
 		Local:  []string{fmt.Sprintf("localhost:%d", port)},
 	}
+	agent := agentAPIOf(e.F, s)
+	spec.AgentAPI = agent
 	// The step's own local services: probed where the host has something
 	// listening (doctor never starts one).
 	pol, _ := e.EgressPolicy(s.ID)
@@ -427,6 +429,9 @@ func (e *Engine) probeStep(ctx context.Context, s *config.Step, ds *DoctorStep, 
 		}
 	}
 	ds.Probes = judgeProbes(obs)
+	if agent != "" && obs.ranErr == "" {
+		ds.Probes = append(ds.Probes, judgeAgentAPI(agent, obs.out.AgentAPI, cursorSettings(s)))
+	}
 }
 
 // judgeProbes turns what the probe and the host saw into P3–P8. Each

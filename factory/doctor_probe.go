@@ -1,6 +1,7 @@
 package factory
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,6 +31,9 @@ type ProbeSpec struct {
 	// Local are local-service host:ports dialled without the proxy (P8):
 	// each must connect, through the bridge on Linux.
 	Local []string `json:"local,omitempty"`
+	// AgentAPI is an agent's own API (P9): reached through the proxy as
+	// its CLI would (CONNECT for https, a GET for http).
+	AgentAPI string `json:"agent_api,omitempty"`
 }
 
 // ProbeOutput is what the probe saw, reported back as one JSON line.
@@ -42,6 +46,7 @@ type ProbeOutput struct {
 	Denied       ProbeAnswer `json:"denied"`
 	DirectErr    string      `json:"direct_err"`          // empty when the direct connection worked
 	LocalErr     []string    `json:"local_err,omitempty"` // "host:port: error" per local service not reached
+	AgentAPI     ProbeAnswer `json:"agent_api"`
 }
 
 // ProbeAnswer is one HTTP exchange through the proxy.
@@ -119,6 +124,9 @@ func RunProbe(spec ProbeSpec, w io.Writer) error {
 		_, _ = io.Copy(io.Discard, io.LimitReader(c, 4096))
 		c.Close()
 	}
+	if spec.AgentAPI != "" {
+		out.AgentAPI = agentAPI(client, proxy, spec.AgentAPI)
+	}
 	b, err := json.Marshal(out)
 	if err != nil {
 		return err
@@ -183,4 +191,45 @@ func ParseProbeOutput(s string) (ProbeOutput, bool) {
 		}
 	}
 	return ProbeOutput{}, false
+}
+
+// agentAPI reaches an agent's API through the proxy: an https API with a
+// CONNECT (the answer to the CONNECT is what the proxy decided; no TLS is
+// spoken), an http one with a GET.
+func agentAPI(c *http.Client, proxy *url.URL, api string) ProbeAnswer {
+	u, err := url.Parse(api)
+	if err != nil || u.Host == "" {
+		return ProbeAnswer{Err: fmt.Sprintf("%q is not a URL", api)}
+	}
+	if u.Scheme != "https" {
+		return get(c, api)
+	}
+	if proxy == nil {
+		return ProbeAnswer{Err: "HTTP_PROXY is not set in the sandbox"}
+	}
+	target := u.Host
+	if u.Port() == "" {
+		target += ":443"
+	}
+	conn, err := net.DialTimeout("tcp", proxy.Host, 5*time.Second)
+	if err != nil {
+		return ProbeAnswer{Err: errText(err)}
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(15 * time.Second))
+	fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), &http.Request{Method: http.MethodConnect})
+	if err != nil {
+		return ProbeAnswer{Err: errText(err)}
+	}
+	defer resp.Body.Close()
+	a := ProbeAnswer{Status: resp.StatusCode, Line: resp.Status}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		a.Body = strings.TrimSpace(string(b))
+		if l, _, _ := strings.Cut(a.Body, "\n"); l != "" {
+			a.Line = l
+		}
+	}
+	return a
 }

@@ -98,3 +98,25 @@ func (cursor) attemptConfig(dir string, in PrepareInput, home string, getenv fun
 	}
 	return env, nil
 }
+
+// AttemptConfig writes, under dir, the per-attempt CLI settings a provider
+// gives a sandboxed attempt (what Prepare does before a run) and returns
+// the env pointing the CLI at them; ok is false for a provider that has
+// none. kusaw sandbox doctor uses it to check what a step would get.
+func AttemptConfig(provider, dir string, in PrepareInput) (env []string, ok bool, err error) {
+	p, found := Get(provider)
+	if !found {
+		return nil, false, nil
+	}
+	c, is := p.(configurer)
+	if !is {
+		return nil, false, nil
+	}
+	home, _ := os.UserHomeDir()
+	env, err = c.attemptConfig(dir, in, home, os.Getenv)
+	return env, true, err
+}
+
+// CursorDefaultAPI is the API Cursor's CLI talks to unless -e or
+// CURSOR_API_ENDPOINT moves it.
+const CursorDefaultAPI = "https://api2.cursor.sh"
