@@ -90,7 +90,7 @@ func Parse(data []byte, file string) (*Factory, Findings) {
 		return f, d.findings
 	}
 	root := doc.Content[0]
-	top := d.fields(root, "", []string{"version", "state_dir", "repos", "providers", "setup", "sandbox", "serve", "caches", "pipelines", "steps", "notify"})
+	top := d.fields(root, "", []string{"version", "state_dir", "state_dir_mode", "repos", "providers", "setup", "sandbox", "serve", "caches", "pipelines", "steps", "notify"})
 	var stepsN, pipesN, cachesN *yaml.Node
 	haveVersion := false
 	for _, fl := range top {
@@ -106,6 +106,8 @@ func Parse(data []byte, file string) (*Factory, Findings) {
 			if s := d.str(fl.value, "state_dir"); s != "" {
 				f.StateDir = f.abs(s)
 			}
+		case "state_dir_mode":
+			f.StateDirMode = d.stateDirMode(fl.value)
 		case "repos":
 			d.repos(f, fl.value)
 		case "providers":
@@ -925,4 +927,20 @@ func yamlErrMsg(err error) string {
 	s = yamlLineRE().ReplaceAllString(s, "")
 	s = strings.TrimLeft(s, ": ")
 	return strings.Join(strings.Fields(s), " ")
+}
+
+// stateDirMode reads state_dir_mode: an octal folder mode that keeps the
+// owner's rwx and gives no one else write (the records are kusaw's proof).
+func (d *decoder) stateDirMode(n *yaml.Node) os.FileMode {
+	s := d.str(n, "state_dir_mode")
+	if s == "" {
+		return 0
+	}
+	m, err := strconv.ParseUint(s, 8, 32)
+	if err != nil || m&^0o777 != 0 || m&0o700 != 0o700 || m&0o022 != 0 {
+		d.errf(ECodeBadValue, n, "state_dir_mode", `give an octal folder mode with the owner's rwx and no write for others, e.g. "0750" to share the records with your group; leave it out to keep them private (0700)`,
+			"state_dir_mode %q is not a usable folder mode", s)
+		return 0
+	}
+	return os.FileMode(m)
 }

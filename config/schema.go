@@ -281,6 +281,7 @@ func factorySchema() *schemaNode {
 	root := object("a kusaw factory: the repositories it works on, its steps and the pipelines that chain them",
 		p("version", &schemaNode{kind: kindInt, desc: "the file format's version: 1", constInt: intp(1)}),
 		p("state_dir", text("where runs and attempts are recorded, relative to the file (default .kusaw)")),
+		p("state_dir_mode", &schemaNode{kind: kindText, pattern: `^0?7[0145][0145]$`, desc: `the mode of the folders under state_dir, in octal ("0750" shares the records with your group; files get the same bits without execute; no one else may write); default "0700": private to kusaw's user`}),
 		p("repos", mapOf("the git repositories the factory works on, by name", idPatternText, repo)),
 		p("providers", providers),
 		p("setup", array("commands run in every new worktree before the step: on the host on the run's starting commit, inside the step's sandbox on commits a step of the run may have written", setupCmd)),

@@ -2,6 +2,7 @@ package config
 
 import (
 	"net/netip"
+	"os"
 	"time"
 )
 
@@ -59,6 +60,10 @@ type Factory struct {
 	Dir      string // its directory; relative paths are resolved against it
 	Version  int
 	StateDir string // absolute
+	// StateDirMode is state_dir_mode: the mode of the folders kusaw makes
+	// under state_dir (files get it without execute); 0 means private
+	// (0700 folders, 0600 files).
+	StateDirMode os.FileMode
 
 	Repos     map[string]*Repo
 	RepoOrder []string

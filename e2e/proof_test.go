@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -295,4 +296,115 @@ func alive(pid int) bool {
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+// privateFactoryDir is a factory folder other users can reach (outside
+// t.TempDir's 0700 folder), so only kusaw's own modes keep them out.
+func privateFactoryDir(t *testing.T, yaml string) string {
+	t.Helper()
+	need(t, "git")
+	dir, err := os.MkdirTemp("/var/tmp", "kusaw-private-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	os.Chmod(dir, 0o755)
+	newRepo(t, dir, "app")
+	writeFile(t, filepath.Join(dir, "factory.yaml"), yaml)
+	return dir
+}
+
+// readableAsNobody lists the paths that uid 65534 can read (files) or
+// list (folders).
+func readableAsNobody(t *testing.T, paths []string) []string {
+	t.Helper()
+	script := `for p in "$@"; do if [ -d "$p" ]; then ls "$p" >/dev/null 2>&1 && echo "$p"; else head -c1 "$p" >/dev/null 2>&1 && echo "$p"; fi; done; exit 0`
+	cmd := exec.Command("sh", append([]string{"-c", script, "_"}, paths...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("running as uid 65534: %v", err)
+	}
+	return strings.Fields(string(out))
+}
+
+const privateFactory = `version: 1
+repos:
+  app: {path: ./app}
+pipelines:
+  default: [a]
+steps:
+  a:
+    sandbox: "off"
+    run: [sh, -c, 'echo secret-output; echo art > "$KUSAW_ARTIFACTS/out.txt"']
+`
+
+// Records hold prompts, outputs and egress decisions: nothing under
+// state_dir is readable by another user, while its owner reads it all.
+func TestProofStateDirIsPrivate(t *testing.T) {
+	dir := privateFactoryDir(t, privateFactory)
+	// An older kusaw's world-readable folder is closed too.
+	os.MkdirAll(filepath.Join(dir, ".kusaw"), 0o755)
+	if res := runKusaw(t, dir, "run"); res.code != 0 {
+		t.Fatalf("kusaw run: %d %s%s", res.code, res.stdout, res.stderr)
+	}
+	state := filepath.Join(dir, ".kusaw")
+	var all []string
+	filepath.Walk(state, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return nil
+		}
+		all = append(all, p)
+		sep := string(filepath.Separator)
+		if strings.Contains(p, sep+"worktrees"+sep) || strings.Contains(p, sep+"artifacts"+sep) {
+			return nil // git's and the step's own files: the folders above keep others out
+		}
+		perm := fi.Mode().Perm()
+		if fi.IsDir() && perm != 0o700 || fi.Mode().IsRegular() && perm&0o077 != 0 {
+			t.Errorf("%s has mode %o (want 0700 folders, 0600 files)", p, perm)
+		}
+		return nil
+	})
+	if len(all) < 10 {
+		t.Fatalf("only %d paths under state_dir", len(all))
+	}
+	if os.Geteuid() == 0 {
+		if got := readableAsNobody(t, all); len(got) != 0 {
+			t.Errorf("uid 65534 can read %d paths under state_dir: %v", len(got), got)
+		}
+		// The check itself works: the factory folder is reachable.
+		if got := readableAsNobody(t, []string{filepath.Join(dir, "factory.yaml")}); len(got) != 1 {
+			t.Fatalf("uid 65534 cannot read the (world-readable) factory file either: the test shows nothing")
+		}
+	} else {
+		t.Logf("not root: checked the modes only; the uid 65534 read runs as root (CI)")
+	}
+	// The twin: the owner reads everything through kusaw.
+	id := onlyRun(t, dir)
+	if res := runKusaw(t, dir, "logs", id); res.code != 0 || !strings.Contains(res.stdout+res.stderr, "secret-output") {
+		t.Errorf("kusaw logs: %d %s%s", res.code, res.stdout, res.stderr)
+	}
+	if res := runKusaw(t, dir, "log", "verify", "--strict", filepath.Join(state, "runs", id, "events.jsonl")); res.code != 0 {
+		t.Errorf("kusaw log verify: %d %s%s", res.code, res.stdout, res.stderr)
+	}
+}
+
+// The twin of the setting: state_dir_mode shares the records with others
+// when the factory says so.
+func TestProofStateDirModeShares(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatalf("needs root to read as uid 65534 (CI runs e2e as root)")
+	}
+	dir := privateFactoryDir(t, "state_dir_mode: \"0755\"\n"+privateFactory)
+	if res := runKusaw(t, dir, "run"); res.code != 0 {
+		t.Fatalf("kusaw run: %d %s%s", res.code, res.stdout, res.stderr)
+	}
+	id := onlyRun(t, dir)
+	run := filepath.Join(dir, ".kusaw", "runs", id, "run.json")
+	if got := readableAsNobody(t, []string{run}); len(got) != 1 {
+		t.Fatalf("with state_dir_mode 0755, uid 65534 cannot read %s", run)
+	}
+	if fi, _ := os.Stat(run); fi.Mode().Perm() != 0o644 {
+		t.Errorf("run.json mode %o, want 0644", fi.Mode().Perm())
+	}
 }

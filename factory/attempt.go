@@ -92,7 +92,7 @@ func (e *Engine) attempt(ctx context.Context, r *Run, s *config.Step, n, of int)
 	spec, err := e.AttemptSpec(r, s, n, of)
 	if err != nil {
 		a := e.newAttempt(r, s, n, of, e.F)
-		if err := os.MkdirAll(a.dir, 0o755); err == nil {
+		if err := os.MkdirAll(a.dir, record.DirMode()); err == nil {
 			a.events = e.openSink(filepath.Join(a.dir, record.EventsFile), r.ID(), s.ID, n, r.redact)
 		} else {
 			a.events = &sink{run: r.ID(), step: s.ID, attempt: n, emit: e.opts.OnEvent}
@@ -138,7 +138,7 @@ func (e *Engine) runSpecOn(ctx context.Context, r *Run, spec *record.AttemptSpec
 	a.rec.Mode, a.rec.ModeOrigin, a.rec.Network = spec.Mode, spec.ModeOrigin, spec.Network
 
 	for _, sub := range []string{record.ArtifactsDir, record.TmpDir, record.WorktreesDir} {
-		perm := os.FileMode(0o755)
+		perm := os.FileMode(record.DirMode())
 		if sub == record.TmpDir {
 			perm = 0o700
 		}
@@ -152,7 +152,7 @@ func (e *Engine) runSpecOn(ctx context.Context, r *Run, spec *record.AttemptSpec
 	a.events.Emit(record.EvAttemptStarted, map[string]any{"attempt": n, "of": of, "kind": s.Kind(), "mode": a.rec.Mode, "mode_origin": a.rec.ModeOrigin, "network": a.rec.Network})
 
 	if b, err := spec.Marshal(); err == nil {
-		_ = os.WriteFile(filepath.Join(dir, record.SpecFile), b, 0o644)
+		_ = os.WriteFile(filepath.Join(dir, record.SpecFile), b, record.FileMode())
 	}
 	if e.opts.Remote != nil && e.opts.Remote.Takes(spec.Pool) && a.opt.remotable() {
 		return a.runRemote(ctx)
@@ -254,7 +254,7 @@ func (a *attemptRun) setup(ctx context.Context) error {
 	if len(host) == 0 {
 		return nil
 	}
-	logf, err := os.OpenFile(filepath.Join(a.dir, record.SetupLogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	logf, err := os.OpenFile(filepath.Join(a.dir, record.SetupLogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, record.FileMode())
 	if err != nil {
 		return err
 	}
@@ -601,8 +601,8 @@ func (a *attemptRun) prepare(i int, repos []string, many bool) (*preparedProc, e
 // execute runs one prepared process and records how it ended.
 func (a *attemptRun) execute(ctx context.Context, i int, p *preparedProc) procResult {
 	pr := &a.rec.Processes[i]
-	outf, err1 := os.OpenFile(filepath.Join(a.dir, p.stdout), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	errf, err2 := os.OpenFile(filepath.Join(a.dir, p.stderr), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	outf, err1 := os.OpenFile(filepath.Join(a.dir, p.stdout), os.O_CREATE|os.O_WRONLY|os.O_APPEND, record.FileMode())
+	errf, err2 := os.OpenFile(filepath.Join(a.dir, p.stderr), os.O_CREATE|os.O_WRONLY|os.O_APPEND, record.FileMode())
 	if err := errors.Join(err1, err2); err != nil {
 		return procResult{startErr: err}
 	}

@@ -236,7 +236,7 @@ func (a *attemptRun) lease(i int, repos []string, p *preparedProc) (*sandbox.Pro
 			return nil, &status.Error{Reason: status.ReasonEgressLeaseFailed, Msg: err.Error(), Fix: status.ReasonEgressLeaseFailed.Info().Fix}
 		}
 		// Recovery after a crash finds the folder through this note.
-		_ = os.WriteFile(filepath.Join(a.dir, leaseNoteFile), []byte(dir), 0o644)
+		_ = os.WriteFile(filepath.Join(a.dir, leaseNoteFile), []byte(dir), record.FileMode())
 	} else if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, &status.Error{Reason: status.ReasonEgressLeaseFailed, Msg: err.Error(), Fix: status.ReasonEgressLeaseFailed.Info().Fix}
 	}

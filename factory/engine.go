@@ -99,6 +99,7 @@ type Engine struct {
 // New opens the factory's state directory (recovering abandoned runs) and
 // returns an engine.
 func New(f *config.Factory, opts Options) (*Engine, error) {
+	record.SetStateDirMode(f.StateDirMode)
 	st, err := OpenState(f.StateDir)
 	if st == nil {
 		return nil, err
@@ -228,7 +229,7 @@ func (e *Engine) prepareSteps(name string, steps []*config.Step) (*Run, error) {
 	for i := 0; ; i++ {
 		id = NewRunID(time.Now())
 		dir = e.State.RunDir(id)
-		if err := os.Mkdir(dir, 0o755); err == nil {
+		if err := os.Mkdir(dir, record.DirMode()); err == nil {
 			break
 		} else if !errors.Is(err, os.ErrExist) || i > 20 {
 			return nil, fmt.Errorf("cannot create the run folder %s: %v", dir, err)
@@ -250,7 +251,7 @@ func (e *Engine) prepareSteps(name string, steps []*config.Step) (*Run, error) {
 		return nil, err
 	}
 	// The marker tells the next kusaw to check this run's lock.
-	if err := os.WriteFile(filepath.Join(e.State.Dir, record.ActiveDir, id), nil, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(e.State.Dir, record.ActiveDir, id), nil, record.FileMode()); err != nil {
 		l.Unlock()
 		return nil, err
 	}

@@ -356,7 +356,7 @@ const (
 func (e *Engine) handoff(r *Run, prev *record.AttemptRecord, opt *attemptOpts) {
 	adir := record.AttemptDir(r.Dir, prev.Step, prev.Number)
 	dir := filepath.Join(adir, handoffDir)
-	_ = os.MkdirAll(dir, 0o755)
+	_ = os.MkdirAll(dir, record.DirMode())
 	var out bytes.Buffer
 	for _, p := range prev.Processes {
 		for _, f := range []string{p.Stderr, p.Stdout} {
@@ -365,7 +365,7 @@ func (e *Engine) handoff(r *Run, prev *record.AttemptRecord, opt *attemptOpts) {
 			}
 			b, _ := os.ReadFile(filepath.Join(adir, f))
 			tail := tailLines(b, handoffMaxLines, handoffMaxBytes)
-			_ = os.WriteFile(filepath.Join(dir, f+".tail"), tail, 0o644)
+			_ = os.WriteFile(filepath.Join(dir, f+".tail"), tail, record.FileMode())
 			out.Write(tail)
 		}
 	}
@@ -380,7 +380,7 @@ func (e *Engine) handoff(r *Run, prev *record.AttemptRecord, opt *attemptOpts) {
 	for _, k := range []string{"STEP", "ATTEMPT", "OUTCOME", "REASON", "EXIT_CODE", "MESSAGE"} {
 		fmt.Fprintf(&summary, "%s=%s\n", strings.ToLower(k), facts[k])
 	}
-	_ = os.WriteFile(filepath.Join(dir, "outcome"), []byte(summary.String()), 0o644)
+	_ = os.WriteFile(filepath.Join(dir, "outcome"), []byte(summary.String()), record.FileMode())
 	if opt.env == nil {
 		opt.env = map[string]string{}
 	}

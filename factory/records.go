@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kusaw/kusaw/config"
+	"github.com/kusaw/kusaw/record"
 )
 
 // secretRedacted stands for a secret's value in every record.
@@ -17,7 +18,7 @@ func writeJSON(path string, v any) error {
 	if err != nil {
 		return err
 	}
-	return config.WriteFileAtomic(path, append(b, '\n'), 0o644)
+	return config.WriteFileAtomic(path, append(b, '\n'), record.FileMode())
 }
 
 func readJSON(path string, v any) error {

@@ -114,7 +114,7 @@ func (e *Engine) RunForeign(ctx context.Context, spec *record.AttemptSpec, repos
 	}
 	r := &Run{Record: &record.RunRecord{ID: spec.Run, Pipeline: "(remote)", State: status.RunRunning, Created: time.Now().UTC()},
 		Dir: e.State.RunDir(spec.Run), e: e, redact: &redactor{}, params: spec.Params, skipSetup: len(spec.Setup) == 0}
-	if err := os.MkdirAll(filepath.Join(r.Dir, record.StepsDir), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(r.Dir, record.StepsDir), record.DirMode()); err != nil {
 		return nil, "", err
 	}
 	for _, sr := range spec.Repos {

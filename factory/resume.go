@@ -117,7 +117,7 @@ func (e *Engine) Resume(id string) (*Run, error) {
 		l.Unlock()
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(e.State.Dir, record.ActiveDir, rec.ID), nil, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(e.State.Dir, record.ActiveDir, rec.ID), nil, record.FileMode()); err != nil {
 		l.Unlock()
 		return nil, err
 	}
@@ -259,7 +259,7 @@ func (e *Engine) PrepareWithParams(pipeline string, params map[string]string) (*
 	if len(params) > 0 {
 		r.params = params
 		b, _ := json.Marshal(params)
-		if err := config.WriteFileAtomic(filepath.Join(r.Dir, record.ParamsFile), b, 0o644); err != nil {
+		if err := config.WriteFileAtomic(filepath.Join(r.Dir, record.ParamsFile), b, record.FileMode()); err != nil {
 			e.Abandon(r, status.RunCanceled, "cannot record the run's parameters: "+err.Error())
 			return nil, err
 		}

@@ -35,11 +35,20 @@ type State struct {
 // owner died: each is marked interrupted with its running attempts, and
 // their worktrees are removed.
 func OpenState(dir string) (*State, error) {
-	if err := os.MkdirAll(filepath.Join(dir, record.RunsDir), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, record.RunsDir), record.DirMode()); err != nil {
 		return nil, fmt.Errorf("cannot create the state directory %s: %v (fix: check state_dir in the factory file)", dir, err)
 	}
-	if err := os.MkdirAll(filepath.Join(dir, record.ActiveDir), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, record.ActiveDir), record.DirMode()); err != nil {
 		return nil, fmt.Errorf("cannot create %s: %v", filepath.Join(dir, record.ActiveDir), err)
+	}
+	// The records hold prompts, outputs and egress decisions: the state
+	// folder is private to kusaw's user unless state_dir_mode shares it.
+	// Setting its mode each time also closes a folder an older kusaw made
+	// 0755; what lies below is then out of other users' reach too.
+	for _, d := range []string{dir, filepath.Join(dir, record.RunsDir), filepath.Join(dir, record.ActiveDir)} {
+		if err := os.Chmod(d, record.DirMode()); err != nil {
+			return nil, fmt.Errorf("cannot make %s private: %v (fix: check who owns state_dir)", d, err)
+		}
 	}
 	s := &State{Dir: dir}
 	if err := s.recover(); err != nil {
@@ -178,7 +187,7 @@ func (s *State) RequestCancel(id string) (*record.RunRecord, error) {
 	if r.State.Final() {
 		return r, fmt.Errorf("run %s already ended (%s)", r.ID, r.State)
 	}
-	if err := os.WriteFile(filepath.Join(s.RunDir(r.ID), record.CancelFile), []byte(time.Now().UTC().Format(time.RFC3339Nano)+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(s.RunDir(r.ID), record.CancelFile), []byte(time.Now().UTC().Format(time.RFC3339Nano)+"\n"), record.FileMode()); err != nil {
 		return r, err
 	}
 	return r, nil
@@ -191,7 +200,7 @@ type RunLock struct{ f *os.File }
 // TryLock takes the lock at path without waiting; ok is false when another
 // process holds it.
 func TryLock(path string) (*RunLock, bool, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, record.FileMode())
 	if err != nil {
 		return nil, false, err
 	}

@@ -555,7 +555,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	info := client.ServeInfo{PID: os.Getpid(), Socket: sock, Listen: s.opts.Listen, Cluster: s.clusterAddr(), MaxParallel: s.max, Started: s.started, Factory: s.F.Path}
 	b, _ := json.MarshalIndent(info, "", "  ")
-	_ = config.WriteFileAtomic(filepath.Join(s.F.StateDir, record.ServeInfoFile), append(b, '\n'), 0o644)
+	_ = config.WriteFileAtomic(filepath.Join(s.F.StateDir, record.ServeInfoFile), append(b, '\n'), record.FileMode())
 	defer os.Remove(filepath.Join(s.F.StateDir, record.ServeInfoFile))
 	errc := make(chan error, len(servers))
 	for i, hs := range servers {

@@ -99,7 +99,7 @@ type activeRun struct {
 // running, and, with serve.resume, queues them again from their last
 // finished step. It fails if another serve owns the state directory.
 func NewServer(f *config.Factory, opts ServeOptions) (*Server, error) {
-	if err := os.MkdirAll(f.StateDir, 0o755); err != nil {
+	if err := os.MkdirAll(f.StateDir, record.DirMode()); err != nil {
 		return nil, fmt.Errorf("cannot create the state directory %s: %v", f.StateDir, err)
 	}
 	l, ok, err := factory.TryLock(filepath.Join(f.StateDir, serveLockFile))
@@ -233,7 +233,7 @@ func (s *Server) Submit(pipeline string, params map[string]string) (*record.RunR
 	if err != nil {
 		return nil, err
 	}
-	_ = os.WriteFile(filepath.Join(r.Dir, record.ServedFile), nil, 0o644)
+	_ = os.WriteFile(filepath.Join(r.Dir, record.ServedFile), nil, record.FileMode())
 	s.mu.Lock()
 	if s.stopping {
 		s.mu.Unlock()

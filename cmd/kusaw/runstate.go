@@ -17,6 +17,7 @@ func (a *app) openState() (*factory.State, error) {
 	if err != nil {
 		return nil, err
 	}
+	record.SetStateDirMode(f.StateDirMode)
 	st, err := factory.OpenState(f.StateDir)
 	if st == nil {
 		return nil, exitf(status.ExitInternal, "%v", err)
