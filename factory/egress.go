@@ -332,7 +332,7 @@ func (a *attemptRun) closeLeaseAfter(p *preparedProc, l *egress.Lease, obs *egre
 		// The step's own stderr ends with what the proxy refused, in the
 		// words of kusaw egress check, so reading it is enough.
 		if len(lines) > 0 {
-			if f, err := os.OpenFile(filepath.Join(a.dir, p.stderr), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644); err == nil {
+			if f, err := os.OpenFile(filepath.Join(a.dir, p.stderr), os.O_WRONLY|os.O_APPEND|os.O_CREATE, record.FileMode()); err == nil {
 				fmt.Fprintf(f, "kusaw: the egress proxy refused %d connection(s) of this attempt:\n", blocked)
 				for _, l := range lines {
 					fmt.Fprintf(f, "  %s\n", l)
