@@ -268,6 +268,9 @@ steps:
 		if v := p.js(t, `[...document.querySelectorAll("#artifacts a")].map(a => a.textContent).join(",")`); v != "report.txt,sub/data.json" {
 			t.Fatalf("artifacts: %v", v)
 		}
+		if v := p.js(t, `document.getElementById("attempt-panel").textContent`); strings.Contains(fmt.Sprint(v), "null") || strings.Contains(fmt.Sprint(v), "undefined") {
+			t.Errorf("the artifacts view shows %q", v)
+		}
 		// The link downloads the file, as an attachment.
 		if v := p.js(t, `(async () => { const a = document.querySelector("#artifacts a"); const r = await fetch(a.href);
 			return r.status + "|" + r.headers.get("content-disposition") + "|" + r.headers.get("content-type") + "|" + await r.text() })()`); v != `200|attachment; filename=report.txt|application/octet-stream|report`+"\n" {
@@ -292,6 +295,9 @@ steps:
 		}
 		if v := p.js(t, `document.querySelector("#egress-log p").textContent`); !strings.Contains(fmt.Sprint(v), "1 refused") {
 			t.Errorf("egress summary: %v", v)
+		}
+		if v := p.js(t, `document.getElementById("attempt-panel").textContent`); strings.Contains(fmt.Sprint(v), "null") || strings.Contains(fmt.Sprint(v), "undefined") {
+			t.Errorf("the egress view shows %q", v)
 		}
 		screenshot(t, p.c, "view-egress.png")
 	})

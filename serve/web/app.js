@@ -235,6 +235,8 @@ async function showRun(id, want) {
   // A failed drawing is shown, and the page keeps following the run.
   const draw = () => render().catch(e => { problem.textContent = "This page failed to draw: " + e; });
   await draw();
+  // An address that names an attempt shows its views, below the diff.
+  if (want.step) panel.node.scrollIntoView();
   es = new EventSource("/v1/runs/" + encodeURIComponent(id) + "/events");
   const onEvent = (m) => {
     if (eventsShown.has(m.lastEventId)) return;

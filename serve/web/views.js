@@ -301,11 +301,11 @@ function artifactsView(runId, a) {
     const rows = list.files.map(f => el("tr", {},
       el("td", { class: "mono" }, el("a", { href: base + f.path.split("/").map(encodeURIComponent).join("/"), download: f.path.split("/").pop(), text: f.path })),
       el("td", { class: "num", text: fmtBytes(f.size) })));
-    node.replaceChildren(
+    node.replaceChildren(...[
       rows.length ? el("table", {}, el("thead", {}, el("tr", {}, el("th", { text: "file" }), el("th", { text: "size" }))), el("tbody", {}, ...rows))
         : el("p", { class: "muted", text: "No artifacts." + (att.finished ? "" : " (The attempt is still running.)") }),
       list.skipped ? el("p", { class: "muted", text: `${list.skipped} entries are not plain files (links, FIFOs) and are not served.` }) : null,
-      list.cut ? el("p", { class: "muted", text: "Only the first files are listed." } ) : null);
+      list.cut ? el("p", { class: "muted", text: "Only the first files are listed." }) : null].filter(Boolean));
     done = !!att.finished;
   }
   return { node, update };
@@ -344,9 +344,9 @@ function egressView(runId, a) {
       el("td", { class: "num", text: fmtBytes(m.bytes_up || 0) }),
       el("td", { class: "num", text: fmtBytes(m.bytes_down || 0) }),
       el("td", { class: "muted", text: m.detail || m.rule || "" })));
-    node.replaceChildren(
+    node.replaceChildren(...[
       el("p", { class: "muted", text: rows.length ? `${rows.length} decisions, ${refused} refused` + (rows.length > shown.length ? ` (the last ${shown.length} shown)` : "") : `No egress decisions (network: ${att.network || "?"}).` }),
-      rows.length ? el("table", {}, el("thead", {}, el("tr", {}, ...["time", "kind", "host", "port", "verdict", "key", "up", "down", "detail"].map(h => el("th", { text: h })))), el("tbody", {}, ...tr)) : null);
+      rows.length ? el("table", {}, el("thead", {}, el("tr", {}, ...["time", "kind", "host", "port", "verdict", "key", "up", "down", "detail"].map(h => el("th", { text: h })))), el("tbody", {}, ...tr)) : null].filter(Boolean));
     done = fin;
   }
   return { node, update };
