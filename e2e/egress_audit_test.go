@@ -54,6 +54,9 @@ steps:
 	if r.code != 0 {
 		t.Fatalf("the audit run failed: %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
+	if !strings.Contains(r.stderr+r.stdout, "fetch: egress audit: b.test:"+fx.plainUp.port+" would be refused") {
+		t.Errorf("kusaw run does not show the audit's findings:\n%s%s", r.stdout, r.stderr)
+	}
 	id := onlyRun(t, dir)
 	adir := filepath.Join(dir, ".kusaw", "runs", id, "steps", "fetch", "1")
 	out := readFile(t, filepath.Join(adir, "stdout.log"))

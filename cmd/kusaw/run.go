@@ -274,6 +274,8 @@ func (p *progress) event(ev record.Event) {
 		line = fmt.Sprintf("%v: %v after %v attempt(s)", ev.Data["step"], ev.Data["outcome"], ev.Data["attempts"])
 	case record.EvEgressBlocked:
 		line = fmt.Sprintf("%s: egress blocked: %v", ev.Step, summary(ev.Data))
+	case record.EvEgressWouldRefuse:
+		line = fmt.Sprintf("%s: egress audit: %v:%v would be refused (kusaw egress suggest RUN lists the entries)", ev.Step, ev.Data["host"], ev.Data["port"])
 	case record.EvCancelRequested:
 		line = "cancel requested"
 	case record.EvGateWaiting:
