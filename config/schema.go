@@ -514,7 +514,8 @@ func cachesNode(desc string) *schemaNode {
 // shapeProps are a step's pipeline-shape keys (docs/pipelines.md).
 func shapeProps() []*schemaProp {
 	on := list("outcomes that retry: " + strings.Join(RetryKinds, ", ") + ", or exit:CODE[,CODE]; anything else ends the step at once")
-	on.pattern = `^(` + strings.Join(RetryKinds, "|") + `|exit:[0-9]{1,3}(,[0-9]{1,3})*)$`
+	code := `([1-9][0-9]?|1[0-9]{2}|2[0-4][0-9]|25[0-5])`
+	on.pattern = `^(` + strings.Join(RetryKinds, "|") + `|exit:` + code + `(,` + code + `)*)$`
 	sel := &schemaNode{kind: kindText, desc: "how one candidate is kept: first (default), all (smallest diff of the passing) or judge:STEP", pattern: `^(first|all|judge:[A-Za-z0-9][A-Za-z0-9_.-]*)$`}
 	stepRef := func(desc string) *schemaNode {
 		return &schemaNode{kind: kindText, desc: desc, pattern: idPatternText}

@@ -353,6 +353,15 @@ func TestSchemaValidatesExamples(t *testing.T) {
 // the schema must accept them, so this list stays honest: when the schema
 // learns to catch one, move it out.
 var beyondSchema = map[string]string{
+	"gate_candidates":             "a gate with candidates: a rule across keys",
+	"gate_in_group":               "a gate on a group's member: a rule across the pipeline and the step",
+	"gate_per_repo":               "a gate with per_repo: a rule across keys",
+	"group_step_twice":            "a step in two groups of one pipeline: a rule across list items",
+	"group_unknown_step":          "a group naming a step that steps lacks: a reference",
+	"judge_missing":               "select: judge:STEP naming a step that steps lacks: a reference",
+	"on_failure_self":             "on_failure naming its own step: a reference",
+	"resolve_not_first":           "resolve off a group's first step: a rule across the pipeline and the step",
+	"select_without_candidates":   "select needs candidates: a rule across keys",
 	"deliver_pr_without_push":     "a pull request needs push: a rule across keys",
 	"cache_without_env":           "env is required only for a cache that is not a preset: a rule on the key's name",
 	"include_outside":             "a glob leaving the repository is found by cleaning its path",

@@ -27,6 +27,9 @@ type Report struct {
 	Warnings []config.Finding `json:"warnings"`
 	Steps    []StepReport     `json:"steps"`
 	Sandbox  *SandboxReport   `json:"sandbox,omitempty"`
+	// Pipelines are drawn as graphs: groups, candidates, fixers, judges,
+	// resolves and gates (graph.go).
+	Pipelines []PipelineGraph `json:"pipelines"`
 }
 
 // StepReport is one step's effective sandbox.
@@ -93,7 +96,7 @@ func NewValidator() *Validator {
 
 // Validate completes the loader's findings into a Report.
 func (v *Validator) Validate(f *config.Factory, fs config.Findings) Report {
-	r := Report{File: f.Path, Steps: []StepReport{}}
+	r := Report{File: f.Path, Steps: []StepReport{}, Pipelines: Graphs(f)}
 	fs = append(fs, v.providerChecks(f)...)
 	fs = append(fs, v.secretChecks(f)...)
 	fs = append(fs, limitChecks(f)...)
