@@ -75,7 +75,8 @@ func main() {
 	if sb := p.Get("sandbox"); p.Has("sandbox") && sb != "enabled" && sb != "disabled" {
 		fakecli.Fail(1, "error: option '--sandbox <mode>' argument '%s' is invalid. Allowed choices are enabled, disabled.", sb)
 	}
-	if !p.Has("trust") {
+	// Today's CLI takes --force (-f, --yolo) as trust of the workspace too.
+	if !p.Has("trust") && !p.Has("force") {
 		fakecli.Fail(1, "Workspace Trust Required: pass --trust to trust this workspace in print mode")
 	}
 	if ws := p.Get("workspace"); ws != "" {
