@@ -37,6 +37,7 @@ import (
 //	GET  /v1/runs/{id}/events                        server-sent events, replayed then live
 //	GET  /v1/runs/{id}/log?path=P&offset=N           bytes of one of the run's logs from N
 //	GET  /v1/runs/{id}/attempts/{step}/{n}/egress    an attempt's egress per host
+//	GET  /v1/runs/{id}/diff?repo=NAME, .../transcript, .../artifacts[/PATH]  (api_views.go)
 //
 // The Unix socket needs no token (it is mode 0600 in the state directory);
 // the TCP listener wants "Authorization: Bearer TOKEN", or the cookie the
