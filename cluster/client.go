@@ -71,14 +71,22 @@ type Handles struct {
 	Objects jetstream.ObjectStore
 }
 
-// Setup creates (serve) the streams, buckets and object store.
+// Setup creates (serve, at start) the streams, buckets and object store,
+// and empties the work queue.
 func Setup(ctx context.Context, nc *nats.Conn) (*Handles, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: WorkStream, Subjects: []string{subjWork + ">"},
-		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage}); err != nil {
+	work, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: WorkStream, Subjects: []string{subjWork + ">"},
+		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage})
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %v", WorkStream, err)
+	}
+	// Work a previous serve published and nobody claimed is nobody's now:
+	// its runs were recovered as interrupted (and, with serve.resume,
+	// queued again as new attempts).
+	if err := work.Purge(ctx); err != nil {
 		return nil, fmt.Errorf("stream %s: %v", WorkStream, err)
 	}
 	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: EventsStream, Subjects: []string{subjEvents + ">", subjResult + ">"},

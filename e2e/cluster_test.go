@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -393,3 +394,42 @@ func runKusawTimeout(t *testing.T, dir string, limit time.Duration, args ...stri
 }
 
 var _ = record.EventsFile
+
+// kill -9 of serve while attempts run on workers, then a restart with
+// serve.resume: the workers reconnect by themselves, every run ends
+// succeeded (the interrupted attempts run again), the late results of the
+// attempts serve no longer waits for are recorded, never merged.
+func TestClusterServeKilled(t *testing.T) {
+	need(t, "git")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	yaml := strings.Replace(clusterYAML(clusterSandbox(t), "2", "3s"), `listen: "127.0.0.1:0"`, `listen: "`+addr+`"`, 1)
+	yaml = strings.Replace(yaml, "max_parallel: 12", "max_parallel: 12\n  resume: true", 1)
+	r := startClusterServe(t, yaml)
+	for i := 1; i <= 2; i++ {
+		r.startWorker(t, fmt.Sprintf("k%d", i))
+	}
+	r.waitWorkers(t, 2)
+	ids := r.submit(t, 4)
+	waitFor(t, "attempts running on the workers", 30*time.Second, func() bool {
+		ws, _ := r.sp.client.Workers(context.Background())
+		n := 0
+		for _, w := range ws {
+			n += w.Running
+		}
+		return n >= 3
+	})
+	_ = r.sp.cmd.Process.Kill()
+	_ = r.sp.cmd.Wait()
+	r.sp = startServe(t, r.dir)
+	r.checkRuns(t, ids)
+	fenced := filepath.Join(r.dir, ".kusaw", "cluster", "fenced.jsonl")
+	waitFor(t, "the orphaned attempts' late results to be recorded", 30*time.Second, func() bool {
+		b, _ := os.ReadFile(fenced)
+		return strings.Count(string(b), "\n") >= 3
+	})
+}

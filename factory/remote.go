@@ -33,6 +33,9 @@ const MaxLost = 3
 // when the attempt passed, the run branch.
 func (a *attemptRun) runRemote(ctx context.Context) *record.AttemptRecord {
 	spec := a.spec
+	// attempt.json first: if serve dies while the worker runs, recovery
+	// finds the attempt and closes its events.
+	a.save()
 	job := record.RemoteJob{Dir: a.dir, Repos: a.e.hostRepos(), Emit: a.events.Emit,
 		Secret: func(key string) (string, error) {
 			src, err := a.e.secretSource()
