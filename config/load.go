@@ -400,7 +400,7 @@ func (d *decoder) inject(n *yaml.Node, path string) []InjectEntry {
 
 func (d *decoder) sandbox(f *Factory, n *yaml.Node) {
 	sp := &f.Sandbox
-	for _, fl := range d.fields(n, "sandbox", []string{"mode", "network", "allow_read", "allow_write", "egress"}) {
+	for _, fl := range d.fields(n, "sandbox", []string{"mode", "network", "allow_read", "allow_write", "egress", "resources"}) {
 		kp := join("sandbox", fl.key)
 		switch fl.key {
 		case "mode":
@@ -417,8 +417,31 @@ func (d *decoder) sandbox(f *Factory, n *yaml.Node) {
 			sp.AllowWrite = d.pathList(f, fl.value, kp, true)
 		case "egress":
 			d.egress(f, fl.value, kp)
+		case "resources":
+			sp.Resources = d.resources(fl.value, kp)
 		}
 	}
+}
+
+// resources reads sandbox.resources (factory or step).
+func (d *decoder) resources(n *yaml.Node, path string) Resources {
+	var r Resources
+	for _, fl := range d.fields(n, path, []string{"pids", "memory", "cpu", "disk", "output"}) {
+		kp := join(path, fl.key)
+		switch fl.key {
+		case "pids":
+			r.Pids = d.integer(fl.value, kp)
+		case "memory":
+			r.Memory = d.size(fl.value, kp)
+		case "cpu":
+			r.CPU = d.integer(fl.value, kp)
+		case "disk":
+			r.Disk = d.size(fl.value, kp)
+		case "output":
+			r.Output = d.size(fl.value, kp)
+		}
+	}
+	return r
 }
 
 func (d *decoder) egress(f *Factory, n *yaml.Node, path string) {
@@ -822,9 +845,12 @@ func (d *decoder) stepSandbox(f *Factory, n *yaml.Node, path string) *StepSandbo
 		ss.Mode = Mode(d.enum(n, path, "off", "required"))
 		return ss
 	}
-	for _, fl := range d.fields(n, path, []string{"mode", "network", "allow_read", "allow_write", "egress"}) {
+	for _, fl := range d.fields(n, path, []string{"mode", "network", "allow_read", "allow_write", "egress", "resources"}) {
 		kp := join(path, fl.key)
 		switch fl.key {
+		case "resources":
+			r := d.resources(fl.value, kp)
+			ss.Resources = &r
 		case "mode":
 			ss.Mode = Mode(d.enum(fl.value, kp, "off", "required"))
 		case "network":

@@ -204,12 +204,20 @@ func factorySchema() *schemaNode {
 			))),
 		p("upstream_no_proxy", hostList("hosts dialled directly although upstream_proxy is set")),
 	)
+	resources := object("bounds on each attempt's processes (a limit reached ends the attempt with resource_limit naming it); kusaw sandbox check --verbose says how this machine enforces each",
+		p("pids", integer("processes and threads at once (default 4096)", intp(1), nil)),
+		p("memory", size("memory of all the attempt's processes (default half the machine's memory)")),
+		p("cpu", integer("cores (default: all)", intp(1), nil)),
+		p("disk", size("bytes in the attempt's tmp folder and worktrees (default 20GiB)")),
+		p("output", size("bytes of stdout and stderr together (default 1GiB)")),
+	)
 	sandbox := object("the factory-wide sandbox and egress policy",
 		p("mode", enum("off (default) or required: whether attempts run in the OS sandbox", modes...)),
 		p("network", enum("open (default) or allowlist: the network of a sandboxed attempt", networkModes...)),
 		p("allow_read", list("extra paths visible read-only in the sandbox")),
 		p("allow_write", list("extra writable paths; /, system folders, the home and above and credential folders are refused")),
 		p("egress", egress),
+		p("resources", resources),
 	)
 	serve := object("settings of kusaw serve",
 		p("max_parallel", integer("attempts at once, across runs and within a run's parallel groups and candidates; 0: the number of cores", intp(0), nil)),
@@ -233,6 +241,7 @@ func factorySchema() *schemaNode {
 				p("allow", hostList("hosts added to the factory's list for this step")),
 				p("inject", injectNode("replaces the factory's inject for this step")),
 			)),
+			p("resources", resources),
 		),
 	)
 	envValue := oneOf("a value, or {secret: KEY} read from the secret store when the process starts",

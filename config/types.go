@@ -180,6 +180,42 @@ type SandboxPolicy struct {
 	AllowRead  []string
 	AllowWrite []string
 	Egress     Egress
+	Resources  Resources
+}
+
+// Resources bound each attempt's processes (sandbox.resources, and a
+// step's own, which wins field by field). Zero means kusaw's default.
+type Resources struct {
+	Pids   int   // processes and threads at once
+	Memory int64 // bytes
+	CPU    int   // cores
+	Disk   int64 // bytes in the attempt's tmp and worktrees
+	Output int64 // bytes of stdout and stderr together
+}
+
+// EffectiveResources are the step's resources: its own fields over the
+// factory's. Zero fields are left for kusaw's defaults.
+func (f *Factory) EffectiveResources(s *Step) Resources {
+	r := f.Sandbox.Resources
+	if s != nil && s.Sandbox != nil && s.Sandbox.Resources != nil {
+		o := s.Sandbox.Resources
+		if o.Pids > 0 {
+			r.Pids = o.Pids
+		}
+		if o.Memory > 0 {
+			r.Memory = o.Memory
+		}
+		if o.CPU > 0 {
+			r.CPU = o.CPU
+		}
+		if o.Disk > 0 {
+			r.Disk = o.Disk
+		}
+		if o.Output > 0 {
+			r.Output = o.Output
+		}
+	}
+	return r
 }
 
 // Serve holds the daemon's settings.
@@ -218,6 +254,8 @@ type StepSandbox struct {
 	// InjectSet is true when the step names egress.inject itself (even
 	// as an empty list): then it replaces the factory's inject.
 	InjectSet bool
+	// Resources, when set, override the factory's field by field.
+	Resources *Resources
 }
 
 // Step is one unit of work.

@@ -517,3 +517,70 @@ steps:
 		})
 	}
 }
+
+// sandbox.resources: a bounded process flood, a bounded memory hog and an
+// output flood each end their attempt, never the machine; where a cgroup
+// enforces the limit (root here) the attempt says which limit it reached.
+// The twin runs the same limits with a step that stays under them.
+// Every attack is bounded by itself (200 processes, 256 MiB, 50 MiB), so
+// a limit that failed would not take the machine either.
+func TestSeamResourceLimits(t *testing.T) {
+	needSandbox(t)
+	need(t, "git")
+	for _, uid := range seamUIDs() {
+		t.Run(fmt.Sprintf("uid%d", uid), func(t *testing.T) {
+			dir, _ := seamDir(t, uid)
+			scripts := map[string]string{
+				"flood":  `for i in $(seq 200); do (sleep 4) & done; wait; echo all-started`,
+				"hog":    `x=$(head -c 268435456 /dev/zero | tr '\0' a); echo "held ${#x}"`,
+				"chatty": `head -c 52428800 /dev/zero; echo after`,
+				"calm":   `for i in 1 2 3; do (sleep 0.1) & done; wait; x=$(head -c 1048576 /dev/zero | tr '\0' a); echo "fine ${#x}"`,
+			}
+			var y strings.Builder
+			y.WriteString("version: 1\nrepos:\n  app: {path: app}\npipelines:\n")
+			for name := range scripts {
+				fmt.Fprintf(&y, "  %s: [%s]\n", name, name)
+			}
+			y.WriteString("steps:\n")
+			for name, sc := range scripts {
+				writeFile(t, filepath.Join(dir, name+".sh"), sc+"\n")
+				fmt.Fprintf(&y, "  %s:\n    run: [sh, %s]\n    sandbox: {mode: required, resources: {pids: 64, memory: 64MiB, output: 1MiB}}\n", name, filepath.Join(dir, name+".sh"))
+			}
+			writeFile(t, filepath.Join(dir, "factory.yaml"), y.String())
+			cgroups := uid == 0 && os.Geteuid() == 0
+			check := func(name, limit string) {
+				t.Helper()
+				res := runKusawAs(t, uid, 2*time.Minute, dir, "run", name)
+				id := runIDOf(t, res)
+				adir := filepath.Join(dir, ".kusaw", "runs", id, "steps", name, "1")
+				rec := readFile(t, filepath.Join(adir, "attempt.json"))
+				out, _ := os.ReadFile(filepath.Join(adir, "stdout.log"))
+				if limit == "" {
+					if res.code != 0 || !strings.Contains(string(out), "fine 1048576") {
+						t.Errorf("%s: the step under its limits failed (%d):\n%s%s\n%s", name, res.code, res.stdout, res.stderr, rec)
+					}
+					return
+				}
+				if res.code == 0 {
+					t.Errorf("%s: the attempt passed:\n%s\n%s", name, out, rec)
+				}
+				if limit == "output" || cgroups {
+					if !strings.Contains(rec, `"reason": "resource_limit"`) || !strings.Contains(rec, "reached its "+limit+" limit") {
+						t.Errorf("%s: want resource_limit naming %s:\n%s", name, limit, rec)
+					}
+				}
+				if limit == "output" && len(out) > 1<<20 {
+					t.Errorf("output: stdout.log holds %d bytes", len(out))
+				}
+				if strings.Contains(string(out), "all-started") || strings.Contains(string(out), "held 268435456") {
+					t.Errorf("%s: the flood got past its limit: %s", name, out)
+				}
+			}
+			check("flood", "pids")
+			check("hog", "memory")
+			check("chatty", "output")
+			check("calm", "")
+			verifyRecords(t, uid, dir)
+		})
+	}
+}

@@ -431,6 +431,9 @@ func (a *attemptRun) runProcesses(ctx context.Context, procs [][]string) {
 			pr.Outcome, pr.Reason, pr.Message = status.OutcomeCanceled, status.ReasonStepCanceled, "the run was canceled"
 		case stopped && actx.Err() != nil:
 			pr.Outcome, pr.Reason, pr.Message = status.OutcomeTimedOut, status.ReasonStepTimeout, fmt.Sprintf("the step ran longer than its timeout (%s)", a.step.Timeout)
+		case res.limit != "":
+			pr.Outcome, pr.Reason, pr.Message = status.OutcomeFailed, status.ReasonResourceLimit,
+				fmt.Sprintf("the step reached its %s limit (%s; sandbox.resources.%s)", res.limit, res.limitValue, res.limit)
 		case a.limits.reached() != nil:
 			pr.Outcome, pr.Reason, pr.Message = status.OutcomeFailed, status.ReasonLimitReached, a.limits.reached().Error()
 		case res.stopped && errors.Is(res.cause, errAfterResult):
@@ -644,9 +647,10 @@ func (a *attemptRun) execute(ctx context.Context, i int, p *preparedProc) procRe
 		pr.PID, pr.Start = pid, start
 		a.mu.Unlock()
 		a.save()
-		a.events.Emit(record.EvProcessStarted, map[string]any{"pid": pid, "argv": pr.Argv, "dir": pr.Dir, "repos": pr.Repos})
+		a.events.Emit(record.EvProcessStarted, map[string]any{"pid": pid, "argv": pr.Argv, "dir": pr.Dir, "repos": pr.Repos, "limits": limitsData(a.resources())})
 	}
-	res := a.e.runProcess(pctx, a.e.opts.KillGrace, p.cmd, stdout, stderr, started, a.run.redact)
+	lim := a.resources()
+	res := a.e.runLimited(pctx, a.e.opts.KillGrace, p.cmd, stdout, stderr, started, a.run.redact, lim)
 	if rw != nil {
 		rw.finish()
 	}
@@ -693,6 +697,9 @@ type procResult struct {
 	parsed   procParse
 	stopped  bool  // kusaw signalled it (timeout, cancel, limit, or after its result)
 	cause    error // why kusaw stopped it
+	// limit names the sandbox.resources limit the process reached, and
+	// limitValue its value.
+	limit, limitValue string
 	// bridgeFailed: the egress bridge never handed its listener over, so
 	// the step itself did not run.
 	bridgeFailed bool
@@ -719,11 +726,30 @@ func (r procResult) classify() (status.Outcome, status.Reason, string) {
 // SIGTERM then SIGKILL after grace when ctx ends), copying its output
 // through the redactor.
 func (e *Engine) runProcess(ctx context.Context, grace time.Duration, cmd *exec.Cmd, stdout, stderr io.Writer, started func(int), red *redactor) procResult {
+	return e.runLimited(ctx, grace, cmd, stdout, stderr, started, red, proc.Limits{})
+}
+
+// runLimited is runProcess under resource limits (sandbox.resources).
+func (e *Engine) runLimited(ctx context.Context, grace time.Duration, cmd *exec.Cmd, stdout, stderr io.Writer, started func(int), red *redactor, lim proc.Limits) procResult {
 	if grace <= 0 {
 		grace = e.opts.KillGrace
 	}
-	r := proc.Run(ctx, cmd, proc.Options{Grace: grace, Stdout: stdout, Stderr: stderr, Started: started, Copy: red.copyRedacted})
-	return procResult{startErr: r.StartErr, hasExit: r.HasExit, exit: r.Exit, signal: r.Signal, dur: r.Dur, stopped: r.Stopped}
+	r := proc.Run(ctx, cmd, proc.Options{Grace: grace, Stdout: stdout, Stderr: stderr, Started: started, Copy: red.copyRedacted, Limits: lim})
+	res := procResult{startErr: r.StartErr, hasExit: r.HasExit, exit: r.Exit, signal: r.Signal, dur: r.Dur, stopped: r.Stopped, limit: r.Limit}
+	if r.Limit != "" {
+		res.limitValue = lim.Value(r.Limit)
+	}
+	return res
+}
+
+// resources are the limits of the attempt's processes: the step's
+// sandbox.resources over the factory's, kusaw's defaults for the rest;
+// disk counts the attempt's tmp folder and worktrees.
+func (a *attemptRun) resources() proc.Limits {
+	r := a.f.EffectiveResources(a.step)
+	l := proc.Defaults(proc.Limits{Pids: r.Pids, Memory: r.Memory, CPU: r.CPU, Disk: r.Disk, Output: r.Output})
+	l.DiskPaths = []string{filepath.Join(a.dir, record.TmpDir), filepath.Join(a.dir, record.WorktreesDir)}
+	return l
 }
 
 // commit commits each worktree's changes on the attempt branch (whatever the
@@ -885,4 +911,9 @@ func (a *attemptRun) restoreRefs() {
 			a.events.Emit(record.EvRefsRestored, map[string]any{"repo": repo, "branches": repaired})
 		}
 	}
+}
+
+// limitsData is the limits for a process.started event.
+func limitsData(l proc.Limits) map[string]any {
+	return map[string]any{"pids": l.Pids, "memory": l.Memory, "cpu": l.CPU, "disk": l.Disk, "output": l.Output}
 }

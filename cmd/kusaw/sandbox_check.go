@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kusaw/kusaw/internal/proc"
 	"github.com/kusaw/kusaw/sandbox"
 	"github.com/kusaw/kusaw/status"
 )
@@ -34,16 +35,21 @@ and the fix are printed).`,
 			if asJSON {
 				out := struct {
 					sandbox.CheckResult
-					Protects     []string `json:"protects,omitempty"`
-					NotProtected []string `json:"not_protected,omitempty"`
+					Protects     []string          `json:"protects,omitempty"`
+					NotProtected []string          `json:"not_protected,omitempty"`
+					Resources    map[string]string `json:"resources,omitempty"`
 				}{CheckResult: r}
 				if verbose {
 					out.Protects, out.NotProtected = sandbox.ProtectionLists(r.Backend)
+					out.Resources = proc.Enforcement()
 				}
 				b, _ := json.MarshalIndent(out, "", "  ")
 				fmt.Fprintln(a.stdout, string(b))
 			} else {
 				printCheck(a, r, verbose)
+				if verbose {
+					printResources(a)
+				}
 			}
 			if !r.Available {
 				return silentExit(status.ExitSandboxUnavailable)
@@ -86,5 +92,15 @@ func printCheck(a *app, r sandbox.CheckResult, verbose bool) {
 	fmt.Fprintf(w, "\nWhat it does not protect:\n")
 	for _, p := range notProtected {
 		fmt.Fprintf(w, "  - %s\n", p)
+	}
+}
+
+// printResources says how this machine enforces each sandbox.resources
+// limit for a kusaw run as this user, now.
+func printResources(a *app) {
+	e := proc.Enforcement()
+	fmt.Fprintf(a.stdout, "\nResource limits (sandbox.resources) on this machine, for this user:\n")
+	for _, k := range []string{proc.LimitPids, proc.LimitMemory, proc.LimitCPU, proc.LimitDisk, proc.LimitOutput} {
+		fmt.Fprintf(a.stdout, "  - %-7s %s\n", k+":", e[k])
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -335,4 +336,42 @@ func Enforcement() map[string]string {
 		}
 	}
 	return out
+}
+
+// totalMemory is MemTotal from /proc/meminfo (0 when unknown: no limit).
+func totalMemory() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			f := strings.Fields(rest)
+			if len(f) > 0 {
+				n, _ := strconv.ParseInt(f[0], 10, 64)
+				return n << 10
+			}
+		}
+	}
+	return 0
+}
+
+// hold makes cmd wait, before it runs its program, until release is
+// called: kusaw puts the process into its cgroup and sets its rlimits in
+// between, so nothing it starts (bwrap forks at once) runs outside them.
+// /bin/sh reads one line from a pipe and then execs the program.
+func hold(cmd *exec.Cmd) (release func(), err error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	fd := 3 + len(cmd.ExtraFiles)
+	cmd.ExtraFiles = append(cmd.ExtraFiles, r)
+	path := cmd.Path
+	args := append([]string{"/bin/sh", "-c", fmt.Sprintf(`read _ <&%d || exit 126; exec "$@" %d<&-`, fd, fd), "kusaw-hold", path}, cmd.Args[1:]...)
+	cmd.Path, cmd.Args = "/bin/sh", args
+	return func() {
+		_, _ = w.Write([]byte("go\n"))
+		w.Close()
+	}, nil
 }

@@ -153,3 +153,22 @@ func watchDisk(l Limits, stop <-chan struct{}, over func()) {
 		}
 	}
 }
+
+// Defaults a laptop survives, for the fields the factory leaves zero:
+// 4096 processes, half the machine's memory, all cores, 20 GiB of disk,
+// 1 GiB of output.
+func Defaults(l Limits) Limits {
+	if l.Pids == 0 {
+		l.Pids = 4096
+	}
+	if l.Memory == 0 {
+		l.Memory = totalMemory() / 2
+	}
+	if l.Disk == 0 {
+		l.Disk = 20 << 30
+	}
+	if l.Output == 0 {
+		l.Output = 1 << 30
+	}
+	return l
+}

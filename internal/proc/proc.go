@@ -102,6 +102,18 @@ func Run(ctx context.Context, cmd *exec.Cmd, o Options) Result {
 		closeAll(outR, outW, errR, errW)
 		return Result{StartErr: ctx.Err()}
 	}
+	// Placed in its cgroup and under its rlimits before its program runs.
+	var g *group
+	var missing []string
+	release := func() {}
+	if o.Limits.hasAny() {
+		g, missing = newGroup(o.groupName(), o.Limits)
+		if o.Limits.Pids > 0 || o.Limits.Memory > 0 || o.Limits.CPU > 0 || o.Limits.Disk > 0 {
+			if rel, herr := hold(cmd); herr == nil {
+				release = rel
+			}
+		}
+	}
 	err = cmd.Start()
 	closeAll(outW, errW)
 	for _, f := range cmd.ExtraFiles {
@@ -110,17 +122,15 @@ func Run(ctx context.Context, cmd *exec.Cmd, o Options) Result {
 		}
 	}
 	if err != nil {
+		release()
 		closeAll(outR, errR)
+		if g != nil {
+			g.close()
+		}
 		return Result{StartErr: err}
 	}
 	pgid := cmd.Process.Pid
-	// Limits: the cgroup (or rlimits) first, before the process has had
-	// much time to start anything; then kusaw's own counting.
-	var g *group
-	var hit atomic.Value
 	if o.Limits.hasAny() {
-		var missing []string
-		g, missing = newGroup(o.groupName(pgid), o.Limits)
 		if g != nil {
 			if err := g.add(pgid); err != nil {
 				missing = append(missing, wanted(o.Limits)...)
@@ -128,6 +138,8 @@ func Run(ctx context.Context, cmd *exec.Cmd, o Options) Result {
 		}
 		rlimitsFor(pgid, o.Limits, missing)
 	}
+	release()
+	var hit atomic.Value
 	reached := func(name string) {
 		if hit.CompareAndSwap(nil, name) {
 			_ = syscall.Kill(-pgid, syscall.SIGKILL)
@@ -216,11 +228,13 @@ func (l Limits) hasAny() bool {
 	return l.Pids > 0 || l.Memory > 0 || l.CPU > 0 || l.Output > 0 || l.Disk > 0
 }
 
+var groupSeq atomic.Int64
+
 // groupName is the process's cgroup: its own name, or one from kusaw's pid
-// and the process's.
-func (o Options) groupName(pid int) string {
+// and a counter.
+func (o Options) groupName() string {
 	if o.Name != "" {
 		return o.Name
 	}
-	return fmt.Sprintf("kusaw-%d-%d", os.Getpid(), pid)
+	return fmt.Sprintf("kusaw-%d-%d", os.Getpid(), groupSeq.Add(1))
 }
