@@ -203,3 +203,70 @@ func reportLatency(b *testing.B, ds, ps []time.Duration) {
 	b.ReportMetric(ms(pct(ps, 0.99)), "proxy-p99-ms")
 	b.ReportMetric(ms(pct(ps, 0.5)-pct(ds, 0.5)), "p50-overhead-ms")
 }
+
+// benchLocal serves a local-service listener of a lease in front of a
+// benchmark upstream on the host's loopback: what the bridge's forwarded
+// port does, without the namespace (the proxy's relay is the cost).
+func benchLocal(b *testing.B) (direct, local benchPath) {
+	hello := make([]byte, 64)
+	up := benchUpstream(b, len(hello))
+	port := portOf(b, up.Addr().String())
+	e := newEnv(b, Options{}, LeaseConfig{Allow: rules(b, "localhost:"+strconv.Itoa(port))})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if !e.l.addLocalListener(ln, port) {
+		b.Fatal("the lease did not take the local listener")
+	}
+	return directPath(up.Addr().String(), hello), directPath(ln.Addr().String(), hello)
+}
+
+// BenchmarkLocalServiceThroughput moves 4 x 64 MiB per iteration through
+// a local-service port (raw TCP, relayed once by the proxy) and directly,
+// alternately, and reports both rates and their ratio. -benchtime 1x.
+func BenchmarkLocalServiceThroughput(b *testing.B) {
+	direct, local := benchLocal(b)
+	const size = 64 << 20
+	buf := make([]byte, 256<<10)
+	var dt, lt time.Duration
+	b.SetBytes(4 * size)
+	for i := 0; i < 4*b.N; i++ {
+		d, err := direct.transfer(size, buf)
+		if err != nil {
+			b.Fatal(err)
+		}
+		l, err := local.transfer(size, buf)
+		if err != nil {
+			b.Fatal(err)
+		}
+		dt += d
+		lt += l
+	}
+	mb := float64(size) * float64(4*b.N) / 1e6
+	b.ReportMetric(mb/dt.Seconds(), "direct-MB/s")
+	b.ReportMetric(mb/lt.Seconds(), "local-MB/s")
+	b.ReportMetric(dt.Seconds()/lt.Seconds(), "local/direct")
+}
+
+// BenchmarkLocalServiceSetup times connect-to-first-answer through a
+// local-service port (accept, policy, log, dial the host's port) against
+// a direct connect, over 500 set-ups per iteration.
+func BenchmarkLocalServiceSetup(b *testing.B) {
+	direct, local := benchLocal(b)
+	var ds, ls []time.Duration
+	for i := 0; i < 500*b.N; i++ {
+		c, _, d, err := direct.setup()
+		if err != nil {
+			b.Fatal(err)
+		}
+		c.Close()
+		c, _, l, err := local.setup()
+		if err != nil {
+			b.Fatal(err)
+		}
+		c.Close()
+		ds, ls = append(ds, d), append(ls, l)
+	}
+	reportLatency(b, ds, ls)
+}
