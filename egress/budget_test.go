@@ -457,3 +457,53 @@ func TestInjectKeyStaysUnderBasePath(t *testing.T) {
 		t.Errorf("decisions: %s", decisions)
 	}
 }
+
+// A request with both Content-Length and Transfer-Encoding is refused
+// before anything is forwarded (an upstream that picks the other header
+// would see a second, smuggled request); either header alone goes through.
+func TestAmbiguousFramingRefused(t *testing.T) {
+	saw := make(chan string, 8)
+	up := tlsUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		saw <- r.URL.Path + ":" + string(b)
+		io.WriteString(w, "ok")
+	}))
+	port := strconv.Itoa(portOf(t, up.Addr().String()))
+	e := newEnv(t, Options{}, LeaseConfig{AllowRanges: loopback8, Inject: []Inject{{
+		Name: "p", Header: "x-api-key", Key: "k", Upstream: "https://api.inject.test:" + port,
+	}}})
+	e.dns.set("api.inject.test", "127.0.0.1")
+	u, _ := url.Parse(e.l.InjectURL("p"))
+	send := func(headers, body string) int {
+		t.Helper()
+		c, err := net.Dial("tcp", u.Host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "POST %s/v1 HTTP/1.1\r\nHost: %s\r\n%s\r\n%s", u.Path, u.Host, headers, body)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	smuggle := "0\r\n\r\nPOST /v1/admin HTTP/1.1\r\nHost: x\r\n\r\n"
+	if st := send(fmt.Sprintf("Content-Length: %d\r\nTransfer-Encoding: chunked\r\n", len(smuggle)), smuggle); st != 400 {
+		t.Fatalf("both headers: %d, want 400", st)
+	}
+	if st := send("Transfer-Encoding: chunked\r\n", "3\r\nabc\r\n0\r\n\r\n"); st != 200 {
+		t.Fatalf("chunked alone: %d", st)
+	}
+	if got := <-saw; got != "/v1:abc" {
+		t.Fatalf("upstream saw %q first: the refused request reached it", got)
+	}
+	if st := send("Content-Length: 2\r\n", "hi"); st != 200 || <-saw != "/v1:hi" {
+		t.Fatalf("Content-Length alone: %d", st)
+	}
+	if !strings.Contains(fmt.Sprintf("%+v", e.rec.all()), "both Content-Length and Transfer-Encoding") {
+		t.Fatal("the refusal is not in the decisions")
+	}
+}

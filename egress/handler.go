@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/kusaw/kusaw/config"
+
+	"github.com/kusaw/kusaw/internal/httpframe"
 )
 
 // reqClass is what a request asks of the proxy, before any policy.
@@ -119,6 +121,14 @@ func (l *Lease) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer l.wg.Done()
+	if httpframe.Ambiguous(r) {
+		// Refused before anything is forwarded: an upstream that picks
+		// the other header would see two requests where one was sent.
+		line := "kusaw: the request has both Content-Length and Transfer-Encoding; send one of them"
+		l.record(Decision{Kind: KindHTTP, Host: sanitize(r.Host), Decision: Refuse, Reason: ReasonBadRequest, Detail: line})
+		writeRefusal(w, &refusal{status: 400, reason: ReasonBadRequest, line: line})
+		return
+	}
 	rc := classify(r, l.listenAddr)
 	switch rc.kind {
 	case KindConnect:

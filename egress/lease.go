@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/kusaw/kusaw/config"
+	"github.com/kusaw/kusaw/internal/httpframe"
 
 	"github.com/kusaw/kusaw/egress/bridge"
 )
@@ -100,6 +101,7 @@ func (p *Proxy) Lease(c LeaseConfig) (*Lease, error) {
 		ReadHeaderTimeout: p.o.HandshakeTimeout,
 		IdleTimeout:       p.o.IdleTimeout,
 		ErrorLog:          log.New(io.Discard, "", 0),
+		ConnContext:       httpframe.ConnContext,
 	}
 	var tok [16]byte
 	if _, err := crand.Read(tok[:]); err != nil {
@@ -270,7 +272,7 @@ func (l *Lease) addListener(ln net.Listener) bool {
 	l.mu.Unlock()
 	go func() {
 		defer l.wg.Done()
-		l.srv.Serve(ln)
+		l.srv.Serve(httpframe.Listener(ln))
 	}()
 	l.handOnce.Do(func() { close(l.handed) })
 	return true

@@ -22,6 +22,7 @@ import (
 
 	"github.com/kusaw/kusaw/config"
 	"github.com/kusaw/kusaw/factory"
+	"github.com/kusaw/kusaw/internal/httpframe"
 	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/serve/client"
 	"github.com/kusaw/kusaw/status"
@@ -536,7 +537,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	defer os.Remove(sock)
 	lim := s.opts.Limits.withDefaults()
 	servers := []*http.Server{lim.httpServer(s.Handler(""))}
-	listeners := []net.Listener{newCapListener(ul, lim.MaxUnixConns, 0)}
+	listeners := []net.Listener{httpframe.Listener(newCapListener(ul, lim.MaxUnixConns, 0))}
 	if s.opts.Listen != "" {
 		if s.opts.Token == "" {
 			ul.Close()
@@ -552,7 +553,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		s.mu.Unlock()
 		servers = append(servers, lim.httpServer(s.Handler(s.opts.Token)))
 		s.tcp = newCapListener(tl, lim.MaxConns, lim.MaxConnsPerAddr)
-		listeners = append(listeners, s.tcp)
+		listeners = append(listeners, httpframe.Listener(s.tcp))
 	}
 	info := client.ServeInfo{PID: os.Getpid(), Socket: sock, Listen: s.opts.Listen, Cluster: s.clusterAddr(), MaxParallel: s.max, Started: s.started, Factory: s.F.Path}
 	b, _ := json.MarshalIndent(info, "", "  ")

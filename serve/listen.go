@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/kusaw/kusaw/internal/httpframe"
 )
 
 // Limits bound what a client of serve's API can hold: how long a request
@@ -69,8 +71,22 @@ func (l Limits) withDefaults() Limits {
 
 // httpServer is one listener's server with the limits' timeouts.
 func (l Limits) httpServer(h http.Handler) *http.Server {
-	return &http.Server{Handler: h, ReadHeaderTimeout: l.ReadHeader, ReadTimeout: l.Read, WriteTimeout: l.Write,
-		IdleTimeout: l.Idle, MaxHeaderBytes: l.MaxHeaderBytes}
+	return &http.Server{Handler: refuseAmbiguous(h), ReadHeaderTimeout: l.ReadHeader, ReadTimeout: l.Read, WriteTimeout: l.Write,
+		IdleTimeout: l.Idle, MaxHeaderBytes: l.MaxHeaderBytes, ConnContext: httpframe.ConnContext}
+}
+
+// refuseAmbiguous answers 400 and closes the connection for a request that
+// carried both Content-Length and Transfer-Encoding (the listener is
+// wrapped by httpframe.Listener).
+func refuseAmbiguous(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if httpframe.Ambiguous(r) {
+			w.Header().Set("Connection", "close")
+			apiError(w, http.StatusBadRequest, "ambiguous_framing", "the request has both Content-Length and Transfer-Encoding", "send one of them")
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // capListener refuses connections beyond its caps at once, with a 503 and

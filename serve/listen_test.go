@@ -195,3 +195,37 @@ func TestDefaultLimits(t *testing.T) {
 		t.Fatalf("server %+v", hs)
 	}
 }
+
+// The API refuses a request with both Content-Length and Transfer-Encoding
+// on either listener; a plain request on the same listener is served.
+func TestServeRefusesAmbiguousFraming(t *testing.T) {
+	f := serveFactory(t, "pipelines:\n  default: [a]\nsteps:\n  a:\n    run: [\"true\"]\n")
+	s, _, _ := startServer(t, f, ServeOptions{MaxParallel: 1, Listen: "127.0.0.1:0", Token: "tok-0123456789"})
+	for _, dial := range []func() (net.Conn, error){
+		func() (net.Conn, error) { return net.Dial("unix", filepath.Join(f.StateDir, record.ServeSocketFile)) },
+		func() (net.Conn, error) { return net.Dial("tcp", s.ServeAddr()) },
+	} {
+		for _, tc := range []struct {
+			headers, body string
+			want          int
+		}{
+			{"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n", "0\r\n\r\n", 400},
+			{"Content-Length: 2\r\n", "{}", 201},
+		} {
+			c, err := dial()
+			if err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintf(c, "POST /v1/runs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok-0123456789\r\nContent-Type: application/json\r\n%s\r\n%s", tc.headers, tc.body)
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			c.Close()
+			if resp.StatusCode != tc.want || tc.want == 400 && !strings.Contains(string(b), "ambiguous_framing") {
+				t.Errorf("%q: %d %s, want %d", tc.headers, resp.StatusCode, b, tc.want)
+			}
+		}
+	}
+}

@@ -1,0 +1,233 @@
+// Package httpframe refuses HTTP/1.x requests whose framing is ambiguous:
+// one that carries both Content-Length and Transfer-Encoding (RFC 9112
+// §6.1 lets a server choose, and a server and a proxy that choose
+// differently can be made to see two requests where one was sent).
+// net/http drops Content-Length from such a request before a handler sees
+// it, so the check watches the bytes a connection reads: Listener wraps
+// each accepted connection, follows the requests on it (heads, then bodies
+// by their length or chunks), and marks the connection at the first
+// ambiguous head; Ambiguous tells a handler so.
+//
+// It imports nothing of kusaw.
+package httpframe
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+)
+
+// maxLine bounds one line of a head or a chunk size; longer lines are left
+// to net/http, which refuses them. (After a CONNECT or an upgrade the bytes
+// are a tunnel's: following them as requests is harmless, since nothing
+// asks about the connection any more.)
+const maxLine = 64 << 10
+
+// Listener wraps ln so that every connection it accepts is watched.
+func Listener(ln net.Listener) net.Listener { return listener{ln} }
+
+type listener struct{ net.Listener }
+
+func (l listener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return NewConn(c), nil
+}
+
+type ctxKey struct{}
+
+// ConnContext is for http.Server.ConnContext: it makes the connection
+// known to Ambiguous.
+func ConnContext(ctx context.Context, c net.Conn) context.Context {
+	if fc, ok := c.(*Conn); ok {
+		return context.WithValue(ctx, ctxKey{}, fc)
+	}
+	return ctx
+}
+
+// Ambiguous reports whether the connection r came on has sent a request
+// with both Content-Length and Transfer-Encoding. The connection is then
+// unusable: the caller answers 400 and closes it.
+func Ambiguous(r *http.Request) bool {
+	c, _ := r.Context().Value(ctxKey{}).(*Conn)
+	return c != nil && c.Ambiguous()
+}
+
+// Conn follows the requests read through it.
+type Conn struct {
+	net.Conn
+	mu  sync.Mutex
+	st  state
+	bad bool
+	raw bool // a line or chunk net/http refuses: nothing more to follow
+	// The line being read, the head's findings, what is left of a body.
+	line       []byte
+	lineTooBig bool
+	first      bool // the next line of the head is its request line
+	hasCL      bool
+	hasTE      bool
+	chunked    bool
+	left       int64
+}
+
+type state int
+
+const (
+	stHead      state = iota // request line and header lines
+	stBody                   // left bytes of a Content-Length body
+	stChunkSize              // a chunk-size line
+	stChunkData              // left bytes of a chunk and its CRLF
+	stTrailer                // trailer lines, until an empty one
+)
+
+// Ambiguous reports whether a request on the connection had both headers.
+func (c *Conn) Ambiguous() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.bad
+}
+
+func (c *Conn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.mu.Lock()
+		c.feed(p[:n])
+		c.mu.Unlock()
+	}
+	return n, err
+}
+
+func (c *Conn) feed(b []byte) {
+	for len(b) > 0 && !c.raw && !c.bad {
+		switch c.st {
+		case stBody, stChunkData:
+			k := int64(len(b))
+			if k > c.left {
+				k = c.left
+			}
+			c.left -= k
+			b = b[k:]
+			if c.left == 0 {
+				if c.st == stBody {
+					c.startHead()
+				} else {
+					c.st = stChunkSize
+				}
+			}
+		default:
+			i := bytes.IndexByte(b, '\n')
+			if i < 0 {
+				c.addLine(b)
+				return
+			}
+			c.addLine(b[:i])
+			b = b[i+1:]
+			line := bytes.TrimSuffix(c.line, []byte{'\r'})
+			c.lineDone(line)
+			c.line = c.line[:0]
+			c.lineTooBig = false
+		}
+	}
+}
+
+func (c *Conn) addLine(b []byte) {
+	if len(c.line)+len(b) > maxLine {
+		c.lineTooBig = true
+		return
+	}
+	c.line = append(c.line, b...)
+}
+
+func (c *Conn) startHead() {
+	c.st = stHead
+	c.first = true
+	c.hasCL, c.hasTE, c.chunked, c.left = false, false, false, 0
+}
+
+func (c *Conn) lineDone(line []byte) {
+	if c.lineTooBig {
+		c.raw = true // net/http refuses it; nothing more to follow
+		return
+	}
+	switch c.st {
+	case stHead:
+		c.headLine(line)
+	case stChunkSize:
+		size := line
+		if i := bytes.IndexByte(size, ';'); i >= 0 {
+			size = size[:i]
+		}
+		n, err := strconv.ParseInt(string(bytes.TrimSpace(size)), 16, 64)
+		switch {
+		case err != nil || n < 0:
+			c.raw = true // net/http refuses the body; stop following
+		case n == 0:
+			c.st = stTrailer
+		default:
+			c.st, c.left = stChunkData, n+2
+		}
+	case stTrailer:
+		if len(line) == 0 {
+			c.startHead()
+		}
+	}
+}
+
+func (c *Conn) headLine(line []byte) {
+	if len(line) == 0 {
+		if c.first {
+			return // blank lines before a request line are allowed
+		}
+		c.endHead()
+		return
+	}
+	if c.first {
+		c.first = false
+		return
+	}
+	name, value, ok := bytes.Cut(line, []byte(":"))
+	if !ok {
+		return
+	}
+	name = bytes.TrimSpace(name)
+	switch {
+	case bytes.EqualFold(name, []byte("Content-Length")):
+		c.hasCL = true
+		if n, err := strconv.ParseInt(string(bytes.TrimSpace(value)), 10, 64); err == nil && n >= 0 {
+			c.left = n
+		}
+	case bytes.EqualFold(name, []byte("Transfer-Encoding")):
+		c.hasTE = true
+		if bytes.Contains(bytes.ToLower(value), []byte("chunked")) {
+			c.chunked = true
+		}
+	}
+}
+
+func (c *Conn) endHead() {
+	switch {
+	case c.hasCL && c.hasTE:
+		c.bad = true
+	case c.chunked:
+		c.st = stChunkSize
+	case c.hasCL && c.left > 0:
+		c.st = stBody
+	default:
+		c.startHead()
+	}
+}
+
+// Close is the underlying connection's Close.
+func (c *Conn) Close() error { return c.Conn.Close() }
+
+// NewConn wraps one connection (tests, and servers that accept their own).
+func NewConn(nc net.Conn) *Conn {
+	c := &Conn{Conn: nc}
+	c.startHead()
+	return c
+}
