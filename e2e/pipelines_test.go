@@ -97,6 +97,9 @@ func TestShapeGroupOverlapsAndMerges(t *testing.T) {
 	if d.Steps[0].Group != 1 || d.Steps[1].Group != 1 || d.Steps[2].Group != 0 {
 		t.Fatalf("group numbers: %+v", d.Steps)
 	}
+	if show := runKusaw(t, dir, "show", id); !strings.Contains(show.stdout, "parallel group 1: left passed (1 attempt(s)) │ right passed (1 attempt(s))") {
+		t.Fatalf("kusaw show does not draw the group side by side:\n%s", show.stdout)
+	}
 	onlyMainWorktree(t, filepath.Join(dir, "app"))
 }
 
@@ -151,6 +154,11 @@ func TestShapeCandidatesAndJudge(t *testing.T) {
 	}
 	if d := loadDetail(t, dir, id); d.Steps[0].Candidates != 3 || d.Steps[0].Chosen != 2 {
 		t.Fatalf("step line: %+v", d.Steps[0])
+	}
+	show := runKusaw(t, dir, "show", id)
+	if !strings.Contains(show.stdout, "3 candidates side by side, kept: candidate 2") || !strings.Contains(show.stdout, "candidate 2, attempt 2/3: passed") ||
+		!strings.Contains(show.stdout, "← kept") || !strings.Contains(show.stdout, "candidate 1, attempt 1/3: failed") {
+		t.Fatalf("kusaw show does not list the candidates:\n%s", show.stdout)
 	}
 
 	// The judge reads every passing candidate's files, cannot change them,

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/kusaw/kusaw/record"
+	"github.com/kusaw/kusaw/status"
 	"github.com/spf13/cobra"
 )
 
@@ -69,12 +70,36 @@ func newShowCmd(a *app) *cobra.Command {
 					fmt.Fprintf(w, "    %s failed: %s\n    fix: %s\n", d.Failed, d.Message, d.Fix)
 				}
 			}
-			for _, s := range r.Steps {
+			if g := r.Gate; g != nil && r.State == status.RunWaiting {
+				fmt.Fprintf(w, "  waiting at the gate before step %s: %s\n    approve: kusaw approve %s %s\n    reject:  kusaw reject %s %s --reason TEXT\n", g.Step, g.Message, r.ID, g.Step, r.ID, g.Step)
+				if g.Deadline != nil {
+					fmt.Fprintf(w, "    rejects at %s if undecided\n", g.Deadline.Local().Format("15:04:05"))
+				}
+			}
+			inSteps := map[string]bool{}
+			for i, s := range r.Steps {
+				inSteps[s.ID] = true
+				if s.Group > 0 && (i == 0 || r.Steps[i-1].Group != s.Group) {
+					fmt.Fprintf(w, "parallel group %d:%s\n", s.Group, sideBySide(r.Steps[i:], s.Group))
+				}
 				outcome := string(s.Outcome)
 				if outcome == "" {
 					outcome = "pending"
 				}
+				if s.Group > 0 {
+					fmt.Fprint(w, "│ ")
+				}
 				fmt.Fprintf(w, "step %s: %s", s.ID, outcome)
+				if s.Candidates > 0 {
+					fmt.Fprintf(w, "  %d candidates side by side, kept: %s", s.Candidates, keptName(s))
+				}
+				if d := s.Gate; d != nil {
+					verb := "rejected"
+					if d.Approve {
+						verb = "approved"
+					}
+					fmt.Fprintf(w, "  gate %s by %s at %s", verb, d.By, d.At.Local().Format("15:04:05"))
+				}
 				if s.Reason != "" {
 					fmt.Fprintf(w, " (%s)", s.Reason)
 				}
@@ -99,7 +124,14 @@ func newShowCmd(a *app) *cobra.Command {
 					if at.ExitCode != nil {
 						exit = fmt.Sprintf(" exit %d", *at.ExitCode)
 					}
-					fmt.Fprintf(w, "  attempt %d/%d: %s%s  %s  sandbox %s (%s)\n", at.Number, at.Of, oc, exit, fmtDur(at.Duration()), at.Mode, at.ModeOrigin)
+					label := ""
+					if s.Candidates > 0 {
+						label = fmt.Sprintf("candidate %d, ", at.Number-first+1)
+						if at.Number == s.Chosen {
+							exit += "  ← kept"
+						}
+					}
+					fmt.Fprintf(w, "  %sattempt %d/%d: %s%s  %s  sandbox %s (%s)\n", label, at.Number, at.Of, oc, exit, fmtDur(at.Duration()), at.Mode, at.ModeOrigin)
 					if at.Reason != "" {
 						fmt.Fprintf(w, "    reason: %s: %s\n", at.Reason, at.Message)
 						if at.Fix != "" {
@@ -134,6 +166,16 @@ func newShowCmd(a *app) *cobra.Command {
 					}
 				}
 			}
+			// Fixers, judges and resolves run as attempts of steps the
+			// pipeline does not list.
+			for _, at := range attempts {
+				if !inSteps[at.Step] {
+					fmt.Fprintf(w, "helper %s attempt %d: %s  %s\n", at.Step, at.Number, orPending(string(at.Outcome)), fmtDur(at.Duration()))
+					for _, wt := range at.Worktrees {
+						fmt.Fprintf(w, "    %s: %s at %s\n", wt.Repo, wt.Branch, short(wt.HeadSHA))
+					}
+				}
+			}
 			return nil
 		},
 	}
@@ -151,6 +193,36 @@ func orDash(s string) string {
 func clip(s string, n int) string {
 	if len(s) > n {
 		return s[:n] + "…"
+	}
+	return s
+}
+
+// sideBySide is a group's members on one line: step, outcome, attempts.
+func sideBySide(steps []record.StepResult, group int) string {
+	var b strings.Builder
+	for i, s := range steps {
+		if s.Group != group {
+			break
+		}
+		sep := " "
+		if i > 0 {
+			sep = " │ "
+		}
+		fmt.Fprintf(&b, "%s%s %s (%d attempt(s))", sep, s.ID, orPending(string(s.Outcome)), s.Attempts)
+	}
+	return b.String()
+}
+
+func keptName(s record.StepResult) string {
+	if s.Chosen == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("candidate %d (attempt %d); the others keep their branches", s.Chosen-s.FirstAttempt+1, s.Chosen)
+}
+
+func orPending(s string) string {
+	if s == "" {
+		return "pending"
 	}
 	return s
 }
