@@ -34,6 +34,8 @@ const (
 	EnvEnvFile  = "FAKE_AGENT_ENV_FILE"
 	EnvVersion  = "FAKE_AGENT_VERSION"
 	EnvText     = "FAKE_AGENT_TEXT"
+	EnvTokens   = "FAKE_AGENT_TOKENS" // input tokens of each API message
+	EnvMarker   = "FAKE_AGENT_MARKER" // argv word of the child hang_after_result leaves running
 )
 
 // Fakes are the paths of the built fake CLIs.
