@@ -111,7 +111,7 @@ func Scaffold(in ScaffoldInput) []byte {
 		}
 	}
 	if len(in.Repos) == 1 && len(tested) == 1 {
-		w("    run: %s   # found from %s\n", yamlFlow(tested[0].Test), tested[0].TestWhy)
+		w("    run: %s   # the repo's own tests (%s)\n", yamlFlow(tested[0].Test), tested[0].TestWhy)
 	} else {
 		w("    builtin: checks            # runs each repo's own test command (make test, go test, npm test, ...)\n")
 	}

@@ -298,7 +298,7 @@ func TestInitValidateRun(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("init: exit %d: %s%s", r.code, r.stdout, r.stderr)
 	}
-	for _, want := range []string{"wrote factory.yaml: repo app at .: make test (from Makefile has a test target); sandbox required, network allowlist", "kusaw validate\n", "kusaw run checks\n"} {
+	for _, want := range []string{"wrote factory.yaml: repo app at .: make test (Makefile has a test target); sandbox required, network allowlist", "kusaw validate\n", "kusaw run checks\n"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("init output lacks %q:\n%s", want, r.stdout)
 		}

@@ -110,7 +110,7 @@ func (a *app) runInit(provider string, withSandbox bool) error {
 	for _, r := range repos {
 		t := "no test command found"
 		if r.Test != nil {
-			t = strings.Join(r.Test, " ") + " (from " + r.TestWhy + ")"
+			t = strings.Join(r.Test, " ") + " (" + r.TestWhy + ")"
 		}
 		desc = append(desc, fmt.Sprintf("repo %s at %s: %s", r.Name, r.Path, t))
 	}
