@@ -298,6 +298,7 @@ func (s *State) interrupt(id string) error {
 		os.RemoveAll(filepath.Join(dir, record.TmpDir))
 		_, _ = appendFinal(filepath.Join(dir, record.EventsFile), key, logOptions(r.ID, a.Step, a.Number, chainlog.KindEvents), record.Event{TS: now, Run: r.ID, Step: a.Step, Attempt: a.Number, Type: record.EvAttemptFinished,
 			Data: map[string]any{"outcome": status.OutcomeInterrupted, "reason": status.ReasonRunInterrupted, "message": a.Message, "recovered": true}})
+		closeRecovered(filepath.Join(dir, record.EgressLogFile), key, logOptions(r.ID, a.Step, a.Number, chainlog.KindEgress))
 		os.Remove(filepath.Join(dir, record.WorktreesDir)) // empty once its worktrees are gone
 		removeLeaseDirs(dir)
 		if err := writeJSON(filepath.Join(dir, record.AttemptFile), a); err != nil {
@@ -408,6 +409,22 @@ func appendFinal(path string, key ed25519.PrivateKey, opts chainlog.Options, ev 
 		return chainlog.SealRef{}, err
 	}
 	return w.LastSeal(), nil
+}
+
+// closeRecovered closes a log a dead kusaw left open (an attempt's
+// egress.log): chainlog.Open writes the recovered marker, which names any
+// lines it found unsealed, and Close the final seal. A log that does not
+// verify, or does not exist, is left as it is.
+func closeRecovered(path string, key ed25519.PrivateKey, opts chainlog.Options) {
+	if key == nil {
+		return
+	}
+	if _, err := os.Stat(path); err != nil {
+		return
+	}
+	if w, err := chainlog.Open(path, key, opts); err == nil {
+		_ = w.Close()
+	}
 }
 
 // recoveryKey loads the log-signing key for closing abandoned logs; nil

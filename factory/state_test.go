@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kusaw/kusaw/chainlog"
 	"github.com/kusaw/kusaw/internal/testkit"
 	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/status"
@@ -120,5 +121,56 @@ steps:
 	atts, _ := st.Attempts(rec)
 	if rec.State != status.RunInterrupted || len(atts) != 1 || atts[0].Outcome != status.OutcomeInterrupted || rec.Steps[0].Outcome != status.OutcomeInterrupted {
 		t.Fatalf("after recovery: run %s, attempts %+v, step %+v", rec.State, atts, rec.Steps[0])
+	}
+}
+
+// TestRecoveryClosesEgressLog: an attempt's egress.log left open by a dead
+// kusaw is closed by recovery with a recovered marker that names the lines
+// it found unsealed, never with a seal over them.
+func TestRecoveryClosesEgressLog(t *testing.T) {
+	f := testkit.Factory(t, `
+version: 1
+repos:
+  app:
+    path: app
+pipelines:
+  default: [a]
+steps:
+  a:
+    run: [sh, -c, "true"]
+`, "app")
+	e, err := New(f, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.Prepare("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := record.AttemptDir(r.Dir, "a", 1)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeJSON(filepath.Join(dir, record.AttemptFile), &record.AttemptRecord{Run: r.ID(), Step: "a", Number: 1, Started: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	opts := logOptions(r.ID(), "a", 1, chainlog.KindEgress)
+	opts.SealEvery, opts.SealInterval = -1, -1
+	w, err := chainlog.Create(filepath.Join(dir, record.EgressLogFile), e.opts.Key, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Append(map[string]any{"host": "a.example", "decision": "allow"})
+	w.Append(map[string]any{"host": "b.example", "decision": "refuse"})
+	r.lock.Unlock() // the owner dies before sealing them
+	if _, err := OpenState(f.StateDir); err != nil {
+		t.Fatal(err)
+	}
+	res, err := chainlog.VerifyFile(filepath.Join(dir, record.EgressLogFile), e.PublicKey(), opts.Binding)
+	if err != nil || !res.Final || len(res.Recovered) != 1 {
+		t.Fatalf("egress.log after recovery: %+v %v", res, err)
+	}
+	if rc := res.Recovered[0]; rc.Unsealed != 2 || rc.From != 2 || rc.To != 3 {
+		t.Fatalf("recovered marker %+v: want lines 2-3 named unsealed", rc)
 	}
 }
