@@ -63,8 +63,17 @@ func (p *viewsPage) until(t *testing.T, what, expr string) {
 	t.Fatalf("the page never showed %s (%s); script errors %v; it shows:\n%v", what, expr, errs, text)
 }
 
+// open shows a view. The page is emptied first, so nothing left of the
+// previous view can satisfy the next wait.
 func (p *viewsPage) open(t *testing.T, hash string) {
 	t.Helper()
+	cur, _ := p.c.eval(`(() => { const a = document.getElementById("app"); if (a) a.replaceChildren();
+		delete document.body.dataset.state; document.body.dataset.page = "loading"; return location.hash })()`)
+	if cur == hash && strings.HasPrefix(hash, "#") {
+		// The same address: no navigation happens, so route again.
+		p.js(t, `(() => { window.dispatchEvent(new HashChangeEvent("hashchange")); return 1 })()`)
+		return
+	}
 	if err := p.c.call("Page.navigate", map[string]any{"url": p.base + "/" + hash}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -113,8 +122,14 @@ serve:
   max_parallel: 1
   listen: 127.0.0.1:0
 pipelines:
-  work: [agent, build, fetch]
-  hostile: [evil_agent, evil_cmd]
+  work:
+    steps: [agent, build, fetch]
+    deliver:
+      merge: {into: main}
+  hostile:
+    steps: [evil_agent, evil_cmd]
+    deliver:
+      push: {remote: nowhere}
   broken: [fail]
 steps:
   agent:
@@ -350,6 +365,36 @@ steps:
 		}
 		p.notPwned(t)
 		screenshot(t, p.c, "view-hostile.png")
+	})
+
+	// Where delivery took a run's work, or why it could not.
+	t.Run("delivery", func(t *testing.T) {
+		var good, bad *record.Delivery
+		waitFor(t, "both deliveries recorded", 30*time.Second, func() bool {
+			g, err1 := p.sp.client.Detail(ctx, p.work)
+			b, err2 := p.sp.client.Detail(ctx, p.evil)
+			if err1 != nil || err2 != nil {
+				return false
+			}
+			good, bad = g.Run.Delivery, b.Run.Delivery
+			return good != nil && bad != nil
+		})
+		if good.State != record.DeliveryDone || bad.State != record.DeliveryFailed {
+			t.Fatalf("deliveries: %+v %+v", good, bad)
+		}
+		p.open(t, "#/runs/"+p.work)
+		p.until(t, "the delivery", `document.getElementById("delivery") !== null`)
+		if v := p.js(t, `document.getElementById("delivery").textContent`); v != "delivery delivered (app): merged into main at "+good.Merged[:10] {
+			t.Errorf("delivery shown as %q", v)
+		}
+		p.open(t, "#/runs/"+p.evil)
+		p.until(t, "the failed delivery", `document.getElementById("delivery") !== null`)
+		v := fmt.Sprint(p.js(t, `document.getElementById("delivery").className + "|" + document.getElementById("delivery").textContent`))
+		if !strings.HasPrefix(v, "reason|delivery failed (app)") || !strings.Contains(v, "failed at push") || !strings.Contains(v, "fix: ") {
+			t.Errorf("failed delivery shown as %q (%+v)", v, bad)
+		}
+		p.notPwned(t)
+		screenshot(t, p.c, "view-delivery.png")
 	})
 
 	t.Run("filters", func(t *testing.T) {

@@ -143,6 +143,8 @@ function timeline(run, attempts) {
 }
 
 function attemptsTable(runId, attempts) {
+  // The worker column only when a cluster worker ran any attempt.
+  const workers = attempts.some(a => a.worker);
   const rows = attempts.map(a => el("tr", {},
     el("td", {}, el("a", { href: `#/runs/${encodeURIComponent(runId)}/${encodeURIComponent(a.step)}/${a.attempt}`, text: a.step })),
     el("td", { class: "num", text: a.attempt + "/" + a.of }),
@@ -153,9 +155,10 @@ function attemptsTable(runId, attempts) {
     el("td", { class: "num", text: a.exit_code === undefined || a.exit_code === null ? "-" : String(a.exit_code) }),
     el("td", { class: "num", text: fmtDur((a.finished ? Date.parse(a.finished) : Date.now()) - Date.parse(a.started)) }),
     el("td", { class: "num", text: a.usage ? fmtTokens(usageTokens(a.usage)) : "-" }),
-    el("td", { class: "num", text: fmtCost(a.usage) })));
+    el("td", { class: "num", text: fmtCost(a.usage) }),
+    workers ? el("td", { class: "mono", text: a.worker || "serve" }) : null));
   return el("table", { id: "attempts" },
-    el("thead", {}, el("tr", {}, ...["step", "attempt", "outcome", "reason", "message", "sandbox", "exit", "duration", "tokens", "cost"].map(h => el("th", { text: h })))),
+    el("thead", {}, el("tr", {}, ...["step", "attempt", "outcome", "reason", "message", "sandbox", "exit", "duration", "tokens", "cost"].concat(workers ? ["worker"] : []).map(h => el("th", { text: h })))),
     el("tbody", {}, ...rows));
 }
 
