@@ -78,7 +78,8 @@ type Event struct {
 func Checkpoint(typ string) bool {
 	switch typ {
 	case EvRunStarted, EvRunFinished, EvStepStarted, EvStepFinished, EvAttemptStarted, EvAttemptFinished,
-		EvProcessStarted, EvProcessExited, EvCommitted, EvBranchAdvanced, EvCancelRequested, EvEgressSummary:
+		EvProcessStarted, EvProcessExited, EvCommitted, EvBranchAdvanced, EvCancelRequested, EvEgressSummary,
+		EvHeadsMoved, EvGroupMerged, EvCandidatesSelected, EvGateWaiting, EvGateApproved, EvGateRejected:
 		return true
 	}
 	return false
