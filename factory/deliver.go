@@ -125,7 +125,8 @@ func (e *Engine) secretValue(ref *config.SecretRef) (string, error) {
 }
 
 // pullBody is the body file's text, or the run's summary: its steps with
-// outcomes and the diffstat of the run branch.
+// outcomes, what its agents used and cost, and the diffstat of the run
+// branch.
 func (e *Engine) pullBody(ctx context.Context, rec *record.RunRecord, rr *record.RunRepo, file string) (string, error) {
 	if file != "" {
 		b, err := os.ReadFile(file)
@@ -138,6 +139,16 @@ func (e *Engine) pullBody(ctx context.Context, rec *record.RunRecord, rr *record
 	fmt.Fprintf(&b, "Run `%s` of pipeline `%s` succeeded.\n\n| step | outcome | attempts |\n|---|---|---|\n", rec.ID, rec.Pipeline)
 	for _, s := range rec.Steps {
 		fmt.Fprintf(&b, "| %s | %s | %d |\n", s.ID, s.Outcome, s.Attempts)
+	}
+	if u := rec.Usage; u != nil {
+		fmt.Fprintf(&b, "\nAgents used %d tokens", u.Tokens())
+		if u.CostUSD != nil {
+			fmt.Fprintf(&b, ", $%.4f", *u.CostUSD)
+		}
+		if u.Turns > 0 {
+			fmt.Fprintf(&b, " in %d turns", u.Turns)
+		}
+		b.WriteString(".\n")
 	}
 	cmd := exec.CommandContext(ctx, "git", "-C", rr.Path, "diff", "--stat", rr.BaseSHA, "refs/heads/"+rr.Branch)
 	if stat, err := cmd.Output(); err == nil && len(stat) > 0 {
