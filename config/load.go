@@ -400,7 +400,7 @@ func (d *decoder) inject(n *yaml.Node, path string) []InjectEntry {
 
 func (d *decoder) sandbox(f *Factory, n *yaml.Node) {
 	sp := &f.Sandbox
-	for _, fl := range d.fields(n, "sandbox", []string{"mode", "network", "allow_read", "allow_write", "egress", "resources"}) {
+	for _, fl := range d.fields(n, "sandbox", []string{"mode", "network", "allow_read", "allow_write", "egress", "resources", "settings_scripts_writable"}) {
 		kp := join("sandbox", fl.key)
 		switch fl.key {
 		case "mode":
@@ -419,6 +419,16 @@ func (d *decoder) sandbox(f *Factory, n *yaml.Node) {
 			d.egress(f, fl.value, kp)
 		case "resources":
 			sp.Resources = d.resources(fl.value, kp)
+		case "settings_scripts_writable":
+			raw, nodes := d.strList(fl.value, kp)
+			for i, w := range raw {
+				c := filepath.ToSlash(filepath.Clean(w))
+				if filepath.IsAbs(w) || c == "." || c == ".." || strings.HasPrefix(c, "../") || c == ".git" || strings.HasPrefix(c, ".git/") {
+					d.errf(ECodeBadValue, nodes[i], fmt.Sprintf("%s[%d]", kp, i), "write a path inside the repository, relative to its top, outside .git (such as tools/dist/)", "%s[%d]: %q is not a path inside a repository, or it is git's own folder", kp, i, w)
+					continue
+				}
+				sp.SettingsScriptsWritable = append(sp.SettingsScriptsWritable, w)
+			}
 		}
 	}
 }

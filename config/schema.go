@@ -218,6 +218,7 @@ func factorySchema() *schemaNode {
 		p("allow_write", list("extra writable paths; /, system folders, the home and above and credential folders are refused")),
 		p("egress", egress),
 		p("resources", resources),
+		p("settings_scripts_writable", list("paths relative to a repo's top that agent or editor settings name (a hook's script, an MCP server's file) and that steps may change anyway, such as build output; never in .git")),
 	)
 	serve := object("settings of kusaw serve",
 		p("max_parallel", integer("attempts at once, across runs and within a run's parallel groups and candidates; 0: the number of cores", intp(0), nil)),

