@@ -88,6 +88,7 @@ const (
 	WCodeRetryOnce        = "W10"
 	WCodeResolveUnused    = "W11"
 	WCodeUnsandboxedAfter = "W12"
+	WCodePoolNeverOffered = "W13"
 )
 
 // CodeInfo describes every finding code.
@@ -137,6 +138,7 @@ var CodeInfo = []struct{ Code, Meaning string }{
 	{WCodeRetryOnce, "retry rules on a step with one attempt: nothing is retried"},
 	{WCodeResolveUnused, "resolve on a step that runs alone: there is nothing to merge"},
 	{WCodeUnsandboxedAfter, "a step that runs outside the sandbox comes after a sandboxed step: it runs, on the host, code the sandboxed step may have written"},
+	{WCodePoolNeverOffered, "a step's pool that no worker has ever offered (or a pool without serve.cluster): its attempts would wait"},
 }
 
 // Findings is a list of findings with helpers.

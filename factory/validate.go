@@ -83,6 +83,9 @@ type Validator struct {
 	// Getenv reads kusaw's own environment (W7: a proxy the factory
 	// does not set); nil reads nothing.
 	Getenv func(string) string
+	// PoolsOffered reads the pools serve's workers have ever offered (the
+	// cluster's registry); nil knows of none.
+	PoolsOffered func() map[string]bool
 }
 
 // NewValidator uses the real secret store, backend check and OS.
@@ -103,6 +106,7 @@ func (v *Validator) Validate(f *config.Factory, fs config.Findings) Report {
 	fs = append(fs, providerArgChecks(f)...)
 	fs = append(fs, v.envProxyCheck(f)...)
 	fs = append(fs, unsandboxedAfterChecks(f)...)
+	fs = append(fs, v.poolChecks(f)...)
 	fs.Sort()
 	r.Errors = fs.Errors()
 	r.Warnings = fs.Warnings()
@@ -547,6 +551,42 @@ func unsandboxedAfterChecks(f *config.Factory) config.Findings {
 				}
 			}
 		}
+	}
+	return out
+}
+
+// poolChecks warns about a step whose pool no worker has ever offered
+// (W13): its attempts would wait in the queue for a worker that may not
+// exist. Pool default is served by serve itself unless local_worker is
+// false.
+func (v *Validator) poolChecks(f *config.Factory) config.Findings {
+	var out config.Findings
+	var offered map[string]bool
+	if v.PoolsOffered != nil {
+		offered = v.PoolsOffered()
+	}
+	c := f.Serve.Cluster
+	for _, id := range f.StepOrder {
+		s := f.Steps[id]
+		pool := s.Pool
+		if pool == "" {
+			pool = config.DefaultPool
+		}
+		path := "steps." + id + ".pool"
+		var msg, fix string
+		switch {
+		case c == nil && s.Pool != "" && s.Pool != config.DefaultPool:
+			msg, fix = fmt.Sprintf("step %s names pool %s but the factory has no serve.cluster: serve runs it itself", id, pool), "add serve.cluster (docs/cluster.md), or remove the pool"
+		case c == nil || pool == config.DefaultPool && c.LocalWorker || offered[pool]:
+			continue
+		default:
+			msg, fix = fmt.Sprintf("no worker has ever offered pool %s: step %s's attempts would wait for one", pool, id), "start a worker with kusaw worker --pool "+pool+" (see kusaw workers)"
+		}
+		if s.Pool == "" {
+			path = "steps." + id
+		}
+		pos := f.PosOf(path)
+		out = append(out, config.Finding{Code: config.WCodePoolNeverOffered, Severity: config.SevWarning, Path: path, Line: pos.Line, Column: pos.Column, File: f.Path, Message: msg, Fix: fix})
 	}
 	return out
 }

@@ -3,12 +3,15 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/kusaw/kusaw/cluster"
 	"github.com/kusaw/kusaw/config"
 	"github.com/kusaw/kusaw/factory"
+	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/status"
 )
 
@@ -38,7 +41,9 @@ Exit codes: 0 valid (warnings allowed), 3 invalid, 2 usage.`,
 			for i := range fs {
 				fs[i].File = relPath(fs[i].File)
 			}
-			r := factory.NewValidator().Validate(f, fs)
+			v := factory.NewValidator()
+			v.PoolsOffered = func() map[string]bool { return cluster.EverOffered(filepath.Join(f.StateDir, record.ClusterDir)) }
+			r := v.Validate(f, fs)
 			r.File = relPath(r.File)
 			for _, l := range [][]config.Finding{r.Errors, r.Warnings} {
 				for i := range l {
