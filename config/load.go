@@ -896,8 +896,9 @@ func (d *decoder) crossChecks(f *Factory) {
 			at := f.posNode(join(p, "sandbox"), "sandbox.egress.inject")
 			d.errf(ECodeInjectNeedsList, at, p, "set network: allowlist for this step (sandbox.network or steps."+id+".sandbox.network)", "step %s injects a key but its network is not allowlist: there is no proxy to hold the key", id)
 		}
-		if contains(s.Requires, "network") && !net.Proxied() {
-			d.errf(ECodeNetworkOpen, f.posNode(join(p, "requires"), p), join(p, "requires"), "set steps."+id+".sandbox: {mode: required, network: allowlist}", "step %s requires network, but its network is open: nothing restricts it", id)
+		if contains(s.Requires, "network") && net != NetworkAllowlist {
+			// audit admits every host, so it restricts nothing either.
+			d.errf(ECodeNetworkOpen, f.posNode(join(p, "requires"), p), join(p, "requires"), "set steps."+id+".sandbox: {mode: required, network: allowlist}", "step %s requires network, but its network is %s: nothing restricts it", id, net)
 		}
 		if contains(s.Requires, "sandbox") {
 			for _, a := range f.Attempts(s) {

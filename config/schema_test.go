@@ -380,6 +380,7 @@ var beyondSchema = map[string]string{
 	"repo_not_git":                "needs the file system",
 	"repo_path_missing":           "needs the file system",
 	"requires_network_open":       "needs the effective network: a rule across keys",
+	"requires_network_audit":      "needs the effective network: a rule across keys",
 	"requires_sandbox_off":        "needs the effective mode: a rule across keys",
 	"two_kinds":                   "one kind of step: a rule across keys",
 	"unknown_repo_ref":            "a reference to another key",

@@ -150,7 +150,7 @@ func (e *Engine) Doctor(ctx context.Context, o DoctorOptions) (*DoctorReport, er
 				injects = injects || in.Provider
 			}
 			sandboxed := ds.Mode == string(config.ModeRequired)
-			mx := providers.CapabilitiesOf(s.Provider, providers.Mode{Sandboxed: sandboxed, Network: ds.Network,
+			mx := providers.CapabilitiesOf(s.Provider, providers.Mode{Sandboxed: sandboxed, Network: providerNetwork(config.Network(ds.Network)),
 				Inject: injects && config.Network(ds.Network).Proxied(), FreshHome: providers.FreshHome(runtime.GOOS, sandboxed)})
 			ds.Capabilities = &mx
 		}

@@ -344,7 +344,7 @@ func (v *Validator) providerChecks(f *config.Factory) config.Findings {
 					add(config.SevError, config.ECodeCapMissing, sp, "remove inject: provider for this step, or use an explicit inject entry",
 						"step %s: provider %s cannot take an injected key (its CLI has no custom endpoint)", id, s.Provider)
 				}
-				mx := providers.CapabilitiesOf(s.Provider, providers.Mode{Sandboxed: mode == config.ModeRequired, Network: string(netw),
+				mx := providers.CapabilitiesOf(s.Provider, providers.Mode{Sandboxed: mode == config.ModeRequired, Network: providerNetwork(netw),
 					Inject: injects, FreshHome: providers.FreshHome(v.GOOS, mode == config.ModeRequired)})
 				for _, err := range mx.Unmet(s.Requires) {
 					if strings.Contains(err.Error(), "requires network") || strings.Contains(err.Error(), "requires sandbox") {
