@@ -17,6 +17,8 @@ import (
 
 	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/secretstore"
+	"github.com/kusaw/kusaw/serve"
+	"github.com/kusaw/kusaw/serve/client"
 	"github.com/kusaw/kusaw/status"
 )
 
@@ -188,5 +190,55 @@ notify:
 	all := readFile(t, filepath.Join(dir, ".kusaw", "runs", id, "events.jsonl"))
 	if strings.Contains(all, "whsec-123") {
 		t.Fatal("the webhook secret is in the run's events")
+	}
+}
+
+// TestGateApprovedOnWebPage: the run page shows a waiting gate with its
+// buttons; Approve decides it through the API, recorded as the token's
+// name.
+func TestGateApprovedOnWebPage(t *testing.T) {
+	bin := needChromium(t)
+	dir := gatedFactory(t, `"deploy to staging?"`)
+	yaml := readFile(t, filepath.Join(dir, "factory.yaml")) + "serve: {listen: 127.0.0.1:0}\n"
+	writeFile(t, filepath.Join(dir, "factory.yaml"), yaml)
+	token := "gate-page-token-0123456789"
+	if err := secretstore.OpenDir(filepath.Join(dir, "secrets")).Set(serve.TokenSecretKey, token); err != nil {
+		t.Fatal(err)
+	}
+	sp := startServe(t, dir)
+	var info client.ServeInfo
+	b, err := os.ReadFile(filepath.Join(dir, ".kusaw", record.ServeInfoFile))
+	if err != nil || json.Unmarshal(b, &info) != nil || info.Listen == "" {
+		t.Fatalf("serve.json: %v %s", err, b)
+	}
+	rec, err := sp.client.Submit(context.Background(), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitWaiting(t, dir)
+	c := startChromium(t, bin)
+	if err := c.call("Page.navigate", map[string]any{"url": "http://" + info.Listen + "/?token=" + token}, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the runs list", 20*time.Second, func() bool {
+		v, _ := c.eval(`document.body.dataset.page === "runs"`)
+		return v == true
+	})
+	if err := c.call("Page.navigate", map[string]any{"url": "http://" + info.Listen + "/#/runs/" + rec.ID}, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the gate and its buttons on the run page", 20*time.Second, func() bool {
+		v, _ := c.eval(`!!document.getElementById("approve") && document.getElementById("gate").textContent.includes("deploy to staging?")`)
+		return v == true
+	})
+	if _, err := c.eval(`document.getElementById("approve").click()`); err != nil {
+		t.Fatal(err)
+	}
+	d := waitDetail(t, sp.client, rec.ID, 30*time.Second)
+	if d.Run.State != status.RunSucceeded {
+		t.Fatalf("after Approve on the page: %s %s", d.Run.State, d.Run.Message)
+	}
+	if ev := gateEvent(t, dir, rec.ID, record.EvGateApproved); ev["by"] != "token:"+serve.TokenSecretKey {
+		t.Fatalf("gate.approved by %v, want the token's name", ev["by"])
 	}
 }

@@ -207,8 +207,9 @@ async function showRun(id, want) {
         el("span", { text: "duration " + fmtDur(runDuration(r)) }),
         r.usage ? el("span", { id: "run-usage", text: "usage " + fmtUsage(r.usage) }) : null,
         el("span", { class: "muted", text: r.repos.map(x => `${x.name}: ${x.branch}`).join(" · ") }),
-        (r.state === "running" || r.state === "queued") ? el("button", { id: "cancel", onclick: async () => { try { await api("/v1/runs/" + encodeURIComponent(r.id) + "/cancel", { method: "POST" }); } catch (e) { alert(e); } } }, "Cancel") : null),
+        (r.state === "running" || r.state === "queued" || r.state === "waiting") ? el("button", { id: "cancel", onclick: async () => { try { await api("/v1/runs/" + encodeURIComponent(r.id) + "/cancel", { method: "POST" }); } catch (e) { alert(e); } } }, "Cancel") : null),
       r.reason ? el("div", { class: "reason" }, el("b", { class: "mono", text: r.reason + ": " }), r.message || "", r.fix ? el("div", { class: "muted", text: "fix: " + r.fix }) : null) : null,
+      gateBlock(r, render),
       deliveryBlock(r.delivery)].filter(Boolean));
     tl.replaceChildren(timeline(r, d.attempts));
     table.replaceChildren(attemptsTable(r.id, d.attempts));
@@ -275,3 +276,21 @@ function route() {
 
 window.addEventListener("hashchange", route);
 route();
+
+// gateBlock: a run waiting at an approval gate, with its decision buttons
+// (POST /v1/runs/{id}/approve|reject; serve records who decided).
+function gateBlock(r, refresh) {
+  if (r.state !== "waiting" || !r.gate) return null;
+  const decide = async (verb, reason) => {
+    try {
+      await api("/v1/runs/" + encodeURIComponent(r.id) + "/" + verb, { method: "POST", headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ step: r.gate.step, reason: reason || "" }) });
+    } catch (e) { alert(e); }
+    refresh();
+  };
+  return el("div", { class: "reason", id: "gate" },
+    el("b", { text: "waiting at the gate before step " + r.gate.step + ": " }), r.gate.message || "",
+    r.gate.deadline ? el("div", { class: "muted", text: "rejects at " + new Date(r.gate.deadline).toLocaleString() + " if undecided" }) : null,
+    el("button", { id: "approve", onclick: () => decide("approve") }, "Approve"),
+    el("button", { id: "reject", onclick: () => { const why = prompt("Why reject?"); if (why) decide("reject", why); } }, "Reject"));
+}
