@@ -208,8 +208,12 @@ steps:
 		if v := p.js(t, `document.body.dataset.state + "/" + document.getElementById("output-stdout").textContent.includes("line two")`); v != "running/false" {
 			t.Fatalf("want the run running and line two not yet printed, got %v", v)
 		}
+		// The diff so far: the agent's commit, not yet the build's.
+		p.until(t, "the diff of the run so far", `[...document.querySelectorAll("#diff .path")].map(e => e.textContent).join(",") === "notes.md"`)
 		writeFile(t, marker, "")
 		p.until(t, "the line printed after the page opened", `document.getElementById("output-stdout").textContent.includes("line two")`)
+		// The diff follows the run branch as it moves, on the same page.
+		p.until(t, "the build's files in the diff", `document.querySelectorAll("#diff .diff-file").length === 3`)
 		if v := p.js(t, `document.getElementById("output-stdout").textContent`); v != "line one\nline two\n" {
 			t.Errorf("stdout shown as %q", v)
 		}

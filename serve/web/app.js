@@ -184,7 +184,9 @@ function egressChart(a, rep) {
 async function showRun(id, want) {
   setPage("run");
   const diff = diffSection(id), panel = attemptPanel(id, want), steps = el("div", {});
-  let diffDone = false;
+  // The diff is asked for again only when a run branch moved (or the run
+  // ended): each request runs git twice per repo.
+  let diffStale = true;
   let es = null, timer = null, pending = false, ended = false;
   const evBox = el("div", { class: "events", id: "events" });
   const problem = el("p", { class: "reason-text", id: "problem" });
@@ -215,10 +217,9 @@ async function showRun(id, want) {
     table.replaceChildren(attemptsTable(r.id, d.attempts));
     steps.replaceChildren(stepsTable(r));
     panel.update(d.attempts);
-    if (!diffDone) {
+    if (diffStale) {
+      diffStale = false;
       await diff.refresh(r);
-      // A finished run's branches do not move: one last look is enough.
-      if (r.state !== "running" && r.state !== "queued" && r.state !== "waiting") diffDone = true;
     }
     const charts = [];
     for (const a of d.attempts.filter(a => a.finished && a.network === "allowlist")) {
@@ -252,11 +253,12 @@ async function showRun(id, want) {
     const line = el("div", {}, new Date(ev.ts).toLocaleTimeString() + " ", el("span", { class: "ev-type", text: ev.type }), ` ${where} ${data.length > 160 ? data.slice(0, 160) + "…" : data}`);
     const stick = evBox.scrollTop + evBox.clientHeight >= evBox.scrollHeight - 4;
     evBox.append(line);
+    if (ev.type === "branch.advanced" || ev.type === "run.finished") diffStale = true;
     if (stick) evBox.scrollTop = evBox.scrollHeight;
     soon();
   };
   es.onmessage = onEvent;
-  es.addEventListener("end", () => { ended = true; es.close(); draw(); });
+  es.addEventListener("end", () => { ended = true; diffStale = true; es.close(); draw(); });
   timer = setInterval(() => { if (!ended) draw(); }, 3000);
   stopPage = () => { if (es) es.close(); clearInterval(timer); panel.stop(); };
 }
