@@ -24,6 +24,8 @@ say "go: $(go version | cut -d' ' -f3), bwrap: $(/usr/bin/bwrap --version 2>/dev
 
 bench "sandbox: true under the plan vs the same bwrap argv vs bare true" -bench SandboxTrue -benchtime 100x ./sandbox/
 bench "worktree: AddAttempt vs plain git worktree add; whole attempt cycle" -bench 'AddAttempt|AttemptCycle' -benchtime 10x ./worktree/
+bench "seam: the private ref store and the checks after each attempt, vs creating its worktree" -bench SeamChecks -benchtime 10x ./worktree/
+bench "limits: starting a process under sandbox.resources (cgroup, rlimits, the holding sh) vs without" -bench RunLimits -benchtime 50x ./internal/proc/
 bench "pipeline: kusaw run of a no-op 3-step pipeline (binary, end to end) vs the git worktree floor" -bench 'KusawRunNoop3Steps|GitFloorNoop3Steps' -benchtime 10x ./e2e/
 bench "pipeline: the engine alone (in-process) vs the git baseline" -bench 'PipelineNoop3Steps|PipelineGitBaseline' -benchtime 10x ./factory/
 bench "chainlog: Append vs a plain JSON line" -bench Append ./chainlog/

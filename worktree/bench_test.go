@@ -97,3 +97,79 @@ func BenchmarkAttemptCycle(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/1000, "ms/attempt")
 	b.ReportMetric(float64(gitRuns.Load()-runs0)/float64(b.N), "git-procs/attempt")
 }
+
+// BenchmarkSeamChecks measures what the seam with the host costs an
+// attempt (docs/sandbox.md, "What a step leaves behind"): making the
+// private ref store and taking the attempt branch from it, scrubbing the
+// worktree's private git folder, checking the branch's own ref and reflog
+// and the sibling-ref guard, on a repository with 500 files, 20 branches
+// and tags of its own and 200 attempt branches of earlier runs. The same
+// run times creating the attempt's worktree as the baseline.
+// Run: go test -run '^$' -bench SeamChecks ./worktree/
+func BenchmarkSeamChecks(b *testing.B) {
+	needGit(b)
+	dir := newRepo(b)
+	for i := range 500 {
+		write(b, filepath.Join(dir, "src", fmt.Sprintf("d%02d", i%20), fmt.Sprintf("f%03d.go", i)), fmt.Sprintf("package p\n\nconst X%d = %d\n", i, i))
+	}
+	tgit(b, dir, "add", "-A")
+	tgit(b, dir, "commit", "-q", "-m", "files")
+	head := tgit(b, dir, "rev-parse", "HEAD")
+	for i := range 10 {
+		tgit(b, dir, "branch", fmt.Sprintf("topic-%d", i))
+		tgit(b, dir, "tag", fmt.Sprintf("v0.%d", i))
+	}
+	for i := range 200 {
+		tgit(b, dir, "update-ref", "refs/heads/"+AttemptBranch(fmt.Sprintf("old%03d", i/10), "s", i%10+1), head)
+	}
+	r := open(b, dir)
+	run, _, err := r.CreateRunBranch("bench", "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	state := b.TempDir()
+	var tAdd, tStore, tChecks time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		w, err := r.AddAttempt(run, AttemptBranch("bench", "s", i+1), filepath.Join(state, fmt.Sprintf("a-%d", i), "app"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		tAdd += time.Since(start)
+
+		start = time.Now()
+		store := filepath.Join(state, fmt.Sprintf("store-%d", i))
+		if _, err := w.NewRefStore(store); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := w.AdoptFromStore(store, ""); err != nil {
+			b.Fatal(err)
+		}
+		tStore += time.Since(start)
+
+		start = time.Now()
+		g, _ := w.GuardSiblingRefs()
+		if _, err := Scrub(w.GitDir); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := w.CheckOwnRef(); err != nil {
+			b.Fatal(err)
+		}
+		if _, _, err := g.Restore(); err != nil {
+			b.Fatal(err)
+		}
+		tChecks += time.Since(start)
+
+		b.StopTimer()
+		if err := r.RemoveWorktree(w); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(tStore.Microseconds())/n/1000, "store-ms/op")
+	b.ReportMetric(float64(tChecks.Microseconds())/n/1000, "checks-ms/op")
+	b.ReportMetric(float64(tAdd.Microseconds())/n/1000, "add-ms/op")
+	b.ReportMetric(float64(tStore+tChecks)/float64(tAdd), "ratio-to-add")
+}
