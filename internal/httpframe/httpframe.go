@@ -231,3 +231,13 @@ func NewConn(nc net.Conn) *Conn {
 	c.startHead()
 	return c
 }
+
+// CloseWrite passes a half-close on to the connection, so a proxy relaying
+// over a wrapped connection can tell the client the upstream is done
+// while still reading what the client sends.
+func (c *Conn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Conn.Close()
+}
