@@ -59,12 +59,11 @@ func (a *attemptRun) includeFiles() error {
 	return nil
 }
 
-// dropIncluded removes the included files before the worktree is committed.
+// dropIncluded removes the included files before the worktree is committed
+// (never through a link the step put in the worktree).
 func (a *attemptRun) dropIncluded() {
 	for dir, files := range a.extras.included {
-		for _, f := range files {
-			_ = os.Remove(filepath.Join(dir, filepath.FromSlash(f)))
-		}
+		worktree.RemoveCopied(dir, files)
 	}
 }
 

@@ -43,12 +43,19 @@ func CopyIgnored(src, dst string, globs []string, home string) ([]string, error)
 	if err != nil {
 		return nil, err
 	}
+	// The worktree may hold links a step committed: every write goes
+	// through os.Root, so none leads out of dst.
+	root, err := os.OpenRoot(dst)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
 	var copied []string
 	for _, rel := range cands {
 		if !ignored[rel] || underHomeDotFolder(filepath.Join(src, rel), home) {
 			continue
 		}
-		ok, err := copyRegular(filepath.Join(src, rel), filepath.Join(dst, rel))
+		ok, err := copyRegular(filepath.Join(src, rel), root, rel)
 		if err != nil {
 			return copied, fmt.Errorf("include %s: %v", rel, err)
 		}
@@ -57,6 +64,20 @@ func CopyIgnored(src, dst string, globs []string, home string) ([]string, error)
 		}
 	}
 	return copied, nil
+}
+
+// RemoveCopied removes the files CopyIgnored copied into dst. The worktree
+// is the step's: a folder on the way may be a link it put there, so the
+// removal goes through os.Root and never leaves dst.
+func RemoveCopied(dst string, files []string) {
+	root, err := os.OpenRoot(dst)
+	if err != nil {
+		return
+	}
+	defer root.Close()
+	for _, f := range files {
+		_ = root.Remove(filepath.FromSlash(f))
+	}
 }
 
 // throughLink: a folder on the way from src to rel is a symbolic link
@@ -115,9 +136,10 @@ func underHomeDotFolder(p, home string) bool {
 	return strings.HasPrefix(strings.Split(rel, string(filepath.Separator))[0], ".")
 }
 
-// copyRegular copies a regular file without following a link at src; false
-// when src is not a regular file or dst exists.
-func copyRegular(src, dst string) (bool, error) {
+// copyRegular copies a regular file without following a link at src to
+// rel under root; false when src is not a regular file, dst exists or a
+// link on the way would lead out of root.
+func copyRegular(src string, root *os.Root, rel string) (bool, error) {
 	fd, err := unix.Open(src, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		if err == unix.ELOOP {
@@ -131,10 +153,10 @@ func copyRegular(src, dst string) (bool, error) {
 	if err != nil || !fi.Mode().IsRegular() {
 		return false, err
 	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return false, err
+	if err := root.MkdirAll(filepath.Dir(rel), 0o755); err != nil {
+		return false, fmt.Errorf("not written in the worktree (a link there leads out of it?): %v", err)
 	}
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fi.Mode().Perm())
+	out, err := root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fi.Mode().Perm())
 	if os.IsExist(err) {
 		return false, nil
 	}

@@ -51,3 +51,61 @@ func TestCopyIgnored(t *testing.T) {
 		t.Fatal("an existing file was overwritten")
 	}
 }
+
+// TestCopyIgnoredWorktreeLinks: the worktree is the step's. A run branch
+// whose earlier step committed config as a link out of the worktree (or a
+// step that swaps the folder for a link while it runs) must not make kusaw
+// write or remove a file outside it, on the host, through that link.
+func TestCopyIgnoredWorktreeLinks(t *testing.T) {
+	home := t.TempDir()
+	src := filepath.Join(home, "src")
+	os.MkdirAll(filepath.Join(src, "config"), 0o755)
+	tgit(t, src, "init", "-q", "-b", "main")
+	os.WriteFile(filepath.Join(src, ".gitignore"), []byte("config/local.yaml\n"), 0o644)
+	os.WriteFile(filepath.Join(src, "config", "local.yaml"), []byte("db: secret\n"), 0o600)
+	outside := t.TempDir()
+
+	// Attack 1: the checkout holds config -> outside (a committed link).
+	dst := t.TempDir()
+	os.Symlink(outside, filepath.Join(dst, "config"))
+	got, err := CopyIgnored(src, dst, []string{"config/*.yaml"}, "")
+	if err == nil {
+		t.Error("include through a link out of the worktree gave no error")
+	}
+	if _, err := os.Lstat(filepath.Join(outside, "local.yaml")); err == nil {
+		t.Fatal("include wrote local.yaml outside the worktree through the worktree's link config")
+	}
+	if len(got) != 0 {
+		t.Fatalf("copied %v through a link", got)
+	}
+
+	// Attack 2: the step replaces config with a link to a folder holding
+	// a file of the same name; kusaw's clean-up must not remove it.
+	dst2 := t.TempDir()
+	got, err = CopyIgnored(src, dst2, []string{"config/*.yaml"}, "")
+	if err != nil || strings.Join(got, ",") != "config/local.yaml" {
+		t.Fatalf("twin copy: %v %v", got, err)
+	}
+	victim := filepath.Join(outside, "local.yaml")
+	os.WriteFile(victim, []byte("the user's"), 0o600)
+	os.RemoveAll(filepath.Join(dst2, "config"))
+	os.Symlink(outside, filepath.Join(dst2, "config"))
+	RemoveCopied(dst2, got)
+	if _, err := os.Stat(victim); err != nil {
+		t.Fatalf("include's clean-up removed a file outside the worktree through the step's link: %v", err)
+	}
+
+	// Twin: a plain worktree gets the file, and the clean-up removes it.
+	dst3 := t.TempDir()
+	got, err = CopyIgnored(src, dst3, []string{"config/*.yaml"}, "")
+	if err != nil || strings.Join(got, ",") != "config/local.yaml" {
+		t.Fatalf("twin copy: %v %v", got, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dst3, "config", "local.yaml")); string(b) != "db: secret\n" {
+		t.Fatalf("twin content %q", b)
+	}
+	RemoveCopied(dst3, got)
+	if _, err := os.Lstat(filepath.Join(dst3, "config", "local.yaml")); err == nil {
+		t.Fatal("the clean-up left the copied file")
+	}
+}
