@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kusaw/kusaw/internal/testkit"
 	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/status"
 )
@@ -300,5 +302,65 @@ func TestBuildTranscript(t *testing.T) {
 	a.Kind = "command"
 	if p := record.AgentPrompt(a); p != "" {
 		t.Errorf("a command step's prompt %q", p)
+	}
+}
+
+// The diff's bounds hold: past MaxDiffFiles the list stops (truncated);
+// past MaxDiffBytes the later files are listed with their patch left out
+// (patch_cut), and git is not read to the end.
+func TestComputeDiffBounds(t *testing.T) {
+	testkit.NeedGit(t)
+	repo := t.TempDir()
+	gitIn(t, repo, "init", "-q", "-b", "main")
+	gitIn(t, repo, "commit", "-q", "--allow-empty", "-m", "base")
+	base := strings.TrimSpace(testkit.GitRun(t, repo, "rev-parse", "HEAD"))
+	for i := 0; i < 30; i++ {
+		os.WriteFile(filepath.Join(repo, fmt.Sprintf("f%02d.txt", i)), []byte(strings.Repeat(fmt.Sprintf("line of file %d\n", i), 200)), 0o644)
+	}
+	gitIn(t, repo, "add", ".")
+	gitIn(t, repo, "commit", "-q", "-m", "thirty files")
+	head := strings.TrimSpace(testkit.GitRun(t, repo, "rev-parse", "HEAD"))
+	defer func(f, b, p int) { MaxDiffFiles, MaxDiffBytes, MaxFilePatchBytes = f, b, p }(MaxDiffFiles, MaxDiffBytes, MaxFilePatchBytes)
+
+	// Unbounded enough: every file whole.
+	files, cut, err := computeDiff(context.Background(), repo, base, head)
+	if err != nil || cut || len(files) != 30 || files[29].PatchCut || !strings.Contains(files[29].Patch, "+line of file 29") {
+		t.Fatalf("whole diff: %d files, cut %v, %v", len(files), cut, err)
+	}
+	whole := len(files[0].Patch)
+
+	MaxDiffFiles = 10
+	files, cut, err = computeDiff(context.Background(), repo, base, head)
+	if err != nil || !cut || len(files) != 10 || files[9].Path != "f09.txt" || files[9].Patch == "" {
+		t.Fatalf("file bound: %d files, cut %v, %v", len(files), cut, err)
+	}
+
+	MaxDiffFiles, MaxDiffBytes = 2000, 3*whole
+	files, cut, err = computeDiff(context.Background(), repo, base, head)
+	if err != nil || !cut || len(files) != 30 {
+		t.Fatalf("byte bound: %d files, cut %v, %v", len(files), cut, err)
+	}
+	total := 0
+	for i, f := range files {
+		total += len(f.Patch)
+		if i < 3 && (f.PatchCut || f.Patch == "") || i >= 3 && (!f.PatchCut || f.Patch != "") {
+			t.Errorf("file %d: patch %d bytes, cut %v", i, len(f.Patch), f.PatchCut)
+		}
+		if f.Added != 200 {
+			t.Errorf("file %d: +%d, want the count even without its patch", i, f.Added)
+		}
+	}
+	if total > MaxDiffBytes {
+		t.Errorf("%d patch bytes over a bound of %d", total, MaxDiffBytes)
+	}
+
+	MaxDiffBytes, MaxFilePatchBytes = 4<<20, 100
+	files, _, err = computeDiff(context.Background(), repo, base, head)
+	if err != nil || !files[0].PatchCut || len(files[0].Patch) != 100 {
+		t.Fatalf("per-file bound: %v %v %d", err, files[0].PatchCut, len(files[0].Patch))
+	}
+	// Not commit ids: refused before git runs.
+	if _, _, err := computeDiff(context.Background(), repo, "--output=/tmp/x", head); err == nil {
+		t.Fatal("an option as base was accepted")
 	}
 }

@@ -46,13 +46,15 @@ type DiffFile struct {
 }
 
 // Bounds of one diff answer: a run that rewrote a vendored tree must not
-// make serve hold or send hundreds of megabytes.
-const (
+// make serve hold or send hundreds of megabytes. (Variables so a test can
+// lower them.)
+var (
 	MaxDiffFiles      = 2000
 	MaxDiffBytes      = 4 << 20
 	MaxFilePatchBytes = 512 << 10
-	diffTimeout       = 30 * time.Second
 )
+
+const diffTimeout = 30 * time.Second
 
 var hexSHA = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9a-f]{40}([0-9a-f]{24})?$`) })
 

@@ -90,13 +90,20 @@ function patchLines(patch) {
   return box;
 }
 
-function diffFile(f) {
+const OPEN_LINES = 3000; // lines drawn at once over a repo's open files
+
+function diffFile(f, budget) {
   const name = f.old_path ? `${f.old_path} → ${f.path}` : f.path;
   const stat = f.binary ? "binary" : `+${f.added} −${f.deleted}`;
-  const big = f.added + f.deleted > BIG_FILE_LINES || f.patch_cut;
+  const lines = f.added + f.deleted;
+  const big = lines > BIG_FILE_LINES || f.patch_cut;
+  // Past the budget, files start collapsed too: a diff of a thousand small
+  // files stays quick to open.
+  const closed = big || budget.left < lines;
+  if (!closed) budget.left -= lines;
   const det = el("details", { class: "diff-file" },
     el("summary", {}, el("span", { class: "st st-" + f.status, text: f.status }), " ", el("span", { class: "mono path", text: name }), " ",
-      el("span", { class: "muted", text: stat + (big ? " (large: collapsed)" : "") })));
+      el("span", { class: "muted", text: stat + (big ? " (large: collapsed)" : closed ? " (collapsed)" : "") })));
   let drawn = false;
   const draw = () => {
     if (drawn) return;
@@ -107,7 +114,7 @@ function diffFile(f) {
   };
   // Large files are drawn when opened, so a huge diff stays cheap.
   det.addEventListener("toggle", () => { if (det.open) draw(); });
-  if (!big) { det.open = true; draw(); }
+  if (!closed) { det.open = true; draw(); }
   return det;
 }
 
@@ -120,7 +127,8 @@ function diffRepo(d) {
   const out = el("section", { class: "diff-repo", "data-repo": d.repo }, head);
   if (d.truncated) out.append(el("p", { class: "reason", text: "This diff is larger than the page shows; see it whole with git diff " + d.base + " " + d.head }));
   if (!d.files.length) out.append(el("p", { class: "muted", text: "No changes." }));
-  for (const f of d.files) out.append(diffFile(f));
+  const budget = { left: OPEN_LINES };
+  for (const f of d.files) out.append(diffFile(f, budget));
   return out;
 }
 
