@@ -431,7 +431,11 @@ steps:
     prompt: do it
     env: {FAKE_AGENT_SCENARIO: is_error_exit0, FAKE_AGENT_ERROR_TEXT: "\e]52;c;cHduZWQ=\a\e[2Jhidden", CLAUDE_CODE_OAUTH_TOKEN: {secret: agent.token}}
 `)
-	runKusaw(t, adir, "run")
+	// run's progress on a terminal shows the failed attempt's message.
+	prog := runOnTerminal(t, adir, "run")
+	if strings.ContainsAny(prog, "\x07") || strings.Contains(prog, "\x1b]52") || !strings.Contains(prog, "^[]52;c;cHduZWQ=^G") {
+		t.Errorf("run progress on a terminal: %q", prog)
+	}
 	aid := onlyRun(t, adir)
 	if rec := readFile(t, filepath.Join(adir, ".kusaw", "runs", aid, "steps", "agent", "1", "attempt.json")); !strings.Contains(rec, `\u001b]52`) {
 		t.Fatalf("the agent's text did not reach the record: %s", rec)
