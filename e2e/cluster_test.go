@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +18,7 @@ import (
 	"github.com/kusaw/kusaw/cluster"
 	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/secretstore"
+	"github.com/kusaw/kusaw/serve"
 	"github.com/kusaw/kusaw/serve/client"
 	"github.com/kusaw/kusaw/status"
 )
@@ -71,6 +74,8 @@ func workerUID() int {
 // clear on disk.
 const clusterSecret = "cluster-s3cret-9f2"
 
+const clusterAPIToken = "cluster-web-token-0123456789"
+
 type clusterRig struct {
 	dir string
 	sp  *serveProc
@@ -80,7 +85,12 @@ func startClusterServe(t *testing.T, yaml string) *clusterRig {
 	t.Helper()
 	dir := factoryDir(t, yaml, "app")
 	// The step's secret is in serve's secret store only.
-	if err := secretstore.OpenDir(filepath.Join(dir, "secrets")).Set("cluster.token", clusterSecret); err != nil {
+	st := secretstore.OpenDir(filepath.Join(dir, "secrets"))
+	if err := st.Set("cluster.token", clusterSecret); err != nil {
+		t.Fatal(err)
+	}
+	// The API token, for a factory that also sets serve.listen.
+	if err := st.Set(serve.TokenSecretKey, clusterAPIToken); err != nil {
 		t.Fatal(err)
 	}
 	// Workers must not read the factory's folder.
@@ -431,5 +441,55 @@ func TestClusterServeKilled(t *testing.T) {
 	waitFor(t, "the orphaned attempts' late results to be recorded", 30*time.Second, func() bool {
 		b, _ := os.ReadFile(fenced)
 		return strings.Count(string(b), "\n") >= 3
+	})
+}
+
+// The web page lists the workers and names the worker of each attempt;
+// /metrics answers in the Prometheus text format with the cluster's
+// metrics.
+func TestClusterWebPageAndMetrics(t *testing.T) {
+	need(t, "git")
+	bin := needChromium(t)
+	yaml := strings.Replace(clusterYAML(`"off"`, "0", "15s"), "max_parallel: 12", "max_parallel: 12\n  listen: 127.0.0.1:0", 1)
+	r := startClusterServe(t, yaml)
+	token := clusterAPIToken
+	r.startWorker(t, "webw")
+	r.waitWorkers(t, 1)
+	ids := r.submit(t, 1)
+	r.checkRuns(t, ids)
+	var info client.ServeInfo
+	b, err := os.ReadFile(filepath.Join(r.dir, ".kusaw", record.ServeInfoFile))
+	if err != nil || json.Unmarshal(b, &info) != nil || info.Listen == "" || info.Cluster == "" {
+		t.Fatalf("serve.json: %v %s", err, b)
+	}
+	base := "http://" + info.Listen
+	req, _ := http.NewRequest("GET", base+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`kusaw_cluster_attempts_running{worker="webw"}`, "kusaw_cluster_dispatch_latency_seconds_count 2", `kusaw_cluster_bundle_bytes_total{direction="out"}`, "kusaw_cluster_lost_attempts_total 0", "kusaw_runs_queued 0"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, body)
+		}
+	}
+	c := startChromium(t, bin)
+	if err := c.call("Page.navigate", map[string]any{"url": base + "/?token=" + token}, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the workers table", 20*time.Second, func() bool {
+		v, _ := c.eval(`[...document.querySelectorAll("#workers tbody td")].some(td => td.textContent === "webw")`)
+		return v == true
+	})
+	if err := c.call("Page.navigate", map[string]any{"url": base + "/#/runs/" + ids[0]}, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the attempts table naming the worker", 20*time.Second, func() bool {
+		v, _ := c.eval(`[...document.querySelectorAll("#attempts tbody td")].filter(td => td.textContent === "webw").length`)
+		n, _ := v.(float64)
+		return n == 2
 	})
 }

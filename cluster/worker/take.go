@@ -128,11 +128,16 @@ func (w *Worker) run(ctx context.Context, spec *record.AttemptSpec, work *cluste
 			return fail("repo %s: %v", r.Name, err)
 		}
 	}
+	w.enterRun(spec.Run)
 	rec, dir, err := w.eng.RunForeign(ctx, spec, repos)
 	if err != nil {
+		w.leaveRun(spec.Run, "")
 		return fail("%v", err)
 	}
-	defer os.RemoveAll(filepath.Dir(filepath.Dir(dir))) // the run's folder on this worker
+	// This attempt's folder only: other attempts of the same run (a
+	// parallel group, a re-dispatch) may run here at once. The run's
+	// folders go with its last attempt here.
+	defer w.leaveRun(spec.Run, dir)
 	res := cluster.Result{Heads: map[string]string{}, Bundles: map[string]string{}, Files: map[string]string{}}
 	res.Record, _ = json.Marshal(rec)
 	for _, wt := range rec.Worktrees {
@@ -247,4 +252,27 @@ func (w *Worker) lockRepo(name string) *sync.Mutex {
 	w.mu.Unlock()
 	mu.Lock()
 	return mu
+}
+
+// enterRun counts an attempt of run starting here.
+func (w *Worker) enterRun(run string) {
+	w.mu.Lock()
+	w.runs[run]++
+	w.mu.Unlock()
+}
+
+// leaveRun removes an attempt's folder and, when it was the run's last
+// attempt here, the run's folder; a new attempt of the run waits for w.mu,
+// so it never sees its folder go.
+func (w *Worker) leaveRun(run, dir string) {
+	if dir != "" {
+		_ = os.RemoveAll(dir)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.runs[run]--; w.runs[run] > 0 {
+		return
+	}
+	delete(w.runs, run)
+	_ = os.RemoveAll(w.eng.State.RunDir(run))
 }

@@ -58,6 +58,7 @@ type Worker struct {
 
 	mu      sync.Mutex
 	running map[string]*attempt // by attempt id
+	runs    map[string]int      // attempts running here, by run
 	repoMu  map[string]*sync.Mutex
 }
 
@@ -115,7 +116,7 @@ func New(ctx context.Context, o Options) (*Worker, error) {
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
 	}
-	w := &Worker{o: o, id: id, started: time.Now().UTC(), running: map[string]*attempt{}, repoMu: map[string]*sync.Mutex{}}
+	w := &Worker{o: o, id: id, started: time.Now().UTC(), running: map[string]*attempt{}, runs: map[string]int{}, repoMu: map[string]*sync.Mutex{}}
 	w.cleanLeftovers()
 	f := &config.Factory{Version: 1, StateDir: filepath.Join(o.StateDir, engineDir), Repos: map[string]*config.Repo{},
 		Steps: map[string]*config.Step{}, Pipelines: map[string]*config.Pipeline{}}

@@ -80,8 +80,8 @@ async function health() {
 async function showRuns(filter) {
   setPage("runs");
   let timer = null, pipes = "";
-  const bar = el("div", {}), list = el("div", {});
-  app.replaceChildren(el("h1", { text: "Runs" }), bar, list);
+  const bar = el("div", {}), list = el("div", {}), workers = el("div", {});
+  app.replaceChildren(el("h1", { text: "Runs" }), bar, list, workers);
   const render = async () => {
     let data;
     const q = new URLSearchParams({ limit: "200" });
@@ -111,11 +111,32 @@ async function showRuns(filter) {
         el("thead", {}, el("tr", {}, ...["run", "pipeline", "state", "started", "duration", "steps", "cost", "reason"].map(h => el("th", { text: h })))),
         el("tbody", {}, ...rows))
         : el("p", { class: "muted", text: filtered ? "No runs match the filter." : "No runs yet. Start one with: kusaw run" }));
+    workers.replaceChildren(await workersSection());
     health();
   };
   await render();
   timer = setInterval(render, 2000);
   stopPage = () => clearInterval(timer);
+}
+
+// The cluster's workers (docs/cluster.md); nothing without a cluster.
+async function workersSection() {
+  let data;
+  try { data = await api("/v1/workers"); } catch (e) { return el("span", {}); }
+  if (!data.workers || !data.workers.length) {
+    return el("div", {}, el("h2", { text: "Workers" }), el("p", { class: "muted", text: "No worker has joined. Join one with: kusaw cluster token, then kusaw worker --join TOKEN" }));
+  }
+  const rows = data.workers.map(w => el("tr", {},
+    el("td", { class: "mono", text: w.name }),
+    el("td", { text: (w.pools || []).join(", ") }),
+    el("td", { class: "num", text: w.running + "/" + w.max_parallel }),
+    el("td", { text: w.last_heartbeat ? fmtDur(Date.now() - Date.parse(w.last_heartbeat)) + " ago" : "never" }),
+    el("td", {}, badge(w.lost ? "lost" : "running")),
+    el("td", { class: "mono", text: w.version || "" })));
+  return el("div", {}, el("h2", { text: "Workers" }),
+    el("table", { id: "workers" },
+      el("thead", {}, el("tr", {}, ...["worker", "pools", "attempts", "last heartbeat", "state", "version"].map(h => el("th", { text: h })))),
+      el("tbody", {}, ...rows)));
 }
 
 // ---- a run ----
