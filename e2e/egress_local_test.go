@@ -115,6 +115,10 @@ bash -c 'exec 3<>/dev/tcp/127.0.0.1/%[4]s && echo devtcp-raw >&3 && head -n1 <&3
 	}
 	r.verify(t, dir)
 
+	// validate names the leased ports.
+	if v := runKusaw(t, dir, "validate"); !strings.Contains(v.stdout, "step local: local services: the host's loopback ports") || !strings.Contains(v.stdout, echoPort) {
+		t.Errorf("validate does not list the leased ports:\n%s%s", v.stdout, v.stderr)
+	}
 	// egress check says the same, with the entry's origin.
 	c := runKusaw(t, dir, "egress", "check", "--step", "local", "localhost:"+echoPort)
 	if c.code != 0 || !strings.Contains(c.stdout, "allowed: localhost:"+echoPort+" by 127.0.0.1:"+echoPort+" (step:local)") {

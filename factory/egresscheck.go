@@ -67,5 +67,24 @@ func (e *Engine) EgressCheck(ctx context.Context, stepID, host string, port int)
 	if err != nil {
 		return egress.Verdict{}, err
 	}
-	return p.Check(ctx, pol, host, port), nil
+	v := p.Check(ctx, pol, host, port)
+	s := &config.Step{ID: "_factory"}
+	if stepID != "" {
+		s = e.F.Steps[stepID]
+	}
+	if n := e.F.StepNetwork(s); !n.Proxied() {
+		v.Notes = append(v.Notes, fmt.Sprintf("the network here is %s: this is what network: allowlist would decide; today nothing is checked", n))
+	} else if stepID != "" && !e.anyAttemptSandboxed(s) {
+		v.Notes = append(v.Notes, "the step's sandbox is off: this is what its sandbox would decide; today nothing is checked (W2)")
+	}
+	return v, nil
+}
+
+func (e *Engine) anyAttemptSandboxed(s *config.Step) bool {
+	for _, repos := range e.F.Attempts(s) {
+		if m, _ := e.F.EffectiveMode(s, repos); m == config.ModeRequired {
+			return true
+		}
+	}
+	return false
 }
