@@ -264,6 +264,7 @@ func (l *Lease) serveConnect(w http.ResponseWriter, r *http.Request, rc reqClass
 		up.Close()
 		return
 	}
+	httpframe.Stop(r)
 	client, brw, err := hj.Hijack()
 	if err != nil {
 		up.Close()
@@ -382,9 +383,9 @@ func (l *Lease) relay(client net.Conn, br *bufio.Reader, up *meteredConn, upR io
 	}()
 	err := pump(func(p []byte) (int, error) { return idleWrite(client, act, p) }, upR.Read)
 	if err == nil {
-		if cw, ok := client.(interface{ CloseWrite() error }); ok {
-			cw.CloseWrite()
-		} else {
+		// Pass the upstream's end of data on; a client that cannot take a
+		// half-close gets the whole connection closed.
+		if cw, ok := client.(interface{ CloseWrite() error }); !ok || cw.CloseWrite() != nil {
 			closeBoth()
 		}
 	} else {

@@ -225,6 +225,21 @@ func (c *Conn) endHead() {
 // Close is the underlying connection's Close.
 func (c *Conn) Close() error { return c.Conn.Close() }
 
+// Stop ends the following: after a CONNECT or an upgrade the bytes are a
+// tunnel's, not requests, and need no parsing.
+func (c *Conn) Stop() {
+	c.mu.Lock()
+	c.raw = true
+	c.mu.Unlock()
+}
+
+// Stop ends the following of the connection r came on.
+func Stop(r *http.Request) {
+	if c, _ := r.Context().Value(ctxKey{}).(*Conn); c != nil {
+		c.Stop()
+	}
+}
+
 // NewConn wraps one connection (tests, and servers that accept their own).
 func NewConn(nc net.Conn) *Conn {
 	c := &Conn{Conn: nc}

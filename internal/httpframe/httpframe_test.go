@@ -112,3 +112,21 @@ func TestPlainRequestsServed(t *testing.T) {
 	case <-time.After(100 * time.Millisecond):
 	}
 }
+
+// TestStopEndsFollowing: after Stop (a CONNECT's tunnel) the bytes are not
+// parsed as requests, so a tunnel's payload can never mark the connection.
+func TestStopEndsFollowing(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	c := NewConn(a)
+	c.Stop()
+	go b.Write([]byte("POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n"))
+	buf := make([]byte, 256)
+	if _, err := c.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	if c.Ambiguous() {
+		t.Fatal("bytes read after Stop were followed as a request")
+	}
+}
