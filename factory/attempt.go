@@ -597,6 +597,9 @@ func (a *attemptRun) prepare(i int, repos []string, many bool) (*preparedProc, e
 	for _, d := range []string{"cache", "run"} {
 		_ = os.MkdirAll(filepath.Join(at.Tmp, d), 0o700)
 	}
+	// Without a sandbox, a child subreaper between kusaw and the process
+	// ends what it starts in the background when kusaw dies.
+	proc.Reaped(cmd)
 	p.cmd = cmd
 	return p, nil
 }
