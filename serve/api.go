@@ -190,6 +190,8 @@ func apiError(w http.ResponseWriter, code int, errCode, msg, fix string) {
 func writeJSONResponse(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
+	// Records hold any text: never let a browser take an answer for a page.
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)
 	b, _ := json.Marshal(v)
 	w.Write(append(b, '\n'))
@@ -332,6 +334,8 @@ func (s *Server) apiLog(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Security-Policy", "default-src 'none'; sandbox")
 	w.Header().Set("X-Kusaw-Next-Offset", strconv.FormatInt(offset+int64(len(b)), 10))
 	w.Header().Set("X-Kusaw-Run-State", string(rec.State))
 	w.WriteHeader(http.StatusOK)

@@ -203,6 +203,14 @@ steps:
 			t.Errorf("GET %s: headers %v", p, h)
 		}
 	}
+	// A log opened straight in a browser is not a page either.
+	resp, _ = rawGet(t, sock, "/v1/runs/"+rec.ID+"/log?path=steps/make/1/stdout.log")
+	if resp.StatusCode != 200 || resp.Header.Get("X-Content-Type-Options") != "nosniff" || !strings.Contains(resp.Header.Get("Content-Security-Policy"), "sandbox") {
+		t.Errorf("log: %d %v", resp.StatusCode, resp.Header)
+	}
+	if resp, _ := rawGet(t, sock, base); resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+		t.Errorf("JSON answer without nosniff: %v", resp.Header)
+	}
 	// The attacks: nothing outside artifacts/ comes back, nothing hangs.
 	attempt := s.E.State.AttemptDir(rec.ID, "make", 1)
 	if _, err := os.Stat(filepath.Join(attempt, record.AttemptFile)); err != nil {
