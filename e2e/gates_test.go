@@ -292,3 +292,57 @@ func TestShapeAttacks(t *testing.T) {
 		t.Fatalf("the hand-off folder changed: %q", got)
 	}
 }
+
+// TestShapesOnWebPage: the run page's timeline draws a parallel group's
+// members and a step's candidates side by side, the kept one marked.
+func TestShapesOnWebPage(t *testing.T) {
+	bin := needChromium(t)
+	dir := shapeFactory(t, "  default: [[left, right], try]\n", `  left: {run: [sh, -c, "echo l > l.txt"]}
+  right: {run: [sh, -c, "echo r > r.txt"]}
+  try: {candidates: 3, select: all, run: [sh, -c, "test $KUSAW_CANDIDATE != 1"]}
+serve: {listen: 127.0.0.1:0}
+`)
+	token := "shapes-page-token-0123456789"
+	if err := secretstore.OpenDir(filepath.Join(dir, "secrets")).Set(serve.TokenSecretKey, token); err != nil {
+		t.Fatal(err)
+	}
+	sp := startServe(t, dir)
+	var info client.ServeInfo
+	b, _ := os.ReadFile(filepath.Join(dir, ".kusaw", record.ServeInfoFile))
+	if json.Unmarshal(b, &info) != nil || info.Listen == "" {
+		t.Fatalf("serve.json: %s", b)
+	}
+	rec, err := sp.client.Submit(context.Background(), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := waitDetail(t, sp.client, rec.ID, 60*time.Second); d.Run.State != status.RunSucceeded {
+		t.Fatalf("run: %s %s", d.Run.State, d.Run.Message)
+	}
+	c := startChromium(t, bin)
+	if err := c.call("Page.navigate", map[string]any{"url": "http://" + info.Listen + "/?token=" + token}, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the runs list", 20*time.Second, func() bool {
+		v, _ := c.eval(`document.body.dataset.page === "runs"`)
+		return v == true
+	})
+	if err := c.call("Page.navigate", map[string]any{"url": "http://" + info.Listen + "/#/runs/" + rec.ID}, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the timeline", 20*time.Second, func() bool {
+		v, _ := c.eval(`document.querySelectorAll("#timeline .tl-bar").length >= 5`)
+		return v == true
+	})
+	v, _ := c.eval(`[...document.querySelectorAll("#timeline .tl-label")].map(e => e.textContent).join("|")`)
+	if labels, _ := v.(string); !strings.Contains(labels, "‖1 left") || !strings.Contains(labels, "‖1 right") || !strings.Contains(labels, "try ×3") {
+		t.Fatalf("timeline labels: %q", labels)
+	}
+	// Three lanes, one bar each, the kept one (candidate 2, the first of
+	// the equal diffs) marked.
+	v, _ = c.eval(`[...document.querySelectorAll("#timeline .tl-bar")].filter(b => b.title.startsWith("try ")).map(b => b.style.top + " " + b.textContent.slice(0, 4)).join("|")`)
+	bars, _ := v.(string)
+	if !strings.Contains(bars, "2px") || !strings.Contains(bars, "22px ✓ #2") || !strings.Contains(bars, "42px") {
+		t.Fatalf("candidate bars: %q", bars)
+	}
+}

@@ -146,18 +146,34 @@ function timeline(run, attempts) {
   let t1 = run.finished ? Date.parse(run.finished) : Date.now();
   for (const a of attempts) t1 = Math.max(t1, a.finished ? Date.parse(a.finished) : Date.now());
   const span = Math.max(t1 - t0, 1);
-  const rows = run.steps.map(s => {
+  // Helpers a shape ran (fixers, judges, resolves) get rows of their own.
+  const listed = new Set(run.steps.map(s => s.id));
+  const helpers = [...new Set(attempts.filter(a => !listed.has(a.step)).map(a => a.step))].map(id => ({ id, helper: true }));
+  const rows = run.steps.concat(helpers).map(s => {
     const track = el("div", { class: "tl-track" });
-    for (const a of attempts.filter(a => a.step === s.id)) {
+    const first = s.first_attempt || 1;
+    for (const a of attempts.filter(a => a.step === s.id && (!s.candidates || (a.attempt >= first && a.attempt < first + s.candidates)) )) {
       const start = Date.parse(a.started), end = a.finished ? Date.parse(a.finished) : Date.now();
       const outcome = a.outcome || "running";
       const bar = el("div", { class: "tl-bar s-" + outcome, title: `${s.id} attempt ${a.attempt}: ${outcome} in ${fmtDur(end - start)}${a.reason ? " (" + a.reason + ")" : ""}`,
         text: `#${a.attempt} ${outcome} ${fmtDur(end - start)}` });
       bar.style.left = ((start - t0) / span * 100).toFixed(2) + "%";
       bar.style.width = Math.max((end - start) / span * 100, 0.5).toFixed(2) + "%";
+      if (s.candidates) {
+        // Candidates run at once: one lane each, side by side; the kept
+        // one is marked.
+        const k = a.attempt - first;
+        track.style.height = (s.candidates * 20 + 2) + "px";
+        bar.style.top = (2 + k * 20) + "px";
+        if (a.attempt === s.chosen) bar.textContent = "✓ " + bar.textContent;
+      }
       track.append(bar);
     }
-    return el("div", { class: "tl-row" }, el("div", { class: "tl-label", text: s.id }), track);
+    let label = s.id;
+    if (s.group) label = "‖" + s.group + " " + s.id;
+    if (s.candidates) label += " ×" + s.candidates;
+    if (s.helper) label = "↳ " + s.id;
+    return el("div", { class: "tl-row" + (s.group ? " tl-group" : ""), title: s.group ? "parallel group " + s.group : "" }, el("div", { class: "tl-label", text: label }), track);
   });
   const ticks = [0, 0.25, 0.5, 0.75, 1].map(f => el("span", { text: fmtDur(span * f) }));
   return el("div", { class: "timeline", id: "timeline" }, ...rows, el("div", { class: "tl-axis" }, ...ticks));
