@@ -102,3 +102,33 @@ func mustPrefixes(t *testing.T, ss ...string) []netip.Prefix {
 	}
 	return out
 }
+
+// Loopback in any spelling is one local service; spellings that some
+// resolver or URL parser reads as loopback but that are not the three
+// canonical ones stay IP literals and are refused, even on a leased port.
+// Audit mode never opens an unlisted loopback port.
+func TestLocalServiceSpellings(t *testing.T) {
+	dns := newStubDNS(t)
+	p, err := NewProxy(Options{Resolver: dns.addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := Policy{Allow: rules(t, "localhost:5432")}
+	for host, ok := range map[string]bool{
+		"localhost": true, "LOCALHOST.": true, "127.0.0.1": true, "::1": true, "[::1]": true,
+		"127.0.0.2": false, "127.1": false, "0177.0.0.1": false, "2130706433": false, "0x7f000001": false,
+		"::ffff:127.0.0.1": false, "[::ffff:7f00:1]": false, "localhost.localdomain": false,
+	} {
+		v := p.Check(context.Background(), pol, host, 5432)
+		if v.Allowed != ok || (ok && !v.Local) {
+			t.Errorf("%s:5432: %+v, want allowed=%v", host, v, ok)
+		}
+	}
+	pol.Audit = true
+	if v := p.Check(context.Background(), pol, "localhost", 6379); v.Allowed || v.Reason != ReasonLocalPort {
+		t.Errorf("audit opened an unlisted loopback port: %+v", v)
+	}
+	if n := dns.count("localhost") + dns.count("localhost.localdomain"); n > 1 {
+		t.Errorf("loopback names were looked up %d times", n)
+	}
+}
