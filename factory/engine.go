@@ -16,6 +16,7 @@ import (
 	"github.com/kusaw/kusaw/chainlog"
 	"github.com/kusaw/kusaw/config"
 	"github.com/kusaw/kusaw/egress"
+	"github.com/kusaw/kusaw/internal/proc"
 	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/sandbox"
 	"github.com/kusaw/kusaw/secretstore"
@@ -104,6 +105,9 @@ func New(f *config.Factory, opts Options) (*Engine, error) {
 	if st == nil {
 		return nil, err
 	}
+	// A kusaw killed with -9 left its attempts' cgroups, and whatever
+	// runs in them (also processes that left the step's process group).
+	proc.ReapStaleGroups()
 	if opts.Kusaw == "" {
 		exe, xerr := os.Executable()
 		if xerr != nil {

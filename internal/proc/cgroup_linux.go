@@ -375,3 +375,54 @@ func hold(cmd *exec.Cmd) (release func(), err error) {
 		w.Close()
 	}, nil
 }
+
+// ReapStaleGroups ends what a kusaw that died (kill -9) left in the child
+// groups it made: a group kusaw-<pid>-<n> whose kusaw <pid> no longer runs
+// has every process in it killed and is removed. Processes that left the
+// step's process group (setsid) are in its cgroup all the same. Groups of
+// a kusaw still running are left alone. It returns how many groups it
+// removed.
+func ReapStaleGroups() int {
+	v1, v2, _ := cgroupRoots()
+	roots := map[string]bool{}
+	for _, d := range v1 {
+		roots[d] = true
+	}
+	if v2 != "" {
+		roots[v2] = true
+	}
+	n := 0
+	for root := range roots {
+		entries, err := os.ReadDir(root)
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			owner, ok := staleOwner(e.Name())
+			if !ok || !e.IsDir() || owner == os.Getpid() || Alive(owner) {
+				continue
+			}
+			g := &group{dirs: map[string]string{"": filepath.Join(root, e.Name())}}
+			g.close()
+			n++
+		}
+	}
+	return n
+}
+
+// staleOwner reads the kusaw pid out of a group name kusaw-<pid>-<n>.
+func staleOwner(name string) (int, bool) {
+	rest, ok := strings.CutPrefix(name, "kusaw-")
+	if !ok {
+		return 0, false
+	}
+	pid, seq, ok := strings.Cut(rest, "-")
+	if !ok {
+		return 0, false
+	}
+	p, err := strconv.Atoi(pid)
+	if _, err2 := strconv.Atoi(seq); err != nil || err2 != nil || p <= 1 {
+		return 0, false
+	}
+	return p, true
+}

@@ -5,6 +5,7 @@ package proc
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -137,4 +138,47 @@ func BenchmarkRunLimits(b *testing.B) {
 	b.ReportMetric(float64(tLimited.Microseconds())/n/1000, "limited-ms/op")
 	b.ReportMetric(float64(tPlain.Microseconds())/n/1000, "plain-ms/op")
 	b.ReportMetric(float64(tLimited-tPlain)/n/1e6, "added-ms/op")
+}
+
+// A kusaw killed with -9 leaves its child group and what runs in it; the
+// next kusaw ends them. A group of a kusaw that still runs stays.
+func TestReapStaleGroups(t *testing.T) {
+	if !cgroupEnforces(LimitPids) {
+		t.Skipf("no pids cgroup here: %s", Enforcement()[LimitPids])
+	}
+	v1, _, _ := cgroupRoots()
+	root := v1["pids"]
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(root, fmt.Sprintf("kusaw-%d-1", dead.Process.Pid))
+	live := filepath.Join(root, fmt.Sprintf("kusaw-%d-99", os.Getpid()))
+	for _, d := range []string{stale, live} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { (&group{dirs: map[string]string{"a": stale, "b": live}}).close() })
+	orphan := exec.Command("sleep", "30")
+	if err := orphan.Start(); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(stale, "cgroup.procs"), []byte(fmt.Sprint(orphan.Process.Pid)), 0o644)
+	done := make(chan struct{})
+	go func() { orphan.Wait(); close(done) }()
+	if n := ReapStaleGroups(); n < 1 {
+		t.Fatalf("reaped %d groups", n)
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the orphan in the stale group still runs")
+	}
+	if _, err := os.Stat(stale); err == nil {
+		t.Error("the stale group was left")
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Error("the group of a running kusaw was removed")
+	}
 }
