@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -492,4 +493,73 @@ func TestClusterWebPageAndMetrics(t *testing.T) {
 		n, _ := v.(float64)
 		return n == 2
 	})
+}
+
+// A remote attempt under the allowlist: the worker's proxy writes its
+// egress.log and seals it with the worker's enrolled key; it comes back
+// whole, and kusaw log verify --strict on serve checks it against that key.
+// A log sealed by a key serve never enrolled does not verify.
+func TestClusterEgressLogVerifies(t *testing.T) {
+	need(t, "git")
+	if !sandboxWorks(t) {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("the sandbox does not work here: the allowlist needs it")
+		}
+		t.Skip("the sandbox does not work here")
+	}
+	need(t, "curl")
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hello from upstream") }))
+	defer up.Close()
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(up.URL, "http://"))
+	yaml := `version: 1
+repos:
+  app: {path: app}
+serve:
+  cluster: {listen: "127.0.0.1:0", local_worker: false}
+pipelines:
+  default: [fetch]
+steps:
+  fetch:
+    sandbox:
+      mode: required
+      network: allowlist
+      egress:
+        allow: ["localhost:` + port + `"]
+    run: [sh, -c, 'unset NO_PROXY no_proxy; curl -fsS http://localhost:` + port + `/ > got.txt && ! curl -fs -o /dev/null http://blocked.invalid/']
+`
+	r := startClusterServe(t, yaml)
+	r.startWorker(t, "egw")
+	r.waitWorkers(t, 1)
+	ids := r.submit(t, 1)
+	d := waitDetail(t, r.sp.client, ids[0], 2*time.Minute)
+	if d.Run.State != status.RunSucceeded {
+		t.Fatalf("run %s: %s", d.Run.State, d.Run.Message)
+	}
+	logf := filepath.Join(r.dir, ".kusaw", "runs", ids[0], "steps", "fetch", "1", record.EgressLogFile)
+	b, err := os.ReadFile(logf)
+	if err != nil || !strings.Contains(string(b), "blocked.invalid") {
+		t.Fatalf("egress.log from the worker: %v\n%s", err, b)
+	}
+	res := runKusaw(t, r.dir, "log", "verify", "--strict", logf)
+	if res.code != 0 || !strings.Contains(res.stdout, "sealed by worker egw") {
+		t.Fatalf("log verify of the worker's egress.log: exit %d\n%s%s", res.code, res.stdout, res.stderr)
+	}
+	ev, _ := os.ReadFile(filepath.Join(filepath.Dir(logf), record.EventsFile))
+	if !strings.Contains(string(ev), `"type":"cluster.egress_log"`) || !strings.Contains(string(ev), `"verified":true`) {
+		t.Errorf("serve did not record the egress log's check:\n%s", ev)
+	}
+	// Attacker's side: the attempt record names a worker serve never
+	// enrolled (a forger's own key): the log does not verify.
+	ap := filepath.Join(filepath.Dir(logf), record.AttemptFile)
+	ab, _ := os.ReadFile(ap)
+	var am map[string]any
+	if err := json.Unmarshal(ab, &am); err != nil || am["worker"] != "egw" {
+		t.Fatalf("attempt.json: %v %v", err, am["worker"])
+	}
+	am["worker"] = "forger"
+	ab, _ = json.Marshal(am)
+	os.WriteFile(ap, ab, 0o644)
+	if res := runKusaw(t, r.dir, "log", "verify", "--strict", logf); res.code != int(status.ExitVerifyFailed) {
+		t.Fatalf("an egress.log of an unknown worker verified: exit %d\n%s", res.code, res.stdout)
+	}
 }

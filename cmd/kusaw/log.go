@@ -2,6 +2,7 @@ package main
 
 import (
 	"crypto/ed25519"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kusaw/kusaw/chainlog"
+	"github.com/kusaw/kusaw/cluster"
 	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/secretstore"
 	"github.com/kusaw/kusaw/status"
@@ -124,6 +126,20 @@ func verifyLogFile(a *app, path string, pub ed25519.PublicKey, strict bool, expe
 	if err != nil {
 		return false, err
 	}
+	// A remote attempt's egress.log is sealed on the worker that ran it,
+	// with the key the worker enrolled: check it against that key, which
+	// serve recorded at enrollment (docs/cluster.md).
+	if want.Kind == chainlog.KindEgress && runDir != "" {
+		wpub, worker, werr := workerKey(filepath.Dir(path), runDir)
+		if werr != nil {
+			fmt.Fprintf(a.stdout, "%s: BROKEN: %v\n", path, werr)
+			return false, nil
+		}
+		if wpub != nil {
+			pub = wpub
+			how += ", sealed by worker " + worker
+		}
+	}
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return false, exitf(status.ExitNotFound, "log %s does not exist", path)
@@ -199,4 +215,24 @@ func span(from, to int) string {
 		return fmt.Sprintf("line %d is", from)
 	}
 	return fmt.Sprintf("lines %d-%d are", from, to)
+}
+
+// workerKey is the enrolled key of the worker that ran the attempt in dir
+// (nil when serve ran it itself).
+func workerKey(dir, runDir string) (ed25519.PublicKey, string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, record.AttemptFile))
+	if err != nil {
+		return nil, "", nil
+	}
+	var rec record.AttemptRecord
+	if json.Unmarshal(b, &rec) != nil || rec.Worker == "" {
+		return nil, "", nil
+	}
+	state := filepath.Dir(filepath.Dir(runDir))
+	e := cluster.OpenRegistry(filepath.Join(state, record.ClusterDir)).Get(rec.Worker)
+	if e == nil {
+		return nil, rec.Worker, fmt.Errorf("sealed by worker %s, which this serve never enrolled", rec.Worker)
+	}
+	pub, err := cluster.PublicSigningKey(e.NKey)
+	return pub, rec.Worker, err
 }
