@@ -74,3 +74,38 @@ func BenchmarkPipelineGitBaseline(b *testing.B) {
 	b.StopTimer()
 	os.RemoveAll(wt)
 }
+
+// BenchmarkPipelineGroup3 and BenchmarkPipelineSequential3 run the same
+// three steps (each writes a file and sleeps 0.3 s) as a parallel group and
+// one after another, in the same run: the ratio is what a group saves after
+// paying for its merges (three merge commits and one branch move).
+//
+//	go test -run '^$' -bench 'Pipeline(Group|Sequential)3' -benchtime 5x ./factory/
+func BenchmarkPipelineGroup3(b *testing.B) { benchShape(b, "[[a, b, c]]") }
+
+func BenchmarkPipelineSequential3(b *testing.B) { benchShape(b, "[a, b, c]") }
+
+func benchShape(b *testing.B, pipeline string) {
+	f := testkit.Factory(b, `version: 1
+repos:
+  app: {path: ./app}
+pipelines:
+  default: `+pipeline+`
+steps:
+  a: {run: [sh, -c, "echo a > a.txt; sleep 0.3"]}
+  b: {run: [sh, -c, "echo b > b.txt; sleep 0.3"]}
+  c: {run: [sh, -c, "echo c > c.txt; sleep 0.3"]}
+`, "app")
+	e, err := New(f, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		r, err := e.Run(context.Background(), "")
+		if err != nil || r.Record.State != status.RunSucceeded {
+			b.Fatalf("run: %v %+v", err, r.Record)
+		}
+	}
+}
