@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,7 +25,13 @@ import (
 // here so the test is quick; TestDefaultLimits checks the defaults).
 func TestServeFloodOfIdleConnections(t *testing.T) {
 	f := serveFactory(t, "pipelines:\n  default: [a]\nsteps:\n  a:\n    run: [\"true\"]\n")
-	lim := Limits{Idle: 2 * time.Second, ReadHeader: 3 * time.Second, MaxConns: 1500, MaxConnsPerAddr: 2000}
+	// The test holds both ends of up to 1,000 accepted connections and the
+	// client end of the rest: about 3,000 descriptors.
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur < 3500 {
+		t.Fatalf("the flood needs 3,500 file descriptors; this process may open %d (raise ulimit -n)", rl.Cur)
+	}
+	lim := Limits{Idle: 2 * time.Second, ReadHeader: 3 * time.Second, MaxConns: 1000, MaxConnsPerAddr: 2000}
 	s, _, _ := startServer(t, f, ServeOptions{MaxParallel: 1, Listen: "127.0.0.1:0", Token: "tok-0123456789", Limits: lim})
 	addr := s.ServeAddr()
 	sock := filepath.Join(f.StateDir, record.ServeSocketFile)

@@ -1,12 +1,13 @@
-// Package httpframe refuses HTTP/1.x requests whose framing is ambiguous:
-// one that carries both Content-Length and Transfer-Encoding (RFC 9112
-// §6.1 lets a server choose, and a server and a proxy that choose
-// differently can be made to see two requests where one was sent).
-// net/http drops Content-Length from such a request before a handler sees
-// it, so the check watches the bytes a connection reads: Listener wraps
-// each accepted connection, follows the requests on it (heads, then bodies
-// by their length or chunks), and marks the connection at the first
-// ambiguous head; Ambiguous tells a handler so.
+// Package httpframe watches the HTTP/1.x requests a server reads, for what
+// net/http does not show a handler. A request that carries both
+// Content-Length and Transfer-Encoding is ambiguous (RFC 9112 §6.1 lets a
+// server choose, and a server and a proxy that choose differently can be
+// made to see two requests where one was sent); net/http drops
+// Content-Length before a handler sees it. Listener wraps each accepted
+// connection, follows its requests (heads, then bodies by their length or
+// chunks) and marks the connection at the first ambiguous head; Ambiguous
+// tells a handler so. And a head that stops arriving before the server's
+// deadline, which net/http closes without a word, is answered 408.
 //
 // It imports nothing of kusaw.
 package httpframe
@@ -14,10 +15,13 @@ package httpframe
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
 	"sync"
+	"time"
 )
 
 // maxLine bounds one line of a head or a chunk size; longer lines are left
@@ -94,10 +98,21 @@ func (c *Conn) Ambiguous() bool {
 
 func (c *Conn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
+	c.mu.Lock()
 	if n > 0 {
-		c.mu.Lock()
 		c.feed(p[:n])
-		c.mu.Unlock()
+	}
+	// A request head that stopped arriving before the server's deadline:
+	// net/http closes such a connection without a word, so the client is
+	// told why. (No response can be under way: the server reads a head
+	// only when the one before is answered; an idle connection, with no
+	// byte of a new head, is closed quietly.)
+	partial := c.st == stHead && !c.raw && (len(c.line) > 0 || !c.first)
+	c.mu.Unlock()
+	var ne net.Error
+	if err != nil && partial && errors.As(err, &ne) && ne.Timeout() {
+		c.Conn.SetWriteDeadline(time.Now().Add(time.Second))
+		io.WriteString(c.Conn, "HTTP/1.1 408 Request Timeout\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 35\r\nConnection: close\r\n\r\nthe request did not arrive in time\n")
 	}
 	return n, err
 }

@@ -130,3 +130,43 @@ func TestStopEndsFollowing(t *testing.T) {
 		t.Fatal("bytes read after Stop were followed as a request")
 	}
 }
+
+// A head that stops arriving is answered 408 and closed; an idle
+// connection is closed quietly.
+func TestSlowHeadAnswered408(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{ReadHeaderTimeout: 300 * time.Millisecond, IdleTimeout: 300 * time.Millisecond, ConnContext: ConnContext,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })}
+	go srv.Serve(Listener(ln))
+	defer srv.Close()
+	read := func(send string) string {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		io.WriteString(c, send)
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		b, err := io.ReadAll(c)
+		if err != nil {
+			t.Fatalf("%q: %v (the server did not close)", send, err)
+		}
+		return string(b)
+	}
+	if got := read("GET / HTTP/1.1\r\nHost: x\r\n"); !strings.HasPrefix(got, "HTTP/1.1 408 ") || !strings.HasSuffix(got, "did not arrive in time\n") {
+		t.Fatalf("slow head: %q", got)
+	}
+	if got := read("GET / HT"); !strings.HasPrefix(got, "HTTP/1.1 408 ") {
+		t.Fatalf("slow request line: %q", got)
+	}
+	if got := read(""); got != "" {
+		t.Fatalf("idle connection: %q", got)
+	}
+	// The twin: a whole request, then idle: its answer, then a quiet close.
+	if got := read("GET / HTTP/1.1\r\nHost: x\r\n\r\n"); !strings.HasPrefix(got, "HTTP/1.1 200 ") || strings.Contains(got, "408") {
+		t.Fatalf("whole request: %q", got)
+	}
+}
