@@ -116,6 +116,7 @@ func TestBrowserViews(t *testing.T) {
 	yaml := `version: 1
 repos:
   app: {path: ./app}
+  lib: {path: ./lib}
 providers:
   claude-code: {command: ` + fk.Claude + `}
 serve:
@@ -125,12 +126,14 @@ pipelines:
   work:
     steps: [agent, build, fetch]
     deliver:
+      repo: app
       merge: {into: main}
   hostile:
     steps: [evil_agent, evil_cmd]
     deliver:
+      repo: app
       push: {remote: nowhere}
-  broken: [fail]
+  broken: [split, fail]
 steps:
   agent:
     prompt: Write the notes file.
@@ -157,10 +160,14 @@ steps:
       P1: "` + payloadImg + `"
       P2: "` + payloadScript + `"
     run: [sh, -c, 'echo "$P1 $P2"; echo "$P2" >&2; echo "$P2" > "$P1.txt"; echo "$P2" > "$KUSAW_ARTIFACTS/$P1.html"']
+  split:
+    per_repo: true
+    repos: [app, lib]
+    run: [sh, -c, "echo in $(basename $PWD); echo err $(basename $PWD) >&2"]
   fail:
     run: [sh, -c, "exit 3"]
 `
-	dir := factoryDir(t, yaml, "app")
+	dir := factoryDir(t, yaml, "app", "lib")
 	if err := secretstore.OpenDir(filepath.Join(dir, "secrets")).Set("agent.token", "fake-oauth-token-1234"); err != nil {
 		t.Fatal(err)
 	}
@@ -229,6 +236,14 @@ steps:
 		t.Fatalf("the hostile run %s: %s %s", p.evil, d.Run.State, d.Run.Message)
 	}
 	waitDetail(t, p.sp.client, p.broken, 60*time.Second)
+
+	t.Run("output per repo", func(t *testing.T) {
+		p.open(t, "#/runs/"+p.broken+"/split/1/output")
+		p.until(t, "one stdout and stderr per repo", `document.querySelectorAll("#output pre.output").length === 4 && document.getElementById("output-stderr-1").textContent.length > 0`)
+		if v := p.js(t, `[...document.querySelectorAll("#output pre.output")].map(e => e.id + "=" + e.textContent.trim()).join(",")`); v != "output-stdout=in app,output-stderr=err app,output-stdout-1=in lib,output-stderr-1=err lib" {
+			t.Errorf("per-repo output: %v", v)
+		}
+	})
 
 	t.Run("diff", func(t *testing.T) {
 		p.open(t, "#/runs/"+p.work)

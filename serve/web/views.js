@@ -378,7 +378,9 @@ function attemptPanel(runId, want) {
     picker.replaceChildren(el("span", { class: "muted", text: "attempt: " }), ...attempts.map(x =>
       el("a", { href: href(x, tab), class: "pick" + (x === a ? " on" : "") + " s-" + (x.outcome || "running"), text: `${x.step} #${x.attempt}` })));
     tabs.replaceChildren(...TABS.map(t => el("a", { href: href(a, t), class: "tab" + (t === tab ? " on" : ""), id: "tab-" + t, text: t })));
-    const k = `${a.step}/${a.attempt}/${tab}`;
+    // The output view is drawn again once the attempt's processes are
+    // known (per_repo: one pair of logs per repo).
+    const k = `${a.step}/${a.attempt}/${tab}` + (tab === "output" ? "/" + a.processes.length : "");
     if (k !== key) {
       if (view && view.stop) view.stop();
       key = k;
