@@ -125,13 +125,19 @@ func (s *Server) NewToken(addr string) (Token, error) {
 // auth is the server's only way in.
 type auth struct{ s *Server }
 
-// Permissions: serve may do anything; a worker may use JetStream and its
-// attempts' subjects but never publish work; a joining worker may only ask
-// to enroll.
+// Permissions: serve may do anything; a worker may use JetStream and send
+// events, results and secrets requests under its own name only (serve
+// reads the sender from the subject), but never publish work nor change or
+// empty a stream; a joining worker may only ask to enroll.
 func workerPerms(name string) *server.Permissions {
 	return &server.Permissions{
-		Publish: &server.SubjectPermission{Allow: []string{"$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "$KV." + ClaimsBucket + ".>",
-			"$KV." + WorkersBucket + "." + name, "$O." + ObjectsBucket + ".>", subjEvents + ">", subjResult + ">", subjSecrets + ">", "_INBOX.>"}},
+		Publish: &server.SubjectPermission{
+			Allow: []string{"$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "$KV." + ClaimsBucket + ".>",
+				"$KV." + WorkersBucket + "." + name, "$O." + ObjectsBucket + ".>",
+				EventsSubject("*", name), ResultSubject("*", name), SecretsSubject("*", name), "_INBOX.>"},
+			Deny: []string{"$JS.API.STREAM.CREATE.>", "$JS.API.STREAM.UPDATE.>", "$JS.API.STREAM.DELETE.>",
+				"$JS.API.STREAM.PURGE.>", "$JS.API.STREAM.MSG.DELETE.>"},
+		},
 		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>", subjCancel + ">"}},
 	}
 }

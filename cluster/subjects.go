@@ -15,9 +15,9 @@ const (
 
 	SubjEnroll  = "kusaw.enroll"     // request: a token's secret for an enrollment
 	subjWork    = "kusaw.work."      // + pool
-	subjEvents  = "kusaw.events."    // + attempt key
-	subjResult  = "kusaw.result."    // + attempt key
-	subjSecrets = "kusaw.secrets."   // + attempt key: request secrets, sealed
+	subjEvents  = "kusaw.events."    // + attempt key + "." + worker
+	subjResult  = "kusaw.result."    // + attempt key + "." + worker
+	subjSecrets = "kusaw.secrets."   // + attempt key + "." + worker: request secrets, sealed
 	subjCancel  = "kusaw.cancel."    // + attempt key
 	EnrollUser  = "kusaw-enrollment" // the user name a joining worker connects with
 )
@@ -25,12 +25,28 @@ const (
 // WorkSubject is the work queue subject of a pool.
 func WorkSubject(pool string) string { return subjWork + pool }
 
-// EventsSubject, ResultSubject, SecretsSubject and CancelSubject name an
-// attempt's subjects.
-func EventsSubject(key string) string  { return subjEvents + key }
-func ResultSubject(key string) string  { return subjResult + key }
-func SecretsSubject(key string) string { return subjSecrets + key }
-func CancelSubject(key string) string  { return subjCancel + key }
+// EventsSubject, ResultSubject and SecretsSubject name what a worker sends
+// about an attempt. The worker's name is the subject's last token, and a
+// worker's permissions let it publish only under its own name, so serve
+// knows who sent a message from its subject, never from what it says
+// (AnyWorker subscribes to them all). CancelSubject is serve's.
+func EventsSubject(key, worker string) string  { return subjEvents + key + "." + worker }
+func ResultSubject(key, worker string) string  { return subjResult + key + "." + worker }
+func SecretsSubject(key, worker string) string { return subjSecrets + key + "." + worker }
+func CancelSubject(key string) string          { return subjCancel + key }
+
+// AnyWorker stands for the worker token in a subscription.
+const AnyWorker = "*"
+
+// SenderOf is the worker a message on an events, result or secrets subject
+// came from: its last token, which NATS let only that worker publish.
+func SenderOf(subject string) string {
+	parts := strings.Split(subject, ".")
+	if len(parts) != 4 {
+		return ""
+	}
+	return parts[3]
+}
 
 // Key turns an attempt id (<run>/<step>/<n>) into one subject token and KV
 // key: run ids and step ids have no dots or slashes, so "/" becomes "_".

@@ -158,7 +158,7 @@ func (d *Dispatcher) alive(worker string, claimedAt time.Time) bool {
 // one that arrives after serve gave up on the attempt.
 func (d *Dispatcher) lateResult(m *nats.Msg) {
 	var r cluster.Result
-	if json.Unmarshal(m.Data, &r) != nil {
+	if json.Unmarshal(m.Data, &r) != nil || r.Worker != cluster.SenderOf(m.Subject) {
 		return
 	}
 	d.mu.Lock()

@@ -61,7 +61,7 @@ func (d *Dispatcher) Run(ctx context.Context, spec *record.AttemptSpec, job reco
 	results := make(chan *nats.Msg, 4)
 	secrets := make(chan *nats.Msg, 4)
 	var subs []*nats.Subscription
-	for subj, ch := range map[string]chan *nats.Msg{cluster.EventsSubject(key): events, cluster.ResultSubject(key): results, cluster.SecretsSubject(key): secrets} {
+	for subj, ch := range map[string]chan *nats.Msg{cluster.EventsSubject(key, cluster.AnyWorker): events, cluster.ResultSubject(key, cluster.AnyWorker): results, cluster.SecretsSubject(key, cluster.AnyWorker): secrets} {
 		s, err := d.o.NC.ChanSubscribe(subj, ch)
 		if err != nil {
 			return record.RemoteResult{Message: err.Error()}
@@ -98,6 +98,24 @@ func (d *Dispatcher) Run(ctx context.Context, spec *record.AttemptSpec, job reco
 		}
 		job.Emit("cluster.claimed", map[string]any{"worker": holder.Worker, "token": token})
 	}
+	// The first claim serve sees holds the attempt until it ends. Any
+	// worker can write the claims bucket, so a later change there never
+	// makes another worker the holder: serve alone ends a claim (Revoke),
+	// and the attempt is then over. Who sent a message is its subject's.
+	pin := func(c cluster.Claim, tok uint64) {
+		holder, token = c, tok
+		claimedNow()
+	}
+	stale := func(worker string, tok uint64) bool {
+		if token != 0 {
+			return worker != holder.Worker || tok != token
+		}
+		if d.o.H.Fenced(context.WithoutCancel(ctx), spec.ID, worker, tok) {
+			return true
+		}
+		pin(cluster.Claim{Worker: worker, Attempt: spec.ID, At: time.Now()}, tok)
+		return false
+	}
 	startedSeen := false
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
@@ -114,18 +132,14 @@ func (d *Dispatcher) Run(ctx context.Context, spec *record.AttemptSpec, job reco
 			_ = d.o.H.Revoke(context.WithoutCancel(ctx), spec.ID)
 			return record.RemoteResult{Worker: holder.Worker, Token: token, Message: "canceled; the worker did not report"}
 		case m := <-secrets:
-			d.answerSecrets(ctx, m, spec, job)
+			d.answerSecrets(ctx, m, spec, job, stale)
 		case m := <-events:
 			var ev cluster.Event
-			if json.Unmarshal(m.Data, &ev) != nil || ev.Attempt != spec.ID {
+			if json.Unmarshal(m.Data, &ev) != nil || ev.Attempt != spec.ID || ev.Worker != cluster.SenderOf(m.Subject) {
 				continue
 			}
-			if d.o.H.Fenced(context.WithoutCancel(ctx), spec.ID, ev.Worker, ev.Token) {
+			if stale(ev.Worker, ev.Token) {
 				continue // a stale holder's event: never written
-			}
-			if token == 0 {
-				holder, token = cluster.Claim{Worker: ev.Worker, Attempt: spec.ID, At: time.Now()}, ev.Token
-				claimedNow()
 			}
 			switch ev.Type {
 			case record.EvAttemptStarted, record.EvAttemptFinished, record.EvCommitted, record.EvBranchAdvanced:
@@ -143,29 +157,24 @@ func (d *Dispatcher) Run(ctx context.Context, spec *record.AttemptSpec, job reco
 			job.Emit(ev.Type, data)
 		case m := <-results:
 			var r cluster.Result
-			if json.Unmarshal(m.Data, &r) != nil || r.Attempt != spec.ID {
+			if json.Unmarshal(m.Data, &r) != nil || r.Attempt != spec.ID || r.Worker != cluster.SenderOf(m.Subject) {
 				continue
 			}
-			if d.o.H.Fenced(context.WithoutCancel(ctx), spec.ID, r.Worker, r.Token) {
+			if stale(r.Worker, r.Token) {
 				d.recordFenced(r, "stale fencing token")
 				job.Emit("cluster.fenced", map[string]any{"worker": r.Worker, "token": r.Token})
 				continue
-			}
-			if token != r.Token {
-				holder, token = cluster.Claim{Worker: r.Worker, Attempt: spec.ID, At: time.Now()}, r.Token
-				claimedNow()
 			}
 			res := d.accept(context.WithoutCancel(ctx), spec, job, r, tmp)
 			_ = d.o.H.Revoke(context.WithoutCancel(ctx), spec.ID)
 			return res
 		case <-tick.C:
-			c, tok, err := d.o.H.Holder(ctx, spec.ID)
-			if err != nil || tok == 0 {
-				continue
-			}
-			if tok != token {
-				holder, token = c, tok
-				claimedNow()
+			if token == 0 {
+				c, tok, err := d.o.H.Holder(ctx, spec.ID)
+				if err != nil || tok == 0 {
+					continue
+				}
+				pin(c, tok)
 			}
 			if !d.alive(holder.Worker, holder.At) {
 				_ = d.o.H.Revoke(context.WithoutCancel(ctx), spec.ID)
@@ -180,13 +189,13 @@ func (d *Dispatcher) Run(ctx context.Context, spec *record.AttemptSpec, job reco
 
 // answerSecrets seals the attempt's secrets to the current holder's curve
 // key; anyone else gets nothing.
-func (d *Dispatcher) answerSecrets(ctx context.Context, m *nats.Msg, spec *record.AttemptSpec, job record.RemoteJob) {
+func (d *Dispatcher) answerSecrets(ctx context.Context, m *nats.Msg, spec *record.AttemptSpec, job record.RemoteJob, stale func(string, uint64) bool) {
 	reply := func(r cluster.SecretsReply) {
 		b, _ := json.Marshal(r)
 		_ = m.Respond(b)
 	}
 	var req cluster.SecretsRequest
-	if json.Unmarshal(m.Data, &req) != nil || req.Attempt != spec.ID || d.o.H.Fenced(ctx, spec.ID, req.Worker, req.Token) {
+	if json.Unmarshal(m.Data, &req) != nil || req.Attempt != spec.ID || req.Worker != cluster.SenderOf(m.Subject) || stale(req.Worker, req.Token) {
 		reply(cluster.SecretsReply{Error: "not the attempt's holder"})
 		return
 	}

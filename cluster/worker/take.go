@@ -64,7 +64,7 @@ func (w *Worker) take(ctx context.Context, msg jetstream.Msg) {
 	b, _ := json.Marshal(res)
 	pctx, pcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer pcancel()
-	if _, err := w.h.JS.Publish(pctx, cluster.ResultSubject(key), b); err != nil {
+	if _, err := w.h.JS.Publish(pctx, cluster.ResultSubject(key, w.id.Name), b); err != nil {
 		w.o.Logf("attempt %s: cannot report: %v", spec.ID, err)
 		return
 	}
@@ -201,7 +201,7 @@ func (w *Worker) fetchSecrets(ctx context.Context, id string, token uint64) (map
 	b, _ := json.Marshal(cluster.SecretsRequest{Attempt: id, Worker: w.id.Name, Token: token})
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	m, err := w.nc.RequestWithContext(rctx, cluster.SecretsSubject(cluster.Key(id)), b)
+	m, err := w.nc.RequestWithContext(rctx, cluster.SecretsSubject(cluster.Key(id), w.id.Name), b)
 	if err != nil {
 		return nil, err
 	}

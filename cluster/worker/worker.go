@@ -197,7 +197,7 @@ func (w *Worker) forward(ev record.Event) {
 		return
 	}
 	b, _ := json.Marshal(cluster.Event{Attempt: id, Worker: w.id.Name, Token: a.token, TS: ev.TS, Type: ev.Type, Data: ev.Data})
-	_ = w.nc.Publish(cluster.EventsSubject(cluster.Key(id)), b)
+	_ = w.nc.Publish(cluster.EventsSubject(cluster.Key(id), w.id.Name), b)
 }
 
 // Run takes attempts until ctx ends.
