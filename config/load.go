@@ -922,6 +922,14 @@ func (d *decoder) crossChecks(f *Factory) {
 	for _, pl := range f.Pipelines {
 		for _, id := range pl.StepIDs() {
 			used[id] = true
+			// The helpers a shape runs are used with it.
+			if s := f.Steps[id]; s != nil {
+				for _, h := range []string{s.OnFailure, s.Judge, s.Resolve} {
+					if h != "" {
+						used[h] = true
+					}
+				}
+			}
 		}
 	}
 	for _, id := range f.StepOrder {

@@ -24,6 +24,11 @@ steps:
 	if len(fs.Errors()) > 0 {
 		t.Fatal(fs.Errors())
 	}
+	for _, w := range fs.Warnings() {
+		if w.Code == config.WCodeUnusedStep {
+			t.Errorf("a helper a shape runs counted as unused: %s", w)
+		}
+	}
 	gs := Graphs(f)
 	if len(gs) != 1 {
 		t.Fatalf("graphs: %+v", gs)

@@ -443,6 +443,18 @@ func (v *Validator) secretChecks(f *config.Factory) config.Findings {
 	if up := f.Sandbox.Egress.UpstreamProxy; up != nil && up.Credentials != nil {
 		refs = append(refs, ref{up.Credentials.Key, "sandbox.egress.upstream_proxy.credentials"})
 	}
+	for i, n := range f.Notify {
+		if n.Secret != nil {
+			refs = append(refs, ref{n.Secret.Key, fmt.Sprintf("notify[%d].secret", i)})
+		}
+	}
+	for _, name := range f.PipelineOrder {
+		for i, n := range f.Pipelines[name].Notify {
+			if n.Secret != nil {
+				refs = append(refs, ref{n.Secret.Key, fmt.Sprintf("pipelines.%s.notify[%d].secret", name, i)})
+			}
+		}
+	}
 	var out config.Findings
 	keys, err := v.Secrets.Keys()
 	if err != nil {

@@ -35,12 +35,20 @@ func TestValidateExamples(t *testing.T) {
 					Backend   string `json:"backend"`
 					Available *bool  `json:"available"`
 				} `json:"sandbox"`
+				Pipelines []struct {
+					Name  string
+					Nodes []struct{ ID, Step, Role string }
+					Edges []struct{ From, To, Kind string }
+				} `json:"pipelines"`
 			}
 			if err := json.Unmarshal(out.Bytes(), &r); err != nil {
 				t.Fatalf("not one JSON object: %v\n%s", err, out.String())
 			}
 			if r.OK == nil || !*r.OK || r.Errors == nil || r.Warnings == nil || len(r.Steps) == 0 {
 				t.Fatalf("shape wrong: %s", out.String())
+			}
+			if len(r.Pipelines) == 0 || r.Pipelines[0].Name == "" || len(r.Pipelines[0].Nodes) == 0 {
+				t.Fatalf("no pipeline graph: %s", out.String())
 			}
 			for _, w := range r.Warnings {
 				for _, k := range []string{"code", "path", "line", "column", "message", "fix"} {
