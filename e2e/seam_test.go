@@ -147,6 +147,9 @@ var seamAttacks = []struct {
 	{"reflog-dangling", `mkdir -p "$(dirname "$LOG")" && ln -sfn "$DIR/created-by-step" "$LOG" && echo done`, 1},
 	{"fifo-ref-folder", `mkfifo "$(dirname "$REF")/zz-fifo" && echo done`, 1},
 	{"fifo-git-dir", `mkfifo "$G/locked" && rm -f "$G/logs/HEAD" && mkfifo "$G/logs/HEAD" && echo done`, 1},
+	// The step's own commit object, in its private object folder, becomes
+	// a FIFO: kusaw's import must not open it.
+	{"fifo-object", `C=$(git rev-parse HEAD) && f=$GIT_OBJECT_DIRECTORY/$(echo $C | cut -c1-2)/$(echo $C | cut -c3-) && rm -f "$f" && mkfifo "$f" && mkdir -p "$GIT_OBJECT_DIRECTORY/info" && echo /nonexistent > "$GIT_OBJECT_DIRECTORY/info/alternates" && echo done`, 1},
 	// Attempt 1 fails and keeps its branch; attempt 2 moves that sibling
 	// to main behind a dangling link that sorts first.
 	{"sibling-dangling", `if [ "$KUSAW_ATTEMPT" = 1 ]; then exit 1; fi

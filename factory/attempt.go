@@ -817,6 +817,10 @@ func (a *attemptRun) takeStepRefs(repo string, wt *worktree.Worktree) error {
 	var more []worktree.Finding
 	var terr error
 	od := a.objectDir(repo)
+	if od != "" {
+		f, oerr := worktree.ScrubObjects(od)
+		found, err = append(found, f...), errors.Join(err, oerr)
+	}
 	if store := a.refStore(repo); store != "" {
 		more, terr = wt.AdoptFromStore(store, od)
 		if terr != nil && len(more) == 0 {

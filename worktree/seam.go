@@ -187,3 +187,24 @@ func (r *Repo) ownRef(ref string) (string, bool, error) {
 	}
 	return r.rd.ref(ref)
 }
+
+// ScrubObjects readies a step's private object folder for kusaw's import:
+// git opens its loose objects and packs by name, so links, FIFOs and the
+// like are removed first (Scrub), and so are the folder's own alternates
+// (info/alternates, info/http-alternates), which would point git at
+// folders the step chose.
+func ScrubObjects(objDir string) ([]Finding, error) {
+	found, err := Scrub(objDir)
+	for _, f := range []string{"alternates", "http-alternates"} {
+		p := filepath.Join(objDir, "info", f)
+		if _, lerr := os.Lstat(p); lerr == nil {
+			fd := Finding{Path: p, Kind: "alternates file", Action: "removed"}
+			if rerr := os.Remove(p); rerr != nil {
+				fd.Action = "refused (cannot remove: " + rerr.Error() + ")"
+				err = errors.Join(err, rerr)
+			}
+			found = append(found, fd)
+		}
+	}
+	return found, err
+}
