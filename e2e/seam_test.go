@@ -11,8 +11,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // The seam with the host (docs/sandbox.md, "What a step leaves behind"):
@@ -349,22 +347,8 @@ echo changed > README && echo new > new.txt && echo legit
 // pseudo-terminal and returns what the terminal received.
 func runOnTerminal(t *testing.T, dir string, args ...string) string {
 	t.Helper()
-	ptmx, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatalf("no pseudo-terminal here: %v", err)
-	}
+	ptmx, pts := openPTY(t)
 	defer ptmx.Close()
-	if err := unix.IoctlSetPointerInt(int(ptmx.Fd()), unix.TIOCSPTLCK, 0); err != nil {
-		t.Fatal(err)
-	}
-	n, err := unix.IoctlGetInt(int(ptmx.Fd()), unix.TIOCGPTN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pts, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var got bytes.Buffer
 	read := make(chan struct{})
 	go func() {
