@@ -200,7 +200,24 @@ func (p *Proxy) decide(ctx context.Context, pol Policy, rawHost string, port, de
 	}
 	if up := pol.Upstream; up != nil && !up.bypass(v.Host) {
 		v.Upstream = up.URL
-		return v
+		if !v.WouldRefuse {
+			return v // an entry names it: the upstream resolves it
+		}
+		// Audit mode: no entry vouches for the name, so the address guard
+		// needs its addresses. kusaw resolves and checks them, and the
+		// upstream is asked for the checked address (dialUpstream), never
+		// the name, which it could resolve elsewhere.
+		addrs, err := p.lookup(ctx, v.Host)
+		if err != nil || len(addrs) == 0 {
+			msg := "no address"
+			if err != nil {
+				msg = lookupMsg(err)
+			}
+			v.WouldRefuse = false
+			return v.refused(502, ReasonResolve, fmt.Sprintf("kusaw: cannot resolve %s: %s; audit mode checks the address of a host the allowlist lacks before the upstream proxy is asked", v.Host, msg),
+				fmt.Sprintf("add %s to %s, or set sandbox.egress.resolver to a DNS server that knows it", v.Host, pol.PolicyKey))
+		}
+		return decideAddrs(pol, v, addrs)
 	}
 	addrs, err := p.lookup(ctx, v.Host)
 	if err != nil || len(addrs) == 0 {

@@ -95,6 +95,11 @@ func (l *Lease) dialUpstream(ctx context.Context, t *target) (*meteredConn, *ref
 		c = tc
 	}
 	where := hostPort(t.host, t.port)
+	if len(t.addrs) > 0 {
+		// kusaw checked these (audit mode): the upstream dials one of
+		// them, not a name it might resolve to somewhere else.
+		where = netip.AddrPortFrom(t.addrs[0].Unmap(), uint16(t.port)).String()
+	}
 	req := "CONNECT " + where + " HTTP/1.1\r\nHost: " + where + "\r\n"
 	if up.Auth != "" {
 		req += "Proxy-Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte(up.Auth)) + "\r\n"

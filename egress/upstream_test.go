@@ -135,3 +135,56 @@ func TestUpstreamProxy(t *testing.T) {
 		})
 	}
 }
+
+// Audit mode behind an upstream proxy: a host no entry lists is admitted
+// to learn it, but the address guard still holds. A name the step controls
+// that points at a metadata or private address must be refused before the
+// upstream (which resolves names itself) is ever asked; a name that leads
+// to an admitted range goes through, to the address kusaw checked.
+func TestUpstreamAuditGuard(t *testing.T) {
+	plainUp := plainUpstream(t, http.HandlerFunc(hello))
+	pp := strconv.Itoa(portOf(t, plainUp.Addr().String()))
+	corp := startCorpProxy(t, false)
+	up := &Upstream{URL: "http://other.test:" + strconv.Itoa(portOf(t, corp.ln.Addr().String())), Auth: "builder:pw-4711"}
+	e := newEnv(t, Options{}, LeaseConfig{Allow: rules(t, "listed.test"), AllowRanges: loopback8, Upstream: up, Audit: true})
+	e.dns.set("other.test", "127.0.0.1")
+	e.dns.set("meta.evil.test", "169.254.169.254")
+	e.dns.set("inner.evil.test", "10.1.2.3")
+	e.dns.set("learn.test", "127.0.0.1")
+	for _, h := range []string{"meta.evil.test", "inner.evil.test", "nowhere.evil.test"} {
+		resp, err := e.client().Get("http://" + h + ":" + pp + "/")
+		if err == nil {
+			body := readBody(t, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				t.Errorf("%s: audit mode sent it through the upstream: %s %q", h, resp.Status, body)
+			}
+		}
+	}
+	if lines, _ := corp.seen(); len(lines) != 0 {
+		t.Fatalf("the upstream was asked for %q; a guarded address must be refused before it", lines)
+	}
+	// The twin: a host to learn, in an admitted range, goes through.
+	resp, err := e.client().Get("http://learn.test:" + pp + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := readBody(t, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(body, "hello") {
+		t.Fatalf("learn.test: %s %q", resp.Status, body)
+	}
+	if lines, _ := corp.seen(); len(lines) != 1 || lines[0] != "CONNECT 127.0.0.1:"+pp {
+		t.Fatalf("the upstream saw %q; want the checked address", lines)
+	}
+	e.l.Close()
+	var would bool
+	for _, d := range e.rec.all() {
+		if d.Host == "learn.test" && d.Decision == WouldRefuse {
+			would = true
+		}
+	}
+	if !would {
+		t.Errorf("learn.test is not logged would_refuse: %+v", e.rec.all())
+	}
+}
