@@ -59,11 +59,18 @@ func (s *Server) apiDiff(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := RunDiff{Repo: repo.Name, Branch: repo.Branch, Base: repo.BaseSHA, Files: []DiffFile{}}
+	// A finished run's record names where its branch ended. While it runs
+	// the record can lag behind the branch (it is saved after the branch
+	// moves), so the branch itself is read.
 	head := repo.HeadSHA
-	if head == "" {
-		if head, err = resolveHead(r.Context(), repo.Path, repo.Branch); err != nil {
+	if head == "" || !rec.State.Final() {
+		live, err := resolveHead(r.Context(), repo.Path, repo.Branch)
+		if err != nil {
 			apiError(w, http.StatusInternalServerError, "diff_failed", err.Error(), "check that the repo at "+repo.Path+" is still there")
 			return
+		}
+		if live != "" {
+			head = live
 		}
 	}
 	d.Head = head
