@@ -47,7 +47,11 @@ func OpenState(dir string) (*State, error) {
 	// 0755; what lies below is then out of other users' reach too.
 	for _, d := range []string{dir, filepath.Join(dir, record.RunsDir), filepath.Join(dir, record.ActiveDir)} {
 		if err := os.Chmod(d, record.DirMode()); err != nil {
-			return nil, fmt.Errorf("cannot make %s private: %v (fix: check who owns state_dir)", d, err)
+			// A folder kusaw cannot change (another user's) is used as
+			// it is, unless it is more open than the factory allows.
+			if fi, serr := os.Stat(d); serr != nil || fi.Mode().Perm()&^record.DirMode() != 0 {
+				return nil, fmt.Errorf("cannot make %s private: %v (fix: chmod %o %s as its owner, or set state_dir_mode)", d, err, record.DirMode(), d)
+			}
 		}
 	}
 	s := &State{Dir: dir}
