@@ -54,7 +54,6 @@ func (l *Lease) acceptHandOver() {
 		ok := l.handOver(c)
 		c.Close()
 		if ok {
-			l.unixLn.Close()
 			return
 		}
 	}
@@ -132,6 +131,9 @@ func (l *Lease) handOver(c *net.UnixConn) bool {
 			return fail("the lease is closed")
 		}
 	}
+	// Checked: the hand-over socket goes before the lease is ready, so
+	// nothing can hand over a second listener once the step may run.
+	l.unixLn.Close()
 	if !l.addListener(lns[0]) {
 		return fail("the lease is closed")
 	}
