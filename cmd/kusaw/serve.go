@@ -38,7 +38,8 @@ stored as serve.token (kusaw config set serve.token --secret), and the web
 page opens at http://ADDR/?token=TOKEN.
 
 API: GET /v1/health; POST /v1/runs {"pipeline","params"}; GET /v1/runs;
-GET /v1/runs/ID; POST /v1/runs/ID/cancel; GET /v1/runs/ID/events (SSE);
+GET /v1/runs/ID; POST /v1/runs/ID/cancel; POST /v1/runs/ID/approve and
+/reject {"step","reason"} (a run waiting at a gate); GET /v1/runs/ID/events (SSE);
 GET /v1/runs/ID/log?path=steps/STEP/N/stdout.log&offset=0;
 GET /v1/runs/ID/attempts/STEP/N/egress.
 
