@@ -89,6 +89,7 @@ const (
 	WCodeResolveUnused    = "W11"
 	WCodeUnsandboxedAfter = "W12"
 	WCodePoolNeverOffered = "W13"
+	WCodeCacheUnsandboxed = "W14"
 )
 
 // CodeInfo describes every finding code.
@@ -138,6 +139,7 @@ var CodeInfo = []struct{ Code, Meaning string }{
 	{WCodeRetryOnce, "retry rules on a step with one attempt: nothing is retried"},
 	{WCodeResolveUnused, "resolve on a step that runs alone: there is nothing to merge"},
 	{WCodeUnsandboxedAfter, "a step that runs outside the sandbox comes after a sandboxed step: it runs, on the host, code the sandboxed step may have written"},
+	{WCodeCacheUnsandboxed, "a cache a sandboxed step writes is used by a step outside the sandbox: that step runs, on the host, what the sandboxed one left in it"},
 	{WCodePoolNeverOffered, "a step's pool that no worker has ever offered (or a pool without serve.cluster): its attempts would wait"},
 }
 

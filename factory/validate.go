@@ -106,6 +106,7 @@ func (v *Validator) Validate(f *config.Factory, fs config.Findings) Report {
 	fs = append(fs, providerArgChecks(f)...)
 	fs = append(fs, v.envProxyCheck(f)...)
 	fs = append(fs, unsandboxedAfterChecks(f)...)
+	fs = append(fs, cacheSharedChecks(f)...)
 	fs = append(fs, v.poolChecks(f)...)
 	fs.Sort()
 	r.Errors = fs.Errors()
@@ -562,6 +563,56 @@ func unsandboxedAfterChecks(f *config.Factory) config.Findings {
 					first = id
 				}
 			}
+		}
+	}
+	return out
+}
+
+// cacheSharedChecks warns (W14) on a step outside the sandbox that uses a
+// cache folder a sandboxed step also uses, in any pipeline: caches outlive
+// runs, and what a sandboxed step leaves there (a Go toolchain in
+// GOMODCACHE, a config.toml in CARGO_HOME) the host's tools then run.
+func cacheSharedChecks(f *config.Factory) config.Findings {
+	var out config.Findings
+	sandboxedBy := map[string]string{} // cache path -> a sandboxed step using it
+	ids := make([]string, 0, len(f.Steps))
+	for id := range f.Steps {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	sandboxed := func(s *config.Step) bool {
+		for _, repos := range f.Attempts(s) {
+			if m, _ := f.EffectiveMode(s, repos); m == config.ModeRequired {
+				return true
+			}
+		}
+		return false
+	}
+	for _, id := range ids {
+		if s := f.Steps[id]; sandboxed(s) {
+			for _, c := range f.StepCaches(s) {
+				if sandboxedBy[c.Path] == "" {
+					sandboxedBy[c.Path] = id
+				}
+			}
+		}
+	}
+	for _, id := range ids {
+		s := f.Steps[id]
+		if sandboxed(s) {
+			continue
+		}
+		for _, c := range f.StepCaches(s) {
+			by := sandboxedBy[c.Path]
+			if by == "" {
+				continue
+			}
+			path := "steps." + id
+			pos := f.PosOf(path)
+			out = append(out, config.Finding{Code: config.WCodeCacheUnsandboxed, Severity: config.SevWarning, Path: path, Line: pos.Line, Column: pos.Column, File: f.Path,
+				Message: fmt.Sprintf("step %s runs outside the sandbox with cache %s, which sandboxed step %s writes: it runs, on the host, what %s left there", id, c.Name, by, by),
+				Fix:     fmt.Sprintf("set steps.%s.sandbox: required, or give it a cache of its own (steps.%s.caches: {%s: {path: ...}})", id, id, c.Name)})
+			break
 		}
 	}
 	return out

@@ -1,6 +1,7 @@
 package factory
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/kusaw/kusaw/config"
@@ -41,6 +42,38 @@ func TestValidateUnsandboxedAfterSandboxed(t *testing.T) {
 		}
 		if len(got) != len(c.want) || len(got) > 0 && got[0] != c.want[0] {
 			t.Errorf("pipeline %s: warned %v, want %v", c.pipeline, got, c.want)
+		}
+	}
+}
+
+// W14: a cache shared by a sandboxed step and a step outside the sandbox
+// carries what the sandboxed step left (a toolchain in GOMODCACHE, a
+// config.toml in CARGO_HOME) to the host; validate warns on the outside
+// step. A cache of its own, or only sandboxed users, is the twin.
+func TestValidateCacheSharedWithUnsandboxed(t *testing.T) {
+	for _, c := range []struct {
+		steps string
+		want  []string
+	}{
+		{"  a: {run: [\"true\"], sandbox: required}\n  b: {run: [\"true\"], sandbox: \"off\"}\ncaches: [go, cargo]\n", []string{"b"}},
+		{"  a: {run: [\"true\"], sandbox: required, caches: [cargo]}\n  b: {run: [\"true\"], sandbox: \"off\", caches: [cargo]}\n", []string{"b"}},
+		{"  a: {run: [\"true\"], sandbox: required, caches: [cargo]}\n  b: {run: [\"true\"], sandbox: \"off\", caches: {cargo: {path: ./host-cargo}}}\n", nil},
+		{"  a: {run: [\"true\"], sandbox: required}\n  b: {run: [\"true\"], sandbox: required}\ncaches: [go]\n", nil},
+		{"  a: {run: [\"true\"], sandbox: required, caches: [go]}\n  b: {run: [\"true\"], sandbox: \"off\"}\n", nil},
+	} {
+		f := parseFactory(t, "version: 1\nrepos: {}\npipelines: {default: [a, b]}\nsteps:\n"+c.steps)
+		r := (&Validator{Getenv: func(string) string { return "" }}).Validate(f, nil)
+		var got []string
+		for _, w := range r.Warnings {
+			if w.Code == config.WCodeCacheUnsandboxed {
+				got = append(got, w.Path[len("steps."):])
+				if w.Line == 0 || !strings.Contains(w.Fix, "steps.b.sandbox: required") {
+					t.Errorf("W14 %+v", w)
+				}
+			}
+		}
+		if strings.Join(got, ",") != strings.Join(c.want, ",") {
+			t.Errorf("%s: W14 on %v, want %v", c.steps, got, c.want)
 		}
 	}
 }
