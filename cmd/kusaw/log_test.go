@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -125,5 +126,51 @@ func TestLogVerifyWithoutKey(t *testing.T) {
 	code, _, errs := runKusaw("log", "verify", f)
 	if code != 5 || !strings.Contains(errs, "no log-signing key") || !strings.Contains(errs, "--key") {
 		t.Fatalf("%d %q", code, errs)
+	}
+}
+
+// A resumed run's events continue after its first final seal; cut back to
+// that seal, the file alone still verifies as closed, but verify checks it
+// against the last seal run.json names.
+func TestLogVerifyRunCutBack(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "store")
+	t.Setenv(secretstore.DirEnv, store)
+	key, err := chainlog.LoadOrCreateKey(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runDir := filepath.Join(t.TempDir(), ".kusaw", "runs", "20261201-100000-abcd")
+	os.MkdirAll(runDir, 0o700)
+	path := filepath.Join(runDir, "events.jsonl")
+	opts := chainlog.Options{Binding: chainlog.Binding{Run: "20261201-100000-abcd", Kind: chainlog.KindEvents}, SealInterval: -1}
+	w, err := chainlog.Create(path, key, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Append(map[string]any{"seq": 1, "type": "run.finished", "data": map[string]any{"state": "interrupted"}})
+	w.Close()
+	first, _ := os.ReadFile(path)
+	w, err = chainlog.Open(path, key, opts) // serve.resume continues it
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Append(map[string]any{"seq": 2, "type": "run.finished", "data": map[string]any{"state": "failed"}})
+	w.Close()
+	seal := w.LastSeal()
+	rec, _ := json.Marshal(map[string]any{"id": "20261201-100000-abcd", "state": "failed", "events_seal": seal})
+	os.WriteFile(filepath.Join(runDir, "run.json"), rec, 0o600)
+
+	if code, out, _ := runKusaw("log", "verify", "--strict", path); code != 0 || !strings.Contains(out, "at its place") {
+		t.Fatalf("untouched resumed run: %d %q", code, out)
+	}
+	os.WriteFile(path, first, 0o600) // the resumed part, with the real outcome, cut off
+	code, out, _ := runKusaw("log", "verify", "--strict", path)
+	if code != 7 || !strings.Contains(out, "run.json names the events' last seal at line") || !strings.Contains(out, "cut back") {
+		t.Fatalf("cut back to the first final seal: %d %q", code, out)
+	}
+	// run.json edited to forget the seal of a run that ended: refused too.
+	os.WriteFile(filepath.Join(runDir, "run.json"), []byte(`{"id":"20261201-100000-abcd","state":"failed"}`), 0o600)
+	if code, out, _ := runKusaw("log", "verify", path); code != 7 || !strings.Contains(out, "names no last seal") {
+		t.Fatalf("run.json without events_seal: %d %q", code, out)
 	}
 }
