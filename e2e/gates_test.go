@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -244,52 +245,63 @@ func TestGateApprovedOnWebPage(t *testing.T) {
 }
 
 // TestShapeAttacks: from inside the sandbox, a step cannot approve the gate
-// after it (the decision file's folder is not the step's to write), and a
-// fixer cannot change the hand-off folder it reads; the legitimate twins
-// (an approval through the CLI, reading the hand-off) are in
-// TestGateApprovedThroughCLI and TestShapeFixLoopAndRetryRules.
+// after it (the decision file's folder is not the step's to write: the gate
+// times out instead of passing), and a fixer cannot change the hand-off
+// folder it reads, while reading it works (the legitimate twin: the fix
+// loop passes). As root and as uid 65534.
 func TestShapeAttacks(t *testing.T) {
-	dir := shapeFactory(t, "  default: [build, deploy]\n", `  build:
+	needSandbox(t)
+	for _, uid := range seamUIDs() {
+		t.Run(fmt.Sprintf("uid%d", uid), func(t *testing.T) {
+			dir, _ := seamDir(t, uid)
+			writeFile(t, filepath.Join(dir, "factory.yaml"), `version: 1
+repos:
+  app: {path: ./app}
+sandbox: {mode: required}
+pipelines:
+  default: [build, deploy]
+steps:
+  build:
     run: [sh, -c, 'run=$KUSAW_ARTIFACTS/../../../..; for f in gate-deploy-1.json ../gate-deploy-1.json; do printf "{\"step\":\"deploy\",\"approve\":true,\"by\":\"step\"}" > "$run/$f" 2>/dev/null && echo "WROTE $f"; done; ln -s /dev/null "$run/gate-deploy-1.json" 2>/dev/null && echo LINKED; echo tried']
   deploy:
-    gate: "deploy?"
+    gate: {message: "deploy?", timeout: 1s}
     run: [sh, -c, "echo d > d.txt"]
 `)
-	cmd, out, errb := startKusaw(t, dir, "run")
-	id := waitWaiting(t, dir)
-	if got := readFile(t, filepath.Join(dir, ".kusaw", "runs", id, "steps", "build", "1", "stdout.log")); got != "tried\n" {
-		t.Fatalf("the step reached the run's folder: %q", got)
-	}
-	if _, err := os.Lstat(filepath.Join(dir, ".kusaw", "runs", id, "gate-deploy-1.json")); err == nil {
-		t.Fatal("a decision file appeared from inside the sandbox")
-	}
-	time.Sleep(300 * time.Millisecond)
-	if d := loadDetail(t, dir, id); d.State != "waiting" {
-		t.Fatalf("the run left its gate without a decision: %+v", d)
-	}
-	if res := runKusaw(t, dir, "reject", id, "--reason", "done testing"); res.code != 0 {
-		t.Fatalf("reject: %s%s", res.stdout, res.stderr)
-	}
-	t0 := time.Now()
-	_ = cmd.Wait()
-	t.Logf("wait %s %s %s", time.Since(t0), out.String(), errb.String())
+			res := runKusawAs(t, uid, 2*time.Minute, dir, "run")
+			id := onlyRun(t, dir)
+			if got := readFile(t, filepath.Join(dir, ".kusaw", "runs", id, "steps", "build", "1", "stdout.log")); got != "tried\n" {
+				t.Fatalf("the step reached the run's folder: %q", got)
+			}
+			if d := loadDetail(t, dir, id); res.code == 0 || d.Reason != string(status.ReasonGateTimeout) {
+				t.Fatalf("the gate did not wait for a decision: exit %d, %+v\n%s%s", res.code, d, res.stdout, res.stderr)
+			}
 
-	dir = shapeFactory(t, "  default: [check]\n", `  check:
+			dir, _ = seamDir(t, uid)
+			writeFile(t, filepath.Join(dir, "factory.yaml"), `version: 1
+repos:
+  app: {path: ./app}
+sandbox: {mode: required}
+pipelines:
+  default: [check]
+steps:
+  check:
     attempts: 2
     on_failure: fixer
     run: [sh, -c, "test -f fixed.txt || { echo missing; exit 1; }"]
   fixer:
-    run: [sh, -c, 'for f in outcome stdout.log.tail new; do echo forged > "$KUSAW_PREVIOUS_DIR/$f" 2>/dev/null && echo "WROTE $f"; done; echo yes > fixed.txt']
+    run: [sh, -c, 'grep -q missing "$KUSAW_PREVIOUS_DIR/stdout.log.tail" || exit 9; for f in outcome stdout.log.tail new; do echo forged > "$KUSAW_PREVIOUS_DIR/$f" 2>/dev/null && echo "WROTE $f"; done; echo yes > fixed.txt']
 `)
-	if res := runKusaw(t, dir, "run"); res.code != 0 {
-		t.Fatalf("fix loop: %d\n%s%s", res.code, res.stdout, res.stderr)
-	}
-	id = onlyRun(t, dir)
-	if got := readFile(t, filepath.Join(dir, ".kusaw", "runs", id, "steps", "fixer", "1", "stdout.log")); strings.Contains(got, "WROTE") {
-		t.Fatalf("the fixer wrote into the hand-off folder: %q", got)
-	}
-	if got := readFile(t, filepath.Join(dir, ".kusaw", "runs", id, "steps", "check", "1", "handoff", "stdout.log.tail")); got != "missing\n" {
-		t.Fatalf("the hand-off folder changed: %q", got)
+			if res := runKusawAs(t, uid, 2*time.Minute, dir, "run"); res.code != 0 {
+				t.Fatalf("fix loop: %d\n%s%s", res.code, res.stdout, res.stderr)
+			}
+			id = onlyRun(t, dir)
+			if got := readFile(t, filepath.Join(dir, ".kusaw", "runs", id, "steps", "fixer", "1", "stdout.log")); strings.Contains(got, "WROTE") {
+				t.Fatalf("the fixer wrote into the hand-off folder: %q", got)
+			}
+			if got := readFile(t, filepath.Join(dir, ".kusaw", "runs", id, "steps", "check", "1", "handoff", "stdout.log.tail")); got != "missing\n" {
+				t.Fatalf("the hand-off folder changed: %q", got)
+			}
+		})
 	}
 }
 
