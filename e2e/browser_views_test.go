@@ -112,6 +112,17 @@ func TestBrowserViews(t *testing.T) {
       egress:
         allow: ["localhost:%s"]`, upPort, upPort)
 	}
+	// A request whose host holds markup: the proxy refuses it and logs
+	// the host as far as it read it ("x<img").
+	evilNet := `    run: [sh, -c, "echo no sandbox here"]`
+	if p.sandboxed {
+		evilNet = `    run: [sh, -c, "curl -s -o /dev/null -x \"$HTTP_PROXY\" --request-target 'http://x<img/src=x/onerror=document.body.dataset.pwned=3>.invalid/' http://a.invalid/; true"]
+    sandbox:
+      mode: required
+      network: allowlist
+      egress:
+        allow: ["example.com"]`
+	}
 	marker := filepath.Join(t.TempDir(), "go-on")
 	yaml := `version: 1
 repos:
@@ -129,7 +140,7 @@ pipelines:
       repo: app
       merge: {into: main}
   hostile:
-    steps: [evil_agent, evil_cmd]
+    steps: [evil_agent, evil_cmd, evil_net]
     deliver:
       repo: app
       push: {remote: nowhere}
@@ -166,6 +177,8 @@ steps:
     run: [sh, -c, "echo in $(basename $PWD); echo err $(basename $PWD) >&2"]
   fail:
     run: [sh, -c, "exit 3"]
+  evil_net:
+` + evilNet + `
 `
 	dir := factoryDir(t, yaml, "app", "lib")
 	if err := secretstore.OpenDir(filepath.Join(dir, "secrets")).Set("agent.token", "fake-oauth-token-1234"); err != nil {
@@ -383,6 +396,14 @@ steps:
 			t.Errorf("hostile artifact download: %v", v)
 		}
 		p.notPwned(t)
+		if p.sandboxed {
+			p.open(t, "#/runs/"+p.evil+"/evil_net/1/egress")
+			p.until(t, "the hostile egress decision", `document.querySelectorAll("#egress-log tbody tr").length === 1`)
+			if v := p.js(t, `[...document.querySelector("#egress-log tbody tr").children].map(td => td.textContent).slice(2).join("|")`); !strings.HasPrefix(fmt.Sprint(v), "x<img|80|refuse|host.invalid|") || !strings.Contains(fmt.Sprint(v), `"x<img" is not a valid host name`) {
+				t.Errorf("hostile egress row: %v", v)
+			}
+			p.notPwned(t)
+		}
 		screenshot(t, p.c, "view-hostile.png")
 	})
 
