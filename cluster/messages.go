@@ -48,7 +48,11 @@ type Heartbeat struct {
 	Running     []Running `json:"running"`
 	Version     string    `json:"version,omitempty"`
 	Started     time.Time `json:"started"` // the worker process's start: a restart shows here
-	TS          time.Time `json:"ts"`
+	// Have are, per repo, commits the worker's cache holds (the latest
+	// first, a few dozen): serve bundles a base against what every live
+	// worker of the pool has.
+	Have map[string][]string `json:"have,omitempty"`
+	TS   time.Time           `json:"ts"`
 }
 
 // Running is an attempt a worker holds, with its token.
@@ -75,3 +79,18 @@ const (
 	ArtifactsTar = "artifacts.tar"
 	WorkerEvents = "worker-events.jsonl" // the worker's own sealed copy
 )
+
+// BundleRequest asks serve for a full bundle of a repo's base: the worker
+// lacks a commit the incremental bundle needs (its cache was lost).
+type BundleRequest struct {
+	Attempt string `json:"attempt"`
+	Worker  string `json:"worker"`
+	Token   uint64 `json:"token"`
+	Repo    string `json:"repo"`
+}
+
+// BundleReply names the object holding the full bundle.
+type BundleReply struct {
+	Object string `json:"object,omitempty"`
+	Error  string `json:"error,omitempty"`
+}

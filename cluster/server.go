@@ -134,7 +134,7 @@ func workerPerms(name string) *server.Permissions {
 		Publish: &server.SubjectPermission{
 			Allow: []string{"$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "$KV." + ClaimsBucket + ".>",
 				"$KV." + WorkersBucket + "." + name, "$O." + ObjectsBucket + ".>",
-				EventsSubject("*", name), ResultSubject("*", name), SecretsSubject("*", name), "_INBOX.>"},
+				EventsSubject("*", name), ResultSubject("*", name), SecretsSubject("*", name), BundleSubject("*", name), "_INBOX.>"},
 			Deny: []string{"$JS.API.STREAM.CREATE.>", "$JS.API.STREAM.UPDATE.>", "$JS.API.STREAM.DELETE.>",
 				"$JS.API.STREAM.PURGE.>", "$JS.API.STREAM.MSG.DELETE.>"},
 		},

@@ -19,6 +19,7 @@ const (
 	subjResult  = "kusaw.result."    // + attempt key + "." + worker
 	subjSecrets = "kusaw.secrets."   // + attempt key + "." + worker: request secrets, sealed
 	subjCancel  = "kusaw.cancel."    // + attempt key
+	subjBundle  = "kusaw.bundle."    // + attempt key + "." + worker: request a full bundle
 	EnrollUser  = "kusaw-enrollment" // the user name a joining worker connects with
 )
 
@@ -34,6 +35,7 @@ func EventsSubject(key, worker string) string  { return subjEvents + key + "." +
 func ResultSubject(key, worker string) string  { return subjResult + key + "." + worker }
 func SecretsSubject(key, worker string) string { return subjSecrets + key + "." + worker }
 func CancelSubject(key string) string          { return subjCancel + key }
+func BundleSubject(key, worker string) string  { return subjBundle + key + "." + worker }
 
 // AnyWorker stands for the worker token in a subscription.
 const AnyWorker = "*"

@@ -41,19 +41,18 @@ func (d *Dispatcher) Run(ctx context.Context, spec *record.AttemptSpec, job reco
 	}
 	defer os.RemoveAll(tmp)
 
-	// Code travels as bundles of the base commits.
+	// Code travels as bundles of the base commits, against what every
+	// live worker of the pool already holds.
 	inputs := map[string]string{}
 	for _, r := range spec.Repos {
-		p := filepath.Join(tmp, "in-"+r.Name+".bundle")
-		if _, err := cluster.MakeBundle(ctx, job.Repos[r.Name], p, r.Base, nil); err != nil {
-			return record.RemoteResult{Message: fmt.Sprintf("repo %s: %v", r.Name, err)}
+		have := d.held(spec.Pool, r.Name)
+		if offers(have, r.Base) {
+			continue // every worker that may take it holds the base already
 		}
-		name := cluster.ObjectName(spec.ID, 0, "in-"+r.Name+".bundle")
-		n, err := d.o.H.PutFile(ctx, name, p)
+		name, err := d.putBundle(ctx, spec, job, r, tmp, have, "in-")
 		if err != nil {
-			return record.RemoteResult{Message: fmt.Sprintf("repo %s: cannot store its bundle: %v", r.Name, err)}
+			return record.RemoteResult{Message: err.Error()}
 		}
-		d.o.Metrics.bundle("out", n)
 		inputs[r.Name] = name
 	}
 
@@ -61,7 +60,9 @@ func (d *Dispatcher) Run(ctx context.Context, spec *record.AttemptSpec, job reco
 	results := make(chan *nats.Msg, 4)
 	secrets := make(chan *nats.Msg, 4)
 	var subs []*nats.Subscription
-	for subj, ch := range map[string]chan *nats.Msg{cluster.EventsSubject(key, cluster.AnyWorker): events, cluster.ResultSubject(key, cluster.AnyWorker): results, cluster.SecretsSubject(key, cluster.AnyWorker): secrets} {
+	bundles := make(chan *nats.Msg, 4)
+	for subj, ch := range map[string]chan *nats.Msg{cluster.EventsSubject(key, cluster.AnyWorker): events, cluster.ResultSubject(key, cluster.AnyWorker): results,
+		cluster.SecretsSubject(key, cluster.AnyWorker): secrets, cluster.BundleSubject(key, cluster.AnyWorker): bundles} {
 		s, err := d.o.NC.ChanSubscribe(subj, ch)
 		if err != nil {
 			return record.RemoteResult{Message: err.Error()}
@@ -133,6 +134,8 @@ func (d *Dispatcher) Run(ctx context.Context, spec *record.AttemptSpec, job reco
 			return record.RemoteResult{Worker: holder.Worker, Token: token, Message: "canceled; the worker did not report"}
 		case m := <-secrets:
 			d.answerSecrets(ctx, m, spec, job, stale)
+		case m := <-bundles:
+			d.answerBundle(ctx, m, spec, job, tmp, stale)
 		case m := <-events:
 			var ev cluster.Event
 			if json.Unmarshal(m.Data, &ev) != nil || ev.Attempt != spec.ID || ev.Worker != cluster.SenderOf(m.Subject) {
@@ -301,4 +304,87 @@ func (d *Dispatcher) accept(ctx context.Context, spec *record.AttemptSpec, job r
 	}
 	out.Record = &rec
 	return out
+}
+
+// putBundle stores a bundle of repo r's base against have and returns the
+// object's name.
+func (d *Dispatcher) putBundle(ctx context.Context, spec *record.AttemptSpec, job record.RemoteJob, r record.SpecRepo, tmp string, have []string, prefix string) (string, error) {
+	p := filepath.Join(tmp, prefix+r.Name+".bundle")
+	if _, err := cluster.MakeBundle(ctx, job.Repos[r.Name], p, r.Base, have); err != nil {
+		return "", fmt.Errorf("repo %s: %v", r.Name, err)
+	}
+	name := cluster.ObjectName(spec.ID, 0, prefix+r.Name+".bundle")
+	n, err := d.o.H.PutFile(ctx, name, p)
+	if err != nil {
+		return "", fmt.Errorf("repo %s: cannot store its bundle: %v", r.Name, err)
+	}
+	d.o.Metrics.bundle("out", n)
+	job.Emit("cluster.bundle", map[string]any{"repo": r.Name, "bytes": n, "against": len(have), "full": len(have) == 0})
+	return name, nil
+}
+
+// held is what every live worker offering pool holds of repo: a bundle
+// against it needs nothing any of them lacks. Empty when one holds none.
+func (d *Dispatcher) held(pool, repo string) []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var common map[string]bool
+	for name, hb := range d.hb {
+		if time.Since(d.seen[name]) > d.o.LostAfter || !offers(hb.Pools, pool) {
+			continue
+		}
+		mine := map[string]bool{}
+		for _, c := range hb.Have[repo] {
+			mine[c] = true
+		}
+		if common == nil {
+			common = mine
+			continue
+		}
+		for c := range common {
+			if !mine[c] {
+				delete(common, c)
+			}
+		}
+	}
+	var out []string
+	for c := range common {
+		out = append(out, c)
+	}
+	return out
+}
+
+func offers(pools []string, pool string) bool {
+	for _, p := range pools {
+		if p == pool {
+			return true
+		}
+	}
+	return false
+}
+
+// answerBundle gives the attempt's holder a full bundle of a repo's base:
+// its cache lacked what the incremental one needed.
+func (d *Dispatcher) answerBundle(ctx context.Context, m *nats.Msg, spec *record.AttemptSpec, job record.RemoteJob, tmp string, stale func(string, uint64) bool) {
+	reply := func(r cluster.BundleReply) {
+		b, _ := json.Marshal(r)
+		_ = m.Respond(b)
+	}
+	var req cluster.BundleRequest
+	if json.Unmarshal(m.Data, &req) != nil || req.Attempt != spec.ID || req.Worker != cluster.SenderOf(m.Subject) || stale(req.Worker, req.Token) {
+		reply(cluster.BundleReply{Error: "not the attempt's holder"})
+		return
+	}
+	for _, r := range spec.Repos {
+		if r.Name == req.Repo {
+			name, err := d.putBundle(ctx, spec, job, r, tmp, nil, "full-")
+			if err != nil {
+				reply(cluster.BundleReply{Error: err.Error()})
+				return
+			}
+			reply(cluster.BundleReply{Object: name})
+			return
+		}
+	}
+	reply(cluster.BundleReply{Error: "no repo " + req.Repo + " in the attempt"})
 }

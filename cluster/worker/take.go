@@ -108,25 +108,25 @@ func (w *Worker) run(ctx context.Context, spec *record.AttemptSpec, work *cluste
 		}
 		repos[r.Name] = path
 		if cluster.HasCommit(ctx, path, r.Base) {
+			w.holds(r.Name, r.Base)
 			continue
 		}
-		obj, ok := work.Inputs[r.Name]
-		if !ok {
-			return fail("no bundle for repo %s", r.Name)
+		// The bundle serve made against what the pool's workers hold; a
+		// cache that lost a commit it needs gets a full one.
+		obj := work.Inputs[r.Name]
+		err = errors.New("no bundle")
+		if obj != "" {
+			err = w.importBundle(ctx, path, obj, filepath.Join(tmp, "in-"+r.Name+".bundle"), r.Base)
 		}
-		p := filepath.Join(tmp, "in-"+r.Name+".bundle")
-		if _, err := w.h.GetFile(ctx, obj, p); err != nil {
-			return fail("repo %s: %v", r.Name, err)
-		}
-		mu := w.lockRepo(r.Name)
-		tip, err := cluster.ImportBundle(ctx, path, p)
-		mu.Unlock()
-		if err == nil && tip != r.Base {
-			err = fmt.Errorf("the bundle carries %s, not the base %s", tip, r.Base)
+		if err != nil {
+			if obj, err = w.fullBundle(ctx, spec.ID, a.token, r.Name); err == nil {
+				err = w.importBundle(ctx, path, obj, filepath.Join(tmp, "full-"+r.Name+".bundle"), r.Base)
+			}
 		}
 		if err != nil {
 			return fail("repo %s: %v", r.Name, err)
 		}
+		w.holds(r.Name, r.Base)
 	}
 	w.enterRun(spec.Run)
 	rec, dir, err := w.eng.RunForeign(ctx, spec, repos)
@@ -145,6 +145,7 @@ func (w *Worker) run(ctx context.Context, spec *record.AttemptSpec, work *cluste
 			continue
 		}
 		res.Heads[wt.Repo] = wt.HeadSHA
+		w.holds(wt.Repo, wt.HeadSHA)
 		if wt.HeadSHA == wt.BaseSHA {
 			continue
 		}
@@ -275,4 +276,55 @@ func (w *Worker) leaveRun(run, dir string) {
 	}
 	delete(w.runs, run)
 	_ = os.RemoveAll(w.eng.State.RunDir(run))
+}
+
+// importBundle fetches object obj and imports it into the cache repo,
+// checking it carries base.
+func (w *Worker) importBundle(ctx context.Context, repo, obj, p, base string) error {
+	if _, err := w.h.GetFile(ctx, obj, p); err != nil {
+		return err
+	}
+	name := filepath.Base(repo)
+	mu := w.lockRepo(name)
+	tip, err := cluster.ImportBundle(ctx, repo, p)
+	mu.Unlock()
+	if err == nil && tip != base {
+		err = fmt.Errorf("the bundle carries %s, not the base %s", tip, base)
+	}
+	return err
+}
+
+// fullBundle asks serve for a full bundle of a repo's base.
+func (w *Worker) fullBundle(ctx context.Context, id string, token uint64, repo string) (string, error) {
+	b, _ := json.Marshal(cluster.BundleRequest{Attempt: id, Worker: w.id.Name, Token: token, Repo: repo})
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	m, err := w.nc.RequestWithContext(rctx, cluster.BundleSubject(cluster.Key(id), w.id.Name), b)
+	if err != nil {
+		return "", err
+	}
+	var rep cluster.BundleReply
+	if err := json.Unmarshal(m.Data, &rep); err != nil {
+		return "", err
+	}
+	if rep.Error != "" {
+		return "", errors.New(rep.Error)
+	}
+	return rep.Object, nil
+}
+
+// maxHave bounds the commits a heartbeat names per repo.
+const maxHave = 32
+
+// holds notes a commit the cache holds, for the heartbeat.
+func (w *Worker) holds(repo, sha string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	list := []string{sha}
+	for _, c := range w.have[repo] {
+		if c != sha && len(list) < maxHave {
+			list = append(list, c)
+		}
+	}
+	w.have[repo] = list
 }

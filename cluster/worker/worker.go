@@ -59,6 +59,7 @@ type Worker struct {
 	mu      sync.Mutex
 	running map[string]*attempt // by attempt id
 	runs    map[string]int      // attempts running here, by run
+	have    map[string][]string // repo → commits the cache holds, latest first
 	repoMu  map[string]*sync.Mutex
 }
 
@@ -116,7 +117,7 @@ func New(ctx context.Context, o Options) (*Worker, error) {
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
 	}
-	w := &Worker{o: o, id: id, started: time.Now().UTC(), running: map[string]*attempt{}, runs: map[string]int{}, repoMu: map[string]*sync.Mutex{}}
+	w := &Worker{o: o, id: id, started: time.Now().UTC(), running: map[string]*attempt{}, runs: map[string]int{}, have: map[string][]string{}, repoMu: map[string]*sync.Mutex{}}
 	w.cleanLeftovers()
 	f := &config.Factory{Version: 1, StateDir: filepath.Join(o.StateDir, engineDir), Repos: map[string]*config.Repo{},
 		Steps: map[string]*config.Step{}, Pipelines: map[string]*config.Pipeline{}}
@@ -246,6 +247,10 @@ func (w *Worker) heartbeat(ctx context.Context) {
 		hb := cluster.Heartbeat{Name: w.id.Name, Pools: w.o.Pools, MaxParallel: w.o.MaxParallel, Version: w.o.Version, Started: w.started, TS: time.Now().UTC(), Running: []cluster.Running{}}
 		for _, a := range w.running {
 			hb.Running = append(hb.Running, cluster.Running{Attempt: a.id, Token: a.token})
+		}
+		hb.Have = map[string][]string{}
+		for repo, list := range w.have {
+			hb.Have[repo] = append([]string(nil), list...)
 		}
 		w.mu.Unlock()
 		sort.Slice(hb.Running, func(i, j int) bool { return hb.Running[i].Attempt < hb.Running[j].Attempt })

@@ -3,6 +3,7 @@ package worker
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -168,5 +169,63 @@ func TestRunOnWorker(t *testing.T) {
 			}
 			return nil
 		})
+	}
+}
+
+// Bundles are incremental against what the pool's workers hold; a worker
+// whose cache lost a needed commit gets a full bundle on request.
+func TestIncrementalBundles(t *testing.T) {
+	r := startServe(t, `version: 1
+repos:
+  app: {path: ./app}
+pipelines:
+  default: [edit]
+steps:
+  edit:
+    run: [sh, -c, 'echo "$KUSAW_RUN" > edit.txt']
+`, 5*time.Second)
+	w, _ := r.startWorker(t, "w1")
+	app := r.e.F.Repos["app"].Path
+	bundles := func() []map[string]any {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(r.ctx, 60*time.Second)
+		defer cancel()
+		run, err := r.e.Run(ctx, "")
+		if err != nil || run.Record.State != status.RunSucceeded {
+			t.Fatalf("run: %v %+v", err, run.Record)
+		}
+		b, _ := os.ReadFile(filepath.Join(record.AttemptDir(run.Dir, "edit", 1), record.EventsFile))
+		var out []map[string]any
+		for _, line := range strings.Split(string(b), "\n") {
+			var ev record.Event
+			if json.Unmarshal([]byte(line), &ev) == nil && ev.Type == "cluster.bundle" {
+				out = append(out, ev.Data)
+			}
+		}
+		return out
+	}
+	commit := func(msg string) {
+		os.WriteFile(filepath.Join(app, msg), []byte(msg), 0o644)
+		testkit.GitRun(t, app, "add", msg)
+		testkit.GitRun(t, app, "commit", "-qm", msg)
+	}
+	if b := bundles(); len(b) != 1 || b[0]["full"] != true {
+		t.Fatalf("first attempt: %v, want one full bundle", b)
+	}
+	// Let a heartbeat say what the cache holds.
+	time.Sleep(2500 * time.Millisecond)
+	commit("second")
+	if b := bundles(); len(b) != 1 || b[0]["full"] != false {
+		t.Fatalf("second attempt: %v, want an incremental bundle", b)
+	}
+	// The cache is lost; the heartbeat still names its commits.
+	time.Sleep(2500 * time.Millisecond)
+	if err := os.RemoveAll(filepath.Join(w.o.StateDir, cacheDir, "app")); err != nil {
+		t.Fatal(err)
+	}
+	commit("third")
+	b := bundles()
+	if len(b) != 2 || b[0]["full"] != false || b[1]["full"] != true {
+		t.Fatalf("after the cache was lost: %v, want the incremental bundle then a full one", b)
 	}
 }
