@@ -150,6 +150,7 @@ func (e *Engine) Abandon(r *Run, st status.RunState, msg string) {
 	rec.State, rec.Reason, rec.Message, rec.Fix, rec.Finished = st, reason, msg, reason.Info().Fix, &now
 	r.save()
 	r.events.Emit(record.EvRunFinished, map[string]any{"state": st, "reason": reason, "message": msg, "fix": rec.Fix, "duration_ms": int64(0), "queued": true})
+	e.notify(r, "run.finished", "")
 	r.finish()
 }
 
