@@ -239,6 +239,7 @@ async function showRun(id, want) {
     const r = d.run;
     // A run just queued may not have its repos and steps written yet.
     r.repos = r.repos || []; r.steps = r.steps || []; d.attempts = d.attempts || [];
+    for (const a of d.attempts) { a.processes = a.processes || []; a.worktrees = a.worktrees || []; }
     top.replaceChildren(...[
       el("p", {}, el("a", { href: "#/", text: "← runs" })),
       el("h1", { class: "mono", text: "run " + r.id }),
@@ -272,7 +273,9 @@ async function showRun(id, want) {
     problem.textContent = "";
     setPage("run", r.state);
   };
-  const soon = () => { if (!pending) { pending = true; setTimeout(draw, 150); } };
+  // A chatty agent writes many events a second: redraw at most about
+  // twice a second (each redraw may read the attempt's transcript).
+  const soon = () => { if (!pending) { pending = true; setTimeout(draw, 400); } };
 
   // A failed drawing is shown, and the page keeps following the run.
   const draw = () => render().catch(e => { problem.textContent = "This page failed to draw: " + e; });
