@@ -39,6 +39,9 @@ import (
 //	GET  /v1/runs/{id}/log?path=P&offset=N           bytes of one of the run's logs from N
 //	GET  /v1/runs/{id}/attempts/{step}/{n}/egress    an attempt's egress per host
 //	GET  /v1/runs/{id}/diff?repo=NAME, .../transcript, .../artifacts[/PATH]  (api_views.go)
+//	POST /v1/cluster/token[?addr=HOST:PORT]          a one-time join token (cluster.go)
+//	GET  /v1/workers                                 the cluster's workers and heartbeats
+//	GET  /metrics                                    Prometheus text: queue and cluster
 //
 // The Unix socket needs no token (it is mode 0600 in the state directory);
 // the TCP listener wants "Authorization: Bearer TOKEN", or the cookie the

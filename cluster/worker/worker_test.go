@@ -16,6 +16,7 @@ import (
 	"github.com/kusaw/kusaw/factory"
 	"github.com/kusaw/kusaw/internal/testkit"
 	"github.com/kusaw/kusaw/record"
+	"github.com/kusaw/kusaw/secretstore"
 	"github.com/kusaw/kusaw/status"
 )
 
@@ -227,5 +228,35 @@ steps:
 	b := bundles()
 	if len(b) != 2 || b[0]["full"] != false || b[1]["full"] != true {
 		t.Fatalf("after the cache was lost: %v, want the incremental bundle then a full one", b)
+	}
+}
+
+// A worker's own secret store (kusaw config set --secret on its machine)
+// wins over what serve sends.
+func TestWorkerOwnSecretWins(t *testing.T) {
+	r := startServe(t, `version: 1
+repos:
+  app: {path: ./app}
+pipelines:
+  default: [s]
+steps:
+  s:
+    env:
+      TOKEN: {secret: tok}
+    run: [sh, -c, 'test "$(printf %s "$TOKEN" | sha256sum | cut -c1-16)" = 612726ab48e460f8']
+`, 5*time.Second)
+	st, err := secretstore.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Set("tok", "worker-own-value"); err != nil {
+		t.Fatal(err)
+	}
+	r.startWorker(t, "w1")
+	ctx, cancel := context.WithTimeout(r.ctx, 60*time.Second)
+	defer cancel()
+	run, err := r.e.Run(ctx, "")
+	if err != nil || run.Record.State != status.RunSucceeded {
+		t.Fatalf("the step did not see the worker's own secret: %v %s %s", err, run.Record.State, run.Record.Message)
 	}
 }
