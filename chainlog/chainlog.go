@@ -98,6 +98,13 @@ type Options struct {
 	SyncInterval time.Duration
 	// Perm is the mode of a created file; 0 means 0600.
 	Perm os.FileMode
+	// DeferOpenSync leaves the fsync of Create's opening seal (and of the
+	// folder) to the log's next sync: the first seal after a line, or the
+	// final seal. For a log made on a process's start path (egress.log),
+	// where an fsync can cost milliseconds; a crash before then leaves no
+	// line unsealed, only a log without its opening seal, which Open
+	// completes.
+	DeferOpenSync bool
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -134,6 +141,7 @@ type Writer struct {
 	lines        int
 	unsealed     int // lines since the last seal
 	lastSync     time.Time
+	dirPending   bool  // the folder's fsync waits for the next sync (DeferOpenSync)
 	err          error // sticky: after a failed write the file's end is unknown
 	closed       bool
 	resumed      Resume
@@ -180,8 +188,12 @@ func Create(path string, key ed25519.PrivateKey, opts Options) (*Writer, error) 
 		}
 		return nil, fmt.Errorf("chainlog: %w", err)
 	}
-	syncDir(filepath.Dir(path))
 	w := newWriter(f, path, key, opts)
+	if opts.DeferOpenSync {
+		w.dirPending = true
+	} else {
+		syncDir(filepath.Dir(path))
+	}
 	if err := w.sealLocked(markOpen, 0, 0); err != nil {
 		f.Close()
 		return nil, err
@@ -368,6 +380,10 @@ func (w *Writer) syncLocked() error {
 		w.err = fmt.Errorf("chainlog: sync %s: %w", w.path, err)
 		return w.err
 	}
+	if w.dirPending {
+		syncDir(filepath.Dir(w.path))
+		w.dirPending = false
+	}
 	w.lastSync = time.Now()
 	return nil
 }
@@ -497,6 +513,9 @@ func (w *Writer) sealLocked(mark string, unsealed, dropped int) error {
 	// at most every SyncInterval (an fsync costs milliseconds on a VM).
 	if mark == markSeal && time.Since(w.lastSync) < w.opts.SyncInterval {
 		return nil
+	}
+	if mark == markOpen && w.opts.DeferOpenSync {
+		return nil // lastSync stays zero: the next seal syncs
 	}
 	return w.syncLocked()
 }

@@ -724,3 +724,64 @@ func sampleSealed(t testing.TB, key ed25519.PrivateKey, n int) []byte {
 	b, _ := os.ReadFile(path)
 	return b
 }
+
+// DeferOpenSync (egress.log, made on a step's start path): Create syncs
+// nothing; the first seal after a line syncs the file and its folder. A
+// crash before that can lose the opening seal, whole or torn, and Open
+// completes such a log with a fresh opening seal that verifies.
+func TestDeferOpenSync(t *testing.T) {
+	key := newKey(t)
+	path := filepath.Join(t.TempDir(), "egress.log")
+	o := Options{Binding: attEgress, SealEvery: 1, SealInterval: -1, DeferOpenSync: true}
+	w, err := Create(path, key, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !w.lastSync.IsZero() || !w.dirPending {
+		t.Fatalf("Create synced with DeferOpenSync (last sync %v, folder pending %v)", w.lastSync, w.dirPending)
+	}
+	if err := w.Append(event{Seq: 1, Type: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if w.lastSync.IsZero() || w.dirPending {
+		t.Fatalf("the first seal after a line did not sync the file and its folder")
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := VerifyFile(path, pubOf(key), attEgress); err != nil || !res.Final || res.Records != 1 {
+		t.Fatalf("%+v %v", res, err)
+	}
+	// Without the option Create syncs at once.
+	p2 := filepath.Join(t.TempDir(), "events.jsonl")
+	w2, err := Create(p2, key, Options{Binding: attEvents, SealInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w2.lastSync.IsZero() {
+		t.Errorf("Create without DeferOpenSync did not sync its opening seal")
+	}
+	w2.Close()
+
+	// What a power loss before the first sync can leave: an empty file or
+	// a torn opening seal. Open makes a log that verifies of both.
+	for name, content := range map[string]string{"empty": "", "torn": `{"seal":{"mark":"open","of":`} {
+		p := filepath.Join(t.TempDir(), name+".log")
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		w, err := Open(p, key, o)
+		if err != nil {
+			t.Fatalf("%s: Open: %v", name, err)
+		}
+		if err := w.Append(event{Seq: 1, Type: "x"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if res, err := VerifyFile(p, pubOf(key), attEgress); err != nil || !res.Final || res.Records != 1 {
+			t.Errorf("%s: %+v %v", name, res, err)
+		}
+	}
+}

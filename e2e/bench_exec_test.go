@@ -31,8 +31,8 @@ func BenchmarkSandboxExecCLI(b *testing.B) {
 	}
 	dir := b.TempDir()
 	secrets := b.TempDir()
-	tmp := b.TempDir()
-	in, err := factory.DefaultExecInput(dir, tmp)
+	// As kusaw sandbox exec does: a temp folder under the sandbox's own /tmp.
+	in, err := factory.DefaultExecInput(dir, "/tmp/kusaw-exec-bench")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -159,7 +159,7 @@ steps:
 		}
 		return whole, attemptStart(b, runs+"/"+run+"/steps/"+id+"/1/events.jsonl")
 	}
-	in, err := factory.DefaultExecInput(b.TempDir(), b.TempDir())
+	in, err := factory.DefaultExecInput(b.TempDir(), "/tmp/kusaw-exec-bench")
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -78,7 +78,11 @@ type egressObserver struct {
 func (a *attemptRun) egressLog() *egressObserver {
 	a.egressOnce.Do(func() {
 		o := &egressObserver{a: a}
-		o.log, o.err = chainlog.Create(filepath.Join(a.dir, record.EgressLogFile), a.e.opts.Key, logOptions(a.run.ID(), a.step.ID, a.n, chainlog.KindEgress))
+		// Made on the step's start path: its opening seal reaches the
+		// disk with the log's first sync, not before the step starts.
+		opts := logOptions(a.run.ID(), a.step.ID, a.n, chainlog.KindEgress)
+		opts.DeferOpenSync = true
+		o.log, o.err = chainlog.Create(filepath.Join(a.dir, record.EgressLogFile), a.e.opts.Key, opts)
 		a.egress = o
 	})
 	return a.egress

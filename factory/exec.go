@@ -2,12 +2,15 @@ package factory
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -144,21 +147,27 @@ type DefaultExecRequest struct {
 }
 
 // DefaultExecInput is the sandbox of kusaw sandbox exec without a factory:
-// dir writable, the attempt's folders in tmp (created), no network, the
-// home and the secret store hidden.
+// dir writable, the attempt's folders in tmp, no network, the home and the
+// secret store hidden. On Linux tmp is a name under /tmp for folders that
+// exist only inside the sandbox (nothing is made on the host); elsewhere
+// its folders are created here.
 func DefaultExecInput(dir, tmp string) (sandbox.Input, error) {
 	in := sandbox.Input{
-		AttemptDir:   tmp,
-		ArtifactsDir: filepath.Join(tmp, "artifacts"),
-		TmpDir:       filepath.Join(tmp, "tmp"),
-		Workdir:      dir,
-		AllowWrite:   []string{dir},
-		Checkouts:    []string{dir},
-		Network:      sandbox.NetworkNone,
+		AttemptDir: tmp,
+		TmpDir:     filepath.Join(tmp, "tmp"),
+		Workdir:    dir,
+		AllowWrite: []string{dir},
+		Checkouts:  []string{dir},
+		Network:    sandbox.NetworkNone,
 	}
-	for _, d := range []string{in.ArtifactsDir, in.TmpDir} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return in, err
+	if runtime.GOOS == "linux" {
+		in.PrivateTmp = true
+	} else {
+		in.ArtifactsDir = filepath.Join(tmp, "artifacts")
+		for _, d := range []string{in.ArtifactsDir, in.TmpDir} {
+			if err := os.MkdirAll(d, 0o700); err != nil {
+				return in, err
+			}
 		}
 	}
 	if h, err := os.UserHomeDir(); err == nil {
@@ -168,6 +177,14 @@ func DefaultExecInput(dir, tmp string) (sandbox.Input, error) {
 		in.HiddenPaths = append(in.HiddenPaths, d)
 	}
 	return in, nil
+}
+
+// privateExecTmp names the temp folder of a sandbox exec on Linux: under
+// the sandbox's own /tmp, made by bwrap in memory, never on the host.
+func privateExecTmp() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "/tmp/kusaw-exec-" + hex.EncodeToString(b[:])
 }
 
 // ExecDefault runs req under the default policy and returns the command's
@@ -190,11 +207,17 @@ func ExecDefault(ctx context.Context, req DefaultExecRequest) (int, error) {
 	if err := config.CheckAllowWrite(dir); err != nil {
 		return int(status.ExitUsage), fmt.Errorf("the current folder cannot be writable in the sandbox: %v; run sandbox exec from a project folder, or use -f FILE", err)
 	}
-	tmp, err := os.MkdirTemp("", "kusaw-exec-")
-	if err != nil {
-		return 0, err
+	var tmp string
+	if runtime.GOOS == "linux" {
+		tmp = privateExecTmp()
+	} else {
+		t, err := os.MkdirTemp("", "kusaw-exec-")
+		if err != nil {
+			return 0, err
+		}
+		defer os.RemoveAll(t)
+		tmp = t
 	}
-	defer os.RemoveAll(tmp)
 	in, err := DefaultExecInput(dir, tmp)
 	if err != nil {
 		return 0, err

@@ -48,9 +48,17 @@ func benchTrue(b *testing.B, f *fixture, network string) {
 		direct = slices.DeleteFunc(direct, func(s string) bool { return s == "--unshare-user" || s == "--disable-userns" })
 	}
 	direct = append(direct, "--", "/bin/true")
+	null, err := devNull()
+	if err != nil {
+		b.Fatal(err)
+	}
 	runDirect := func() {
 		cmd := exec.Command(bw, direct...)
 		cmd.Env = []string{}
+		// fd 3 unused here, then the empty files' descriptors (DataFD on).
+		for i := 0; i < 1+p.dataFiles(); i++ {
+			cmd.ExtraFiles = append(cmd.ExtraFiles, null)
+		}
 		if out, err := cmd.CombinedOutput(); err != nil {
 			b.Fatalf("bare bwrap: %v %s", err, out)
 		}

@@ -92,9 +92,16 @@ func trusted(p string, allowed []string) error {
 	return check(filepath.Join(dir, filepath.Base(p)), "bwrap", false, false)
 }
 
+// DataFD is the first descriptor bwrap reads an empty file from: each
+// empty-file mount (a missing protected file) is --ro-bind-data with the
+// next descriptor from DataFD on, in mount order, so bwrap makes the empty
+// read-only file in its own memory and nothing is created on the host for
+// it. Command passes them (fd 3 is the environment's --args file).
+const DataFD = 4
+
 // Args returns bwrap's arguments for the plan, without the bwrap path and
 // without the command: [flags...] "--". The environment is not in it (see
-// Command).
+// Command), and the empty-file mounts read descriptors DataFD, DataFD+1, ...
 func (p *Plan) Args() []string {
 	// --unshare-user (not only --unshare-all's "try") so that
 	// --disable-userns can forbid nested user namespaces: a step cannot
@@ -104,14 +111,22 @@ func (p *Plan) Args() []string {
 		a = append(a, "--share-net")
 	}
 	a = append(a, "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv")
+	fd := DataFD
 	for _, m := range p.Mounts {
 		switch m.Op {
-		case "ro-bind", "empty-file":
+		case "ro-bind":
 			a = append(a, "--ro-bind", m.Src, m.Dst)
+		case "empty-file":
+			a = append(a, "--perms", "0444", "--ro-bind-data", strconv.Itoa(fd), m.Dst)
+			fd++
 		case "bind":
 			a = append(a, "--bind", m.Src, m.Dst)
 		case "tmpfs":
 			a = append(a, "--tmpfs", m.Dst)
+		case "tmpfs-rw":
+			a = append(a, "--perms", "0700", "--tmpfs", m.Dst)
+		case "dir":
+			a = append(a, "--perms", "0700", "--dir", m.Dst)
 		case "dev":
 			a = append(a, "--dev", m.Dst)
 		case "proc":
@@ -124,6 +139,17 @@ func (p *Plan) Args() []string {
 	return a
 }
 
+// dataFiles counts the empty-file mounts (the descriptors Args refers to).
+func (p *Plan) dataFiles() int {
+	n := 0
+	for _, m := range p.Mounts {
+		if m.Op == "empty-file" {
+			n++
+		}
+	}
+	return n
+}
+
 // envArgs are the --setenv pairs of the plan's environment.
 func (p *Plan) envArgs() []string {
 	var a []string
@@ -134,10 +160,9 @@ func (p *Plan) envArgs() []string {
 	return a
 }
 
-// Prepare creates what the backend needs on disk before a start: the
-// read-only empty file for stand-ins (only when a mount uses it: creating
-// an inode is a noticeable part of a short sandbox exec) and the temp
-// subfolders.
+// Prepare creates what the backend needs on disk before a start: missing
+// login-folder settings and the temp subfolders (unless the temp folder is
+// private to the sandbox, where bwrap makes them).
 func (p *Plan) Prepare() error {
 	if p.EmptyFile != "" && p.usesEmptyFile() {
 		if fi, err := os.Lstat(p.EmptyFile); err != nil || !fi.Mode().IsRegular() || fi.Size() != 0 {
@@ -178,14 +203,7 @@ func (p *Plan) Prepare() error {
 	return nil
 }
 
-func (p *Plan) usesEmptyFile() bool {
-	for _, m := range p.Mounts {
-		if m.Op == "empty-file" {
-			return true
-		}
-	}
-	return false
-}
+func (p *Plan) usesEmptyFile() bool { return p.dataFiles() > 0 }
 
 var (
 	versionMu    sync.Mutex
@@ -211,6 +229,12 @@ func bwrapVersion(bw string) (int, int) {
 	}
 	versionCache[bw] = v
 	return v[0], v[1]
+}
+
+// permsSupported: --perms appeared in bubblewrap 0.5.
+func permsSupported(bw string) bool {
+	maj, min := bwrapVersion(bw)
+	return maj > 0 || min >= 5
 }
 
 // disableUsernsSupported: --disable-userns appeared in bubblewrap 0.8.

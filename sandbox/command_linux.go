@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -56,12 +57,27 @@ func Command(ctx context.Context, p *Plan, argv []string) (*exec.Cmd, error) {
 	if !disableUsernsSupported(bw) {
 		args = slices.DeleteFunc(args, func(s string) bool { return s == "--unshare-user" || s == "--disable-userns" })
 	}
+	if !permsSupported(bw) {
+		args = withoutPerms(args)
+	}
 	args = append(args, "--args", "3", "--")
 	args = append(args, p.WrapArgv...)
 	args = append(args, argv...)
 	cmd := exec.CommandContext(ctx, bw, args...)
 	cmd.Env = []string{} // empty, not inherited; the step's env comes through --args
 	cmd.ExtraFiles = []*os.File{fd}
+	if n := p.dataFiles(); n > 0 {
+		// The empty files' content: /dev/null reads as empty, and each
+		// --ro-bind-data takes (and closes) its own descriptor.
+		null, err := devNull()
+		if err != nil {
+			fd.Close()
+			return nil, fmt.Errorf("sandbox: %w", err)
+		}
+		for i := 0; i < n; i++ {
+			cmd.ExtraFiles = append(cmd.ExtraFiles, null)
+		}
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error {
 		if cmd.Process == nil {
@@ -74,6 +90,24 @@ func Command(ctx context.Context, p *Plan, argv []string) (*exec.Cmd, error) {
 	}
 	cmd.WaitDelay = GraceDelay
 	return cmd, nil
+}
+
+// devNull is opened once and kept: every Command passes it as the empty
+// files' content.
+var devNull = sync.OnceValues(func() (*os.File, error) { return os.Open(os.DevNull) })
+
+// withoutPerms drops the --perms OCTAL pairs for a bwrap older than 0.5
+// (its folders and files then get bwrap's default modes).
+func withoutPerms(args []string) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		if args[i] == "--perms" && i+1 < len(args) {
+			i++
+			continue
+		}
+		out = append(out, args[i])
+	}
+	return out
 }
 
 // argsFile returns a sealed in-memory file holding NUL-separated args.

@@ -266,6 +266,14 @@ func escapeCases() []escapeCase {
 			attack: `refused mkdir -p $OUTSIDE; refused sh -c "echo x > $OUTSIDE/victim.txt"; refused sh -c "echo y > /tmp/planted"; refused sh -c "echo y > /run/planted"; exit 42`,
 			twin:   `echo ok > $TMP/scratch && test "$TMPDIR" = "$TMP"`,
 			check:  unchanged("$HOSTTMP/outside/victim.txt", "original\n"), twinHost: present("$ROOT/state/runs/r1/steps/build/1/tmp/scratch")},
+		{name: "a private temp folder (sandbox exec) reaches nothing on the host",
+			attack: `echo x > $TMPDIR/scratch || exit 1; refused sh -c "echo y > ${TMPDIR%/tmp}/planted"; refused sh -c "echo y > /tmp/planted"; refused sh -c "echo x >> $ATTEMPT/events.jsonl"; exit 42`,
+			twin:   `test "$TMPDIR" = /tmp/kusaw-private-escape/tmp && echo ok > $TMPDIR/scratch && echo c > $XDG_CACHE_HOME/c && echo r > $XDG_RUNTIME_DIR/r && test "$(stat -c %a $XDG_RUNTIME_DIR)" = 700`,
+			edit: func(in *Input) {
+				in.PrivateTmp, in.TmpDir, in.ArtifactsDir = true, "/tmp/kusaw-private-escape/tmp", ""
+			},
+			check:    absent("/tmp/kusaw-private-escape"),
+			twinHost: absent("/tmp/kusaw-private-escape", "$ROOT/state/runs/r1/steps/build/1/artifacts/scratch")},
 		{name: "write the attempt's records",
 			attack: `refused sh -c "echo x >> $ATTEMPT/events.jsonl"; refused sh -c "echo x > $ATTEMPT/attempt.json"; exit 42`,
 			twin:   `echo ok > $ART/out.txt`,

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
+	"syscall"
 
 	"github.com/kusaw/kusaw/status"
 )
@@ -74,7 +77,12 @@ type Input struct {
 	AttemptDir   string // the attempt's folder: not visible inside except artifacts/ and tmp/
 	ArtifactsDir string
 	TmpDir       string
-	Workdir      string // where the process starts (default: the first writable worktree)
+	// PrivateTmp (Linux) makes TmpDir, and ArtifactsDir when set, folders
+	// that exist only inside the sandbox: writable, in memory, gone with
+	// it. Nothing is created or removed on the host for them (kusaw
+	// sandbox exec without a factory keeps no records). Ignored on macOS.
+	PrivateTmp bool
+	Workdir    string // where the process starts (default: the first writable worktree)
 	// ObjectDir, when set, is the attempt's private git object folder
 	// (inside AttemptDir): the repositories' own objects/ become read-only
 	// and git writes new objects here (GIT_OBJECT_DIRECTORY), reading the
@@ -133,7 +141,7 @@ type EnvVar struct {
 // Mount is one filesystem operation of the backend, in order: later mounts
 // cover earlier ones.
 type Mount struct {
-	Op     string `json:"op"` // ro-bind, bind, tmpfs, dev, proc, empty-file, remount-ro
+	Op     string `json:"op"` // ro-bind, bind, tmpfs, tmpfs-rw, dir, dev, proc, empty-file, remount-ro
 	Src    string `json:"src,omitempty"`
 	Dst    string `json:"dst"`
 	Reason string `json:"reason"`
@@ -174,6 +182,8 @@ type Plan struct {
 	Env []string `json:"-"`
 	// mkdirs are folders Command creates before the start (temp subfolders).
 	mkdirs []string
+	// privateTmp: the temp folder is a tmpfs of the sandbox (Input.PrivateTmp).
+	privateTmp bool
 }
 
 // Base variables taken from the host when set; everything else of the host
@@ -252,7 +262,7 @@ func BuildPlan(in Input) (*Plan, error) {
 	}
 	for _, m := range p.Mounts {
 		switch m.Op {
-		case "bind":
+		case "bind", "tmpfs-rw":
 			p.Writable = append(p.Writable, PathRule{m.Dst, m.Reason})
 		case "ro-bind", "empty-file":
 			if m.Src == "/dev/null" && isHideReason(m.Reason) { // a hidden file
@@ -337,7 +347,13 @@ func (b *builder) build() error {
 	}
 	b.home = home
 	b.plan.Home, b.plan.AttemptDir = home, attempt
-	b.plan.EmptyFile = filepath.Join(attempt, ".sandbox-empty")
+	// bwrap makes the read-only empty file of a missing protected file
+	// itself (--ro-bind-data), so nothing is created on the host for it.
+	if b.plan.Backend != "bubblewrap" {
+		b.plan.EmptyFile = filepath.Join(attempt, ".sandbox-empty")
+	}
+	private := in.PrivateTmp && b.plan.Backend == "bubblewrap"
+	b.plan.privateTmp = private
 
 	// Base: the system read-only, fresh /dev and /proc, private /tmp and /run.
 	b.base = append(b.base,
@@ -434,16 +450,32 @@ func (b *builder) build() error {
 	if objDir != "" {
 		b.addBind(&b.writes, "bind", objDir, objDir, "the attempt's private git object folder: new objects go here (GIT_OBJECT_DIRECTORY); kusaw imports them outside, re-hashing each")
 	}
-	if artifacts != "" {
-		if !isDir(artifacts) {
-			return refuse("create the attempt's artifacts folder first", "artifacts folder %s does not exist", artifacts)
+	switch {
+	case private:
+		// In the sandbox's memory: no folder to make on the host before,
+		// none to remove after. Under the private /tmp, where bwrap can
+		// make the folders above it without touching the host.
+		for _, d := range []string{tmp, artifacts} {
+			if d != "" && (!within("/tmp", d) || d == "/tmp") {
+				return refuse("put the private temp folder under /tmp", "private temp folder %s is not under /tmp (the sandbox's own)", d)
+			}
 		}
-		b.addBind(&b.writes, "bind", artifacts, artifacts, "the attempt's artifacts/")
+		if artifacts != "" {
+			b.addPrivateDir(artifacts, "the attempt's artifacts/ (in the sandbox's memory: gone when it ends)")
+		}
+		b.addPrivateDir(tmp, "the attempt's private temp folder (TMPDIR, XDG_CACHE_HOME, XDG_RUNTIME_DIR; in the sandbox's memory: gone when it ends)")
+	default:
+		if artifacts != "" {
+			if !isDir(artifacts) {
+				return refuse("create the attempt's artifacts folder first", "artifacts folder %s does not exist", artifacts)
+			}
+			b.addBind(&b.writes, "bind", artifacts, artifacts, "the attempt's artifacts/")
+		}
+		if !isDir(tmp) {
+			return refuse("create the attempt's tmp folder first", "tmp folder %s does not exist", tmp)
+		}
+		b.addBind(&b.writes, "bind", tmp, tmp, "the attempt's private temp folder (TMPDIR, XDG_CACHE_HOME, XDG_RUNTIME_DIR)")
 	}
-	if !isDir(tmp) {
-		return refuse("create the attempt's tmp folder first", "tmp folder %s does not exist", tmp)
-	}
-	b.addBind(&b.writes, "bind", tmp, tmp, "the attempt's private temp folder (TMPDIR, XDG_CACHE_HOME, XDG_RUNTIME_DIR)")
 	if b.in.FreshHome && len(in.LoginPaths) > 0 {
 		b.plan.Notes = append(b.plan.Notes, "login folders are not mounted: HOME is fresh and the agent signs in with a token (a step secret)")
 	}
@@ -937,12 +969,12 @@ func (b *builder) writableAt(p string) bool {
 	best, op := "", ""
 	for _, tier := range [][]Mount{b.writes, b.protect} {
 		for _, m := range tier {
-			if (m.Op == "bind" || m.Op == "ro-bind" || m.Op == "tmpfs" || m.Op == "empty-file") && within(m.Dst, p) && len(m.Dst) >= len(best) {
+			if (m.Op == "bind" || m.Op == "ro-bind" || m.Op == "tmpfs" || m.Op == "tmpfs-rw" || m.Op == "empty-file") && within(m.Dst, p) && len(m.Dst) >= len(best) {
 				best, op = m.Dst, m.Op
 			}
 		}
 	}
-	return op == "bind"
+	return op == "bind" || op == "tmpfs-rw"
 }
 
 func (b *builder) underBind(p string) bool {
@@ -1027,6 +1059,13 @@ func (b *builder) addTmpfs(tier *[]Mount, dst, why string) {
 	b.remount = append(b.remount, Mount{Op: "remount-ro", Dst: dst, Reason: "nothing can be created in it"})
 }
 
+// addPrivateDir mounts a writable, empty in-memory folder at dst: it is
+// made inside the sandbox, never on the host.
+func (b *builder) addPrivateDir(dst, why string) {
+	b.writes = append(b.writes, Mount{Op: "tmpfs-rw", Dst: dst, Reason: why})
+	b.mounted[dst] = true
+}
+
 func (b *builder) addTmpfsStandIn(dst, why string) {
 	b.addTmpfs(&b.protect, dst, why)
 	b.plan.StandIns = append(b.plan.StandIns, dst)
@@ -1102,6 +1141,13 @@ func (b *builder) buildEnv(home, tmp string) {
 	b.plan.mkdirs = []string{filepath.Join(tmp, "cache"), filepath.Join(tmp, "run")}
 	if b.in.FreshHome {
 		b.plan.mkdirs = append(b.plan.mkdirs, filepath.Join(tmp, "home"))
+	}
+	if b.plan.privateTmp {
+		// bwrap makes them in the private temp folder (--dir).
+		for _, d := range b.plan.mkdirs {
+			b.writes = append(b.writes, Mount{Op: "dir", Dst: d, Reason: "a folder of the private temp folder"})
+		}
+		b.plan.mkdirs = nil
 	}
 	if b.in.Proxy != nil && b.plan.Network == NetworkAllowlist {
 		for _, kv := range b.in.Proxy.Env {
@@ -1194,22 +1240,59 @@ func (p *Plan) JSON() []byte {
 
 // Cleanup removes the stand-in mount points the backend left on disk; call
 // it after the process has ended and before committing the worktree. Only
-// empty files and empty folders are removed.
+// empty files and empty folders are removed. The deepest go first; those
+// of one depth are removed at the same time: on a busy disk one removal
+// can wait milliseconds for the journal, and waiting for each in turn made
+// this the largest part of a short sandbox exec after bwrap itself.
 func (p *Plan) Cleanup() error {
-	var errs []string
-	for i := len(p.StandIns) - 1; i >= 0; i-- {
-		s := p.StandIns[i]
+	byDepth := map[int][]string{}
+	var depths []int
+	for _, s := range p.StandIns {
+		d := strings.Count(filepath.Clean(s), string(filepath.Separator))
+		if byDepth[d] == nil {
+			depths = append(depths, d)
+		}
+		byDepth[d] = append(byDepth[d], s)
+	}
+	sort.Sort(sort.Reverse(sort.IntSlice(depths)))
+	var (
+		mu   sync.Mutex
+		errs []string
+	)
+	remove := func(s string) {
 		fi, err := os.Lstat(s)
 		if err != nil {
-			continue
+			return
 		}
-		if (fi.Mode().IsRegular() && fi.Size() == 0) || fi.IsDir() {
-			if err := os.Remove(s); err != nil && !os.IsNotExist(err) {
-				errs = append(errs, err.Error())
-			}
+		switch {
+		case fi.IsDir():
+			err = syscall.Rmdir(s) // fails on a folder that is not empty
+		case fi.Mode().IsRegular() && fi.Size() == 0:
+			err = syscall.Unlink(s)
+		default:
+			return
+		}
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			mu.Lock()
+			errs = append(errs, (&os.PathError{Op: "remove", Path: s, Err: err}).Error())
+			mu.Unlock()
 		}
 	}
+	for _, d := range depths {
+		group := byDepth[d]
+		if len(group) == 1 {
+			remove(group[0])
+			continue
+		}
+		var wg sync.WaitGroup
+		for _, s := range group {
+			wg.Add(1)
+			go func() { defer wg.Done(); remove(s) }()
+		}
+		wg.Wait()
+	}
 	if len(errs) > 0 {
+		sort.Strings(errs)
 		return fmt.Errorf("sandbox cleanup: %s", strings.Join(errs, "; "))
 	}
 	return nil

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -484,38 +486,91 @@ func TestPlanLoginFolderSettings(t *testing.T) {
 	}
 }
 
-// The empty stand-in file is created when a mount needs it (a missing
-// protected file must get its read-only stand-in), and not otherwise: a
-// short sandbox exec should not pay for an inode nothing mounts.
-func TestPrepareEmptyFileOnlyWhenMounted(t *testing.T) {
+// A missing protected file's read-only empty stand-in is made by bwrap
+// from no data (--ro-bind-data of an empty descriptor): nothing is created
+// in the attempt folder for it, and each one reads its own descriptor.
+func TestEmptyFileNeedsNothingOnHost(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("bubblewrap plans only; seatbelt denies writes to the missing path instead")
+	}
 	f := newFixture(t)
-	p := mustPlan(t, f.input())
-	if !p.usesEmptyFile() {
-		t.Fatal("the fixture's plan has no empty-file stand-in; the test needs one")
+	in := f.input()
+	proj := filepath.Join(f.root, "proj") // its .mcp.json is missing too: two empty files
+	if err := os.MkdirAll(proj, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	in.Checkouts, in.AllowWrite = []string{proj}, []string{proj}
+	p := mustPlan(t, in)
+	if n := p.dataFiles(); n < 2 {
+		t.Fatalf("the plan has %d empty-file stand-ins; the test needs two", n)
+	}
+	if p.EmptyFile != "" {
+		t.Errorf("a bubblewrap plan names an empty file on the host: %s", p.EmptyFile)
 	}
 	if err := p.Prepare(); err != nil {
 		t.Fatal(err)
 	}
-	if fi, err := os.Lstat(p.EmptyFile); err != nil || !fi.Mode().IsRegular() || fi.Size() != 0 {
-		t.Fatalf("prepare did not create the empty stand-in %s: %v", p.EmptyFile, err)
+	if _, err := os.Lstat(filepath.Join(f.attempt, ".sandbox-empty")); !os.IsNotExist(err) {
+		t.Errorf("prepare made an empty file on the host (err %v)", err)
 	}
-
-	q := mustPlan(t, f.input())
-	if err := os.Remove(q.EmptyFile); err != nil {
-		t.Fatal(err)
-	}
-	var kept []Mount
-	for _, m := range q.Mounts {
-		if m.Op != "empty-file" {
-			kept = append(kept, m)
+	a := p.Args()
+	var fds []string
+	for i, x := range a {
+		if x == "--ro-bind-data" {
+			fds = append(fds, a[i+1])
+			if a[i-2] != "--perms" || a[i-1] != "0444" {
+				t.Errorf("empty file %s is not made read-only for all: %v", a[i+2], a[i-2:i+3])
+			}
 		}
 	}
-	q.Mounts = kept
-	if err := q.Prepare(); err != nil {
+	if want := []string{strconv.Itoa(DataFD), strconv.Itoa(DataFD + 1)}; !slices.Equal(fds[:2], want) {
+		t.Errorf("empty files read descriptors %v, want %v first", fds, want)
+	}
+	n := 0
+	for _, x := range a {
+		if x == "--perms" {
+			n++
+		}
+	}
+	if old := withoutPerms(a); n == 0 || slices.Contains(old, "--perms") || len(old) != len(a)-2*n {
+		t.Errorf("withoutPerms (bwrap before 0.5) left --perms or dropped other arguments (%d --perms)", n)
+	}
+}
+
+// A private temp folder (sandbox exec without a factory) is made inside
+// the sandbox: the plan names no host folder for it, Prepare creates
+// none, and it must lie under the sandbox's own /tmp.
+func TestPrivateTmpPlan(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("bubblewrap plans only")
+	}
+	f := newFixture(t)
+	in := f.input()
+	in.PrivateTmp = true
+	in.TmpDir, in.ArtifactsDir = "/tmp/kusaw-plan-test/tmp", ""
+	p := mustPlan(t, in)
+	var ops []string
+	for _, m := range p.Mounts {
+		if within("/tmp/kusaw-plan-test", m.Dst) {
+			ops = append(ops, m.Op+" "+m.Dst)
+		}
+	}
+	want := []string{"tmpfs-rw /tmp/kusaw-plan-test/tmp", "dir /tmp/kusaw-plan-test/tmp/cache", "dir /tmp/kusaw-plan-test/tmp/run"}
+	if !slices.Equal(ops, want) {
+		t.Errorf("private temp mounts %v, want %v", ops, want)
+	}
+	if !slices.Contains(rulePaths(p.Writable), "/tmp/kusaw-plan-test/tmp") {
+		t.Errorf("the private temp folder is not listed writable: %v", p.Writable)
+	}
+	if err := p.Prepare(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Lstat(q.EmptyFile); !os.IsNotExist(err) {
-		t.Errorf("prepare created %s though no mount uses it (err %v)", q.EmptyFile, err)
+	if exists("/tmp/kusaw-plan-test") {
+		t.Errorf("prepare made the private temp folder on the host")
+	}
+	in.TmpDir = filepath.Join(f.root, "ptmp")
+	if _, err := BuildPlan(in); err == nil || !strings.Contains(err.Error(), "not under /tmp") {
+		t.Errorf("a private temp folder outside /tmp: %v", err)
 	}
 }
 
