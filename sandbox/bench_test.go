@@ -4,6 +4,7 @@ package sandbox
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -48,10 +49,11 @@ func benchTrue(b *testing.B, f *fixture, network string) {
 		direct = slices.DeleteFunc(direct, func(s string) bool { return s == "--unshare-user" || s == "--disable-userns" })
 	}
 	direct = append(direct, "--", "/bin/true")
-	null, err := devNull()
+	null, err := os.Open(os.DevNull)
 	if err != nil {
 		b.Fatal(err)
 	}
+	defer null.Close()
 	runDirect := func() {
 		cmd := exec.Command(bw, direct...)
 		cmd.Env = []string{}

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -68,8 +67,9 @@ func Command(ctx context.Context, p *Plan, argv []string) (*exec.Cmd, error) {
 	cmd.ExtraFiles = []*os.File{fd}
 	if n := p.dataFiles(); n > 0 {
 		// The empty files' content: /dev/null reads as empty, and each
-		// --ro-bind-data takes (and closes) its own descriptor.
-		null, err := devNull()
+		// --ro-bind-data takes (and closes) its own descriptor. Its own
+		// open per command: callers close ExtraFiles after the start.
+		null, err := os.Open(os.DevNull)
 		if err != nil {
 			fd.Close()
 			return nil, fmt.Errorf("sandbox: %w", err)
@@ -91,10 +91,6 @@ func Command(ctx context.Context, p *Plan, argv []string) (*exec.Cmd, error) {
 	cmd.WaitDelay = GraceDelay
 	return cmd, nil
 }
-
-// devNull is opened once and kept: every Command passes it as the empty
-// files' content.
-var devNull = sync.OnceValues(func() (*os.File, error) { return os.Open(os.DevNull) })
 
 // withoutPerms drops the --perms OCTAL pairs for a bwrap older than 0.5
 // (its folders and files then get bwrap's default modes).

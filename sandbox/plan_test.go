@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -612,5 +613,50 @@ func TestPlanRefStore(t *testing.T) {
 	}
 	if !strings.Contains(p.String(), "the folder of the attempt's branch") {
 		t.Errorf("without a store the branch folder should be writable:\n%s", p)
+	}
+}
+
+// The empty files' descriptor belongs to each command: a caller closes
+// ExtraFiles after the start (internal/proc does), and the next command
+// must still read an empty file, not a closed or reused descriptor.
+func TestEmptyFileDescriptorPerCommand(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("bubblewrap only")
+	}
+	needTool(t, "/usr/bin/bwrap", "it runs the real sandbox")
+	if r := Check(); !r.Available {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("the sandbox cannot run here: " + r.Msg)
+		}
+		t.Skip("the sandbox cannot run here: " + r.Msg)
+	}
+	f := newFixture(t)
+	mcp := filepath.Join(f.wt, ".mcp.json")
+	for i := 0; i < 3; i++ {
+		p := mustPlan(t, f.input())
+		if p.dataFiles() == 0 {
+			t.Fatal("the fixture's plan has no empty-file stand-in; the test needs one")
+		}
+		cmd, err := Command(context.Background(), p, []string{"/bin/sh", "-c", `test -f "$0" && test ! -s "$0" && ! (echo x > "$0") 2>/dev/null`, mcp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range cmd.ExtraFiles {
+			x.Close()
+		}
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("run %d: the empty read-only .mcp.json stand-in: %v %s", i+1, err, out.String())
+		}
+		if err := p.Cleanup(); err != nil {
+			t.Error(err)
+		}
+		if exists(mcp) {
+			t.Errorf("run %d left %s on disk", i+1, mcp)
+		}
 	}
 }
