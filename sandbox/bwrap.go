@@ -231,6 +231,20 @@ func bwrapVersion(bw string) (int, int) {
 	return v[0], v[1]
 }
 
+// withoutPerms drops the --perms OCTAL pairs for a bwrap older than 0.5
+// (its folders and files then get bwrap's default modes).
+func withoutPerms(args []string) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		if args[i] == "--perms" && i+1 < len(args) {
+			i++
+			continue
+		}
+		out = append(out, args[i])
+	}
+	return out
+}
+
 // permsSupported: --perms appeared in bubblewrap 0.5.
 func permsSupported(bw string) bool {
 	maj, min := bwrapVersion(bw)

@@ -92,20 +92,6 @@ func Command(ctx context.Context, p *Plan, argv []string) (*exec.Cmd, error) {
 	return cmd, nil
 }
 
-// withoutPerms drops the --perms OCTAL pairs for a bwrap older than 0.5
-// (its folders and files then get bwrap's default modes).
-func withoutPerms(args []string) []string {
-	out := make([]string, 0, len(args))
-	for i := 0; i < len(args); i++ {
-		if args[i] == "--perms" && i+1 < len(args) {
-			i++
-			continue
-		}
-		out = append(out, args[i])
-	}
-	return out
-}
-
 // argsFile returns a sealed in-memory file holding NUL-separated args.
 func argsFile(args []string) (*os.File, error) {
 	fd, err := unix.MemfdCreate("kusaw-bwrap-args", unix.MFD_CLOEXEC)
