@@ -372,3 +372,47 @@ func TestComputeDiffBounds(t *testing.T) {
 		t.Fatal("an option as base was accepted")
 	}
 }
+
+// diffBenchRepo is a repository whose second commit changes 200 files of
+// 200 lines each (about 1 MiB of patch).
+func diffBenchRepo(b *testing.B) (string, string, string) {
+	testkit.NeedGit(b)
+	repo := b.TempDir()
+	gitIn := func(args ...string) string {
+		return testkit.GitRun(b, repo, append([]string{"-c", "user.email=t@example.invalid", "-c", "user.name=t"}, args...)...)
+	}
+	gitIn("init", "-q", "-b", "main")
+	gitIn("commit", "-q", "--allow-empty", "-m", "base")
+	base := gitIn("rev-parse", "HEAD")
+	for i := 0; i < 200; i++ {
+		os.WriteFile(filepath.Join(repo, fmt.Sprintf("f%03d.txt", i)), []byte(strings.Repeat(fmt.Sprintf("line of file %d\n", i), 200)), 0o644)
+	}
+	gitIn("add", ".")
+	gitIn("commit", "-q", "-m", "files")
+	return repo, base, gitIn("rev-parse", "HEAD")
+}
+
+// BenchmarkDiffView is what GET /v1/runs/{id}/diff costs (two git
+// processes and the split into files) against a bare git diff of the same
+// commits in the same run, reported as a ratio.
+func BenchmarkDiffView(b *testing.B) {
+	repo, base, head := diffBenchRepo(b)
+	var view, bare time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		if files, _, err := computeDiff(context.Background(), repo, base, head); err != nil || len(files) != 200 {
+			b.Fatal(len(files), err)
+		}
+		t1 := time.Now()
+		cmd := exec.Command("git", "diff", "-p", "-M", base, head)
+		cmd.Dir = repo
+		if out, err := cmd.Output(); err != nil || len(out) < 100000 {
+			b.Fatal(len(out), err)
+		}
+		view, bare = view+t1.Sub(t0), bare+time.Since(t1)
+	}
+	b.ReportMetric(float64(view.Milliseconds())/float64(b.N), "ms/diff-view")
+	b.ReportMetric(float64(bare.Milliseconds())/float64(b.N), "ms/bare-git-diff")
+	b.ReportMetric(float64(view)/float64(bare), "ratio")
+}
