@@ -145,8 +145,7 @@ type Writer struct {
 	err          error // sticky: after a failed write the file's end is unknown
 	closed       bool
 	resumed      Resume
-	stop         chan struct{}
-	done         chan struct{}
+	timer        *time.Timer // seals what waits; armed by the first unsealed line
 }
 
 // Resume describes the file Open continued.
@@ -198,7 +197,6 @@ func Create(path string, key ed25519.PrivateKey, opts Options) (*Writer, error) 
 		f.Close()
 		return nil, err
 	}
-	w.start()
 	return w, nil
 }
 
@@ -267,7 +265,6 @@ func Open(path string, key ed25519.PrivateKey, opts Options) (*Writer, error) {
 		f.Close()
 		return nil, err
 	}
-	w.start()
 	return w, nil
 }
 
@@ -275,29 +272,25 @@ func newWriter(f *os.File, path string, key ed25519.PrivateKey, opts Options) *W
 	return &Writer{f: f, path: path, key: key, keyID: KeyID(key.Public().(ed25519.PublicKey)), opts: opts, prev: Genesis, prevSeal: Genesis}
 }
 
-func (w *Writer) start() {
-	if w.opts.SealInterval < 0 {
+// armTimer starts the seal timer when a first line waits unsealed: an idle
+// log costs no wake-ups.
+func (w *Writer) armTimer() {
+	if w.opts.SealInterval < 0 || w.unsealed != 1 {
 		return
 	}
-	w.stop = make(chan struct{})
-	w.done = make(chan struct{})
-	go func() {
-		defer close(w.done)
-		t := time.NewTicker(w.opts.SealInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-w.stop:
-				return
-			case <-t.C:
-				w.mu.Lock()
-				if !w.closed && w.err == nil && w.unsealed > 0 {
-					_ = w.sealLocked(markSeal, 0, 0)
-				}
-				w.mu.Unlock()
-			}
-		}
-	}()
+	if w.timer == nil {
+		w.timer = time.AfterFunc(w.opts.SealInterval, w.timedSeal)
+		return
+	}
+	w.timer.Reset(w.opts.SealInterval)
+}
+
+func (w *Writer) timedSeal() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.closed && w.err == nil && w.unsealed > 0 {
+		_ = w.sealLocked(markSeal, 0, 0)
+	}
 }
 
 // Resumed reports what Open found; zero for a created log.
@@ -354,6 +347,7 @@ func (w *Writer) Append(record any) error {
 		return err
 	}
 	w.unsealed++
+	w.armTimer()
 	if w.opts.SealEvery > 0 && w.unsealed >= w.opts.SealEvery {
 		return w.sealLocked(markSeal, 0, 0)
 	}
@@ -457,11 +451,10 @@ func (w *Writer) Close() error {
 	if cerr := w.f.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("chainlog: close %s: %w", w.path, cerr)
 	}
-	w.mu.Unlock()
-	if w.stop != nil {
-		close(w.stop)
-		<-w.done
+	if w.timer != nil {
+		w.timer.Stop()
 	}
+	w.mu.Unlock()
 	return err
 }
 

@@ -497,9 +497,8 @@ func crash(w *Writer) {
 	w.closed = true
 	_ = w.f.Close()
 	w.mu.Unlock()
-	if w.stop != nil {
-		close(w.stop)
-		<-w.done
+	if w.timer != nil {
+		w.timer.Stop()
 	}
 }
 
