@@ -114,19 +114,20 @@ func (e *Engine) waitGate(ctx context.Context, r *Run, i int) itemEnd {
 	defer t.Stop()
 	for {
 		d, ok := readDecision(path)
-		if !ok && wait.Deadline != nil && !time.Now().Before(*wait.Deadline) {
+		switch decideGate(ok, wait.Deadline, time.Now()) {
+		case gateDecided:
+			return r.gateDecided(i, d)
+		case gateTimeout:
 			to := record.GateDecision{Step: s.ID, By: "kusaw (timeout)", At: time.Now().UTC(), TimedOut: true,
 				Reason: fmt.Sprintf("no decision within %s", g.Timeout)}
 			// The timeout is a decision too: it is taken like a person's,
 			// and loses to one taken just before it.
 			if err := writeDecision(path, to); err == nil {
-				d, ok = to, true
-			} else {
-				d, ok = readDecision(path)
+				return r.gateDecided(i, to)
 			}
-		}
-		if ok {
-			return r.gateDecided(i, d)
+			if d, ok := readDecision(path); ok {
+				return r.gateDecided(i, d)
+			}
 		}
 		select {
 		case <-ctx.Done():

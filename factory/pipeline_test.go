@@ -356,3 +356,29 @@ steps:
 		}
 	}
 }
+
+// TestCandidatesSelectAll: every candidate passes; the one with the
+// smallest diff is kept, whichever finished first.
+func TestCandidatesSelectAll(t *testing.T) {
+	r, evs, app := shapeRun(t, `version: 1
+repos:
+  app: {path: ./app}
+pipelines:
+  default: [try]
+steps:
+  try:
+    candidates: 3
+    select: all
+    run: [sh, -c, 'case $KUSAW_CANDIDATE in 1) seq 1 500 > out.txt;; 2) sleep 0.5; echo small > out.txt;; 3) seq 1 50 > out.txt;; esac']
+`)
+	if r.Record.State != status.RunSucceeded {
+		t.Fatalf("run: %s %s", r.Record.State, r.Record.Message)
+	}
+	if got := runFile(t, app, r.ID(), "out.txt"); got != "small" {
+		t.Fatalf("kept %q, want candidate 2's small diff", got)
+	}
+	sel := eventsOf(evs, record.EvCandidatesSelected)
+	if len(sel) != 1 || sel[0].Data["chosen"] != 2 || !strings.Contains(sel[0].Data["why"].(string), "smallest diff") {
+		t.Fatalf("candidates.selected: %+v", sel)
+	}
+}

@@ -146,6 +146,27 @@ func decideGroup(ms []memberState) groupPlan {
 	return p
 }
 
+// gatePlan is what a waiting gate does next.
+type gatePlan int
+
+const (
+	gateWait    gatePlan = iota // no decision yet
+	gateDecided                 // a decision was taken: it stands
+	gateTimeout                 // none, and the deadline passed: the gate rejects itself
+)
+
+// decideGate decides at one moment of a gate's wait: a decision taken
+// stands, whenever it came; without one, a passed deadline rejects.
+func decideGate(decided bool, deadline *time.Time, now time.Time) gatePlan {
+	switch {
+	case decided:
+		return gateDecided
+	case deadline != nil && !now.Before(*deadline):
+		return gateTimeout
+	}
+	return gateWait
+}
+
 // candState is one candidate of a step as the selection sees it; Order
 // is when it ended (1 first), 0 while it runs.
 type candState struct {

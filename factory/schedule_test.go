@@ -134,3 +134,25 @@ func TestTailLines(t *testing.T) {
 		t.Fatalf("tail bounded by bytes: %q", got)
 	}
 }
+
+func TestDecideGate(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	past, future := now.Add(-time.Second), now.Add(time.Second)
+	cases := []struct {
+		decided  bool
+		deadline *time.Time
+		want     gatePlan
+	}{
+		{false, nil, gateWait},
+		{false, &future, gateWait},
+		{false, &past, gateTimeout},
+		{false, &now, gateTimeout},
+		{true, &past, gateDecided}, // taken before the engine looked: it stands
+		{true, nil, gateDecided},
+	}
+	for _, c := range cases {
+		if got := decideGate(c.decided, c.deadline, now); got != c.want {
+			t.Errorf("decided=%v deadline=%v: %v, want %v", c.decided, c.deadline, got, c.want)
+		}
+	}
+}
