@@ -85,6 +85,13 @@ func refuseAmbiguous(h http.Handler) http.Handler {
 			apiError(w, http.StatusBadRequest, "ambiguous_framing", "the request has both Content-Length and Transfer-Encoding", "send one of them")
 			return
 		}
+		if r.Method == http.MethodConnect {
+			// No tunnels here; httpframe stops following a connection
+			// after a CONNECT, so it must end.
+			w.Header().Set("Connection", "close")
+			apiError(w, http.StatusMethodNotAllowed, "method_not_allowed", "CONNECT is not served", "serve's API is plain HTTP requests")
+			return
+		}
 		h.ServeHTTP(w, r)
 	})
 }

@@ -203,6 +203,24 @@ func TestDefaultLimits(t *testing.T) {
 	}
 }
 
+// serve has no tunnels: a CONNECT is refused and its connection closed
+// (the framing check does not follow a connection past a CONNECT).
+func TestServeRefusesConnect(t *testing.T) {
+	f := serveFactory(t, "pipelines:\n  default: [a]\nsteps:\n  a:\n    run: [\"true\"]\n")
+	s, _, _ := startServer(t, f, ServeOptions{MaxParallel: 1, Listen: "127.0.0.1:0", Token: "tok-0123456789"})
+	c, err := net.Dial("tcp", s.ServeAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "CONNECT x:443 HTTP/1.1\r\nHost: x:443\r\nAuthorization: Bearer tok-0123456789\r\n\r\nGET /v1/health HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok-0123456789\r\n\r\n")
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	b, err := io.ReadAll(c)
+	if err != nil || !strings.HasPrefix(string(b), "HTTP/1.1 405") || strings.Count(string(b), "HTTP/1.1 ") != 1 {
+		t.Fatalf("CONNECT: %v %q (want one 405 and the close)", err, b)
+	}
+}
+
 // The API refuses a request with both Content-Length and Transfer-Encoding
 // on either listener; a plain request on the same listener is served.
 func TestServeRefusesAmbiguousFraming(t *testing.T) {

@@ -25,9 +25,9 @@ import (
 )
 
 // maxLine bounds one line of a head or a chunk size; longer lines are left
-// to net/http, which refuses them. (After a CONNECT or an upgrade the bytes
-// are a tunnel's: following them as requests is harmless, since nothing
-// asks about the connection any more.)
+// to net/http, which refuses them. (After an upgrade the bytes are a
+// WebSocket's: following them as requests is harmless, since nothing asks
+// about the connection any more.)
 const maxLine = 64 << 10
 
 // Listener wraps ln so that every connection it accepts is watched.
@@ -76,6 +76,7 @@ type Conn struct {
 	hasCL      bool
 	hasTE      bool
 	chunked    bool
+	connect    bool
 	left       int64
 }
 
@@ -203,6 +204,10 @@ func (c *Conn) headLine(line []byte) {
 	}
 	if c.first {
 		c.first = false
+		// After a CONNECT the connection is a tunnel (or closed): its
+		// bytes are not requests, and scanning them would only cost.
+		// Servers that have no tunnels close on a CONNECT.
+		c.connect = bytes.HasPrefix(line, []byte("CONNECT "))
 		return
 	}
 	name, value, ok := bytes.Cut(line, []byte(":"))
@@ -228,6 +233,8 @@ func (c *Conn) endHead() {
 	switch {
 	case c.hasCL && c.hasTE:
 		c.bad = true
+	case c.connect:
+		c.raw = true
 	case c.chunked:
 		c.st = stChunkSize
 	case c.hasCL && c.left > 0:

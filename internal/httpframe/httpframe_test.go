@@ -170,3 +170,24 @@ func TestSlowHeadAnswered408(t *testing.T) {
 		t.Fatalf("whole request: %q", got)
 	}
 }
+
+// After a CONNECT the connection's bytes are a tunnel's and are not
+// followed (a server without tunnels closes it).
+func TestConnectStopsFollowing(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	c := NewConn(b)
+	go io.WriteString(a, "CONNECT x:443 HTTP/1.1\r\nHost: x:443\r\n\r\nPOST / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n")
+	buf := make([]byte, 4096)
+	n := 0
+	for n < 100 {
+		k, err := c.Read(buf[n:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += k
+	}
+	if c.Ambiguous() || !c.raw {
+		t.Fatalf("after CONNECT: ambiguous %v, raw %v", c.Ambiguous(), c.raw)
+	}
+}
