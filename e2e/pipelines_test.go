@@ -227,3 +227,53 @@ func gitCmd(dir string, args ...string) *exec.Cmd {
 	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1")
 	return cmd
 }
+
+// TestShapeFixerAgentGetsTheFailure: an agent fixer's prompt carries a
+// note of why the attempt before it failed, and its environment the
+// KUSAW_PREVIOUS_* variables; its edit makes the next attempt pass.
+func TestShapeFixerAgentGetsTheFailure(t *testing.T) {
+	f := buildFakes(t)
+	dir := agentFactory(t, f.Claude, `pipelines:
+  default: [check]
+steps:
+  check:
+    repos: [app]
+    attempts: 2
+    on_failure: fix
+    run: [sh, -c, "test -f fixed.txt || { echo fixed.txt is missing; exit 7; }"]
+  fix:
+    repos: [app]
+    prompt: Make the check pass.
+    env:
+      CLAUDE_CODE_OAUTH_TOKEN: {secret: agent.token}
+      FAKE_AGENT_SCENARIO: edit_file
+      FAKE_AGENT_FILE: fixed.txt
+      FAKE_AGENT_CONTENT: fixed
+`)
+	res := runKusaw(t, dir, "run")
+	if res.code != 0 {
+		t.Fatalf("kusaw run exit %d\n%s%s", res.code, res.stdout, res.stderr)
+	}
+	id := onlyRun(t, dir)
+	var rec struct {
+		Processes []struct {
+			Argv []string          `json:"argv"`
+			Env  map[string]string `json:"env"`
+		} `json:"processes"`
+	}
+	json.Unmarshal([]byte(readFile(t, filepath.Join(dir, ".kusaw", "runs", id, "steps", "fix", "1", "attempt.json"))), &rec)
+	if len(rec.Processes) != 1 {
+		t.Fatalf("fixer record: %+v", rec)
+	}
+	argv := strings.Join(rec.Processes[0].Argv, " ")
+	if !strings.Contains(argv, "Make the check pass.") || !strings.Contains(argv, "(kusaw: attempt 1 of step check ended failed (step.exit_nonzero) exit 7") {
+		t.Fatalf("the fixer's prompt lacks the failure note: %s", argv)
+	}
+	env := rec.Processes[0].Env
+	if env["KUSAW_PREVIOUS_EXIT_CODE"] != "7" || env["KUSAW_PREVIOUS_STEP"] != "check" || !strings.Contains(env["KUSAW_PREVIOUS_OUTPUT"], "fixed.txt is missing") {
+		t.Fatalf("the fixer's KUSAW_PREVIOUS_*: %v", env)
+	}
+	if onBranch(dir, id, "fixed.txt") != "fixed" {
+		t.Fatal("the fixer's edit did not reach the run branch through attempt 2")
+	}
+}
