@@ -392,8 +392,8 @@ func diffBenchRepo(b *testing.B) (string, string, string) {
 	return repo, base, gitIn("rev-parse", "HEAD")
 }
 
-// BenchmarkDiffView is what GET /v1/runs/{id}/diff costs (two git
-// processes and the split into files) against a bare git diff of the same
+// BenchmarkDiffView is what GET /v1/runs/{id}/diff costs (its git and
+// the split into files) against a bare git diff of the same
 // commits in the same run, reported as a ratio.
 func BenchmarkDiffView(b *testing.B) {
 	repo, base, head := diffBenchRepo(b)

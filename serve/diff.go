@@ -128,27 +128,21 @@ func computeDiff(ctx context.Context, dir, base, head string) ([]DiffFile, bool,
 	}
 	ctx, cancel := context.WithTimeout(ctx, diffTimeout)
 	defer cancel()
-	common := []string{"--no-color", "--no-ext-diff", "--no-textconv", "-M"}
-	// The file list first: names exactly (NUL-separated), status, counts.
-	var list bytes.Buffer
-	args := append([]string{"diff", "--raw", "--numstat", "-z"}, common...)
-	if err := diffGit(ctx, dir, &limitedBuffer{b: &list, n: 16 << 20}, append(args, base, head, "--")...); err != nil {
-		return nil, false, err
-	}
-	files := parseRawNumstat(list.Bytes())
+	// One git: first the file list (names exactly, NUL-separated; status;
+	// counts), then the patch in the same order, read until MaxDiffBytes.
+	pr, pw := io.Pipe()
+	errc := make(chan error, 1)
+	go func() {
+		err := diffGit(ctx, dir, pw, "diff", "--raw", "--numstat", "-p", "-z", "--no-color", "--no-ext-diff", "--no-textconv", "-M", base, head, "--")
+		pw.CloseWithError(err)
+		errc <- err
+	}()
+	br := bufio.NewReaderSize(pr, 64<<10)
+	files := readFileList(br)
 	truncated := false
 	if len(files) > MaxDiffFiles {
 		files, truncated = files[:MaxDiffFiles], true
 	}
-	// Then the patch, in the same order, read until MaxDiffBytes; the
-	// rest of git's output is discarded.
-	pr, pw := io.Pipe()
-	errc := make(chan error, 1)
-	go func() {
-		err := diffGit(ctx, dir, pw, append(append([]string{"diff", "-p"}, common...), base, head, "--")...)
-		pw.CloseWithError(err)
-		errc <- err
-	}()
 	total, i := 0, -1
 	var cur bytes.Buffer
 	flush := func() {
@@ -163,7 +157,6 @@ func computeDiff(ctx context.Context, dir, base, head string) ([]DiffFile, bool,
 		total += len(p)
 		f.Patch = string(p)
 	}
-	br := bufio.NewReaderSize(pr, 64<<10)
 	stopped, lineStart := false, true
 	for {
 		line, err := br.ReadSlice('\n')
@@ -199,34 +192,44 @@ func computeDiff(ctx context.Context, dir, base, head string) ([]DiffFile, bool,
 	return files, truncated, nil
 }
 
-// parseRawNumstat reads `git diff --raw --numstat -z`: first one raw
-// record per file (":mode mode sha sha STATUS\0path\0[path\0]"), then one
-// numstat record per file ("added\tdeleted\tpath\0" or, for a rename,
-// "added\tdeleted\t\0old\0new\0").
-func parseRawNumstat(b []byte) []DiffFile {
-	toks := strings.Split(string(b), "\x00")
+// readFileList reads the list part of `git diff --raw --numstat -p -z`:
+// one raw record per file (":mode mode sha sha STATUS\0path\0[path\0]"),
+// then one numstat record per file ("added\tdeleted\tpath\0" or, for a
+// rename, "added\tdeleted\t\0old\0new\0"), then an empty record before
+// the patch.
+func readFileList(br *bufio.Reader) []DiffFile {
+	next := func() (string, bool) {
+		s, err := br.ReadString(0)
+		if err != nil {
+			return "", false
+		}
+		return s[:len(s)-1], true
+	}
 	var files []DiffFile
-	i := 0
-	for i < len(toks) && strings.HasPrefix(toks[i], ":") {
-		fields := strings.Fields(toks[i])
+	tok, ok := next()
+	for ok && strings.HasPrefix(tok, ":") {
+		fields := strings.Fields(tok)
 		st := ""
 		if len(fields) >= 5 {
 			st = fields[4]
 		}
 		f := DiffFile{Status: statusName(st)}
-		if (strings.HasPrefix(st, "R") || strings.HasPrefix(st, "C")) && i+2 < len(toks) {
-			f.OldPath, f.Path = toks[i+1], toks[i+2]
-			i += 3
-		} else if i+1 < len(toks) {
-			f.Path = toks[i+1]
-			i += 2
-		} else {
-			break
+		if strings.HasPrefix(st, "R") || strings.HasPrefix(st, "C") {
+			f.OldPath, _ = next()
+		}
+		if f.Path, ok = next(); !ok {
+			return files
 		}
 		files = append(files, f)
+		tok, ok = next()
 	}
-	for n := 0; n < len(files) && i < len(toks); n++ {
-		parts := strings.SplitN(toks[i], "\t", 3)
+	for n := 0; ok && n < len(files); n++ {
+		if n > 0 {
+			if tok, ok = next(); !ok {
+				break
+			}
+		}
+		parts := strings.SplitN(tok, "\t", 3)
 		if len(parts) != 3 {
 			break
 		}
@@ -237,13 +240,20 @@ func parseRawNumstat(b []byte) []DiffFile {
 			f.Added, _ = strconv.Atoi(parts[0])
 			f.Deleted, _ = strconv.Atoi(parts[1])
 		}
-		if parts[2] == "" {
-			i += 3 // rename: old and new follow
-		} else {
-			i++
+		if parts[2] == "" { // a rename: its two names follow
+			next()
+			next()
 		}
 	}
+	if len(files) > 0 {
+		next() // the empty record before the patch
+	}
 	return files
+}
+
+// parseRawNumstat reads a whole list (tests).
+func parseRawNumstat(b []byte) []DiffFile {
+	return readFileList(bufio.NewReader(bytes.NewReader(b)))
 }
 
 func statusName(s string) string {

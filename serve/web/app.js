@@ -222,7 +222,7 @@ async function showRun(id, want) {
   setPage("run");
   const diff = diffSection(id), panel = attemptPanel(id, want), steps = el("div", {});
   // The diff is asked for again only when a run branch moved (or the run
-  // ended): each request runs git twice per repo.
+  // ended): each request runs git in every repo.
   let diffStale = true;
   let es = null, timer = null, pending = false, ended = false;
   const evBox = el("div", { class: "events", id: "events" });
