@@ -817,7 +817,12 @@ func (e *Engine) runJudge(ctx context.Context, r *Run, s *config.Step, recs []*r
 	if a.Outcome != status.OutcomePassed {
 		return 0, fmt.Sprintf("judge %s attempt %d %s: %s", js.ID, n, a.Outcome, a.Message)
 	}
-	b, err := os.ReadFile(filepath.Join(dir, record.ArtifactsDir, "choice"))
+	// The judge wrote choice: read it as an artifact (a link to a host
+	// file, a FIFO or a huge file is refused, not followed or read).
+	b, err := record.ReadArtifact(dir, "choice", 64)
+	if errors.Is(err, record.ErrNotArtifact) {
+		return 0, fmt.Sprintf("judge %s's choice is refused: %v; write the candidate's number to $%s/choice as a plain file", js.ID, err, steps.EnvArtifacts)
+	}
 	if err != nil {
 		return 0, fmt.Sprintf("judge %s wrote no choice ($%s/choice)", js.ID, steps.EnvArtifacts)
 	}
