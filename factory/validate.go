@@ -468,8 +468,12 @@ func (v *Validator) secretChecks(f *config.Factory) config.Findings {
 	for _, r := range refs {
 		if !have[r.key] {
 			pos := f.PosOf(r.path)
+			what := "the step will be refused"
+			if strings.Contains(r.path, "notify[") {
+				what = "the webhook will not be sent (a signed notification needs its key)"
+			}
 			out = append(out, config.Finding{Code: config.WCodeSecretMissing, Severity: config.SevWarning, Path: r.path, Line: pos.Line, Column: pos.Column,
-				Message: fmt.Sprintf("secret %s is not in the secret store; the step will be refused", r.key),
+				Message: fmt.Sprintf("secret %s is not in the secret store; %s", r.key, what),
 				Fix:     "kusaw config set " + r.key + " --secret", File: f.Path})
 		}
 	}
