@@ -148,6 +148,8 @@ var seamAttacks = []struct {
 	// The step's own commit object, in its private object folder, becomes
 	// a FIFO: kusaw's import must not open it.
 	{"fifo-object", `C=$(git rev-parse HEAD) && f=$GIT_OBJECT_DIRECTORY/$(echo $C | cut -c1-2)/$(echo $C | cut -c3-) && rm -f "$f" && mkfifo "$f" && mkdir -p "$GIT_OBJECT_DIRECTORY/info" && echo /nonexistent > "$GIT_OBJECT_DIRECTORY/info/alternates" && echo done`, 1},
+	// A nested repository whose HEAD is a FIFO: kusaw's git add reads it.
+	{"fifo-nested-repo", `mkdir -p sub/.git/refs sub/.git/objects && mkfifo sub/.git/HEAD && echo "gitdir: /proc/self/fd/0" > nested.txt && mkdir -p other && echo "gitdir: /nonexistent" > other/.git && echo done`, 1},
 	// Attempt 1 fails and keeps its branch; attempt 2 moves that sibling
 	// to main behind a dangling link that sorts first.
 	{"sibling-dangling", `if [ "$KUSAW_ATTEMPT" = 1 ]; then exit 1; fi

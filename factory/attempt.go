@@ -821,6 +821,9 @@ func (a *attemptRun) takeStepRefs(repo string, wt *worktree.Worktree) error {
 		f, oerr := worktree.ScrubObjects(od)
 		found, err = append(found, f...), errors.Join(err, oerr)
 	}
+	if f, nerr := worktree.ScrubNested(wt.Path); len(f) > 0 || nerr != nil {
+		found, err = append(found, f...), errors.Join(err, nerr)
+	}
 	if store := a.refStore(repo); store != "" {
 		more, terr = wt.AdoptFromStore(store, od)
 		if terr != nil && len(more) == 0 {

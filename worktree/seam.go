@@ -208,3 +208,38 @@ func ScrubObjects(objDir string) ([]Finding, error) {
 	}
 	return found, err
 }
+
+// ScrubNested readies the worktree for kusaw's `git add --all`: git reads
+// the HEAD of every repository nested in it (to record a gitlink), so a
+// nested .git folder loses its links, FIFOs and the like (Scrub), and a
+// nested .git file, whose pointer git would follow anywhere, is removed.
+// The worktree's own .git file stays. Nothing is followed on the way.
+func ScrubNested(wt string) ([]Finding, error) {
+	var out []Finding
+	var errs []error
+	_ = filepath.WalkDir(wt, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == wt || d.Name() != ".git" {
+			return nil
+		}
+		if filepath.Dir(p) == wt && !d.IsDir() {
+			return nil // the worktree's own .git file (read-only in the sandbox)
+		}
+		if d.IsDir() {
+			f, err := Scrub(p)
+			out = append(out, f...)
+			errs = append(errs, err)
+			return fs.SkipDir
+		}
+		f := Finding{Path: p, Kind: "nested .git " + kindOf(d.Type()), Action: "removed"}
+		if d.Type().IsRegular() {
+			f.Kind = "nested .git file (a pointer git would follow)"
+		}
+		if err := os.Remove(p); err != nil {
+			f.Action = "refused (cannot remove: " + err.Error() + ")"
+			errs = append(errs, err)
+		}
+		out = append(out, f)
+		return nil
+	})
+	return out, errors.Join(errs...)
+}
