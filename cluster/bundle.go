@@ -55,12 +55,23 @@ func MakeBundle(ctx context.Context, repo, out, tip string, have []string) (int6
 	if !HasCommit(ctx, repo, tip) {
 		return 0, fmt.Errorf("bundle: %s is not a commit of %s", tip, repo)
 	}
-	var prereqs []string
+	// What the receiver holds and this repo knows, left out; the bundle's
+	// prerequisites are the boundary commits git finds, in one pass (a
+	// few git processes whatever the number of commits held).
 	revs := tip + "\n"
-	for _, h := range have {
-		if h != tip && HasCommit(ctx, repo, h) && git(ctx, repo, nil, io.Discard, "merge-base", "--is-ancestor", h, tip) == nil {
-			prereqs = append(prereqs, h)
+	for _, h := range knownCommits(ctx, repo, have) {
+		if h != tip {
 			revs += "^" + h + "\n"
+		}
+	}
+	var prereqs []string
+	var bound bytes.Buffer
+	if err := git(ctx, repo, strings.NewReader(revs), &bound, "rev-list", "--boundary", "--stdin"); err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(bound.String(), "\n") {
+		if b, ok := strings.CutPrefix(l, "-"); ok && shaRe.MatchString(b) {
+			prereqs = append(prereqs, b)
 		}
 	}
 	pack, err := os.CreateTemp("", "kusaw-pack-*.pack")
@@ -156,4 +167,31 @@ func ImportBundle(ctx context.Context, repo, file string) (string, error) {
 		return "", fmt.Errorf("bundle: its commit %s is not in its pack", tip)
 	}
 	return tip, nil
+}
+
+// knownCommits keeps the commits of shas that repo holds, with one git
+// process.
+func knownCommits(ctx context.Context, repo string, shas []string) []string {
+	var in strings.Builder
+	var asked []string
+	for _, h := range shas {
+		if shaRe.MatchString(h) {
+			in.WriteString(h + "\n")
+			asked = append(asked, h)
+		}
+	}
+	if len(asked) == 0 {
+		return nil
+	}
+	var out bytes.Buffer
+	if git(ctx, repo, strings.NewReader(in.String()), &out, "cat-file", "--batch-check=%(objectname) %(objecttype)") != nil {
+		return nil
+	}
+	var known []string
+	for _, l := range strings.Split(out.String(), "\n") {
+		if sha, typ, ok := strings.Cut(l, " "); ok && typ == "commit" {
+			known = append(known, sha)
+		}
+	}
+	return known
 }

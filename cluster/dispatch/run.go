@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/kusaw/kusaw/cluster"
@@ -268,40 +269,16 @@ func (d *Dispatcher) accept(ctx context.Context, spec *record.AttemptSpec, job r
 		}
 		out.Heads[sr.Name] = head
 	}
+	// The files come down at once: each object is a few round trips.
+	var wg sync.WaitGroup
 	for name, obj := range r.Files {
-		if !strings.HasPrefix(obj, cluster.Key(spec.ID)+"/") {
-			continue
-		}
-		if name == cluster.ArtifactsTar {
-			p := filepath.Join(tmp, name)
-			if _, err := d.o.H.GetFile(ctx, obj, p); err == nil {
-				f, err := os.Open(p)
-				if err == nil {
-					err = cluster.Untar(f, filepath.Join(job.Dir, record.ArtifactsDir), maxArtifacts)
-					f.Close()
-				}
-				if err != nil {
-					job.Emit("cluster.artifacts_refused", map[string]any{"worker": r.Worker, "error": err.Error()})
-				}
-			}
-			continue
-		}
-		if !record.ValidLogPath(record.StepsDir+"/s/1/"+name) && name != cluster.WorkerEvents {
-			continue // only the attempt's own log names
-		}
-		dst := filepath.Join(job.Dir, name)
-		if _, err := d.o.H.GetFile(ctx, obj, dst); err != nil {
-			continue
-		}
-		_ = os.Chmod(dst, 0o644)
-		if name == record.EgressLogFile {
-			data := map[string]any{"worker": r.Worker, "verified": true}
-			if err := d.verifyEgress(dst, r.Worker, spec); err != nil {
-				data["verified"], data["error"] = false, err.Error()
-			}
-			job.Emit("cluster.egress_log", data)
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.fetchFile(ctx, spec, job, r, tmp, name, obj)
+		}()
 	}
+	wg.Wait()
 	out.Record = &rec
 	return out
 }
@@ -387,4 +364,41 @@ func (d *Dispatcher) answerBundle(ctx context.Context, m *nats.Msg, spec *record
 		}
 	}
 	reply(cluster.BundleReply{Error: "no repo " + req.Repo + " in the attempt"})
+}
+
+// fetchFile brings one of a result's files into the attempt's folder: the
+// artifacts' tar unpacked inside artifacts/, a log under its own name.
+func (d *Dispatcher) fetchFile(ctx context.Context, spec *record.AttemptSpec, job record.RemoteJob, r cluster.Result, tmp, name, obj string) {
+	if !strings.HasPrefix(obj, cluster.Key(spec.ID)+"/") {
+		return
+	}
+	if name == cluster.ArtifactsTar {
+		p := filepath.Join(tmp, name)
+		if _, err := d.o.H.GetFile(ctx, obj, p); err == nil {
+			f, err := os.Open(p)
+			if err == nil {
+				err = cluster.Untar(f, filepath.Join(job.Dir, record.ArtifactsDir), maxArtifacts)
+				f.Close()
+			}
+			if err != nil {
+				job.Emit("cluster.artifacts_refused", map[string]any{"worker": r.Worker, "error": err.Error()})
+			}
+		}
+		return
+	}
+	if !record.ValidLogPath(record.StepsDir+"/s/1/"+name) && name != cluster.WorkerEvents {
+		return // only the attempt's own log names
+	}
+	dst := filepath.Join(job.Dir, name)
+	if _, err := d.o.H.GetFile(ctx, obj, dst); err != nil {
+		return
+	}
+	_ = os.Chmod(dst, 0o644)
+	if name == record.EgressLogFile {
+		data := map[string]any{"worker": r.Worker, "verified": true}
+		if err := d.verifyEgress(dst, r.Worker, spec); err != nil {
+			data["verified"], data["error"] = false, err.Error()
+		}
+		job.Emit("cluster.egress_log", data)
+	}
 }

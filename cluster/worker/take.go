@@ -159,6 +159,8 @@ func (w *Worker) run(ctx context.Context, spec *record.AttemptSpec, work *cluste
 		}
 		res.Bundles[wt.Repo] = name
 	}
+	// Logs and artifacts go up at once: each object is a few round trips.
+	uploads := map[string]string{} // object → local file
 	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {
 		n := e.Name()
@@ -169,10 +171,7 @@ func (w *Worker) run(ctx context.Context, spec *record.AttemptSpec, work *cluste
 		if n == record.EventsFile {
 			obj = cluster.WorkerEvents
 		}
-		name := cluster.ObjectName(spec.ID, a.token, obj)
-		if _, err := w.h.PutFile(context.WithoutCancel(ctx), name, filepath.Join(dir, n)); err == nil {
-			res.Files[obj] = name
-		}
+		uploads[obj] = filepath.Join(dir, n)
 	}
 	if arts := filepath.Join(dir, record.ArtifactsDir); hasFiles(arts) {
 		p := filepath.Join(tmp, cluster.ArtifactsTar)
@@ -182,12 +181,24 @@ func (w *Worker) run(ctx context.Context, spec *record.AttemptSpec, work *cluste
 			f.Close()
 		}
 		if err == nil {
-			name := cluster.ObjectName(spec.ID, a.token, cluster.ArtifactsTar)
-			if _, err := w.h.PutFile(context.WithoutCancel(ctx), name, p); err == nil {
-				res.Files[cluster.ArtifactsTar] = name
-			}
+			uploads[cluster.ArtifactsTar] = p
 		}
 	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for obj, path := range uploads {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := cluster.ObjectName(spec.ID, a.token, obj)
+			if _, err := w.h.PutFile(context.WithoutCancel(ctx), name, path); err == nil {
+				mu.Lock()
+				res.Files[obj] = name
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
 	return res
 }
 

@@ -151,6 +151,14 @@ func TestRunOnWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if os.Getenv("KUSAW_DEBUG_TIMES") != "" {
+		for _, l := range strings.Split(string(ev), "\n") {
+			var e record.Event
+			if json.Unmarshal([]byte(l), &e) == nil && e.Type != "" {
+				t.Logf("%s %s", e.TS.Format("15:04:05.000"), e.Type)
+			}
+		}
+	}
 	res, err := chainlog.Verify(bytes.NewReader(ev), r.e.PublicKey(), chainlog.Binding{Run: run.ID(), Step: "write", Attempt: 1, Kind: chainlog.KindEvents})
 	if err != nil || res.Unsealed() != 0 {
 		t.Fatalf("events: %v (%d unsealed)", err, res.Unsealed())
