@@ -108,11 +108,11 @@ func median(d []time.Duration) time.Duration {
 // against a bare bwrap start of the same mounts as the unit. The target
 // (issue 16): the allowlist adds at most one bare bwrap start.
 //
-// What is compared is each attempt's own start, from its worktree being
-// ready to its process having exited (the events' timestamps): the git
-// worktree work before and the commit after are the same for both steps
-// and, on a shared machine, far noisier than the difference sought. The
-// whole command's times are reported too.
+// What is compared is each attempt's own start, from its worktree and its
+// private ref store being ready to its process having exited (the events'
+// timestamps): the git work before and the commit after are the same for
+// both steps and, on a shared machine, far noisier than the difference
+// sought. The whole command's times are reported too.
 //
 //	go test -run '^$' -bench SandboxExecAllowlist -benchtime 30x ./e2e/
 func BenchmarkSandboxExecAllowlist(b *testing.B) {
@@ -207,8 +207,8 @@ steps:
 		median(opens), median(allows), median(wholeOpen), median(wholeAllow), me, mb, float64(me)/float64(mb))
 }
 
-// attemptStart reads an attempt's events: the time from its worktree
-// being ready to its process having exited.
+// attemptStart reads an attempt's events: the time from its worktree (and
+// ref store) being ready to its process having exited.
 func attemptStart(b *testing.B, path string) time.Duration {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -224,8 +224,11 @@ func attemptStart(b *testing.B, path string) time.Duration {
 			continue
 		}
 		switch ev.Type {
-		case "worktree.created":
-			if from.IsZero() {
+		case "worktree.created", "worktree.ref_store":
+			// The last of them: the sandbox's own preparation (the
+			// lease, the plan) starts after the worktree and its ref
+			// store are ready.
+			if to.IsZero() {
 				from = ev.TS
 			}
 		case "process.exited":
