@@ -502,6 +502,15 @@ steps:
 				t.Errorf("setup.placed events: write %v, use %v", strings.Contains(ev1, `"where":"host"`), strings.Contains(ev2, `"where":"sandbox"`))
 			}
 			verifyRecords(t, uid, dir)
+			// A setup command that fails inside the sandbox fails the
+			// attempt as setup.failed, not as the step's own failure.
+			writeFile(t, filepath.Join(dir, "write.sh"), "printf 'exit 3\\n' > setup.sh && echo rewrote\n")
+			res = runKusawAs(t, uid, 2*time.Minute, dir, "run")
+			id = runIDOf(t, res)
+			rec := readFile(t, filepath.Join(dir, ".kusaw", "runs", id, "steps", "use", "1", "attempt.json"))
+			if res.code == 0 || !strings.Contains(rec, `"reason": "setup.failed"`) || !strings.Contains(rec, "inside the sandbox") {
+				t.Errorf("a failing setup inside the sandbox: exit %d\n%s", res.code, rec)
+			}
 			// validate says which rule applies to each step.
 			v := runKusawAs(t, uid, time.Minute, dir, "validate")
 			if !strings.Contains(v.stdout, "step use: setup runs on the host on the run's starting commit; on commits a step of the run wrote, inside this step's sandbox") {
