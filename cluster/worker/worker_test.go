@@ -268,3 +268,53 @@ steps:
 		t.Fatalf("the step did not see the worker's own secret: %v %s %s", err, run.Record.State, run.Record.Message)
 	}
 }
+
+// Canceling a run stops its remote attempt on the worker: the worker's
+// process ends and the attempt is recorded canceled, with the worker named.
+func TestCancelRemoteAttempt(t *testing.T) {
+	r := startServe(t, `version: 1
+repos:
+  app: {path: ./app}
+pipelines:
+  default: [long]
+steps:
+  long:
+    run: [sh, -c, 'echo started; sleep 60']
+`, 5*time.Second)
+	w, _ := r.startWorker(t, "w1")
+	ctx, cancel := context.WithCancel(r.ctx)
+	done := make(chan *factory.Run, 1)
+	go func() {
+		run, _ := r.e.Run(ctx, "")
+		done <- run
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		w.mu.Lock()
+		n := len(w.running)
+		w.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the attempt never reached the worker")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond)
+	start := time.Now()
+	cancel()
+	var run *factory.Run
+	select {
+	case run = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the run did not end after cancel")
+	}
+	if time.Since(start) > 15*time.Second {
+		t.Errorf("cancel took %s", time.Since(start))
+	}
+	atts, _ := r.e.State.Attempts(run.Record)
+	if run.Record.State != status.RunCanceled || len(atts) != 1 || atts[0].Outcome != status.OutcomeCanceled || atts[0].Worker != "w1" {
+		t.Fatalf("run %s, attempts %+v", run.Record.State, atts)
+	}
+}
