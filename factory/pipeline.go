@@ -363,8 +363,7 @@ func (e *Engine) handoff(r *Run, prev *record.AttemptRecord, opt *attemptOpts) {
 			if f == "" {
 				continue
 			}
-			b, _ := os.ReadFile(filepath.Join(adir, f))
-			tail := tailLines(b, handoffMaxLines, handoffMaxBytes)
+			tail := tailLines(readTail(filepath.Join(adir, f), 64<<10), handoffMaxLines, handoffMaxBytes)
 			_ = os.WriteFile(filepath.Join(dir, f+".tail"), tail, record.FileMode())
 			out.Write(tail)
 		}
@@ -390,6 +389,27 @@ func (e *Engine) handoff(r *Run, prev *record.AttemptRecord, opt *attemptOpts) {
 	opt.readOnly = append(opt.readOnly, dir)
 	opt.note = fmt.Sprintf("\n\n(kusaw: attempt %d of step %s ended %s: %s. Its outcome and the last lines of its output are in %s.)",
 		prev.Number, prev.Step, describeFailure(prev), prev.Message, dir)
+}
+
+// readTail reads at most the last max bytes of a file: a step's output
+// may be far larger than memory.
+func readTail(path string, max int64) []byte {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() {
+		return nil
+	}
+	off := st.Size() - max
+	if off < 0 {
+		off = 0
+	}
+	b := make([]byte, st.Size()-off)
+	n, _ := f.ReadAt(b, off)
+	return b[:n]
 }
 
 // tailLines is the last n lines of b, at most max bytes.
@@ -767,9 +787,8 @@ func (e *Engine) diffSize(r *Run, a *record.AttemptRecord) int {
 		if err != nil || w.HeadSHA == "" || w.BaseSHA == "" {
 			continue
 		}
-		patch, _, err := repo.Diff(w.BaseSHA, w.HeadSHA)
-		if err == nil {
-			n += len(patch)
+		if size, err := repo.PatchSize(w.BaseSHA, w.HeadSHA); err == nil {
+			n += int(size)
 		}
 	}
 	return n

@@ -1,6 +1,8 @@
 package factory
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -154,5 +156,17 @@ func TestDecideGate(t *testing.T) {
 		if got := decideGate(c.decided, c.deadline, now); got != c.want {
 			t.Errorf("decided=%v deadline=%v: %v, want %v", c.decided, c.deadline, got, c.want)
 		}
+	}
+}
+
+func TestReadTail(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "out.log")
+	os.WriteFile(p, []byte(strings.Repeat("x", 200<<10)+"last line\n"), 0o644)
+	b := readTail(p, 64<<10)
+	if len(b) != 64<<10 || !strings.HasSuffix(string(b), "last line\n") {
+		t.Fatalf("tail: %d bytes, ends %q", len(b), b[len(b)-12:])
+	}
+	if readTail(filepath.Dir(p), 10) != nil || readTail(p+".none", 10) != nil {
+		t.Fatal("a folder or a missing file gave bytes")
 	}
 }

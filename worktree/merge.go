@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 )
@@ -159,4 +160,30 @@ func (r *Repo) SetBranch(branch, old, sha string) error {
 		return fmt.Errorf("move %s to %s in %s: %v", branch, short(sha), r, err)
 	}
 	return nil
+}
+
+// PatchSize is the size in bytes of the patch from one commit to another
+// (binary changes included, as git would send them), counted as git
+// writes it: a candidate that wrote gigabytes is measured without being
+// held in memory. No external diff driver or text conversion runs.
+func (r *Repo) PatchSize(from, to string) (int64, error) {
+	gitRuns.Add(1)
+	args := append(append([]string{}, safeConfig...), "diff", "--binary", "--no-color", "--no-ext-diff", "--no-textconv", from, to, "--")
+	cmd := exec.Command(r.git.bin, args...)
+	cmd.Dir = r.workDir()
+	cmd.Env = append([]string{}, r.git.env...)
+	var n countWriter
+	var errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &n, &errb
+	if err := cmd.Run(); err != nil {
+		return 0, &gitError{args: args[len(safeConfig):], stderr: errb.String(), err: err}
+	}
+	return int64(n), nil
+}
+
+type countWriter int64
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	*c += countWriter(len(p))
+	return len(p), nil
 }

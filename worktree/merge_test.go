@@ -115,3 +115,23 @@ func TestMergeCleanThenConflict(t *testing.T) {
 		t.Fatal("SetBranch moved a branch that was not at old")
 	}
 }
+
+func TestPatchSize(t *testing.T) {
+	isolateHome(t)
+	dir := newRepo(t)
+	base := tgit(t, dir, "rev-parse", "main")
+	small := commitOn(t, dir, "small", map[string]string{"a.txt": "a\n"})
+	big := commitOn(t, dir, "big", map[string]string{"a.txt": strings.Repeat("line\n", 5000), "bin.dat": "\x00\x01\x02" + strings.Repeat("\xff", 4000)})
+	r := open(t, dir)
+	s, err := r.PatchSize(base, small)
+	if err != nil || s <= 0 {
+		t.Fatalf("small: %d %v", s, err)
+	}
+	b, err := r.PatchSize(base, big)
+	if err != nil || b < 25000 || b <= s {
+		t.Fatalf("big (with a binary file): %d %v; small %d", b, err, s)
+	}
+	if z, err := r.PatchSize(base, base); err != nil || z != 0 {
+		t.Fatalf("no change: %d %v", z, err)
+	}
+}
