@@ -144,7 +144,7 @@ pipelines:
     deliver:
       repo: app
       push: {remote: nowhere}
-  broken: [split, fail]
+  broken: [split, flood, fail]
 steps:
   agent:
     prompt: Write the notes file.
@@ -175,6 +175,8 @@ steps:
     per_repo: true
     repos: [app, lib]
     run: [sh, -c, "echo in $(basename $PWD); echo err $(basename $PWD) >&2"]
+  flood:
+    run: [sh, -c, "yes 'flood line' | head -c 12000000; echo; echo the last line"]
   fail:
     run: [sh, -c, "exit 3"]
   evil_net:
@@ -258,6 +260,18 @@ steps:
 		}
 	})
 
+	// A long log is read from its end: the page never downloads it whole.
+	t.Run("output tail", func(t *testing.T) {
+		p.open(t, "#/runs/"+p.broken+"/flood/1/output")
+		p.until(t, "the end of a 12 MB stdout", `document.getElementById("output-stdout") !== null && document.getElementById("output-stdout").textContent.endsWith("the last line\n")`)
+		if v := p.js(t, `document.getElementById("output-stdout").textContent.length <= (1 << 20) && document.getElementById("output").textContent.includes("Earlier output is not shown here")`); v != true {
+			t.Errorf("the tail of a long stdout: %v", p.js(t, `document.getElementById("output-stdout").textContent.length`))
+		}
+		got := p.js(t, `performance.getEntriesByType("resource").filter(e => e.name.includes("/log?") && e.name.includes("flood")).reduce((n, e) => n + e.encodedBodySize, 0)`)
+		if n, _ := got.(float64); n > 6<<20 {
+			t.Errorf("the page read %v bytes of a 12 MB log", got)
+		}
+	})
 	t.Run("diff", func(t *testing.T) {
 		p.open(t, "#/runs/"+p.work)
 		p.until(t, "the app repo's diff", `document.querySelector('#diff .diff-repo[data-repo="app"]') !== null && document.body.dataset.state === "succeeded"`)

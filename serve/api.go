@@ -340,6 +340,10 @@ func (s *Server) apiLog(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Content-Security-Policy", "default-src 'none'; sandbox")
 	w.Header().Set("X-Kusaw-Next-Offset", strconv.FormatInt(offset+int64(len(b)), 10))
+	// The file's size now, so a reader can start near the end of a long log.
+	if fi, err := os.Lstat(filepath.Join(s.E.State.RunDir(rec.ID), filepath.FromSlash(q.Get("path")))); err == nil {
+		w.Header().Set("X-Kusaw-Log-Size", strconv.FormatInt(fi.Size(), 10))
+	}
 	w.Header().Set("X-Kusaw-Run-State", string(rec.State))
 	w.WriteHeader(http.StatusOK)
 	w.Write(b)

@@ -163,19 +163,31 @@ function attemptPath(runId, a) {
   return `/v1/runs/${encodeURIComponent(runId)}/attempts/${encodeURIComponent(a.step)}/${a.attempt}`;
 }
 
-// readLog reads a run log from offset to its current end.
-async function readLog(runId, path, offset) {
+// readLog reads a run log from offset to its current end. With tail, a
+// log longer than that is read from its last tail bytes only (skipped
+// says how many were left out), so a huge stdout is never downloaded
+// whole.
+async function readLog(runId, path, offset, tail) {
   const chunks = [];
+  let skipped = 0;
   for (;;) {
     const r = await fetch(`/v1/runs/${encodeURIComponent(runId)}/log?path=${encodeURIComponent(path)}&offset=${offset}`, { headers: { "X-Kusaw": "1" } });
     if (!r.ok) throw new Error("log " + path + ": " + r.status);
+    const size = parseInt(r.headers.get("X-Kusaw-Log-Size") || "0", 10);
+    if (tail && size - offset > tail) {
+      // Too far behind: drop this read and jump to the last tail bytes.
+      r.body && r.body.cancel();
+      skipped += size - tail - offset;
+      offset = size - tail;
+      continue;
+    }
     const b = new Uint8Array(await r.arrayBuffer());
     const next = parseInt(r.headers.get("X-Kusaw-Next-Offset") || "0", 10);
     if (b.length) chunks.push(b);
     offset = next || offset + b.length;
     if (b.length < (4 << 20)) break;
   }
-  return { chunks, offset };
+  return { chunks, offset, skipped };
 }
 
 function pre(text, cls) { return el("pre", { class: cls || "", text: text }); }
@@ -270,8 +282,15 @@ function outputView(runId, a) {
     busy = true;
     try {
       for (const s of streams) {
-        const { chunks, offset } = await readLog(runId, s.path, s.offset);
+        const { chunks, offset, skipped } = await readLog(runId, s.path, s.offset, MAX_OUTPUT);
         s.offset = offset;
+        if (skipped) {
+          // Whatever was shown is older than the part read now.
+          s.box.replaceChildren();
+          s.size = 0;
+          s.dec = new TextDecoder();
+          s.note.textContent = "Earlier output is not shown here; read it all with kusaw logs.";
+        }
         for (const c of chunks) {
           const text = s.dec.decode(c, { stream: true });
           if (!text) continue;
@@ -280,7 +299,11 @@ function outputView(runId, a) {
           s.size += text.length;
           if (s.size > MAX_OUTPUT) {
             // Keep the newest output: drop whole text nodes from the front.
-            while (s.size > MAX_OUTPUT && s.box.firstChild) { s.size -= s.box.firstChild.textContent.length; s.box.firstChild.remove(); }
+            while (s.size > MAX_OUTPUT && s.box.firstChild) {
+              const f = s.box.firstChild, drop = s.size - MAX_OUTPUT, n = f.textContent.length;
+              if (n <= drop) { f.remove(); s.size -= n; }
+              else { f.textContent = f.textContent.slice(drop); s.size -= drop; }
+            }
             s.note.textContent = "Earlier output is not shown here; read it all with kusaw logs.";
           }
           if (stick) s.box.scrollTop = s.box.scrollHeight;
