@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 )
 
@@ -35,6 +36,45 @@ func firstLines(s string, n int) string {
 		lines = append(lines[:n], "…")
 	}
 	return strings.Join(lines, " / ")
+}
+
+// filterGuard returns -c options that switch off every clean and smudge
+// filter driver the repository's git configuration (system, global,
+// local) defines. Which files a driver applies to is decided by the
+// .gitattributes of the tree being checked out, and the run branch's tree
+// was written by a sandboxed step: with git-lfs installed globally, a
+// step's `* filter=lfs` and its own .lfsconfig would make kusaw's checkout
+// on the host fetch from a URL the step chose, past the egress proxy. A
+// file under such a driver lands as the blob holds it (for LFS, the
+// pointer; `git lfs checkout` fetches the content afterwards). A driver
+// name -c cannot express (one with '=') fails the delivery instead.
+func filterGuard(ctx context.Context, dir string) ([]string, error) {
+	out, err := git(ctx, dir, nil, "config", "--name-only", "--get-regexp", `^filter\.`)
+	if err != nil && out != "" {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	guard := []string{"-c", "filter.lfs.process=", "-c", "filter.lfs.smudge=", "-c", "filter.lfs.clean=", "-c", "filter.lfs.required=false"}
+	seen["lfs"] = true
+	for _, key := range strings.Split(out, "\n") {
+		key = strings.TrimSpace(key)
+		i := strings.LastIndexByte(key, '.')
+		if !strings.HasPrefix(key, "filter.") || i <= len("filter.") {
+			continue
+		}
+		name := key[len("filter."):i]
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		if strings.ContainsAny(name, "=\n") {
+			return nil, fmt.Errorf("git filter driver %q cannot be switched off for the delivery; rename it in your git config", name)
+		}
+		for _, k := range []string{"process=", "smudge=", "clean=", "required=false"} {
+			guard = append(guard, "-c", "filter."+name+"."+k)
+		}
+	}
+	return guard, nil
 }
 
 // runTrailer marks kusaw's merge and squash commits so that delivering the
@@ -69,13 +109,18 @@ func merge(ctx context.Context, p Plan) (sha string, already bool, err error) {
 	if err != nil {
 		return "", false, err
 	}
+	guard, err := filterGuard(ctx, p.RepoPath)
+	if err != nil {
+		return "", false, err
+	}
+	id := slices.Concat(guard, p.Identity)
 	if wt != "" {
 		// The target is someone's checkout: merge there, only when clean,
 		// so its files follow the branch.
 		if dirty, _ := git(ctx, wt, nil, "status", "--porcelain", "--untracked-files=no"); dirty != "" {
 			return "", false, fmt.Errorf("%s has %s checked out with uncommitted changes; commit or stash them, then run kusaw deliver %s", wt, m.Into, p.RunID)
 		}
-		if err := mergeIn(ctx, wt, p.Identity, how(m), run, msg); err != nil {
+		if err := mergeIn(ctx, wt, id, how(m), run, msg); err != nil {
 			return "", false, err
 		}
 		sha, err := git(ctx, wt, nil, "rev-parse", "HEAD")
@@ -100,10 +145,10 @@ func merge(ctx context.Context, p Plan) (sha string, already bool, err error) {
 		git(context.Background(), p.RepoPath, nil, "worktree", "remove", "--force", tmp)
 		os.RemoveAll(tmp)
 	}()
-	if _, err := git(ctx, p.RepoPath, nil, "worktree", "add", "--detach", "--quiet", tmp, into); err != nil {
+	if _, err := git(ctx, p.RepoPath, guard, "worktree", "add", "--detach", "--quiet", tmp, into); err != nil {
 		return "", false, err
 	}
-	if err := mergeIn(ctx, tmp, p.Identity, how(m), run, msg); err != nil {
+	if err := mergeIn(ctx, tmp, id, how(m), run, msg); err != nil {
 		return "", false, err
 	}
 	sha, err = git(ctx, tmp, nil, "rev-parse", "HEAD")
@@ -129,8 +174,8 @@ func mergeIn(ctx context.Context, dir string, id []string, how, commit, msg stri
 		args = []string{"merge", "--squash", commit}
 	}
 	if _, err := git(ctx, dir, id, args...); err != nil {
-		files, _ := git(ctx, dir, nil, "diff", "--name-only", "--diff-filter=U")
-		git(context.Background(), dir, nil, "reset", "--merge")
+		files, _ := git(ctx, dir, id, "diff", "--name-only", "--diff-filter=U")
+		git(context.Background(), dir, id, "reset", "--merge")
 		if files != "" {
 			return fmt.Errorf("%w: conflicts in %s", ErrConflict, strings.Join(strings.Fields(files), ", "))
 		}
