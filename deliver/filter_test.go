@@ -18,7 +18,7 @@ import (
 // it runs.
 func TestDeliverRunsNoFilterTheStepSelects(t *testing.T) {
 	for _, tc := range []struct {
-		name, how string
+		name, how  string
 		checkedOut bool
 	}{
 		{"ff-only into the checkout", HowFFOnly, true},
