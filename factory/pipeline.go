@@ -388,7 +388,7 @@ func (e *Engine) handoff(r *Run, prev *record.AttemptRecord, opt *attemptOpts) {
 	}
 	opt.readOnly = append(opt.readOnly, dir)
 	opt.note = fmt.Sprintf("\n\n(kusaw: attempt %d of step %s ended %s: %s. Its outcome and the last lines of its output are in %s.)",
-		prev.Number, prev.Step, describeFailure(prev), prev.Message, dir)
+		prev.Number, prev.Step, describeFailure(prev), truncate(prev.Message, 500), dir)
 }
 
 // readTail reads at most the last max bytes of a file: a step's output
@@ -596,6 +596,11 @@ func (e *Engine) mergeGroup(ctx context.Context, r *Run, it item, ends []stepEnd
 			merged, err := repo.Merge(heads[rr.Name], theirs, msg)
 			var ce *worktree.ConflictError
 			if errors.As(err, &ce) {
+				// A step may have touched thousands of files: the records
+				// name the first ones and count the rest.
+				if len(ce.Files) > maxNamedFiles {
+					ce.Files = append(ce.Files[:maxNamedFiles:maxNamedFiles], fmt.Sprintf("… and %d more", len(ce.Files)-maxNamedFiles))
+				}
 				branches := []string{}
 				for k := range it.idx {
 					if ends[k].last != nil {
@@ -624,6 +629,9 @@ func (e *Engine) mergeGroup(ctx context.Context, r *Run, it item, ends []stepEnd
 	}
 	return heads, itemEnd{ok: true}
 }
+
+// maxNamedFiles bounds the conflicted files a record names.
+const maxNamedFiles = 50
 
 // resolveMerge runs the resolve step in a worktree holding the conflicted
 // merge of theirs into ours; its commit (with both parents) is the merge.
@@ -673,6 +681,9 @@ func (a *attemptRun) startMerges() error {
 		files, err := wt.StartMerge(theirs)
 		if err != nil {
 			return err
+		}
+		if len(files) > maxNamedFiles {
+			files = append(files[:maxNamedFiles:maxNamedFiles], fmt.Sprintf("… and %d more", len(files)-maxNamedFiles))
 		}
 		a.events.Emit(record.EvMergeConflict, map[string]any{"repo": repo, "merging": theirs, "files": files})
 	}
