@@ -43,6 +43,9 @@ type attemptRun struct {
 	mu         sync.Mutex
 	egressOnce sync.Once
 	egress     *egressObserver
+	// egressEarly: egress.log is being made in the background while git
+	// makes the worktrees (read a.egress through egressObs then).
+	egressEarly bool
 	// objDirs: repo → the private object folder of the sandbox in which it
 	// was writable; its objects are imported before the commit.
 	objDirs     map[string]string
@@ -156,6 +159,13 @@ func (e *Engine) runSpecOn(ctx context.Context, r *Run, spec *record.AttemptSpec
 	}
 	if e.opts.Remote != nil && e.opts.Remote.Takes(spec.Pool) && a.opt.remotable() {
 		return a.runRemote(ctx)
+	}
+	if a.rec.Mode == config.ModeRequired && a.rec.Network.Proxied() {
+		// The lease needs egress.log; making it now, beside the git
+		// work, keeps its wait on the disk (milliseconds now and then)
+		// off the step's start.
+		a.egressEarly = true
+		go a.egressLog()
 	}
 	if err := a.createWorktrees(); err != nil {
 		a.setOutcome(status.OutcomeFailed, status.ReasonWorktreeFailed, err.Error())
@@ -449,7 +459,7 @@ func (a *attemptRun) runProcesses(ctx context.Context, procs [][]string) {
 			if msg, failed := a.setupFailed(); failed && pr.Outcome != status.OutcomePassed {
 				pr.Outcome, pr.Reason, pr.Message = status.OutcomeFailed, status.ReasonSetupFailed, msg
 			}
-			if pr.Outcome == status.OutcomeFailed && a.egress != nil && a.egress.budgetHit() {
+			if o := a.egressObs(); pr.Outcome == status.OutcomeFailed && o != nil && o.budgetHit() {
 				pr.Reason, pr.Message = status.ReasonEgressBudget, pr.Message+"; an egress byte budget was reached (see egress.log)"
 			}
 		}
@@ -870,8 +880,8 @@ func (a *attemptRun) finish() *record.AttemptRecord {
 		_ = os.RemoveAll(filepath.Join(a.dir, record.ObjectsDir))
 	}
 	_ = os.Remove(filepath.Join(a.dir, record.WorktreesDir))
-	if a.egress != nil {
-		a.egress.close()
+	if o := a.egressObs(); o != nil {
+		o.close()
 	}
 	if a.rec.Outcome == "" {
 		a.setOutcome(status.OutcomeFailed, status.ReasonInternal, "the attempt ended without an outcome")

@@ -88,6 +88,15 @@ func (a *attemptRun) egressLog() *egressObserver {
 	return a.egress
 }
 
+// egressObs is the attempt's egress observer, or nil when it has none; it
+// waits for one being made in the background (egressEarly).
+func (a *attemptRun) egressObs() *egressObserver {
+	if a.egressEarly {
+		return a.egressLog()
+	}
+	return a.egress
+}
+
 // Decision implements egress.Observer.
 func (o *egressObserver) Decision(d egress.Decision) {
 	line := map[string]any{

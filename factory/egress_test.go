@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kusaw/kusaw/chainlog"
 	"github.com/kusaw/kusaw/internal/testkit"
 	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/sandbox"
@@ -197,5 +198,48 @@ steps:
 	}
 	if lines, n := r.EgressRefusals(); n != 55 || len(lines) != 20 {
 		t.Errorf("run refusals: %d counted, %d listed", n, len(lines))
+	}
+}
+
+// An allowlist attempt makes its egress.log beside the git work, before
+// the lease needs it; when the attempt ends earlier (here its worktree
+// cannot be made) the log is still closed with its final seal.
+func TestEarlyEgressLogClosedWhenAttemptEndsEarly(t *testing.T) {
+	f := testkit.Factory(t, `version: 1
+repos:
+  app: {path: ./app}
+pipelines:
+  default: [fetch]
+steps:
+  fetch:
+    sandbox: {mode: required, network: allowlist, egress: {allow: [registry.example.com]}}
+    run: ["true"]
+`, "app")
+	var e *Engine
+	block := func(ev record.Event) {
+		if ev.Type == record.EvAttemptStarted {
+			// A file where git would put the worktree.
+			p := filepath.Join(e.State.AttemptDir(ev.Run, ev.Step, ev.Attempt), record.WorktreesDir, "app")
+			_ = os.WriteFile(p, []byte("in the way\n"), 0o600)
+		}
+	}
+	e, err := New(f, Options{Kusaw: "/bin/false", OnEvent: block})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	r, _ := e.Run(context.Background(), "")
+	adir := e.State.AttemptDir(r.ID(), "fetch", 1)
+	var a record.AttemptRecord
+	if err := readJSON(filepath.Join(adir, record.AttemptFile), &a); err != nil {
+		t.Fatal(err)
+	}
+	if a.Reason != status.ReasonWorktreeFailed {
+		t.Fatalf("the attempt ended %s %s (%s); the test needs its worktree to fail", a.Outcome, a.Reason, a.Message)
+	}
+	res, err := chainlog.VerifyFile(filepath.Join(adir, record.EgressLogFile), e.PublicKey(),
+		chainlog.Binding{Run: r.ID(), Step: "fetch", Attempt: 1, Kind: chainlog.KindEgress})
+	if err != nil || !res.Final {
+		t.Errorf("egress.log made early is not closed: %+v %v", res, err)
 	}
 }
