@@ -290,8 +290,11 @@ func rlimitsFor(pid int, l Limits, missing []string) {
 	for _, c := range missing {
 		switch c {
 		case "pids":
+			// RLIMIT_NPROC counts every task of the user, on the whole
+			// machine (a desktop has thousands): the limit is the
+			// user's count now plus the attempt's allowance.
 			if os.Geteuid() != 0 {
-				set(unix.RLIMIT_NPROC, uint64(l.Pids))
+				set(unix.RLIMIT_NPROC, uint64(userTasks(os.Getuid())+l.Pids))
 			}
 		case "memory":
 			set(unix.RLIMIT_DATA, uint64(l.Memory))
@@ -327,7 +330,7 @@ func Enforcement() map[string]string {
 			if os.Geteuid() == 0 {
 				out[c] = "not enforced (no usable pids cgroup, and root is exempt from RLIMIT_NPROC)"
 			} else {
-				out[c] = "RLIMIT_NPROC (counts all of this user's processes)"
+				out[c] = "RLIMIT_NPROC: this user's processes and threads when the attempt starts, plus the limit"
 			}
 		case "memory":
 			out[c] = "RLIMIT_DATA per process (no usable memory cgroup)"
@@ -425,4 +428,39 @@ func staleOwner(name string) (int, bool) {
 		return 0, false
 	}
 	return p, true
+}
+
+// userTasks counts the tasks (threads) whose real uid is uid, as the
+// kernel does for RLIMIT_NPROC.
+func userTasks(uid int) int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	n := 0
+	want := strconv.Itoa(uid)
+	for _, e := range entries {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		var real string
+		threads := 0
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "Uid:"); ok {
+				if f := strings.Fields(v); len(f) > 0 {
+					real = f[0]
+				}
+			} else if v, ok := strings.CutPrefix(line, "Threads:"); ok {
+				threads, _ = strconv.Atoi(strings.TrimSpace(v))
+			}
+		}
+		if real == want {
+			n += threads
+		}
+	}
+	return n
 }

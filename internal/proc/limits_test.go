@@ -182,3 +182,9 @@ func TestReapStaleGroups(t *testing.T) {
 		t.Error("the group of a running kusaw was removed")
 	}
 }
+
+func TestUserTasksCountsThisProcess(t *testing.T) {
+	if n := userTasks(os.Getuid()); n < 1 {
+		t.Fatalf("%d tasks of uid %d, this test's own among them", n, os.Getuid())
+	}
+}
