@@ -343,17 +343,23 @@ function artifactsView(runId, a) {
 }
 
 const MAX_EGRESS_ROWS = 2000;
+const MAX_EGRESS_BYTES = 4 << 20; // of egress.log read at most
 
 function egressView(runId, a) {
   const node = el("div", { id: "egress-log" });
-  let offset = 0, buf = "", rows = [], done = false;
-  const dec = new TextDecoder();
+  let offset = 0, buf = "", rows = [], done = false, skipped = 0;
+  let dec = new TextDecoder();
   async function update(att) {
     if (done) return;
     const fin = !!att.finished;
     let got;
-    try { got = await readLog(runId, `steps/${att.step}/${att.attempt}/egress.log`, offset); } catch (e) { node.replaceChildren(el("p", { class: "reason", text: String(e) })); return; }
+    try { got = await readLog(runId, `steps/${att.step}/${att.attempt}/egress.log`, offset, MAX_EGRESS_BYTES); } catch (e) { node.replaceChildren(el("p", { class: "reason", text: String(e) })); return; }
     offset = got.offset;
+    if (got.skipped) {
+      // Only the log's end is read: start over from there (its first,
+      // partial line does not parse and is left out).
+      rows = []; buf = ""; dec = new TextDecoder(); skipped += got.skipped;
+    }
     for (const c of got.chunks) buf += dec.decode(c, { stream: true });
     const lines = buf.split("\n");
     buf = lines.pop();
@@ -376,7 +382,7 @@ function egressView(runId, a) {
       el("td", { class: "num", text: fmtBytes(m.bytes_down || 0) }),
       el("td", { class: "muted", text: m.detail || m.rule || "" })));
     node.replaceChildren(...[
-      el("p", { class: "muted", text: rows.length ? `${rows.length} decisions, ${refused} refused` + (rows.length > shown.length ? ` (the last ${shown.length} shown)` : "") : `No egress decisions (network: ${att.network || "?"}).` }),
+      el("p", { class: "muted", text: rows.length ? `${rows.length} decisions, ${refused} refused` + (skipped ? ` in the log's last ${fmtBytes(MAX_EGRESS_BYTES)}` : "") + (rows.length > shown.length ? ` (the last ${shown.length} shown)` : "") : `No egress decisions (network: ${att.network || "?"}).` }),
       rows.length ? el("table", {}, el("thead", {}, el("tr", {}, ...["time", "kind", "host", "port", "verdict", "key", "up", "down", "detail"].map(h => el("th", { text: h })))), el("tbody", {}, ...tr)) : null].filter(Boolean));
     done = fin;
   }
