@@ -139,8 +139,10 @@ func (e *Engine) RunForeign(ctx context.Context, spec *record.AttemptSpec, repos
 }
 
 // remotable reports whether a shape's attempt can run on a worker: one
-// that needs a merge, a note, extra env or read-only paths, or that runs
-// beside sibling candidates, runs here (the spec does not carry those yet).
+// that needs a merge, a note, extra env or read-only paths, that starts
+// from another branch than the run's (a fix loop's next attempt: the spec's
+// base is the run branch's tip), or that runs beside sibling candidates,
+// runs here (the spec does not carry those yet).
 func (o attemptOpts) remotable() bool {
-	return len(o.merge) == 0 && o.note == "" && len(o.env) == 0 && len(o.readOnly) == 0 && len(o.siblings) == 0
+	return len(o.merge) == 0 && o.note == "" && len(o.env) == 0 && len(o.readOnly) == 0 && len(o.siblings) == 0 && len(o.from) == 0
 }
