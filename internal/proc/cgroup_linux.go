@@ -364,14 +364,25 @@ func totalMemory() int64 {
 // between, so nothing it starts (bwrap forks at once) runs outside them.
 // /bin/sh reads one line from a pipe and then execs the program.
 func hold(cmd *exec.Cmd) (release func(), err error) {
+	// A program that cannot start is left to Start, whose error says so
+	// (the shell would turn it into exit status 126 or 127).
+	prog := cmd.Path
+	if !filepath.IsAbs(prog) && cmd.Dir != "" {
+		prog = filepath.Join(cmd.Dir, prog) // how Start resolves it
+	}
+	if !strings.Contains(cmd.Path, "/") {
+		prog = "" // sh would search PATH where Start does not
+	}
+	if fi, err := os.Stat(prog); prog == "" || err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 || cmd.Err != nil {
+		return nil, fmt.Errorf("not an executable file: %s", cmd.Path)
+	}
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
 	fd := 3 + len(cmd.ExtraFiles)
 	cmd.ExtraFiles = append(cmd.ExtraFiles, r)
-	path := cmd.Path
-	args := append([]string{"/bin/sh", "-c", fmt.Sprintf(`read _ <&%d || exit 126; exec "$@" %d<&-`, fd, fd), "kusaw-hold", path}, cmd.Args[1:]...)
+	args := append([]string{"/bin/sh", "-c", fmt.Sprintf(`read _ <&%d || exit 126; exec "$@" %d<&-`, fd, fd), "kusaw-hold", prog}, cmd.Args[1:]...)
 	cmd.Path, cmd.Args = "/bin/sh", args
 	return func() {
 		_, _ = w.Write([]byte("go\n"))

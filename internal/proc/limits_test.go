@@ -188,3 +188,12 @@ func TestUserTasksCountsThisProcess(t *testing.T) {
 		t.Fatalf("%d tasks of uid %d, this test's own among them", n, os.Getuid())
 	}
 }
+
+// A program that cannot start still fails to start under limits (the
+// holding shell is not put in its way).
+func TestLimitsStartError(t *testing.T) {
+	res := Run(context.Background(), exec.Command("/nonexistent/kusaw-proc-test"), Options{Limits: Limits{Pids: 64, Memory: 64 << 20}})
+	if res.StartErr == nil {
+		t.Fatalf("no start error: %+v", res)
+	}
+}
