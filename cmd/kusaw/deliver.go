@@ -73,6 +73,7 @@ func printDelivery(a *app, d *record.Delivery) {
 		fmt.Fprintf(a.stdout, "pushed: %s\n", d.Pushed)
 	}
 	if d.PullURL != "" {
-		fmt.Fprintf(a.stdout, "pull request: %s\n", d.PullURL)
+		// The URL is the forge's answer: any text at all.
+		fmt.Fprintf(a.stdout, "pull request: %s\n", safeFor(a.stdout, d.PullURL))
 	}
 }
