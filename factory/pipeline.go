@@ -32,6 +32,7 @@ type attemptOpts struct {
 	note     string            // added to an agent step's prompt
 	merge    map[string]string // repo → commit merged into the worktree before the step (resolve)
 	siblings []string          // branches of candidates running beside this one
+	handoff  string            // the previous attempt's handoff folder (in env, note and readOnly)
 }
 
 // item is one pipeline item: the indexes of its steps in r.steps.
@@ -387,6 +388,7 @@ func (e *Engine) handoff(r *Run, prev *record.AttemptRecord, opt *attemptOpts) {
 		opt.env[envPrevious+k] = strings.ToValidUTF8(strings.ReplaceAll(v, "\x00", ""), "?")
 	}
 	opt.readOnly = append(opt.readOnly, dir)
+	opt.handoff = dir
 	opt.note = fmt.Sprintf("\n\n(kusaw: attempt %d of step %s ended %s: %s. Its outcome and the last lines of its output are in %s.)",
 		prev.Number, prev.Step, describeFailure(prev), truncate(prev.Message, 500), dir)
 }

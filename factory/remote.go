@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/kusaw/kusaw/record"
@@ -134,15 +135,40 @@ func (e *Engine) RunForeign(ctx context.Context, spec *record.AttemptSpec, repos
 		}
 		r.Record.Repos = append(r.Record.Repos, record.RunRepo{Name: sr.Name, Path: path, BaseSHA: sr.Base, Branch: branch, HeadSHA: sr.Base})
 	}
+	if spec.Handoff != nil {
+		opt, err := foreignOpts(spec.Handoff, filepath.Join(r.Dir, "handoff", spec.Step, strconv.Itoa(spec.Number)))
+		if err != nil {
+			return nil, "", err
+		}
+		r.opts = map[string]attemptOpts{spec.ID: opt}
+	}
 	rec := e.runSpecOn(ctx, r, spec, repos)
 	return rec, record.AttemptDir(r.Dir, spec.Step, spec.Number), nil
 }
 
-// remotable reports whether a shape's attempt can run on a worker: one
-// that needs a merge, a note, extra env or read-only paths, that starts
-// from another branch than the run's (a fix loop's next attempt: the spec's
-// base is the run branch's tip), or that runs beside sibling candidates,
-// runs here (the spec does not carry those yet).
+// remotable reports whether a shape's attempt can run on a worker: a
+// plain attempt, or a retry with its handoff (which the spec carries); one
+// that needs a merge, other env or read-only paths, that starts from a
+// fixer's branch (a fix loop's next attempt; untested remotely), or that
+// runs beside sibling candidates, runs here.
 func (o attemptOpts) remotable() bool {
-	return len(o.merge) == 0 && o.note == "" && len(o.env) == 0 && len(o.readOnly) == 0 && len(o.siblings) == 0 && len(o.from) == 0
+	if len(o.merge) > 0 || len(o.siblings) > 0 || len(o.from) > 0 {
+		return false
+	}
+	// A retry's handoff travels in the spec; anything else that names
+	// serve's paths or env does not yet.
+	for _, p := range o.readOnly {
+		if p != o.handoff {
+			return false
+		}
+	}
+	if o.handoff == "" && (o.note != "" || len(o.env) > 0) {
+		return false
+	}
+	for k := range o.env {
+		if !strings.HasPrefix(k, envPrevious) {
+			return false
+		}
+	}
+	return true
 }

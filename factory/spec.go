@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/kusaw/kusaw/config"
 	"github.com/kusaw/kusaw/providers"
@@ -89,6 +90,9 @@ func (e *Engine) AttemptSpec(r *Run, s *config.Step, n, of int) (*record.Attempt
 		sp.Caches = append(sp.Caches, sc)
 	}
 	sp.StepConfig.Caches = nil
+	if opt := r.attemptOpt(s.ID, n); opt.handoff != "" {
+		sp.Handoff = handoffSpec(opt)
+	}
 	return sp, sp.Check()
 }
 
@@ -130,4 +134,45 @@ func (e *Engine) hostRepos() map[string]string {
 		out[name] = r.Path
 	}
 	return out
+}
+
+// handoffSpec carries a retry's handoff as data: the folder's files, and
+// env and note with the folder's path made a placeholder.
+func handoffSpec(opt attemptOpts) *record.SpecHandoff {
+	h := &record.SpecHandoff{Files: map[string]string{}, Env: map[string]string{},
+		Note: strings.ReplaceAll(opt.note, opt.handoff, record.HandoffPlaceholder)}
+	entries, _ := os.ReadDir(opt.handoff)
+	for _, e := range entries {
+		if e.Type().IsRegular() {
+			if b, err := os.ReadFile(filepath.Join(opt.handoff, e.Name())); err == nil {
+				h.Files[e.Name()] = string(b)
+			}
+		}
+	}
+	for k, v := range opt.env {
+		h.Env[k] = strings.ReplaceAll(v, opt.handoff, record.HandoffPlaceholder)
+	}
+	return h
+}
+
+// foreignOpts is a worker's attempt options from its spec's handoff: the
+// files written under dir, which stands in for the placeholder.
+func foreignOpts(h *record.SpecHandoff, dir string) (attemptOpts, error) {
+	if err := os.MkdirAll(dir, record.DirMode()); err != nil {
+		return attemptOpts{}, err
+	}
+	for name, body := range h.Files {
+		if name != filepath.Base(name) || name == "." || name == ".." {
+			continue // a name, never a path
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), record.FileMode()); err != nil {
+			return attemptOpts{}, err
+		}
+	}
+	opt := attemptOpts{env: map[string]string{}, readOnly: []string{dir}, handoff: dir,
+		note: strings.ReplaceAll(h.Note, record.HandoffPlaceholder, dir)}
+	for k, v := range h.Env {
+		opt.env[k] = strings.ReplaceAll(v, record.HandoffPlaceholder, dir)
+	}
+	return opt, nil
 }

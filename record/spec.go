@@ -70,6 +70,21 @@ type AttemptSpec struct {
 	// variable, and a folder only when the file names one; otherwise the
 	// machine that runs the attempt keeps it in its own state folder.
 	Caches []SpecCache `json:"caches,omitempty"`
+	// Handoff is what a retry is told about the attempt before it.
+	Handoff *SpecHandoff `json:"handoff,omitempty"`
+}
+
+// HandoffPlaceholder stands, in a handoff's env and note, for the folder
+// the machine that runs the attempt puts the handoff's files in.
+const HandoffPlaceholder = "${KUSAW_HANDOFF_DIR}"
+
+// SpecHandoff is the previous attempt's outcome and output tails: files
+// (by name) the step reads, env (KUSAW_PREVIOUS_*) and the agent's note,
+// with the folder written as HandoffPlaceholder.
+type SpecHandoff struct {
+	Files map[string]string `json:"files"`
+	Env   map[string]string `json:"env"`
+	Note  string            `json:"note,omitempty"`
 }
 
 // SpecCache is one cache of an attempt.

@@ -318,3 +318,44 @@ steps:
 		t.Fatalf("run %s, attempts %+v", run.Record.State, atts)
 	}
 }
+
+// A retry runs on a worker too: its handoff (the previous attempt's
+// outcome and output tails) travels in the spec and the worker lays it
+// out in a folder of its own.
+func TestRetryHandoffOnWorker(t *testing.T) {
+	r := startServe(t, `version: 1
+repos:
+  app: {path: ./app}
+pipelines:
+  default: [flaky]
+steps:
+  flaky:
+    attempts: 2
+    run: [sh, -c, 'if [ -z "$KUSAW_PREVIOUS_OUTCOME" ]; then echo first-try-output; exit 3; fi; test "$KUSAW_PREVIOUS_OUTCOME" = failed && test "$KUSAW_PREVIOUS_EXIT_CODE" = 3 && grep -q first-try-output "$KUSAW_PREVIOUS_DIR"/stdout.log.tail && grep -q outcome=failed "$KUSAW_PREVIOUS_DIR"/outcome && echo fixed > fixed.txt']
+`, 5*time.Second)
+	r.startWorker(t, "w1")
+	ctx, cancel := context.WithTimeout(r.ctx, 60*time.Second)
+	defer cancel()
+	run, err := r.e.Run(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	atts, _ := r.e.State.Attempts(run.Record)
+	if run.Record.State != status.RunSucceeded || len(atts) != 2 {
+		sb, _ := os.ReadFile(filepath.Join(record.AttemptDir(run.Dir, "flaky", 2), record.SpecFile))
+		t.Logf("spec of the retry: %s", sb)
+		for _, a := range atts {
+			t.Logf("attempt %d on %q: %s %s", a.Number, a.Worker, a.Outcome, a.Message)
+		}
+		t.Fatalf("run %s: %s", run.Record.State, run.Record.Message)
+	}
+	for _, a := range atts {
+		if a.Worker != "w1" {
+			t.Errorf("attempt %d ran on %q, want the worker", a.Number, a.Worker)
+		}
+	}
+	b, _ := os.ReadFile(filepath.Join(record.AttemptDir(run.Dir, "flaky", 2), record.SpecFile))
+	if strings.Contains(string(b), run.Dir) || !strings.Contains(string(b), record.HandoffPlaceholder) {
+		t.Errorf("the retry's spec names serve's folders or lacks the handoff:\n%s", b)
+	}
+}
