@@ -443,6 +443,7 @@ steps:
 	if piped := runKusaw(t, dir, "logs", id); !strings.Contains(piped.stdout, esc) {
 		t.Errorf("logs into a pipe lost the bytes: %q", piped.stdout)
 	}
+	verifyRecords(t, os.Geteuid(), dir)
 }
 
 // A step rewrites the script the next step's setup runs. Setup on that
@@ -636,6 +637,7 @@ steps:
 			if got := gitBounded(t, app, "ls-tree", "-r", "--name-only", branch); strings.Contains(got, "tools/") || !strings.Contains(got, "dist/mcp.js") {
 				t.Errorf("run branch files:\n%s", got)
 			}
+			verifyRecords(t, uid, dir)
 			doc := runKusawAs(t, uid, 2*time.Minute, dir, "sandbox", "doctor", "--step", "attack")
 			for _, want := range []string{"agent settings name scripts/fmt.sh", "agent settings name tools/server.js", "dist/mcp.js", "settings_scripts_writable"} {
 				if !strings.Contains(doc.stdout, want) {
