@@ -659,8 +659,11 @@ func (a *attemptRun) execute(ctx context.Context, i int, p *preparedProc) procRe
 		a.mu.Lock()
 		pr.PID, pr.Start = pid, start
 		a.mu.Unlock()
-		a.save()
+		// The event first: it seals the attempt's log so far (a
+		// checkpoint), so once attempt.json names the process, a crash
+		// leaves nothing of the start unsealed.
 		a.events.Emit(record.EvProcessStarted, map[string]any{"pid": pid, "argv": pr.Argv, "dir": pr.Dir, "repos": pr.Repos, "limits": limitsData(a.resources())})
+		a.save()
 	}
 	lim := a.resources()
 	res := a.e.runLimited(pctx, a.e.opts.KillGrace, p.cmd, stdout, stderr, started, a.run.redact, lim)

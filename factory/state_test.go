@@ -2,13 +2,17 @@ package factory
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/kusaw/kusaw/chainlog"
+	"github.com/kusaw/kusaw/internal/proc"
 	"github.com/kusaw/kusaw/internal/testkit"
 	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/status"
@@ -172,5 +176,80 @@ steps:
 	}
 	if rc := res.Recovered[0]; rc.Unsealed != 2 || rc.From != 2 || rc.To != 3 {
 		t.Fatalf("recovered marker %+v: want lines 2-3 named unsealed", rc)
+	}
+}
+
+// TestRecoveryEndsWhatTheProcessLeft: a kusaw (and the reaper) died while
+// an attempt's process group still had members: the next OpenState ends
+// them, chosen by the recorded group and start time; a process of another
+// group is left alone.
+func TestRecoveryEndsWhatTheProcessLeft(t *testing.T) {
+	f := testkit.Factory(t, `
+version: 1
+repos:
+  app:
+    path: app
+pipelines:
+  default: [a]
+steps:
+  a:
+    run: [sh, -c, "true"]
+`, "app")
+	e, err := New(f, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.Prepare("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The attempt's process: a group leader that leaves a child running
+	// in its group and exits, as a step's shell killed with kusaw does.
+	leader := exec.Command("sh", "-c", "sleep 300 & echo $!")
+	leader.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out, err := leader.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := leader.Start(); err != nil {
+		t.Fatal(err)
+	}
+	start, err := proc.StartID(leader.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var child int
+	fmt.Fscan(out, &child)
+	leader.Wait()
+	defer syscall.Kill(child, syscall.SIGKILL)
+	// A bystander in a group of its own.
+	by := exec.Command("sleep", "300")
+	by.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := by.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { by.Process.Kill(); by.Wait() }()
+	if child == 0 || !proc.Alive(child) {
+		t.Fatalf("the orphan %d is not running", child)
+	}
+
+	dir := record.AttemptDir(r.Dir, "a", 1)
+	os.MkdirAll(dir, 0o700)
+	a := &record.AttemptRecord{Run: r.ID(), Step: "a", Number: 1, Started: time.Now(),
+		Processes: []record.ProcessRecord{{Argv: []string{"sh"}, PID: leader.Process.Pid, Start: start}}}
+	if err := writeJSON(filepath.Join(dir, record.AttemptFile), a); err != nil {
+		t.Fatal(err)
+	}
+	r.lock.Unlock() // the owner dies
+	if _, err := OpenState(f.StateDir); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(5 * time.Second); proc.Alive(child); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("recovery left the attempt's process %d running", child)
+		}
+	}
+	if !proc.Alive(by.Process.Pid) {
+		t.Fatal("recovery ended a process of another group")
 	}
 }

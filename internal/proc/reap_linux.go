@@ -67,6 +67,7 @@ func reap(path string, argv []string) int {
 	// Signals first: kusaw may die at any moment from here on.
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, reapDeathSignal, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT)
+	// A parent that died before the signal was set is seen below (ppid 1).
 	parent := os.Getppid()
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		os.Stderr.WriteString("kusaw: cannot become a child subreaper: " + err.Error() + "\n")
@@ -80,8 +81,11 @@ func reap(path string, argv []string) int {
 		return 127
 	}
 	go func() {
-		for s := range sigs {
-			if s == reapDeathSignal || os.Getppid() != parent {
+		for range sigs {
+			// The parent-death signal also comes when the kusaw thread
+			// that started the reaper exits while kusaw lives on: only a
+			// new parent means kusaw is gone.
+			if os.Getppid() != parent {
 				killBelow()
 				_ = syscall.Kill(-syscall.Getpgrp(), syscall.SIGKILL)
 				os.Exit(137)
