@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kusaw/kusaw/config"
+	"github.com/kusaw/kusaw/internal/proc"
 	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/sandbox"
 	"github.com/kusaw/kusaw/secretstore"
@@ -161,7 +162,11 @@ func DefaultExecInput(dir, tmp string) (sandbox.Input, error) {
 		Network:    sandbox.NetworkNone,
 	}
 	if runtime.GOOS == "linux" {
-		in.PrivateTmp = true
+		// In memory, so bounded: the smaller of an attempt's default disk
+		// and half its default memory, so a command cannot fill the
+		// machine's memory through it.
+		d := proc.Defaults(proc.Limits{})
+		in.PrivateTmp, in.PrivateTmpSize = true, min(d.Disk, d.Memory/2)
 	} else {
 		in.ArtifactsDir = filepath.Join(tmp, "artifacts")
 		for _, d := range []string{in.ArtifactsDir, in.TmpDir} {

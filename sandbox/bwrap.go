@@ -124,6 +124,9 @@ func (p *Plan) Args() []string {
 		case "tmpfs":
 			a = append(a, "--tmpfs", m.Dst)
 		case "tmpfs-rw":
+			if m.Size > 0 {
+				a = append(a, "--size", strconv.FormatInt(m.Size, 10))
+			}
 			a = append(a, "--perms", "0700", "--tmpfs", m.Dst)
 		case "dir":
 			a = append(a, "--perms", "0700", "--dir", m.Dst)

@@ -274,6 +274,13 @@ func escapeCases() []escapeCase {
 			},
 			check:    absent("/tmp/kusaw-private-escape"),
 			twinHost: absent("/tmp/kusaw-private-escape", "$ROOT/state/runs/r1/steps/build/1/artifacts/scratch")},
+		{name: "fill the machine's memory through the private temp folder",
+			attack: `refused dd if=/dev/zero of=$TMPDIR/fill bs=64k count=64 status=none; test "$(stat -c %s $TMPDIR/fill)" -le 1048576 || exit 1; exit 42`,
+			twin:   `dd if=/dev/zero of=$TMPDIR/fits bs=64k count=8 status=none && test "$(stat -c %s $TMPDIR/fits)" = 524288`,
+			edit: func(in *Input) {
+				in.PrivateTmp, in.TmpDir, in.ArtifactsDir, in.PrivateTmpSize = true, "/tmp/kusaw-private-bound/tmp", "", 1<<20
+			},
+			check: absent("/tmp/kusaw-private-bound")},
 		{name: "write the attempt's records",
 			attack: `refused sh -c "echo x >> $ATTEMPT/events.jsonl"; refused sh -c "echo x > $ATTEMPT/attempt.json"; exit 42`,
 			twin:   `echo ok > $ART/out.txt`,

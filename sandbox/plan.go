@@ -82,7 +82,10 @@ type Input struct {
 	// it. Nothing is created or removed on the host for them (kusaw
 	// sandbox exec without a factory keeps no records). Ignored on macOS.
 	PrivateTmp bool
-	Workdir    string // where the process starts (default: the first writable worktree)
+	// PrivateTmpSize bounds each private in-memory folder (bytes; 0: no
+	// bound): without it a command could fill the machine's memory.
+	PrivateTmpSize int64
+	Workdir        string // where the process starts (default: the first writable worktree)
 	// ObjectDir, when set, is the attempt's private git object folder
 	// (inside AttemptDir): the repositories' own objects/ become read-only
 	// and git writes new objects here (GIT_OBJECT_DIRECTORY), reading the
@@ -145,6 +148,8 @@ type Mount struct {
 	Src    string `json:"src,omitempty"`
 	Dst    string `json:"dst"`
 	Reason string `json:"reason"`
+	// Size bounds a writable tmpfs (bytes; 0: the kernel's default).
+	Size int64 `json:"size,omitempty"`
 }
 
 // Plan is the fully resolved sandbox of one attempt. It is pure data:
@@ -1062,7 +1067,7 @@ func (b *builder) addTmpfs(tier *[]Mount, dst, why string) {
 // addPrivateDir mounts a writable, empty in-memory folder at dst: it is
 // made inside the sandbox, never on the host.
 func (b *builder) addPrivateDir(dst, why string) {
-	b.writes = append(b.writes, Mount{Op: "tmpfs-rw", Dst: dst, Reason: why})
+	b.writes = append(b.writes, Mount{Op: "tmpfs-rw", Dst: dst, Reason: why, Size: b.in.PrivateTmpSize})
 	b.mounted[dst] = true
 }
 
