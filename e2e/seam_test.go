@@ -584,6 +584,16 @@ func TestSeamResourceLimits(t *testing.T) {
 			check("chatty", "output")
 			check("calm", "")
 			verifyRecords(t, uid, dir)
+			// sandbox check --verbose says how each limit is enforced for
+			// this user: a cgroup as root here, rlimits otherwise.
+			v := runKusawAs(t, uid, time.Minute, dir, "sandbox", "check", "--verbose")
+			want := "RLIMIT_NPROC"
+			if cgroups {
+				want = "cgroup v1 pids controller"
+			}
+			if !strings.Contains(v.stdout, "Resource limits (sandbox.resources)") || !strings.Contains(v.stdout, want) || !strings.Contains(v.stdout, "output: counted by kusaw") {
+				t.Errorf("sandbox check --verbose (want %q):\n%s%s", want, v.stdout, v.stderr)
+			}
 		})
 	}
 }
