@@ -55,3 +55,39 @@ func TestClaimsFence(t *testing.T) {
 		t.Fatal("the new holder is fenced")
 	}
 }
+
+// A restarted serve (Setup again) starts from an empty work queue, no
+// claims and no objects: they belonged to attempts recovery ended.
+func TestSetupClearsLeftovers(t *testing.T) {
+	s := startTestServer(t)
+	ctx := context.Background()
+	nc, _ := s.ConnectInProcess("serve")
+	defer nc.Close()
+	h, err := Open(ctx, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Claim(ctx, "r/s/1", "w"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Objects.PutBytes(ctx, ObjectName("r/s/1", 0, "x"), []byte("old")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.JS.Publish(ctx, WorkSubject("default"), []byte("old work")); err != nil {
+		t.Fatal(err)
+	}
+	h2, err := Setup(ctx, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, tok, _ := h2.Holder(ctx, "r/s/1"); tok != 0 {
+		t.Error("a claim survived serve's restart")
+	}
+	if _, err := h2.Objects.GetBytes(ctx, ObjectName("r/s/1", 0, "x")); err == nil {
+		t.Error("an object survived serve's restart")
+	}
+	st, _ := h2.JS.Stream(ctx, WorkStream)
+	if info, err := st.Info(ctx); err != nil || info.State.Msgs != 0 {
+		t.Errorf("work left in the queue: %v %+v", err, info)
+	}
+}
