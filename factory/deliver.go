@@ -61,6 +61,14 @@ func (e *Engine) deliver(ctx context.Context, rec *record.RunRecord, dl *config.
 	expand := strings.NewReplacer("{run}", rec.ID, "{pipeline}", rec.Pipeline)
 	plan := deliver.Plan{RunID: rec.ID, RepoPath: rr.Path, RunBranch: rr.Branch, Identity: kusawIdentity()}
 	if m := dl.Merge; m != nil {
+		changed, err := e.configChanged(ctx, rr)
+		if err != nil {
+			return fail("merge", err)
+		}
+		if len(changed) > 0 {
+			return fail("merge", fmt.Errorf("the run changed %s, kusaw's own configuration, in %s: merging would hand the next runs a sandboxed step's version of it; review the run branch (git -C %s diff %s %s) and merge it by hand",
+				strings.Join(changed, ", "), rr.Path, rr.Path, rr.BaseSHA, rr.Branch))
+		}
 		plan.Merge = &deliver.Merge{Into: m.Into, How: m.How, Message: fmt.Sprintf("kusaw: %s run %s", rec.Pipeline, rec.ID)}
 		out.Into = m.Into
 	}
@@ -192,4 +200,54 @@ func (e *Engine) Deliver(ctx context.Context, id string) (*record.Delivery, erro
 	defer r.events.Close()
 	e.deliverRun(ctx, r)
 	return rec.Delivery, nil
+}
+
+// configChanged lists the files of the factory's own configuration (the
+// factory file, the steps' prompt files, anything under state_dir) that
+// lie in the run's repository and that the run branch changed. When the
+// factory lives in the repository it works on (kusaw init's layout), a
+// step can edit factory.yaml (sandbox: {mode: off}), a prompt, or commit
+// files under the ignored state folder (which a checkout overwrites), and
+// a merge into the checked-out branch would make that the host's
+// configuration.
+func (e *Engine) configChanged(ctx context.Context, rr *record.RunRepo) ([]string, error) {
+	root := rr.Path
+	if r, err := filepath.EvalSymlinks(root); err == nil {
+		root = r
+	}
+	var paths []string
+	add := func(p string) {
+		if p == "" {
+			return
+		}
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			p = r
+		}
+		if rel, err := filepath.Rel(root, p); err == nil && filepath.IsLocal(rel) {
+			paths = append(paths, filepath.ToSlash(rel))
+		}
+	}
+	add(e.F.Path)
+	add(e.F.StateDir)
+	for _, s := range e.F.Steps {
+		add(s.PromptFile)
+	}
+	if len(paths) == 0 {
+		return nil, nil
+	}
+	args := append([]string{"-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "diff", "--no-ext-diff", "--no-textconv", "--name-only", "-z",
+		rr.BaseSHA, "refs/heads/" + rr.Branch, "--"}, paths...)
+	cmd := exec.CommandContext(ctx, "git", args...)
+	cmd.Dir = rr.Path
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("cannot tell whether the run changed kusaw's configuration in %s (git diff %s %s: %v)", rr.Path, rr.BaseSHA, rr.Branch, err)
+	}
+	var changed []string
+	for _, f := range strings.Split(string(out), "\x00") {
+		if f != "" {
+			changed = append(changed, f)
+		}
+	}
+	return changed, nil
 }
