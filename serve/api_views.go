@@ -11,6 +11,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -168,38 +169,69 @@ func (s *Server) apiArtifacts(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	list := ArtifactList{Files: []ArtifactFile{}}
 	root, err := openArtifacts(dir)
 	if err != nil {
-		writeJSONResponse(w, http.StatusOK, list)
+		writeJSONResponse(w, http.StatusOK, ArtifactList{Files: []ArtifactFile{}})
 		return
 	}
 	defer root.Close()
-	// WalkDir reads entries with lstat: a link is listed as a link, never
-	// followed.
-	_ = fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || p == "." {
-			return nil
+	writeJSONResponse(w, http.StatusOK, listArtifacts(root))
+}
+
+// MaxArtifactEntries bounds the folder entries one listing reads, folders
+// and skipped entries included: a step can leave a million empty folders
+// in artifacts/, and each request would walk them all.
+var MaxArtifactEntries = 20 * MaxArtifactList
+
+// listArtifacts lists the regular files under root, folder by folder,
+// reading each folder in batches (never a whole huge folder at once).
+// Entries are typed by lstat: a link is counted as skipped, never
+// followed.
+func listArtifacts(root *os.Root) ArtifactList {
+	list := ArtifactList{Files: []ArtifactFile{}}
+	seen := 0
+	queue := []string{"."}
+	for len(queue) > 0 && !list.Cut {
+		d := queue[0]
+		queue = queue[1:]
+		f, err := root.Open(d)
+		if err != nil {
+			continue
 		}
-		if d.IsDir() {
-			return nil
+		for !list.Cut {
+			ents, err := f.ReadDir(256)
+			for _, e := range ents {
+				if seen++; seen > MaxArtifactEntries {
+					list.Cut = true
+					break
+				}
+				p := path.Join(d, e.Name())
+				switch {
+				case e.IsDir():
+					queue = append(queue, p)
+				case !e.Type().IsRegular():
+					list.Skipped++
+				case len(list.Files) >= MaxArtifactList:
+					list.Cut = true
+				default:
+					var size int64
+					if fi, err := e.Info(); err == nil {
+						size = fi.Size()
+					}
+					list.Files = append(list.Files, ArtifactFile{Path: p, Size: size})
+				}
+				if list.Cut {
+					break
+				}
+			}
+			if err != nil {
+				break
+			}
 		}
-		if !d.Type().IsRegular() {
-			list.Skipped++
-			return nil
-		}
-		if len(list.Files) >= MaxArtifactList {
-			list.Cut = true
-			return fs.SkipAll
-		}
-		var size int64
-		if fi, err := d.Info(); err == nil {
-			size = fi.Size()
-		}
-		list.Files = append(list.Files, ArtifactFile{Path: p, Size: size})
-		return nil
-	})
-	writeJSONResponse(w, http.StatusOK, list)
+		f.Close()
+	}
+	sort.Slice(list.Files, func(i, j int) bool { return list.Files[i].Path < list.Files[j].Path })
+	return list
 }
 
 // errNotServed is an artifact path that is not a regular file under
