@@ -147,12 +147,13 @@ func (e *Engine) RunForeign(ctx context.Context, spec *record.AttemptSpec, repos
 }
 
 // remotable reports whether a shape's attempt can run on a worker: a
-// plain attempt, or a retry with its handoff (which the spec carries); one
-// that needs a merge, other env or read-only paths, that starts from a
-// fixer's branch (a fix loop's next attempt; untested remotely), or that
-// runs beside sibling candidates, runs here.
+// plain attempt, a retry with its handoff, a fixer or a fix loop's next
+// attempt (the spec starts from the shape's branch, whose tip serve
+// bundles; TestFixLoopOnWorker). One that needs a merge, other env or
+// read-only paths (a judge's candidates), or that runs beside sibling
+// candidates, runs here: the spec does not carry those yet.
 func (o attemptOpts) remotable() bool {
-	if len(o.merge) > 0 || len(o.siblings) > 0 || len(o.from) > 0 {
+	if len(o.merge) > 0 || len(o.siblings) > 0 {
 		return false
 	}
 	// A retry's handoff travels in the spec; anything else that names

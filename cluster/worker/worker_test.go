@@ -359,3 +359,52 @@ steps:
 		t.Errorf("the retry's spec names serve's folders or lacks the handoff:\n%s", b)
 	}
 }
+
+// A fix loop runs on the worker: the fixer starts from the failed
+// attempt's branch, the next attempt from the fixer's, and the run branch
+// ends with all of it.
+func TestFixLoopOnWorker(t *testing.T) {
+	r := startServe(t, `version: 1
+repos:
+  app: {path: ./app}
+pipelines:
+  default: [build]
+steps:
+  build:
+    attempts: 2
+    on_failure: fixer
+    run: [sh, -c, 'test -f fixed.txt || { echo broken > broken.txt; exit 1; }']
+  fixer:
+    run: [sh, -c, 'test -f broken.txt && echo ok > fixed.txt']
+`, 5*time.Second)
+	r.startWorker(t, "w1")
+	ctx, cancel := context.WithTimeout(r.ctx, 60*time.Second)
+	defer cancel()
+	run, err := r.e.Run(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	atts, _ := r.e.State.Attempts(run.Record)
+	for _, a := range atts {
+		if a.Worker != "w1" {
+			t.Errorf("attempt %s/%d ran on %q, want the worker", a.Step, a.Number, a.Worker)
+		}
+	}
+	var fixer record.AttemptRecord
+	if b, err := os.ReadFile(filepath.Join(record.AttemptDir(run.Dir, "fixer", 1), record.AttemptFile)); err != nil || json.Unmarshal(b, &fixer) != nil {
+		t.Fatalf("the fixer's attempt.json: %v", err)
+	}
+	if fixer.Worker != "w1" || fixer.Outcome != status.OutcomePassed {
+		t.Errorf("fixer: worker %q outcome %s", fixer.Worker, fixer.Outcome)
+	}
+	if run.Record.State != status.RunSucceeded || len(atts) != 2 {
+		for _, a := range atts {
+			t.Logf("attempt %s/%d on %q: %s %s", a.Step, a.Number, a.Worker, a.Outcome, a.Message)
+		}
+		t.Fatalf("run %s: %s", run.Record.State, run.Record.Message)
+	}
+	repo := run.Record.Repos[0]
+	for _, f := range []string{"broken.txt", "fixed.txt"} {
+		testkit.GitRun(t, repo.Path, "cat-file", "-e", repo.Branch+":"+f)
+	}
+}
