@@ -18,6 +18,8 @@ import (
 type gitRunner struct {
 	bin string
 	env []string
+	// guard switches off filter drivers a step could select (filterGuard).
+	guard []string
 }
 
 // passEnv are the variables git may see from kusaw's environment, and why:
@@ -67,7 +69,7 @@ type gitCmd struct {
 // names the git subcommand and git's own first line of complaint.
 func (g *gitRunner) run(c gitCmd) ([]byte, error) {
 	gitRuns.Add(1)
-	args := append(append([]string{}, safeConfig...), c.args...)
+	args := append(append(append([]string{}, safeConfig...), g.guard...), c.args...)
 	cmd := exec.Command(g.bin, args...)
 	cmd.Dir = c.dir
 	cmd.Env = append(append([]string{}, g.env...), c.env...)
@@ -139,4 +141,44 @@ func firstLine(b []byte) string {
 		s = s[:i]
 	}
 	return strings.TrimSpace(s)
+}
+
+// filterGuard returns -c options that switch off each filter driver the
+// user's git config defines (git lfs install defines lfs globally) and
+// that the .gitattributes files of the repository's HEAD never name.
+// kusaw's git runs on the host over trees a sandboxed step wrote: checking
+// out the next attempt's worktree (smudge) and committing an attempt's
+// files (clean). Which files a driver applies to is decided by those
+// trees' .gitattributes, so a step could otherwise make the host run a
+// driver the user never meant for this repository (for git-lfs, with the
+// step's own .lfsconfig: a fetch from a URL the step chose). A driver the
+// repository itself uses keeps working.
+func (g *gitRunner) filterGuard(dir string) []string {
+	out, err := g.run(gitCmd{dir: dir, args: []string{"config", "--name-only", "--get-regexp", `^filter\.`}})
+	if err != nil || len(out) == 0 {
+		return nil // none configured (git config exits 1)
+	}
+	used := map[string]bool{}
+	if b, err := g.run(gitCmd{dir: dir, args: []string{"grep", "-h", "-I", "-o", "-E", "filter=[^[:space:]]+", "HEAD", "--", ".gitattributes", ":(glob)**/.gitattributes"}}); err == nil {
+		for _, m := range strings.Fields(string(b)) {
+			used[strings.TrimPrefix(m, "filter=")] = true
+		}
+	}
+	var guard []string
+	seen := map[string]bool{}
+	for _, key := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		i := strings.LastIndexByte(key, '.')
+		if !strings.HasPrefix(key, "filter.") || i <= len("filter.") {
+			continue
+		}
+		name := key[len("filter."):i]
+		if seen[name] || used[name] || strings.ContainsAny(name, "=\n") {
+			continue
+		}
+		seen[name] = true
+		for _, k := range []string{"process=", "smudge=", "clean=", "required=false"} {
+			guard = append(guard, "-c", "filter."+name+"."+k)
+		}
+	}
+	return guard
 }

@@ -76,6 +76,7 @@ func OpenRepo(path string) (*Repo, error) {
 		}
 		r.Path = lines[3]
 	}
+	g.guard = g.filterGuard(r.workDir())
 	gg := goGitReader{path: r.workDir()}
 	if _, err := gg.open(); err != nil {
 		r.rd = binReader{g: g, dir: r.workDir()}
