@@ -158,7 +158,10 @@ func (e *Engine) pullBody(ctx context.Context, rec *record.RunRecord, rr *record
 		}
 		b.WriteString(".\n")
 	}
-	cmd := exec.CommandContext(ctx, "git", "-C", rr.Path, "diff", "--stat", rr.BaseSHA, "refs/heads/"+rr.Branch)
+	// The run branch's .gitattributes are a step's: no textconv or diff
+	// driver of the user's config runs on its files here.
+	cmd := exec.CommandContext(ctx, "git", "-C", rr.Path, "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
+		"diff", "--no-ext-diff", "--no-textconv", "--stat", rr.BaseSHA, "refs/heads/"+rr.Branch)
 	if stat, err := cmd.Output(); err == nil && len(stat) > 0 {
 		fmt.Fprintf(&b, "\n```\n%s```\n", stat)
 	}
