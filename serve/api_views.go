@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/kusaw/kusaw/record"
 )
@@ -308,7 +309,30 @@ func (s *Server) apiArtifact(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Length", strconv.FormatInt(fi.Size(), 10))
 	w.WriteHeader(http.StatusOK)
 	if r.Method != http.MethodHead {
-		io.Copy(w, io.LimitReader(f, fi.Size()))
+		s.copyOut(w, io.LimitReader(f, fi.Size()))
+	}
+}
+
+// copyOut sends a download of any size. The listener's write timeout
+// bounds a whole response, which a large artifact on a slow link would
+// outlast; here, as for an event stream, it bounds each chunk instead, so
+// a client that keeps reading gets the file and one that stops reading is
+// still dropped.
+func (s *Server) copyOut(w http.ResponseWriter, src io.Reader) {
+	rc := http.NewResponseController(w)
+	limit := s.opts.Limits.withDefaults().Write
+	buf := make([]byte, 256<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			_ = rc.SetWriteDeadline(time.Now().Add(limit))
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
 	}
 }
 
