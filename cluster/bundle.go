@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 )
@@ -159,8 +160,37 @@ func ImportBundle(ctx context.Context, repo, file string) (string, error) {
 	if tip == "" {
 		return "", fmt.Errorf("bundle: names no commit")
 	}
-	// The receiving end's check.
-	if err := git(ctx, repo, r, io.Discard, "index-pack", "--strict", "--stdin"); err != nil {
+	// The receiving end's check: index-pack --strict re-hashes every
+	// object and checks its links, on a copy of the pack outside the repo.
+	// Only then do the objects go in, loose: a new pack file appearing
+	// while another reader (go-git, opened afresh for every question) lists
+	// the pack folder can fail its lookup, and attempts import at once.
+	tmp, err := os.MkdirTemp("", "kusaw-import-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	packPath := filepath.Join(tmp, "in.pack")
+	pf, err := os.Create(packPath)
+	if err != nil {
+		return "", err
+	}
+	_, err = io.Copy(pf, r)
+	if cerr := pf.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", err
+	}
+	if err := git(ctx, repo, nil, io.Discard, "index-pack", "--strict", "-o", filepath.Join(tmp, "in.idx"), packPath); err != nil {
+		return "", fmt.Errorf("bundle refused: %v", err)
+	}
+	in, err := os.Open(packPath)
+	if err != nil {
+		return "", err
+	}
+	defer in.Close()
+	if err := git(ctx, repo, in, io.Discard, "unpack-objects", "-q", "--strict"); err != nil {
 		return "", fmt.Errorf("bundle refused: %v", err)
 	}
 	if !HasCommit(ctx, repo, tip) {
