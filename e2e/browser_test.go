@@ -335,10 +335,19 @@ steps:
 	if err := c.call("Page.navigate", map[string]any{"url": base + "/#/"}, nil); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the runs list with the finished run", 20*time.Second, func() bool {
+	deadline = time.Now().Add(20 * time.Second)
+	for {
 		v, _ := c.eval(`document.body.dataset.page === "runs" && document.querySelector("#runs tbody tr .s-succeeded") !== null`)
-		return v == true
-	})
+		if v == true {
+			break
+		}
+		if time.Now().After(deadline) {
+			// Say what the page shows, for the next reader of a failure.
+			page, _ := c.eval(`document.body.dataset.page + " | " + location.hash + " | " + document.getElementById("app").innerText.slice(0, 600) + " | errors: " + JSON.stringify(window.__errors || [])`)
+			t.Fatalf("timed out waiting for the runs list with the finished run; the page shows: %v", page)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	screenshot(t, c, "runs-list.png")
 	// Without the token the TCP listener answers 401 with a JSON error.
 	resp, err := http.Get(base + "/v1/runs")
