@@ -315,6 +315,26 @@ func TestClusterWorkerKilled(t *testing.T) {
 	if lost != 2 {
 		t.Errorf("%d lost attempts, want the victim's 2", lost)
 	}
+	// The killed worker starts again without a token (its enrollment is
+	// in its state folder) and removes what the kill left behind.
+	runs := filepath.Join(victim.state, "w", "state", "runs")
+	if ents, _ := os.ReadDir(runs); len(ents) == 0 {
+		t.Fatalf("the kill left nothing in %s: the clean-up below proves nothing", runs)
+	}
+	victim.log = &syncBuffer{}
+	victim.start(t)
+	waitFor(t, "the restarted worker's heartbeat", 30*time.Second, func() bool {
+		ws, _ := r.sp.client.Workers(context.Background())
+		for _, w := range ws {
+			if w.Name == "victim" && !w.Lost {
+				return true
+			}
+		}
+		return false
+	})
+	if ents, _ := os.ReadDir(runs); len(ents) != 0 {
+		t.Errorf("the restarted worker left %d attempt folders of its previous life", len(ents))
+	}
 }
 
 // A worker stopped (SIGSTOP) past lost_after and then resumed reports
