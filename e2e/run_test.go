@@ -453,10 +453,14 @@ pipelines:
   default: [slow]
 steps:
   slow:
-    run: [sh, -c, 'trap "" TERM INT; while :; do sleep 0.05; done']
+    run: [sh, -c, 'trap "" TERM INT; : > "$KUSAW_ARTIFACTS/trapped"; while :; do sleep 0.05; done']
 `, "app")
 	cmd, _, errb := startKusaw(t, dir, "run")
 	id, _ := waitProcess(t, dir)
+	// The step ignores the signals only once its trap is set: before that
+	// (a loaded machine) the first SIGINT's SIGTERM would end it at once.
+	trapped := filepath.Join(dir, ".kusaw", "runs", id, "steps", "slow", "1", "artifacts", "trapped")
+	waitFor(t, "the step to set its trap", 10*time.Second, func() bool { _, err := os.Stat(trapped); return err == nil })
 	cmd.Process.Signal(os.Interrupt)
 	waitFor(t, "kusaw to say it is canceling", 10*time.Second, func() bool { return strings.Contains(errb.String(), "canceling the run") })
 	start := time.Now()
