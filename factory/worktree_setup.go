@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/worktree"
 )
 
@@ -19,13 +20,6 @@ import (
 // beside its fresh worktrees, outside the sandbox, before its process
 // starts: gitignored files copied from the main checkout (repos.NAME.
 // include), named caches shared across attempts, and leased host ports.
-
-// Events of worktree set-up.
-const (
-	evIncluded     = "worktree.included"
-	evCacheWaiting = "cache.waiting"
-	evPortsLeased  = "ports.leased"
-)
 
 // attemptExtras is what set-up gave one attempt, to undo after it.
 type attemptExtras struct {
@@ -51,7 +45,7 @@ func (a *attemptRun) includeFiles() error {
 			}
 			a.extras.included[w.Path] = copied
 		}
-		a.events.Emit(evIncluded, map[string]any{"repo": w.Repo, "files": copied})
+		a.events.Emit(record.EvIncluded, map[string]any{"repo": w.Repo, "files": copied})
 		if err != nil {
 			return fmt.Errorf("repos.%s.include: %v", w.Repo, err)
 		}
@@ -83,7 +77,7 @@ func (a *attemptRun) holdResources(ctx context.Context) (func(), error) {
 			return nil, fmt.Errorf("cache %s: %v", c.Name, err)
 		}
 		unlock, err := lockWait(ctx, c.Path+".lock", func() {
-			a.events.Emit(evCacheWaiting, map[string]any{"cache": c.Name})
+			a.events.Emit(record.EvCacheWaiting, map[string]any{"cache": c.Name})
 		})
 		if err != nil {
 			release()
@@ -99,7 +93,7 @@ func (a *attemptRun) holdResources(ctx context.Context) (func(), error) {
 		}
 		a.extras.ports = ports
 		a.extras.release = append(a.extras.release, free)
-		a.events.Emit(evPortsLeased, map[string]any{"ports": ports})
+		a.events.Emit(record.EvPortsLeased, map[string]any{"ports": ports})
 	}
 	return release, nil
 }

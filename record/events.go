@@ -39,6 +39,9 @@ const (
 	EvDeliverMerged = "deliver.merged"
 	EvDeliverPushed = "deliver.pushed"
 	EvDeliverPull   = "deliver.pull_request"
+	EvIncluded      = "worktree.included"
+	EvCacheWaiting  = "cache.waiting"
+	EvPortsLeased   = "ports.leased"
 	EvDeliverFailed = "deliver.failed"
 
 	// Pipeline shapes (docs/pipelines.md).
