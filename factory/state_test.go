@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kusaw/kusaw/chainlog"
+	"github.com/kusaw/kusaw/config"
 	"github.com/kusaw/kusaw/internal/proc"
 	"github.com/kusaw/kusaw/internal/testkit"
 	"github.com/kusaw/kusaw/record"
@@ -85,25 +86,7 @@ func TestRecoverySkipsRunsWithLiveOwner(t *testing.T) {
 // folder and its attempt.json leaves no temp folder behind, and the
 // attempt is recorded interrupted.
 func TestRecoverySweepsAttemptWithoutRecord(t *testing.T) {
-	f := testkit.Factory(t, `
-version: 1
-repos:
-  app:
-    path: app
-pipelines:
-  default: [a]
-steps:
-  a:
-    run: [sh, -c, "true"]
-`, "app")
-	e, err := New(f, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := e.Prepare("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, r := preparedRun(t)
 	dir := record.AttemptDir(r.Dir, "a", 1)
 	for _, sub := range []string{record.ArtifactsDir, record.TmpDir, record.WorktreesDir, "lease"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
@@ -132,25 +115,7 @@ steps:
 // kusaw is closed by recovery with a recovered marker that names the lines
 // it found unsealed, never with a seal over them.
 func TestRecoveryClosesEgressLog(t *testing.T) {
-	f := testkit.Factory(t, `
-version: 1
-repos:
-  app:
-    path: app
-pipelines:
-  default: [a]
-steps:
-  a:
-    run: [sh, -c, "true"]
-`, "app")
-	e, err := New(f, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := e.Prepare("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, r := preparedRun(t)
 	dir := record.AttemptDir(r.Dir, "a", 1)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
@@ -160,7 +125,7 @@ steps:
 	}
 	opts := logOptions(r.ID(), "a", 1, chainlog.KindEgress)
 	opts.SealEvery, opts.SealInterval = -1, -1
-	w, err := chainlog.Create(filepath.Join(dir, record.EgressLogFile), e.opts.Key, opts)
+	w, err := chainlog.Create(filepath.Join(dir, record.EgressLogFile), r.e.opts.Key, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +135,7 @@ steps:
 	if _, err := OpenState(f.StateDir); err != nil {
 		t.Fatal(err)
 	}
-	res, err := chainlog.VerifyFile(filepath.Join(dir, record.EgressLogFile), e.PublicKey(), opts.Binding)
+	res, err := chainlog.VerifyFile(filepath.Join(dir, record.EgressLogFile), r.e.PublicKey(), opts.Binding)
 	if err != nil || !res.Final || len(res.Recovered) != 1 {
 		t.Fatalf("egress.log after recovery: %+v %v", res, err)
 	}
@@ -184,25 +149,7 @@ steps:
 // them, chosen by the recorded group and start time; a process of another
 // group is left alone.
 func TestRecoveryEndsWhatTheProcessLeft(t *testing.T) {
-	f := testkit.Factory(t, `
-version: 1
-repos:
-  app:
-    path: app
-pipelines:
-  default: [a]
-steps:
-  a:
-    run: [sh, -c, "true"]
-`, "app")
-	e, err := New(f, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := e.Prepare("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, r := preparedRun(t)
 	// The attempt's process: a group leader that leaves a child running
 	// in its group and exits, as a step's shell killed with kusaw does.
 	leader := exec.Command("sh", "-c", "sleep 300 & echo $!")
@@ -252,4 +199,30 @@ steps:
 	if !proc.Alive(by.Process.Pid) {
 		t.Fatal("recovery ended a process of another group")
 	}
+}
+
+// preparedRun is a queued run of a one-step factory whose owner (this
+// test) holds its lock: the start of each crash that recovery must mend.
+func preparedRun(t *testing.T) (*config.Factory, *Run) {
+	t.Helper()
+	f := testkit.Factory(t, `
+version: 1
+repos:
+  app:
+    path: app
+pipelines:
+  default: [a]
+steps:
+  a:
+    run: [sh, -c, "true"]
+`, "app")
+	e, err := New(f, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.Prepare("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, r
 }
