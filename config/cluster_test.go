@@ -1,8 +1,17 @@
 package config
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -38,17 +47,86 @@ steps:
 repos:
   app: {path: .}
 serve:
-  cluster: {nats_url: "tls://n1:4222", local_worker: false, lost_after: 3s}
+  cluster: {nats_url: "tls://n1:4222, tls://n2:4222", local_worker: false, lost_after: 3s,
+    account: AAVZRIM45LOZGXAQAH3DTRLAHPR7QZ7D5YBT2UD4CYRCRF7WLHZR7GXS, signing_key: {secret: nats.signing}}
 pipelines:
   default: [a]
 steps:
   a: {run: [true]}
 `), file)
-	if len(fs.Errors()) > 0 || f.Serve.Cluster.LocalWorker || f.Serve.Cluster.LostAfter != 3*time.Second || f.Serve.Cluster.NatsURL != "tls://n1:4222" {
-		t.Fatalf("cluster %+v %v", f.Serve.Cluster, fs)
+	c = f.Serve.Cluster
+	if len(fs.Errors()) > 0 || c.LocalWorker || c.LostAfter != 3*time.Second || c.NatsURL != "tls://n1:4222, tls://n2:4222" ||
+		c.Account != "AAVZRIM45LOZGXAQAH3DTRLAHPR7QZ7D5YBT2UD4CYRCRF7WLHZR7GXS" || c.SigningKey == nil || c.SigningKey.Key != "nats.signing" ||
+		c.Replicas != 1 || c.CA != "" {
+		t.Fatalf("cluster %+v %v: replicas defaults to 1, ca to none", c, fs)
+	}
+	// ca is a PEM bundle, relative to the factory file's folder.
+	if err := os.WriteFile(filepath.Join(dir, "ca.pem"), testCAPEM(t), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, fs = Parse([]byte(`version: 1
+repos:
+  app: {path: .}
+serve:
+  cluster: {nats_url: "tls://n1:4222", replicas: 3, ca: ca.pem,
+    account: AAVZRIM45LOZGXAQAH3DTRLAHPR7QZ7D5YBT2UD4CYRCRF7WLHZR7GXS, signing_key: {secret: nats.signing}}
+pipelines:
+  default: [a]
+steps:
+  a: {run: [true]}
+`), file)
+	if c = f.Serve.Cluster; len(fs.Errors()) > 0 || c.Replicas != 3 || c.CA != filepath.Join(dir, "ca.pem") {
+		t.Fatalf("cluster %+v %v", c, fs)
+	}
+	// A file that is not a bundle of certificates (here a key) is refused.
+	if err := os.WriteFile(filepath.Join(dir, "ca.pem"), []byte("-----BEGIN EC PRIVATE KEY-----\nAAAA\n-----END EC PRIVATE KEY-----\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, fs = Parse([]byte(`version: 1
+repos:
+  app: {path: .}
+serve:
+  cluster: {nats_url: "tls://n1:4222", ca: ca.pem,
+    account: AAVZRIM45LOZGXAQAH3DTRLAHPR7QZ7D5YBT2UD4CYRCRF7WLHZR7GXS, signing_key: {secret: nats.signing}}
+pipelines:
+  default: [a]
+steps:
+  a: {run: [true]}
+`), file)
+	if errs := fs.Errors(); len(errs) != 1 || errs[0].Code != ECodeNatsCA || !strings.Contains(errs[0].Message, "EC PRIVATE KEY") {
+		t.Fatalf("a key as ca: %v", errs)
+	}
+	// A seed written in the file is refused without being echoed.
+	_, fs = Parse([]byte(`version: 1
+repos:
+  app: {path: .}
+serve:
+  cluster: {nats_url: "tls://n1:4222", account: AAVZRIM45LOZGXAQAH3DTRLAHPR7QZ7D5YBT2UD4CYRCRF7WLHZR7GXS,
+    signing_key: SAAGNOTAREALSEEDXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX}
+pipelines:
+  default: [a]
+steps:
+  a: {run: [true]}
+`), file)
+	if errs := fs.Errors(); len(errs) != 1 || errs[0].Code != ECodeNatsAccount || strings.Contains(errs[0].String(), "SAAG") {
+		t.Fatalf("a seed in the file: %v", errs)
 	}
 	f, _ = Parse([]byte("version: 1\nrepos:\n  app: {path: .}\npipelines:\n  default: [a]\nsteps:\n  a: {run: [true]}\n"), file)
 	if f.Serve.Cluster != nil {
 		t.Fatal("no serve.cluster key: no cluster")
 	}
+}
+
+func testCAPEM(t *testing.T) []byte {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"}, IsCA: true, BasicConstraintsValid: true,
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }

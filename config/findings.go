@@ -66,6 +66,8 @@ const (
 	ECodeBadURL          = "E043"
 	ECodeBadNatsURL      = "E044"
 	ECodeUpstreamProxy   = "E045"
+	ECodeNatsAccount     = "E046"
+	ECodeNatsCA          = "E047"
 	ECodeStepKind        = "E050"
 	ECodeNoPrompt        = "E051"
 	ECodeInjectNeedsList = "E060"
@@ -118,6 +120,8 @@ var CodeInfo = []struct{ Code, Meaning string }{
 	{ECodeBadURL, "base_url that is not an http(s) URL"},
 	{ECodeBadNatsURL, "serve.cluster.nats_url that is not a nats:// or tls:// URL, or set beside serve.cluster.listen"},
 	{ECodeUpstreamProxy, "sandbox.egress.upstream_proxy that is not an http:// or https:// proxy address (host and port, no path; credentials only through {secret: KEY})"},
+	{ECodeNatsAccount, "serve.cluster.nats_url without account or signing_key, an account that is not an account's public nkey (A...), a signing_key not given as {secret: KEY}, or account, signing_key, ca or replicas without nats_url"},
+	{ECodeNatsCA, "serve.cluster.ca that cannot be read or is not a PEM file of certificates"},
 	{ECodeStepKind, "a step that is more than one of agent, builtin and run"},
 	{ECodeNoPrompt, "an agent step without prompt or prompt_file, or with both"},
 	{ECodeInjectNeedsList, "inject without network: allowlist (there is no proxy to hold the key)"},

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
@@ -14,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nkeys"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -569,16 +572,17 @@ func (d *decoder) serve(f *Factory, n *yaml.Node) {
 		case "resume":
 			f.Serve.Resume = d.boolean(fl.value, kp)
 		case "cluster":
-			f.Serve.Cluster = d.cluster(fl.value, kp)
+			f.Serve.Cluster = d.cluster(f, fl.value, kp)
 		}
 	}
 }
 
 // cluster reads serve.cluster (docs/cluster.md).
-func (d *decoder) cluster(n *yaml.Node, path string) *Cluster {
-	c := &Cluster{LocalWorker: true, LostAfter: DefaultLostAfter}
-	var urlN *yaml.Node
-	for _, fl := range d.fields(n, path, []string{"listen", "nats_url", "local_worker", "lost_after"}) {
+func (d *decoder) cluster(f *Factory, n *yaml.Node, path string) *Cluster {
+	c := &Cluster{LocalWorker: true, LostAfter: DefaultLostAfter, Replicas: 1}
+	var urlN, firstExternal *yaml.Node
+	firstKey, sawSigning := "", false
+	for _, fl := range d.fields(n, path, []string{"listen", "nats_url", "account", "signing_key", "ca", "replicas", "local_worker", "lost_after"}) {
 		kp := join(path, fl.key)
 		switch fl.key {
 		case "listen":
@@ -588,9 +592,15 @@ func (d *decoder) cluster(n *yaml.Node, path string) *Cluster {
 			}
 		case "nats_url":
 			c.NatsURL, urlN = d.str(fl.value, kp), fl.value
-			if u, err := url.Parse(c.NatsURL); err != nil || (u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" {
-				d.errf(ECodeBadNatsURL, fl.value, kp, "write a URL such as tls://nats1.example:4222 (several: comma-separated)", "%s: %q is not a nats:// or tls:// URL", kp, c.NatsURL)
+			if bad := badNatsURL(c.NatsURL); bad != "" {
+				d.errf(ECodeBadNatsURL, fl.value, kp, "write a URL such as tls://nats1.example:4222 (several: comma-separated)", "%s: %q is not a nats:// or tls:// URL", kp, bad)
 			}
+		case "account", "signing_key", "ca", "replicas":
+			if firstExternal == nil {
+				firstExternal, firstKey = fl.keyN, kp
+			}
+			sawSigning = sawSigning || fl.key == "signing_key"
+			d.externalKey(f, c, fl.key, fl.value, kp)
 		case "local_worker":
 			c.LocalWorker = d.boolean(fl.value, kp)
 		case "lost_after":
@@ -606,7 +616,93 @@ func (d *decoder) cluster(n *yaml.Node, path string) *Cluster {
 	if c.Listen != "" && c.NatsURL != "" {
 		d.errf(ECodeBadNatsURL, urlN, join(path, "nats_url"), "keep one: listen embeds a NATS server, nats_url uses an existing one", "%s sets both listen and nats_url", path)
 	}
+	switch {
+	case c.NatsURL == "" && firstExternal != nil:
+		d.errf(ECodeNatsAccount, firstExternal, firstKey, "remove it, or set serve.cluster.nats_url: the key is for an existing NATS cluster", "%s is only for an existing NATS cluster (serve.cluster.nats_url), which is not set", firstKey)
+	case c.NatsURL != "" && c.Account == "":
+		d.errf(ECodeNatsAccount, urlN, join(path, "account"), "write account: A... (the public key of the NATS account serve works in; nsc describe account shows it)", "%s needs serve.cluster.account: the NATS account serve and its workers use", join(path, "nats_url"))
+	case c.NatsURL != "" && !sawSigning:
+		d.errf(ECodeNatsAccount, urlN, join(path, "signing_key"), "write signing_key: {secret: KEY} and store the account's signing seed (SA...) with kusaw config set KEY --secret", "%s needs serve.cluster.signing_key: serve signs its own and its workers' credentials with it", join(path, "nats_url"))
+	}
 	return c
+}
+
+// badNatsURL is the first URL of a comma-separated list that is not a
+// nats:// or tls:// URL with a host, or "".
+func badNatsURL(list string) string {
+	for _, s := range strings.Split(list, ",") {
+		s = strings.TrimSpace(s)
+		if u, err := url.Parse(s); err != nil || (u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" || u.User != nil {
+			return s
+		}
+	}
+	return ""
+}
+
+// externalKey reads one of the keys an existing NATS cluster needs:
+// account, signing_key, ca, replicas.
+func (d *decoder) externalKey(f *Factory, c *Cluster, key string, v *yaml.Node, kp string) {
+	switch key {
+	case "account":
+		c.Account = d.str(v, kp)
+		if c.Account != "" && !nkeys.IsValidPublicAccountKey(c.Account) {
+			d.errf(ECodeNatsAccount, v, kp, "write the account's public key (56 characters starting with A; nsc describe account shows it)", "%s is not a NATS account's public key", kp)
+		}
+	case "signing_key":
+		if resolve(v).Kind == yaml.MappingNode {
+			c.SigningKey = d.secretRef(v, kp)
+			return
+		}
+		// Never echo the value: it may be the seed itself.
+		d.errf(ECodeNatsAccount, v, kp, "store the account signing seed with kusaw config set "+kp+" --secret and write "+kp+": {secret: "+kp+"}", "%s must reference the secret store ({secret: KEY}); never write a seed in the file", kp)
+	case "ca":
+		c.CA = f.abs(d.str(v, kp))
+		if msg := checkCABundle(c.CA); msg != "" {
+			d.errf(ECodeNatsCA, v, kp, "name a PEM file with the CA certificate(s) the NATS servers' certificates chain to (relative paths start at the factory file's folder), or remove ca to trust the system's roots", "%s: %s", kp, msg)
+		}
+	case "replicas":
+		c.Replicas = d.integer(v, kp)
+		if c.Replicas < 1 || c.Replicas > 5 {
+			d.errf(ECodeBadValue, v, kp, "use 1 to 5, at most the number of JetStream servers in the NATS cluster (3 for a cluster of three)", "%s must be from 1 to 5", kp)
+		}
+	}
+}
+
+// checkCABundle says what is wrong with a CA bundle file, or "".
+func checkCABundle(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("%s cannot be read: %v", path, errors.Unwrap(err))
+	}
+	if _, err := ParseCABundle(b); err != nil {
+		return fmt.Sprintf("%s: %v", path, err)
+	}
+	return ""
+}
+
+// ParseCABundle reads the certificates of a PEM bundle; it needs at least
+// one, and refuses anything else in the file.
+func ParseCABundle(b []byte) ([]*x509.Certificate, error) {
+	var out []*x509.Certificate
+	for {
+		var blk *pem.Block
+		blk, b = pem.Decode(b)
+		if blk == nil {
+			break
+		}
+		if blk.Type != "CERTIFICATE" {
+			return nil, fmt.Errorf("holds a %s: a CA bundle holds only certificates", blk.Type)
+		}
+		c, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("a certificate does not parse: %v", err)
+		}
+		out = append(out, c)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no PEM certificate in it")
+	}
+	return out, nil
 }
 
 // pipelineKeys are the keys of a pipeline written as a map; the list form

@@ -389,6 +389,11 @@ var beyondSchema = map[string]string{
 	"yaml_syntax":                 "not YAML at all",
 	"cluster_listen_and_url":      "listen and nats_url exclude each other: a rule across keys",
 	"cluster_lost_after":          "a minimum duration is checked by parsing it",
+	"cluster_nats_no_account":     "nats_url needs account: a rule across keys",
+	"cluster_nats_no_signing_key": "nats_url needs signing_key: a rule across keys",
+	"cluster_account_without_url": "account needs nats_url: a rule across keys",
+	"cluster_ca_missing":          "needs the file system",
+	"cluster_bad_nats_url_list":   "each URL of the comma-separated list is checked by parsing it",
 }
 
 // TestSchemaRejectsBrokenFiles: every broken file in testdata/invalid is

@@ -233,8 +233,15 @@ type Serve struct {
 // Cluster is serve.cluster: attempts run on workers over NATS JetStream
 // (docs/cluster.md).
 type Cluster struct {
-	Listen      string        // host:port workers connect to (embedded server)
-	NatsURL     string        // an existing NATS cluster instead of the embedded one
+	Listen  string // host:port workers connect to (embedded server)
+	NatsURL string // an existing NATS cluster instead of the embedded one (comma-separated URLs)
+	// With NatsURL: the account serve works in (its public nkey), the
+	// account signing seed in the secret store, the cluster's CA bundle
+	// ("" = the system's roots) and the replicas of streams and buckets.
+	Account     string
+	SigningKey  *SecretRef
+	CA          string
+	Replicas    int
 	LocalWorker bool          // serve runs attempts of pool default itself (default true)
 	LostAfter   time.Duration // a worker silent this long is lost (default 15s)
 }
