@@ -127,18 +127,42 @@ type auth struct{ s *Server }
 
 // Permissions: serve may do anything; a worker may use JetStream and send
 // events, results and secrets requests under its own name only (serve
-// reads the sender from the subject), but never publish work nor change or
-// empty a stream; a joining worker may only ask to enroll.
+// reads the sender from the subject), but never publish work, change or
+// empty a stream, nor read the events stream (every attempt's events and
+// results: a worker only ever publishes there); a joining worker may only
+// ask to enroll.
 func workerPerms(name string) *server.Permissions {
+	deny := []string{"$JS.API.STREAM.CREATE.>", "$JS.API.STREAM.UPDATE.>", "$JS.API.STREAM.DELETE.>",
+		"$JS.API.STREAM.PURGE.>", "$JS.API.STREAM.MSG.DELETE.>",
+		// A snapshot reads a whole stream; a restore makes one.
+		"$JS.API.STREAM.SNAPSHOT.>", "$JS.API.STREAM.RESTORE.>"}
 	return &server.Permissions{
 		Publish: &server.SubjectPermission{
 			Allow: []string{"$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "$KV." + ClaimsBucket + ".>",
 				"$KV." + WorkersBucket + "." + name, "$O." + ObjectsBucket + ".>",
 				EventsSubject("*", name), ResultSubject("*", name), SecretsSubject("*", name), BundleSubject("*", name), "_INBOX.>"},
-			Deny: []string{"$JS.API.STREAM.CREATE.>", "$JS.API.STREAM.UPDATE.>", "$JS.API.STREAM.DELETE.>",
-				"$JS.API.STREAM.PURGE.>", "$JS.API.STREAM.MSG.DELETE.>"},
+			Deny: append(deny, streamReaders(EventsStream)...),
 		},
 		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>", subjCancel + ">"}},
+	}
+}
+
+// streamReaders are the JetStream API subjects that read a stream's
+// messages or make, list, inspect, pause or delete its consumers: a
+// consumer of any kind (durable, ephemeral, ordered, push or pull; the
+// legacy and the named create), a pull from an existing one (serve's),
+// a message get, a direct get, and the stream's info (its subjects name
+// every attempt and worker).
+func streamReaders(stream string) []string {
+	return []string{
+		"$JS.API.CONSUMER.*." + stream,        // CREATE (legacy), LIST, NAMES
+		"$JS.API.CONSUMER.*." + stream + ".>", // CREATE <name> [filter], INFO, DELETE, PAUSE, UNPIN
+		"$JS.API.CONSUMER.DURABLE.CREATE." + stream + ".>",
+		"$JS.API.CONSUMER.MSG.NEXT." + stream + ".>",
+		"$JS.API.CONSUMER.LEADER.STEPDOWN." + stream + ".>",
+		"$JS.API.STREAM.MSG.GET." + stream,
+		"$JS.API.DIRECT.GET." + stream, "$JS.API.DIRECT.GET." + stream + ".>",
+		"$JS.API.STREAM.INFO." + stream,
 	}
 }
 
