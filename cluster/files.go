@@ -58,18 +58,35 @@ func TarDir(dir string, w io.Writer) error {
 	return tw.Close()
 }
 
+// Bounds of an artifacts tar besides its bytes: a tar of a million empty
+// files or of a name nested thousands deep costs serve's disk and inodes
+// however few bytes it holds.
+const (
+	MaxTarEntries = 100000 // files and folders
+	MaxTarDepth   = 64     // folders above a name
+	MaxTarName    = 4096   // bytes of a whole name (PATH_MAX)
+	maxTarElem    = 255    // bytes of one element of a name (NAME_MAX)
+)
+
 // Untar extracts r under dir: regular files and folders only, every name
-// inside dir (no "..", no absolute path), at most limit bytes in all. A
+// inside dir (no "..", no absolute path), at most limit bytes in all and
+// at most MaxTarEntries entries, MaxTarDepth deep, MaxTarName long. A
 // worker's artifacts are data from another machine.
 func Untar(r io.Reader, dir string, limit int64) error {
 	tr := tar.NewReader(r)
 	var total int64
-	for {
+	for entries := 0; ; entries++ {
 		h, err := tr.Next()
 		if err == io.EOF {
 			return nil
 		}
 		if err != nil {
+			return err
+		}
+		if entries >= MaxTarEntries {
+			return fmt.Errorf("artifacts: more than %d files and folders", MaxTarEntries)
+		}
+		if err := tarNameOK(h.Name); err != nil {
 			return err
 		}
 		name := filepath.FromSlash(h.Name)
@@ -107,6 +124,23 @@ func Untar(r io.Reader, dir string, limit int64) error {
 			return fmt.Errorf("artifacts: %q is not a file or folder", h.Name)
 		}
 	}
+}
+
+// tarNameOK bounds a name's length and depth.
+func tarNameOK(name string) error {
+	if len(name) > MaxTarName {
+		return fmt.Errorf("artifacts: a name of %d bytes (at most %d)", len(name), MaxTarName)
+	}
+	elems := strings.Split(strings.Trim(name, "/"), "/")
+	if len(elems) > MaxTarDepth+1 {
+		return fmt.Errorf("artifacts: %.80q… is %d folders deep (at most %d)", name, len(elems)-1, MaxTarDepth)
+	}
+	for _, e := range elems {
+		if len(e) > maxTarElem {
+			return fmt.Errorf("artifacts: %.80q… has an element of %d bytes (at most %d)", name, len(e), maxTarElem)
+		}
+	}
+	return nil
 }
 
 // PutFile stores a local file as an object.
