@@ -20,9 +20,17 @@ func Dial(id *Identity, name string, opts ...nats.Option) (*nats.Conn, error) {
 	if id.Server == "" || id.CAPin == "" {
 		return nil, fmt.Errorf("this worker has not joined a serve: run kusaw worker --join TOKEN")
 	}
-	all := append([]nats.Option{nats.Name(name), nats.Nkey(id.NKey(), id.Sign), nats.Secure(PinnedTLS(id.CAPin)),
+	url, auth, tc := "tls://"+id.Server, nats.Nkey(id.NKey(), id.Sign), PinnedTLS(id.CAPin)
+	if id.JWT != "" {
+		var err error
+		if tc, err = ClusterTLS([]byte(id.CAPEM)); err != nil {
+			return nil, err
+		}
+		url, auth = id.Server, nats.UserJWT(func() (string, error) { return id.JWT, nil }, id.Sign)
+	}
+	all := append([]nats.Option{nats.Name(name), auth, nats.Secure(tc),
 		nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond), nats.RetryOnFailedConnect(false)}, opts...)
-	nc, err := nats.Connect("tls://"+id.Server, all...)
+	nc, err := nats.Connect(url, all...)
 	if err != nil && isAuthErr(err) {
 		return nil, ErrNotEnrolled
 	}
@@ -36,15 +44,28 @@ func isAuthErr(err error) bool {
 // Enroll trades a token for a registered identity: it connects with the
 // token's secret (the server lets such a client only ask to enroll), sends
 // the identity's public keys, and records serve's address, pin and curve
-// key in the identity.
+// key in the identity (on an existing NATS cluster, also the JWT serve
+// issued for it).
 func Enroll(ctx context.Context, tok Token, id *Identity, version string) error {
-	nc, err := nats.Connect("tls://"+tok.Addr, nats.Name("kusaw worker "+id.Name+" (joining)"), nats.UserInfo(EnrollUser, tok.Secret),
-		nats.Secure(PinnedTLS(tok.CA)), nats.MaxReconnects(0), nats.Timeout(10*time.Second))
+	where, url := tok.Addr, "tls://"+tok.Addr
+	opts := []nats.Option{nats.Name("kusaw worker " + id.Name + " (joining)"), nats.MaxReconnects(0), nats.Timeout(10 * time.Second)}
+	if tok.JWT != "" {
+		tc, err := ClusterTLS([]byte(tok.CAPEM))
+		if err != nil {
+			return err
+		}
+		where, url = tok.URLs, tok.URLs
+		// A bearer JWT: the server checks no nonce signature.
+		opts = append(opts, nats.Secure(tc), nats.UserJWT(func() (string, error) { return tok.JWT, nil }, func([]byte) ([]byte, error) { return nil, nil }))
+	} else {
+		opts = append(opts, nats.UserInfo(EnrollUser, tok.Secret), nats.Secure(PinnedTLS(tok.CA)))
+	}
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		if isAuthErr(err) {
 			return fmt.Errorf("serve refused the join token: it was used already or has expired; make a new one with kusaw cluster token")
 		}
-		return fmt.Errorf("cannot reach serve at %s: %v", tok.Addr, err)
+		return fmt.Errorf("cannot reach serve at %s: %v", where, err)
 	}
 	defer nc.Close()
 	b, _ := json.Marshal(EnrollRequest{Secret: tok.Secret, Name: id.Name, NKey: id.NKey(), XKey: id.XKey(), Version: version})
@@ -59,7 +80,11 @@ func Enroll(ctx context.Context, tok Token, id *Identity, version string) error 
 	if rep.Error != "" {
 		return fmt.Errorf("serve refused the enrollment: %s", rep.Error)
 	}
-	id.Server, id.CAPin, id.ServeXKey = tok.Addr, tok.CA, rep.ServeXKey
+	if tok.JWT != "" && rep.JWT == "" {
+		return fmt.Errorf("enrollment: serve sent no credential for the NATS cluster")
+	}
+	id.Server, id.CAPin, id.ServeXKey = where, tok.CA, rep.ServeXKey
+	id.CAPEM, id.JWT = tok.CAPEM, rep.JWT
 	return nil
 }
 
@@ -73,13 +98,19 @@ type Handles struct {
 
 // Setup creates (serve, at start) the streams, buckets and object store,
 // and empties the work queue.
-func Setup(ctx context.Context, nc *nats.Conn) (*Handles, error) {
+func Setup(ctx context.Context, nc *nats.Conn) (*Handles, error) { return SetupReplicas(ctx, nc, 1) }
+
+// SetupReplicas is Setup with every stream, bucket and the object store
+// kept on that many JetStream servers (an existing NATS cluster's
+// serve.cluster.replicas).
+func SetupReplicas(ctx context.Context, nc *nats.Conn, replicas int) (*Handles, error) {
+	replicas = max(replicas, 1)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
 	}
 	work, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: WorkStream, Subjects: []string{subjWork + ">"},
-		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage})
+		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Replicas: replicas})
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %v", WorkStream, err)
 	}
@@ -90,17 +121,17 @@ func Setup(ctx context.Context, nc *nats.Conn) (*Handles, error) {
 		return nil, fmt.Errorf("stream %s: %v", WorkStream, err)
 	}
 	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: EventsStream, Subjects: []string{subjEvents + ">", subjResult + ">"},
-		Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage, MaxAge: 7 * 24 * time.Hour}); err != nil {
+		Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage, MaxAge: 7 * 24 * time.Hour, Replicas: replicas}); err != nil {
 		return nil, fmt.Errorf("stream %s: %v", EventsStream, err)
 	}
 	h := &Handles{JS: js}
-	if h.Claims, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: ClaimsBucket, History: 1, Storage: jetstream.FileStorage}); err != nil {
+	if h.Claims, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: ClaimsBucket, History: 1, Storage: jetstream.FileStorage, Replicas: replicas}); err != nil {
 		return nil, fmt.Errorf("bucket %s: %v", ClaimsBucket, err)
 	}
-	if h.Workers, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: WorkersBucket, History: 1, Storage: jetstream.FileStorage}); err != nil {
+	if h.Workers, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: WorkersBucket, History: 1, Storage: jetstream.FileStorage, Replicas: replicas}); err != nil {
 		return nil, fmt.Errorf("bucket %s: %v", WorkersBucket, err)
 	}
-	if h.Objects, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: ObjectsBucket, Storage: jetstream.FileStorage}); err != nil {
+	if h.Objects, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: ObjectsBucket, Storage: jetstream.FileStorage, Replicas: replicas}); err != nil {
 		return nil, fmt.Errorf("object store %s: %v", ObjectsBucket, err)
 	}
 	// A previous serve's claims and objects belong to attempts it no

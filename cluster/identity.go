@@ -22,11 +22,16 @@ type Identity struct {
 	Name      string `json:"name"`
 	UserSeed  string `json:"user_seed"`
 	CurveSeed string `json:"curve_seed"`
-	// A worker's enrollment: serve's address, its CA (PEM) and pin, and
-	// serve's curve public key (secrets are sealed by it).
+	// A worker's enrollment: serve's address, its CA's pin, and serve's
+	// curve public key (secrets are sealed by it). On an existing NATS
+	// cluster Server is the cluster's URLs, CAPin the fingerprint of CAPEM
+	// (its CA bundle) or SystemRoots, and JWT the credential serve issued
+	// for this identity's nkey.
 	Server    string `json:"server,omitempty"`
 	CAPin     string `json:"ca_pin,omitempty"`
 	ServeXKey string `json:"serve_xkey,omitempty"`
+	CAPEM     string `json:"ca_pem,omitempty"`
+	JWT       string `json:"jwt,omitempty"`
 
 	user, curve nkeys.KeyPair
 }

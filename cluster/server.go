@@ -227,34 +227,34 @@ type EnrollRequest struct {
 	Version string `json:"version,omitempty"`
 }
 
-// EnrollReply is serve's answer.
+// EnrollReply is serve's answer; on an existing NATS cluster it carries
+// the worker's user JWT.
 type EnrollReply struct {
 	Error     string `json:"error,omitempty"`
 	ServeXKey string `json:"serve_xkey,omitempty"`
+	JWT       string `json:"jwt,omitempty"`
 }
 
 // ServeEnrollments answers enrollment requests on nc until ctx ends.
 func (s *Server) ServeEnrollments(ctx context.Context, nc *nats.Conn) error {
+	return (&Enroller{Tokens: s.Tokens, Registry: s.Registry, Identity: s.Identity}).Serve(ctx, nc)
+}
+
+// Enroller answers enrollment requests on any connection (the embedded
+// server's or an existing cluster's): it checks the request, spends the
+// token's secret and records the worker. Issue, when set, makes the
+// credential the worker connects with from then on (a user JWT).
+type Enroller struct {
+	Tokens   *Tokens
+	Registry *Registry
+	Identity *Identity // serve's
+	Issue    func(name, nkey string) (string, error)
+}
+
+// Serve answers on nc until ctx ends.
+func (e *Enroller) Serve(ctx context.Context, nc *nats.Conn) error {
 	sub, err := nc.Subscribe(SubjEnroll, func(m *nats.Msg) {
-		var req EnrollRequest
-		rep := EnrollReply{}
-		switch {
-		case json.Unmarshal(m.Data, &req) != nil:
-			rep.Error = "bad enrollment request"
-		case !ValidName(req.Name):
-			rep.Error = fmt.Sprintf("worker name %q: use letters, digits, - and _ (at most 64)", req.Name)
-		case !validKey(req.NKey, 'U') || !validKey(req.XKey, 'X'):
-			rep.Error = "bad worker keys"
-		case s.Registry.Get(req.Name) != nil && s.Registry.Get(req.Name).NKey != req.NKey:
-			rep.Error = fmt.Sprintf("a worker named %s is already enrolled with another key: pick another --name", req.Name)
-		case !s.Tokens.Use(req.Secret):
-			rep.Error = "the join token was used already or has expired: make a new one with kusaw cluster token"
-		case !s.Registry.Add(Enrolled{Name: req.Name, NKey: req.NKey, XKey: req.XKey, Enrolled: time.Now().UTC()}):
-			rep.Error = "cannot record the enrollment"
-		default:
-			rep.ServeXKey = s.Identity.XKey()
-		}
-		b, _ := json.Marshal(rep)
+		b, _ := json.Marshal(e.answer(m.Data))
 		_ = m.Respond(b)
 	})
 	if err != nil {
@@ -262,6 +262,38 @@ func (s *Server) ServeEnrollments(ctx context.Context, nc *nats.Conn) error {
 	}
 	go func() { <-ctx.Done(); _ = sub.Unsubscribe() }()
 	return nil
+}
+
+func (e *Enroller) answer(data []byte) EnrollReply {
+	var req EnrollRequest
+	if json.Unmarshal(data, &req) != nil {
+		return EnrollReply{Error: "bad enrollment request"}
+	}
+	switch {
+	case !ValidName(req.Name):
+		return EnrollReply{Error: fmt.Sprintf("worker name %q: use letters, digits, - and _ (at most 64)", req.Name)}
+	case !validKey(req.NKey, 'U') || !validKey(req.XKey, 'X'):
+		return EnrollReply{Error: "bad worker keys"}
+	case e.Registry.Get(req.Name) != nil && e.Registry.Get(req.Name).NKey != req.NKey:
+		return EnrollReply{Error: fmt.Sprintf("a worker named %s is already enrolled with another key: pick another --name", req.Name)}
+	case !e.Tokens.Valid(req.Secret):
+		return EnrollReply{Error: "the join token was used already or has expired: make a new one with kusaw cluster token"}
+	}
+	rep := EnrollReply{ServeXKey: e.Identity.XKey()}
+	// Issued before the secret is spent: a failure leaves the token usable.
+	if e.Issue != nil {
+		var err error
+		if rep.JWT, err = e.Issue(req.Name, req.NKey); err != nil {
+			return EnrollReply{Error: "cannot issue the worker's credential"}
+		}
+	}
+	switch {
+	case !e.Tokens.Use(req.Secret):
+		return EnrollReply{Error: "the join token was used already or has expired: make a new one with kusaw cluster token"}
+	case !e.Registry.Add(Enrolled{Name: req.Name, NKey: req.NKey, XKey: req.XKey, Enrolled: time.Now().UTC()}):
+		return EnrollReply{Error: "cannot record the enrollment"}
+	}
+	return rep
 }
 
 func validKey(k string, prefix byte) bool {

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -23,10 +24,16 @@ const TokenTTL = 24 * time.Hour
 
 // Token is what `kusaw cluster token` prints and `kusaw worker --join`
 // reads: where serve is, the fingerprint of its CA, and a one-time secret.
+// On an existing NATS cluster it carries the cluster's URLs instead of
+// Addr, its CA bundle (CA is then the bundle's fingerprint, or SystemRoots)
+// and a bearer JWT that lets its holder only ask to enroll.
 type Token struct {
-	Addr   string `json:"addr"`
+	Addr   string `json:"addr,omitempty"`
 	CA     string `json:"ca"`
 	Secret string `json:"secret"`
+	URLs   string `json:"urls,omitempty"`
+	CAPEM  string `json:"ca_pem,omitempty"`
+	JWT    string `json:"jwt,omitempty"`
 }
 
 // String encodes the token.
@@ -46,10 +53,36 @@ func ParseToken(s string) (Token, error) {
 	if err == nil {
 		err = json.Unmarshal(b, &t)
 	}
-	if err != nil || t.Addr == "" || len(t.CA) != 64 || len(t.Secret) < 32 {
+	if err != nil || len(t.Secret) < 32 || !t.wellFormed() {
 		return Token{}, fmt.Errorf("the join token is damaged: copy it again from kusaw cluster token")
 	}
 	return t, nil
+}
+
+// wellFormed: an embedded serve's token has an address and a CA
+// fingerprint; an existing cluster's has URLs, a JWT and either
+// SystemRoots or a CA bundle whose fingerprint is CA.
+func (t Token) wellFormed() bool {
+	if t.JWT == "" {
+		return t.Addr != "" && len(t.CA) == 64 && t.URLs == "" && t.CAPEM == ""
+	}
+	if t.URLs == "" || t.Addr != "" {
+		return false
+	}
+	if t.CA == SystemRoots {
+		return t.CAPEM == ""
+	}
+	return t.CAPEM != "" && pemFingerprint([]byte(t.CAPEM)) == t.CA
+}
+
+// pemFingerprint is the fingerprint of a PEM bundle's first certificate
+// ("" when it has none).
+func pemFingerprint(b []byte) string {
+	blk, _ := pem.Decode(b)
+	if blk == nil || blk.Type != "CERTIFICATE" {
+		return ""
+	}
+	return Fingerprint(blk.Bytes)
 }
 
 // tokensFile keeps the hashes of unused secrets (never the secrets).
@@ -78,15 +111,23 @@ func hashSecret(s string) string {
 
 // New makes a token for serve at addr with CA fingerprint ca.
 func (t *Tokens) New(addr, ca string) (Token, error) {
+	tok, _, err := t.newSecret()
+	tok.Addr, tok.CA = addr, ca
+	return tok, err
+}
+
+// newSecret records a fresh secret and says when it expires.
+func (t *Tokens) newSecret() (Token, time.Time, error) {
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {
-		return Token{}, err
+		return Token{}, time.Time{}, err
 	}
 	secret := base64.RawURLEncoding.EncodeToString(b)
+	expires := time.Now().Add(TokenTTL)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.m[hashSecret(secret)] = time.Now().Add(TokenTTL)
-	return Token{Addr: addr, CA: ca, Secret: secret}, t.saveLocked()
+	t.m[hashSecret(secret)] = expires
+	return Token{Secret: secret}, expires, t.saveLocked()
 }
 
 // Valid reports whether secret is an unused, unexpired token's.

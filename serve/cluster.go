@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 
 	"github.com/kusaw/kusaw/cluster"
 	"github.com/kusaw/kusaw/cluster/dispatch"
 	"github.com/kusaw/kusaw/config"
 	"github.com/kusaw/kusaw/record"
+	"github.com/kusaw/kusaw/secretstore"
 	"github.com/kusaw/kusaw/serve/client"
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -21,53 +24,98 @@ import (
 // (hidden from every sandbox).
 const ClusterDir = record.ClusterDir
 
-// serveCluster is serve's side of the cluster (docs/cluster.md).
+// serveCluster is serve's side of the cluster (docs/cluster.md): on the
+// embedded NATS server or on an existing NATS cluster.
 type serveCluster struct {
-	srv    *cluster.Server
 	d      *dispatch.Dispatcher
 	reg    *prometheus.Registry
 	cancel context.CancelFunc
+	// addr is where workers reach the cluster (the embedded server's
+	// address, or nats_url).
+	addr     string
+	newToken func(addr string) (cluster.Token, error)
+	shutdown func()
 }
 
-// startCluster embeds the NATS server and the dispatcher when the factory
-// has serve.cluster; the engine then hands the pools workers take to it.
+// startCluster starts the cluster's side of serve when the factory has
+// serve.cluster: the embedded NATS server (listen) or a connection to an
+// existing cluster (nats_url), then the dispatcher; the engine then hands
+// the pools workers take to it.
 func startCluster(f *config.Factory) (*serveCluster, error) {
 	c := f.Serve.Cluster
 	if c == nil {
 		return nil, nil
 	}
-	if c.NatsURL != "" {
-		return nil, errors.New("serve.cluster.nats_url: an external NATS cluster is not supported by this kusaw yet; use serve.cluster.listen (docs/cluster.md)")
-	}
 	dir := filepath.Join(f.StateDir, ClusterDir)
-	srv, err := cluster.StartServer(cluster.ServerOptions{Dir: dir, Listen: c.Listen})
-	if err != nil {
-		return nil, err
-	}
 	ctx, cancel := context.WithCancel(context.Background())
+	sc := &serveCluster{cancel: cancel}
 	fail := func(err error) (*serveCluster, error) {
-		cancel()
-		srv.Shutdown()
+		sc.close()
 		return nil, err
 	}
-	nc, err := srv.ConnectInProcess("kusaw serve")
+	var nc *nats.Conn
+	var id *cluster.Identity
+	var reg *cluster.Registry
+	if c.NatsURL != "" {
+		x, err := openExternal(dir, c)
+		if err != nil {
+			return fail(err)
+		}
+		if nc, err = x.Connect("kusaw serve"); err != nil {
+			return fail(err)
+		}
+		sc.addr, sc.newToken, sc.shutdown, id, reg = c.NatsURL, x.NewToken, nc.Close, x.Identity, x.Registry
+		if err := x.ServeEnrollments(ctx, nc); err != nil {
+			return fail(err)
+		}
+	} else {
+		srv, err := cluster.StartServer(cluster.ServerOptions{Dir: dir, Listen: c.Listen})
+		if err != nil {
+			return fail(err)
+		}
+		sc.addr, sc.newToken, sc.shutdown, id, reg = srv.Addr(), srv.NewToken, srv.Shutdown, srv.Identity, srv.Registry
+		if nc, err = srv.ConnectInProcess("kusaw serve"); err != nil {
+			return fail(err)
+		}
+		if err := srv.ServeEnrollments(ctx, nc); err != nil {
+			return fail(err)
+		}
+	}
+	h, err := cluster.SetupReplicas(ctx, nc, c.Replicas)
 	if err != nil {
 		return fail(err)
 	}
-	if err := srv.ServeEnrollments(ctx, nc); err != nil {
-		return fail(err)
-	}
-	h, err := cluster.Setup(ctx, nc)
+	sc.reg = prometheus.NewRegistry()
+	sc.d, err = dispatch.New(ctx, dispatch.Options{NC: nc, H: h, Identity: id, Registry: reg, Dir: dir,
+		LostAfter: c.LostAfter, LocalWorker: c.LocalWorker, Metrics: dispatch.NewMetrics(sc.reg)})
 	if err != nil {
 		return fail(err)
 	}
-	reg := prometheus.NewRegistry()
-	d, err := dispatch.New(ctx, dispatch.Options{NC: nc, H: h, Identity: srv.Identity, Registry: srv.Registry, Dir: dir,
-		LostAfter: c.LostAfter, LocalWorker: c.LocalWorker, Metrics: dispatch.NewMetrics(reg)})
-	if err != nil {
-		return fail(err)
+	return sc, nil
+}
+
+// openExternal reads what an existing NATS cluster needs: the account's
+// signing seed from the secret store (never the factory file) and the
+// CA bundle.
+func openExternal(dir string, c *config.Cluster) (*cluster.External, error) {
+	if c.SigningKey == nil || c.Account == "" {
+		return nil, errors.New("nats_url needs serve.cluster.account and serve.cluster.signing_key (docs/cluster.md)")
 	}
-	return &serveCluster{srv: srv, d: d, reg: reg, cancel: cancel}, nil
+	st, err := secretstore.Open()
+	if err != nil {
+		return nil, fmt.Errorf("the secret store: %v", err)
+	}
+	seed, err := st.Get(c.SigningKey.Key)
+	if err != nil || seed == "" {
+		return nil, fmt.Errorf("serve.cluster.signing_key: secret %s is not in the secret store: store the account's signing seed (SA...) with kusaw config set %s --secret", c.SigningKey.Key, c.SigningKey.Key)
+	}
+	var caPEM []byte
+	if c.CA != "" {
+		if caPEM, err = os.ReadFile(c.CA); err != nil {
+			return nil, fmt.Errorf("serve.cluster.ca: %v", err)
+		}
+	}
+	return cluster.OpenExternal(cluster.ExternalOptions{Dir: dir, URLs: c.NatsURL, Account: c.Account, SigningSeed: seed, CAPEM: caPEM})
 }
 
 func (c *serveCluster) close() {
@@ -75,7 +123,9 @@ func (c *serveCluster) close() {
 		return
 	}
 	c.cancel()
-	c.srv.Shutdown()
+	if c.shutdown != nil {
+		c.shutdown()
+	}
 }
 
 // clusterRoutes adds the cluster's endpoints:
@@ -102,12 +152,16 @@ func (s *Server) apiClusterToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	addr := r.URL.Query().Get("addr")
-	tok, err := s.cl.srv.NewToken(addr)
+	tok, err := s.cl.newToken(addr)
 	if err != nil {
 		apiError(w, http.StatusConflict, "no_listener", err.Error(), "set serve.cluster.listen")
 		return
 	}
-	writeJSONResponse(w, http.StatusCreated, client.ClusterToken{Token: tok.String(), Addr: tok.Addr, CA: tok.CA, Expires: cluster.TokenTTL.String()})
+	where := tok.Addr
+	if where == "" {
+		where = tok.URLs
+	}
+	writeJSONResponse(w, http.StatusCreated, client.ClusterToken{Token: tok.String(), Addr: where, CA: tok.CA, Expires: cluster.TokenTTL.String()})
 }
 
 func (s *Server) apiWorkers(w http.ResponseWriter, r *http.Request) {
@@ -139,5 +193,5 @@ func (s *Server) clusterAddr() string {
 	if s.cl == nil {
 		return ""
 	}
-	return fmt.Sprint(s.cl.srv.Addr())
+	return s.cl.addr
 }

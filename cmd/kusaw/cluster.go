@@ -45,7 +45,7 @@ func newClusterCmd(a *app) *cobra.Command {
 	var addr string
 	tok := &cobra.Command{
 		Use:   "token",
-		Short: "print a one-time join token for kusaw worker --join (serve's address, its CA fingerprint, a secret; valid 24h)",
+		Short: "print a one-time join token for kusaw worker --join (where the cluster is, how to check its certificate, a secret; valid 24h)",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, args []string) error {
 			cl, err := a.serveOnly()
@@ -60,7 +60,7 @@ func newClusterCmd(a *app) *cobra.Command {
 			return nil
 		},
 	}
-	tok.Flags().StringVar(&addr, "addr", "", "the host:port workers reach serve's cluster by (default: serve.cluster.listen)")
+	tok.Flags().StringVar(&addr, "addr", "", "the host:port workers reach serve's cluster by (default: serve.cluster.listen); with serve.cluster.nats_url, the cluster's URLs as workers reach them (default: nats_url)")
 	cmd.AddCommand(tok)
 	return cmd
 }

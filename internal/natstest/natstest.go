@@ -1,0 +1,130 @@
+// Package natstest starts, for tests, what a team runs as an existing NATS
+// cluster (docs/cluster.md, "An existing NATS cluster"): a nats-server in
+// operator mode (decentralized JWT auth) with JetStream, TLS from a CA the
+// test makes, on loopback only. It trusts one operator, a system account
+// and one account for kusaw with a signing key, like an nsc setup.
+package natstest
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nkeys"
+)
+
+// Cluster is one operator-mode server with the keys around it.
+type Cluster struct {
+	Server *server.Server
+	// URL is tls://127.0.0.1:PORT.
+	URL string
+	// CAFile is the CA bundle (PEM) the server's certificate chains to.
+	CAFile string
+	CAPEM  []byte
+	// Account is kusaw's account (its public key); SigningSeed is a
+	// signing key of it (SA...), what serve.cluster.signing_key holds.
+	Account     string
+	SigningSeed string
+	// AccountKey is the account's identity key: a test may sign with it
+	// to show what the server accepts, or forge with another.
+	AccountKey nkeys.KeyPair
+}
+
+// Start runs the server in dir until the test ends; it sends only the
+// server certificate (not the CA), as a typical deployment does.
+func Start(t testing.TB, dir string) *Cluster {
+	t.Helper()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	op, err := nkeys.CreateOperator()
+	must(err)
+	opPub, _ := op.PublicKey()
+	oc := jwt.NewOperatorClaims(opPub)
+	oc.Name = "test-operator"
+	opJWT, err := oc.Encode(op)
+	must(err)
+	oc, err = jwt.DecodeOperatorClaims(opJWT)
+	must(err)
+
+	sys, _ := nkeys.CreateAccount()
+	sysPub, _ := sys.PublicKey()
+	sc := jwt.NewAccountClaims(sysPub)
+	sc.Name = "SYS"
+	sysJWT, err := sc.Encode(op)
+	must(err)
+
+	acc, _ := nkeys.CreateAccount()
+	accPub, _ := acc.PublicKey()
+	sk, _ := nkeys.CreateAccount()
+	skPub, _ := sk.PublicKey()
+	skSeed, _ := sk.Seed()
+	ac := jwt.NewAccountClaims(accPub)
+	ac.Name = "KUSAW"
+	ac.SigningKeys.Add(skPub)
+	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
+	accJWT, err := ac.Encode(op)
+	must(err)
+
+	res := &server.MemAccResolver{}
+	must(res.Store(sysPub, sysJWT))
+	must(res.Store(accPub, accJWT))
+
+	caPEM, tc := makeTLS(t)
+	caFile := filepath.Join(dir, "nats-ca.pem")
+	must(os.MkdirAll(dir, 0o755))
+	must(os.WriteFile(caFile, caPEM, 0o644))
+	opts := &server.Options{ServerName: "nats-test", Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true,
+		TrustedOperators: []*jwt.OperatorClaims{oc}, AccountResolver: res, SystemAccount: sysPub,
+		JetStream: true, StoreDir: filepath.Join(dir, "jetstream"), MaxPayload: 8 << 20,
+		TLS: true, TLSConfig: tc, TLSTimeout: 5}
+	ns, err := server.NewServer(opts)
+	must(err)
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		ns.Shutdown()
+		t.Fatal("the operator-mode NATS server did not start")
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	return &Cluster{Server: ns, URL: "tls://" + ns.Addr().String(), CAFile: caFile, CAPEM: caPEM,
+		Account: accPub, SigningSeed: string(skSeed), AccountKey: acc}
+}
+
+// makeTLS makes a CA and a server certificate for 127.0.0.1 and localhost.
+func makeTLS(t testing.TB) ([]byte, *tls.Config) {
+	t.Helper()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caT := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "nats test CA"}, IsCA: true, BasicConstraintsValid: true,
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caT, caT, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	lt := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "nats test server"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}}
+	der, err := x509.CreateCertificate(rand.Reader, lt, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+		&tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
+}
