@@ -56,9 +56,11 @@ func TestClaimsFence(t *testing.T) {
 	}
 }
 
-// A restarted serve (Setup again) starts from an empty work queue, no
-// claims and no objects: they belonged to attempts recovery ended.
-func TestSetupClearsLeftovers(t *testing.T) {
+// A restarted serve (Setup again) starts from an empty work queue (work
+// nobody claimed is run again as new attempts) but keeps claims and
+// objects: attempts still running on workers are re-attached to, and
+// dispatch.Settle ends the rest.
+func TestSetupKeepsClaimsEmptiesQueue(t *testing.T) {
 	s := startTestServer(t)
 	ctx := context.Background()
 	nc, _ := s.ConnectInProcess("serve")
@@ -80,11 +82,11 @@ func TestSetupClearsLeftovers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, tok, _ := h2.Holder(ctx, "r/s/1"); tok != 0 {
-		t.Error("a claim survived serve's restart")
+	if c, tok, _ := h2.Holder(ctx, "r/s/1"); tok == 0 || c.Worker != "w" {
+		t.Error("a claim did not survive serve's restart")
 	}
-	if _, err := h2.Objects.GetBytes(ctx, ObjectName("r/s/1", 0, "x")); err == nil {
-		t.Error("an object survived serve's restart")
+	if _, err := h2.Objects.GetBytes(ctx, ObjectName("r/s/1", 0, "x")); err != nil {
+		t.Errorf("an object did not survive serve's restart: %v", err)
 	}
 	st, _ := h2.JS.Stream(ctx, WorkStream)
 	if info, err := st.Info(ctx); err != nil || info.State.Msgs != 0 {

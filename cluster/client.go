@@ -134,18 +134,9 @@ func SetupReplicas(ctx context.Context, nc *nats.Conn, replicas int) (*Handles, 
 	if h.Objects, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: ObjectsBucket, Storage: jetstream.FileStorage, Replicas: replicas}); err != nil {
 		return nil, fmt.Errorf("object store %s: %v", ObjectsBucket, err)
 	}
-	// A previous serve's claims and objects belong to attempts it no
-	// longer waits for (recovery ended them): they would only grow the
-	// store. Late results are still recorded, from their messages.
-	for _, name := range []string{"KV_" + ClaimsBucket, "OBJ_" + ObjectsBucket} {
-		st, err := js.Stream(ctx, name)
-		if err == nil {
-			err = st.Purge(ctx)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("stream %s: %v", name, err)
-		}
-	}
+	// A previous serve's claims and objects stay: a resumed run
+	// re-attaches to attempts still running on workers, and serve ends
+	// the rest once it knows (dispatch.Settle).
 	return h, nil
 }
 

@@ -437,9 +437,9 @@ func runKusawTimeout(t *testing.T, dir string, limit time.Duration, args ...stri
 var _ = record.EventsFile
 
 // kill -9 of serve while attempts run on workers, then a restart with
-// serve.resume: the workers reconnect by themselves, every run ends
-// succeeded (the interrupted attempts run again), the late results of the
-// attempts serve no longer waits for are recorded, never merged.
+// serve.resume: the workers reconnect by themselves and the attempts they
+// hold carry on; the restarted serve re-attaches to them and takes their
+// reports (none runs again, none is fenced), and every run ends succeeded.
 func TestClusterServeKilled(t *testing.T) {
 	need(t, "git")
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -448,7 +448,7 @@ func TestClusterServeKilled(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	yaml := strings.Replace(clusterYAML(clusterSandbox(t), "2", "3s"), `listen: "127.0.0.1:0"`, `listen: "`+addr+`"`, 1)
+	yaml := strings.Replace(clusterYAML(clusterSandbox(t), "3", "5s"), `listen: "127.0.0.1:0"`, `listen: "`+addr+`"`, 1)
 	yaml = strings.Replace(yaml, "max_parallel: 12", "max_parallel: 12\n  resume: true", 1)
 	r := startClusterServe(t, yaml)
 	for i := 1; i <= 2; i++ {
@@ -456,25 +456,61 @@ func TestClusterServeKilled(t *testing.T) {
 	}
 	r.waitWorkers(t, 2)
 	ids := r.submit(t, 4)
+	var held []string
 	waitFor(t, "attempts running on the workers", 30*time.Second, func() bool {
-		ws, _ := r.sp.client.Workers(context.Background())
-		n := 0
-		for _, w := range ws {
-			n += w.Running
+		held = held[:0]
+		for _, id := range ids {
+			d, err := r.sp.client.Detail(context.Background(), id)
+			if err != nil {
+				return false
+			}
+			for _, a := range d.Attempts {
+				if a.Worker != "" && a.Finished == nil {
+					held = append(held, fmt.Sprintf("%s/%s/%d", id, a.Step, a.Number))
+				}
+			}
 		}
-		return n >= 3
+		return len(held) >= 3
 	})
 	_ = r.sp.cmd.Process.Kill()
 	_ = r.sp.cmd.Wait()
 	r.sp = startServe(t, r.dir)
 	// Lines written after the last seal before the kill are reported as
-	// unsealed by recovery: the logs verify up to their last seal.
+	// unsealed when the events file is continued: the logs verify up to
+	// their last seal.
 	r.checkRunsVerify(t, ids, false)
-	fenced := filepath.Join(r.dir, ".kusaw", "cluster", "fenced.jsonl")
-	waitFor(t, "the orphaned attempts' late results to be recorded", 30*time.Second, func() bool {
-		b, _ := os.ReadFile(fenced)
-		return strings.Count(string(b), "\n") >= 3
-	})
+	for _, h := range held {
+		parts := strings.Split(h, "/")
+		dir := filepath.Join(r.dir, ".kusaw", "runs", parts[0], "steps", parts[1], parts[2])
+		var a record.AttemptRecord
+		b, err := os.ReadFile(filepath.Join(dir, record.AttemptFile))
+		if err == nil {
+			err = json.Unmarshal(b, &a)
+		}
+		if err != nil {
+			t.Fatalf("attempt %s: %v", h, err)
+		}
+		if a.Outcome != status.OutcomePassed || a.Worker == "" {
+			t.Errorf("attempt %s held by a worker when serve died: %s %s %q (want passed, re-attached)", h, a.Outcome, a.Reason, a.Message)
+		}
+		ev, _ := os.ReadFile(filepath.Join(dir, record.EventsFile))
+		if !strings.Contains(string(ev), `"type":"`+record.EvClusterReattached+`"`) {
+			t.Errorf("attempt %s: no %s event", h, record.EvClusterReattached)
+		}
+	}
+	// Nothing ran twice: a run's step one has one attempt unless its
+	// work was still unclaimed when serve died.
+	for _, id := range ids {
+		d, _ := r.sp.client.Detail(context.Background(), id)
+		for _, a := range d.Attempts {
+			if a.Outcome == status.OutcomeLost || (a.Worker != "" && a.Outcome != status.OutcomePassed) {
+				t.Errorf("run %s attempt %s/%d on %q: %s %s %s", id, a.Step, a.Number, a.Worker, a.Outcome, a.Reason, a.Message)
+			}
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(r.dir, ".kusaw", "cluster", "fenced.jsonl")); err == nil && len(b) > 0 {
+		t.Errorf("results were fenced although serve re-attached to every held attempt:\n%s", b)
+	}
 }
 
 // The web page lists the workers and names the worker of each attempt;

@@ -92,6 +92,9 @@ func (a *attemptRun) setOutcome(o status.Outcome, r status.Reason, msg string) {
 // spec first and runs from that (docs/architecture.md, "The life of an
 // attempt"): a worker runs a remote attempt from the same spec.
 func (e *Engine) attempt(ctx context.Context, r *Run, s *config.Step, n, of int) *record.AttemptRecord {
+	if r.adopt(s.ID, n) {
+		return e.reattach(ctx, r, s, n, of)
+	}
 	spec, err := e.AttemptSpec(r, s, n, of)
 	if err != nil {
 		a := e.newAttempt(r, s, n, of, e.F)

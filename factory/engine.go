@@ -283,6 +283,7 @@ var errCanceled = errors.New("run canceled")
 // (recorded canceled).
 func (e *Engine) Execute(ctx context.Context, r *Run) {
 	defer r.finish()
+	defer e.closeUnadopted(r) // before the run's record is final
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	go e.watchCancel(ctx, r, cancel)

@@ -208,6 +208,12 @@ func (r *Run) takeAttempt(step string) int {
 	n, ok := r.numbers[step]
 	if !ok {
 		n = r.resume.attemptBase(step)
+		if r.resume != nil && n > 0 && r.resume.detached[step] == n {
+			// Its last attempt goes on on a worker: re-attach to it
+			// (attempt) rather than number a new one.
+			r.numbers[step] = n
+			return n
+		}
 	}
 	n++
 	r.numbers[step] = n

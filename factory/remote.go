@@ -22,6 +22,12 @@ type Remote interface {
 	// Run runs the attempt on a worker and returns how it ended; the
 	// attempt's commits are in the job's repositories by then.
 	Run(ctx context.Context, spec *record.AttemptSpec, job record.RemoteJob) record.RemoteResult
+	// Reattach waits again for an attempt a previous serve dispatched
+	// and worker holds with token (serve was restarted while it ran).
+	Reattach(ctx context.Context, spec *record.AttemptSpec, job record.RemoteJob, worker string, token uint64) record.RemoteResult
+	// Release gives up an attempt nobody will re-attach: its worker is
+	// told to stop and its claim ends.
+	Release(attemptID string)
 }
 
 // MaxLost is how many times a step's attempt may be lost (and dispatched
@@ -33,11 +39,23 @@ const MaxLost = 3
 // branch to the worker's commits (imported and re-hashed by then) and,
 // when the attempt passed, the run branch.
 func (a *attemptRun) runRemote(ctx context.Context) *record.AttemptRecord {
-	spec := a.spec
-	// attempt.json first: if serve dies while the worker runs, recovery
-	// finds the attempt and closes its events.
+	// attempt.json first: if serve dies before a worker claims the
+	// attempt, recovery finds it and closes its events.
 	a.save()
+	return a.remote(ctx, func(job record.RemoteJob) record.RemoteResult { return a.e.opts.Remote.Run(ctx, a.spec, job) })
+}
+
+// remote waits for a remote attempt through run (a new dispatch or a
+// re-attachment) and records what the worker did.
+func (a *attemptRun) remote(ctx context.Context, run func(record.RemoteJob) record.RemoteResult) *record.AttemptRecord {
+	spec := a.spec
 	job := record.RemoteJob{Dir: a.dir, Repos: a.e.hostRepos(), Emit: a.events.Emit,
+		Claimed: func(worker string, token uint64) {
+			a.mu.Lock()
+			a.rec.Worker, a.rec.Token = worker, token
+			a.mu.Unlock()
+			a.save()
+		},
 		Secret: func(key string) (string, error) {
 			src, err := a.e.secretSource()
 			if err != nil {
@@ -49,8 +67,12 @@ func (a *attemptRun) runRemote(ctx context.Context) *record.AttemptRecord {
 			}
 			return v, err
 		}}
-	res := a.e.opts.Remote.Run(ctx, spec, job)
-	a.rec.Worker, a.rec.Token = res.Worker, res.Token
+	res := run(job)
+	a.mu.Lock()
+	if res.Worker != "" {
+		a.rec.Worker, a.rec.Token = res.Worker, res.Token
+	}
+	a.mu.Unlock()
 	switch {
 	case res.Lost:
 		a.setOutcome(status.OutcomeLost, status.ReasonLost, res.Message)

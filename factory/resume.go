@@ -27,6 +27,9 @@ type resumePoint struct {
 	from     int
 	attempts map[string]int
 	prevFrom string // the step it resumes at, for the run.started event
+	// detached: per step, its last attempt when a worker still runs it
+	// (serve died meanwhile): the run re-attaches to it (reattach.go).
+	detached map[string]int
 }
 
 func (p *resumePoint) skip(i int) bool { return p != nil && i < p.from }
@@ -102,6 +105,9 @@ func (e *Engine) Resume(id string) (*Run, error) {
 		p = nil
 	} else if p.from < len(rec.Steps) {
 		p.prevFrom = rec.Steps[p.from].ID
+	}
+	if p != nil {
+		p.detached = e.detachedOf(rec, p)
 	}
 	for i := range rec.Steps {
 		if p == nil || i >= p.from {
@@ -205,11 +211,17 @@ func loadParams(dir string) map[string]string {
 // that already has one (resumed, or ended from the queue after a restart),
 // the same log continued, its events numbered after the last.
 func (e *Engine) openRunSink(r *Run) *sink {
-	path := filepath.Join(r.Dir, record.EventsFile)
+	return e.continueSink(filepath.Join(r.Dir, record.EventsFile), r.ID(), "", 0, r.redact)
+}
+
+// continueSink opens an events file to go on writing it: a new chained
+// log, or the one there continued, its events numbered after the last (a
+// resumed run's, a re-attached attempt's).
+func (e *Engine) continueSink(path, run, step string, attempt int, red *redactor) *sink {
 	if _, err := os.Stat(path); err != nil {
-		return e.openSink(path, r.ID(), "", 0, r.redact)
+		return e.openSink(path, run, step, attempt, red)
 	}
-	s := &sink{run: r.ID(), emit: e.opts.OnEvent, redact: r.redact}
+	s := &sink{run: run, step: step, attempt: attempt, emit: e.opts.OnEvent, redact: red}
 	if b, err := os.ReadFile(path); err == nil {
 		for _, line := range bytes.Split(b, []byte{'\n'}) {
 			var ev record.Event
@@ -218,7 +230,7 @@ func (e *Engine) openRunSink(r *Run) *sink {
 			}
 		}
 	}
-	w, err := chainlog.Open(path, e.opts.Key, logOptions(r.ID(), "", 0, chainlog.KindEvents))
+	w, err := chainlog.Open(path, e.opts.Key, logOptions(run, step, attempt, chainlog.KindEvents))
 	if err != nil {
 		s.err = err
 		return s

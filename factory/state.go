@@ -273,47 +273,13 @@ func (s *State) interrupt(id string) error {
 	key := recoveryKey()
 	attempts, _ := s.Attempts(&r)
 	for _, a := range attempts {
-		if a.Finished != nil {
+		if a.Finished != nil || Detached(a) {
+			// A detached attempt goes on on its worker: a resumed run
+			// re-attaches to it, anything else ends it (FinishDetached).
 			continue
 		}
-		a.Outcome = status.OutcomeInterrupted
-		a.Reason = status.ReasonRunInterrupted
-		a.Message = "kusaw stopped while the attempt ran"
-		a.Fix = status.ReasonRunInterrupted.Info().Fix
-		a.Finished = &now
-		for i := range a.Processes {
-			p := &a.Processes[i]
-			if p.Outcome == "" {
-				// What the dead kusaw's process left running (children
-				// the parent-death signal did not reach) ends now.
-				if _, err := proc.EndGroup(p.PID, p.Start); err != nil {
-					errs = append(errs, fmt.Errorf("end the processes of %s attempt %d: %v", a.Step, a.Number, err))
-				}
-				p.Outcome = status.OutcomeInterrupted
-			}
-		}
-		for i := range a.Worktrees {
-			w := &a.Worktrees[i]
-			if err := removeWorktree(w); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		dir := s.AttemptDir(r.ID, a.Step, a.Number)
-		os.RemoveAll(filepath.Join(dir, record.TmpDir))
-		_, _ = appendFinal(filepath.Join(dir, record.EventsFile), key, logOptions(r.ID, a.Step, a.Number, chainlog.KindEvents), record.Event{TS: now, Run: r.ID, Step: a.Step, Attempt: a.Number, Type: record.EvAttemptFinished,
-			Data: map[string]any{"outcome": status.OutcomeInterrupted, "reason": status.ReasonRunInterrupted, "message": a.Message, "recovered": true}})
-		closeRecovered(filepath.Join(dir, record.EgressLogFile), key, logOptions(r.ID, a.Step, a.Number, chainlog.KindEgress))
-		os.Remove(filepath.Join(dir, record.WorktreesDir)) // empty once its worktrees are gone
-		removeLeaseDirs(dir)
-		if err := writeJSON(filepath.Join(dir, record.AttemptFile), a); err != nil {
+		if err := s.closeAttempt(&r, a, now, key, "kusaw stopped while the attempt ran"); err != nil {
 			errs = append(errs, err)
-		}
-		for i := range r.Steps {
-			if r.Steps[i].ID == a.Step && r.Steps[i].Outcome == "" {
-				r.Steps[i].Outcome = status.OutcomeInterrupted
-				r.Steps[i].Reason = status.ReasonRunInterrupted
-				r.Steps[i].Finished = &now
-			}
 		}
 	}
 	// Worktrees the records may not name (a crash between git worktree add
@@ -355,6 +321,59 @@ func (s *State) interrupt(id string) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// closeAttempt ends an attempt its kusaw left unfinished as interrupted:
+// what its processes left running ends, its worktrees go, its events and
+// egress log are closed and sealed, and its step in r is marked.
+func (s *State) closeAttempt(r *record.RunRecord, a *record.AttemptRecord, now time.Time, key ed25519.PrivateKey, msg string) error {
+	var errs []error
+	a.Outcome = status.OutcomeInterrupted
+	a.Reason = status.ReasonRunInterrupted
+	a.Message = msg
+	a.Fix = status.ReasonRunInterrupted.Info().Fix
+	a.Finished = &now
+	for i := range a.Processes {
+		p := &a.Processes[i]
+		if p.Outcome == "" {
+			// What the dead kusaw's process left running (children
+			// the parent-death signal did not reach) ends now.
+			if _, err := proc.EndGroup(p.PID, p.Start); err != nil {
+				errs = append(errs, fmt.Errorf("end the processes of %s attempt %d: %v", a.Step, a.Number, err))
+			}
+			p.Outcome = status.OutcomeInterrupted
+		}
+	}
+	for i := range a.Worktrees {
+		w := &a.Worktrees[i]
+		if err := removeWorktree(w); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	dir := s.AttemptDir(r.ID, a.Step, a.Number)
+	os.RemoveAll(filepath.Join(dir, record.TmpDir))
+	_, _ = appendFinal(filepath.Join(dir, record.EventsFile), key, logOptions(r.ID, a.Step, a.Number, chainlog.KindEvents), record.Event{TS: now, Run: r.ID, Step: a.Step, Attempt: a.Number, Type: record.EvAttemptFinished,
+		Data: map[string]any{"outcome": status.OutcomeInterrupted, "reason": status.ReasonRunInterrupted, "message": a.Message, "recovered": true}})
+	closeRecovered(filepath.Join(dir, record.EgressLogFile), key, logOptions(r.ID, a.Step, a.Number, chainlog.KindEgress))
+	os.Remove(filepath.Join(dir, record.WorktreesDir)) // empty once its worktrees are gone
+	removeLeaseDirs(dir)
+	if err := writeJSON(filepath.Join(dir, record.AttemptFile), a); err != nil {
+		errs = append(errs, err)
+	}
+	for i := range r.Steps {
+		if r.Steps[i].ID == a.Step && r.Steps[i].Outcome == "" {
+			r.Steps[i].Outcome = status.OutcomeInterrupted
+			r.Steps[i].Reason = status.ReasonRunInterrupted
+			r.Steps[i].Finished = &now
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Detached reports whether an attempt was left running on a worker by a
+// serve that died: unfinished, with the worker and token of its claim.
+func Detached(a *record.AttemptRecord) bool {
+	return a.Finished == nil && a.Worker != "" && a.Token != 0
 }
 
 // removeWorktree removes an attempt's worktree from its repository; the

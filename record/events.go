@@ -60,6 +60,11 @@ const (
 	EvStoppedAfterResult = "process.stopped_after_result"
 	// EvLimitReached: a step's or pipeline's limit was crossed.
 	EvLimitReached = "limit.reached"
+	// EvClusterClaimed: a worker claimed a dispatched attempt (its name and
+	// fencing token); EvClusterReattached: a restarted serve waits again for
+	// an attempt that went on on its worker while serve was down.
+	EvClusterClaimed    = "cluster.claimed"
+	EvClusterReattached = "cluster.reattached"
 )
 
 // Event is one line of an events.jsonl file.
@@ -82,7 +87,8 @@ func Checkpoint(typ string) bool {
 	switch typ {
 	case EvRunStarted, EvRunFinished, EvStepStarted, EvStepFinished, EvAttemptStarted, EvAttemptFinished,
 		EvProcessStarted, EvProcessExited, EvCommitted, EvBranchAdvanced, EvCancelRequested, EvEgressSummary,
-		EvHeadsMoved, EvGroupMerged, EvCandidatesSelected, EvGateWaiting, EvGateApproved, EvGateRejected:
+		EvHeadsMoved, EvGroupMerged, EvCandidatesSelected, EvGateWaiting, EvGateApproved, EvGateRejected,
+		EvClusterClaimed, EvClusterReattached:
 		return true
 	}
 	return false

@@ -15,6 +15,9 @@ type RemoteJob struct {
 	// Secret reads a secret-store key on serve (sealed to the worker that
 	// runs the attempt, never sent in clear).
 	Secret func(key string) (string, error)
+	// Claimed records who took the attempt (its attempt.json names the
+	// worker and token at once, so a restarted serve can re-attach).
+	Claimed func(worker string, token uint64)
 }
 
 // RemoteResult is how a remote attempt ended.

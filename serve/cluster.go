@@ -87,7 +87,7 @@ func startCluster(f *config.Factory) (*serveCluster, error) {
 	}
 	sc.reg = prometheus.NewRegistry()
 	sc.d, err = dispatch.New(ctx, dispatch.Options{NC: nc, H: h, Identity: id, Registry: reg, Dir: dir,
-		LostAfter: c.LostAfter, LocalWorker: c.LocalWorker, Metrics: dispatch.NewMetrics(sc.reg)})
+		LostAfter: c.LostAfter, LocalWorker: c.LocalWorker, Metrics: dispatch.NewMetrics(sc.reg), AwaitSettle: true})
 	if err != nil {
 		return fail(err)
 	}

@@ -161,22 +161,45 @@ func NewServer(f *config.Factory, opts ServeOptions) (*Server, error) {
 	for _, id := range e.State.Recovered {
 		s.log.Info().Str("run", id).Msg("recovered a run left running by a crash: marked interrupted, worktrees removed")
 	}
-	s.requeue()
+	s.settleDetached(s.requeue())
 	return s, nil
+}
+
+// settleDetached ends what a killed serve left running on workers that no
+// resumed run re-attaches to (keep lists the attempts resumed runs will):
+// their records say interrupted and their workers are told to stop.
+func (s *Server) settleDetached(keep []string) {
+	if runs, err := s.E.State.Runs(); err == nil {
+		for _, rec := range runs {
+			if rec.State != status.RunInterrupted {
+				continue
+			}
+			if n, err := s.E.FinishDetached(rec.ID); err != nil {
+				s.log.Warn().Str("run", rec.ID).Err(err).Msg("cannot close the attempts it left on workers")
+			} else if n > 0 {
+				s.log.Info().Str("run", rec.ID).Int("attempts", n).Msg("closed attempts left on workers: the run is not resumed")
+			}
+		}
+	}
+	if s.cl != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		s.cl.d.Settle(ctx, keep)
+	}
 }
 
 // requeue queues again, with serve.resume, every interrupted run serve
 // had queued: those a crash left running (recovered just now, or earlier
 // by another kusaw command that opened the state directory first) and
 // those a stop interrupted. Oldest first.
-func (s *Server) requeue() {
+func (s *Server) requeue() (reattach []string) {
 	if !s.F.Serve.Resume {
-		return
+		return nil
 	}
 	runs, err := s.E.State.Runs()
 	if err != nil {
 		s.log.Warn().Err(err).Msg("cannot list runs to resume")
-		return
+		return nil
 	}
 	for i := len(runs) - 1; i >= 0; i-- {
 		rec := runs[i]
@@ -196,9 +219,12 @@ func (s *Server) requeue() {
 			continue
 		}
 		_, from := r.Resumed()
-		s.log.Info().Str("run", rec.ID).Str("from_step", from).Msg("resuming interrupted run")
+		again := r.DetachedAttempts()
+		s.log.Info().Str("run", rec.ID).Str("from_step", from).Strs("reattach", again).Msg("resuming interrupted run")
 		s.queue = append(s.queue, r)
+		reattach = append(reattach, again...)
 	}
+	return reattach
 }
 
 // MaxParallel is the number of attempts (and of runs) executed at once.

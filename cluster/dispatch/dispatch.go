@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,6 +37,9 @@ type Options struct {
 	LocalWorker bool
 	// Metrics, when set, counts what happens.
 	Metrics *Metrics
+	// AwaitSettle: serve calls Settle once it resumed its runs; until
+	// then late results are not recorded as fenced.
+	AwaitSettle bool
 }
 
 // FencedFile records results refused because their token was stale.
@@ -49,6 +53,10 @@ type Dispatcher struct {
 	seen   map[string]time.Time // worker → when serve last heard its heartbeat (serve's clock)
 	hb     map[string]cluster.Heartbeat
 	active map[string]bool // attempt keys Run is waiting on
+	// settled: serve has said which claims a previous serve left it keeps
+	// (Settle); until then a result nobody waits for may be one a resumed
+	// run is about to re-attach to, and is not recorded as fenced.
+	settled bool
 }
 
 // New starts watching heartbeats and late results.
@@ -56,7 +64,7 @@ func New(ctx context.Context, o Options) (*Dispatcher, error) {
 	if o.LostAfter <= 0 {
 		o.LostAfter = 15 * time.Second
 	}
-	d := &Dispatcher{o: o, seen: map[string]time.Time{}, hb: map[string]cluster.Heartbeat{}, active: map[string]bool{}}
+	d := &Dispatcher{o: o, seen: map[string]time.Time{}, hb: map[string]cluster.Heartbeat{}, active: map[string]bool{}, settled: !o.AwaitSettle}
 	w, err := o.H.Workers.WatchAll(ctx)
 	if err != nil {
 		return nil, err
@@ -162,7 +170,7 @@ func (d *Dispatcher) lateResult(m *nats.Msg) {
 		return
 	}
 	d.mu.Lock()
-	waiting := d.active[cluster.Key(r.Attempt)]
+	waiting := d.active[cluster.Key(r.Attempt)] || !d.settled
 	d.mu.Unlock()
 	if waiting {
 		return
@@ -181,6 +189,54 @@ func (d *Dispatcher) recordFenced(r cluster.Result, why string) {
 	}
 	defer f.Close()
 	_, _ = f.Write(append(line, '\n'))
+}
+
+// Release gives up an attempt nobody re-attaches to (factory.Remote): its
+// worker is told to stop, its claim and objects go. A result it still
+// sends is recorded as fenced.
+func (d *Dispatcher) Release(attemptID string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = d.o.NC.Publish(cluster.CancelSubject(cluster.Key(attemptID)), nil)
+	_ = d.o.H.Revoke(ctx, attemptID)
+	d.o.H.DeleteObjects(ctx, attemptID)
+}
+
+// Settle ends what a previous serve left in the cluster that nobody will
+// re-attach to: every claim but keep's (attempt ids) is released, its
+// worker told to stop, and objects of attempts neither kept nor running
+// go. Serve calls it once, after it resumed its runs.
+func (d *Dispatcher) Settle(ctx context.Context, keep []string) {
+	kept := map[string]bool{}
+	for _, id := range keep {
+		kept[cluster.Key(id)] = true
+	}
+	d.mu.Lock()
+	for k := range d.active {
+		kept[k] = true
+	}
+	d.mu.Unlock()
+	if keys, err := d.o.H.Claims.Keys(ctx); err == nil {
+		for _, k := range keys {
+			key := strings.TrimPrefix(k, "claims.")
+			if kept[key] {
+				continue
+			}
+			_ = d.o.NC.Publish(cluster.CancelSubject(key), nil)
+			_ = d.o.H.Claims.Purge(ctx, k)
+		}
+	}
+	if l, err := d.o.H.Objects.List(ctx); err == nil {
+		for _, o := range l {
+			key, _, _ := strings.Cut(o.Name, "/")
+			if !kept[key] {
+				_ = d.o.H.Objects.Delete(ctx, o.Name)
+			}
+		}
+	}
+	d.mu.Lock()
+	d.settled = true
+	d.mu.Unlock()
 }
 
 // verifyEgress checks a worker's egress.log against the key it enrolled.

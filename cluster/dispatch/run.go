@@ -26,21 +26,11 @@ const cancelWait = 30 * time.Second
 
 // Run dispatches one attempt and waits for it (factory.Remote).
 func (d *Dispatcher) Run(ctx context.Context, spec *record.AttemptSpec, job record.RemoteJob) record.RemoteResult {
-	key := cluster.Key(spec.ID)
-	d.mu.Lock()
-	d.active[key] = true
-	d.mu.Unlock()
-	defer func() {
-		d.mu.Lock()
-		delete(d.active, key)
-		d.mu.Unlock()
-		d.o.H.DeleteObjects(context.WithoutCancel(ctx), spec.ID)
-	}()
-	tmp, err := os.MkdirTemp("", "kusaw-dispatch-")
-	if err != nil {
-		return record.RemoteResult{Message: err.Error()}
+	a, res, ok := d.begin(ctx, spec, job, 0)
+	if !ok {
+		return res
 	}
-	defer os.RemoveAll(tmp)
+	defer a.end()
 
 	// Code travels as bundles of the base commits, against what every
 	// live worker of the pool already holds.
@@ -50,75 +40,186 @@ func (d *Dispatcher) Run(ctx context.Context, spec *record.AttemptSpec, job reco
 		if offers(have, r.Base) {
 			continue // every worker that may take it holds the base already
 		}
-		name, err := d.putBundle(ctx, spec, job, r, tmp, have, "in-")
+		name, err := d.putBundle(ctx, spec, job, r, a.tmp, have, "in-")
 		if err != nil {
 			return record.RemoteResult{Message: err.Error()}
 		}
 		inputs[r.Name] = name
 	}
-
-	events := make(chan *nats.Msg, 256)
-	results := make(chan *nats.Msg, 4)
-	secrets := make(chan *nats.Msg, 4)
-	var subs []*nats.Subscription
-	bundles := make(chan *nats.Msg, 4)
-	for subj, ch := range map[string]chan *nats.Msg{cluster.EventsSubject(key, cluster.AnyWorker): events, cluster.ResultSubject(key, cluster.AnyWorker): results,
-		cluster.SecretsSubject(key, cluster.AnyWorker): secrets, cluster.BundleSubject(key, cluster.AnyWorker): bundles} {
-		s, err := d.o.NC.ChanSubscribe(subj, ch)
-		if err != nil {
-			return record.RemoteResult{Message: err.Error()}
-		}
-		subs = append(subs, s)
-	}
-	defer func() {
-		for _, s := range subs {
-			_ = s.Unsubscribe()
-		}
-	}()
-
 	specJSON, _ := spec.Marshal()
-	published := time.Now()
-	work, _ := json.Marshal(cluster.Work{Spec: specJSON, Inputs: inputs, Published: published.UTC()})
+	a.published = time.Now()
+	work, _ := json.Marshal(cluster.Work{Spec: specJSON, Inputs: inputs, Published: a.published.UTC()})
 	if _, err := d.o.H.JS.Publish(ctx, cluster.WorkSubject(spec.Pool), work); err != nil {
 		return record.RemoteResult{Message: "cannot publish the attempt: " + err.Error()}
 	}
 	d.o.Metrics.queued(spec.Pool, 1)
-	claimed := false
-	defer func() {
-		if !claimed {
-			d.o.Metrics.queued(spec.Pool, -1)
-		}
-	}()
+	a.queued = true
 	job.Emit("cluster.dispatched", map[string]any{"pool": spec.Pool})
+	return a.wait()
+}
 
-	var holder cluster.Claim
-	var token uint64
-	claimedNow := func() {
-		if !claimed {
-			claimed = true
-			d.o.Metrics.queued(spec.Pool, -1)
-		}
-		job.Emit("cluster.claimed", map[string]any{"worker": holder.Worker, "token": token})
+// Reattach waits again for an attempt a previous serve dispatched, which
+// worker holds with token (factory.Remote). The worker's events and result
+// from while serve was down are in the events stream: the wait reads them
+// from after the last event serve wrote. A claim that moved on, or a
+// worker that does not answer within lost_after, ends it as lost.
+func (d *Dispatcher) Reattach(ctx context.Context, spec *record.AttemptSpec, job record.RemoteJob, worker string, token uint64) record.RemoteResult {
+	a, res, ok := d.begin(ctx, spec, job, lastStreamSeq(filepath.Join(job.Dir, record.EventsFile)))
+	if !ok {
+		return res
 	}
-	// The first claim serve sees holds the attempt until it ends. Any
-	// worker can write the claims bucket, so a later change there never
-	// makes another worker the holder: serve alone ends a claim (Revoke),
-	// and the attempt is then over. Who sent a message is its subject's.
-	pin := func(c cluster.Claim, tok uint64) {
-		holder, token = c, tok
-		claimedNow()
+	defer a.end()
+	c, cur, err := d.o.H.Holder(ctx, spec.ID)
+	if err != nil || cur != token || c.Worker != worker {
+		d.o.Metrics.lost()
+		return record.RemoteResult{Lost: true, Worker: worker, Token: token, Message: fmt.Sprintf("serve restarted and worker %s no longer holds the attempt", worker)}
 	}
-	stale := func(worker string, tok uint64) bool {
-		if token != 0 {
-			return worker != holder.Worker || tok != token
-		}
-		if d.o.H.Fenced(context.WithoutCancel(ctx), spec.ID, worker, tok) {
-			return true
-		}
-		pin(cluster.Claim{Worker: worker, Attempt: spec.ID, At: time.Now()}, tok)
-		return false
+	a.holder, a.token = c, cur
+	return a.wait()
+}
+
+// lastStreamSeq is the events stream's sequence of the last worker event
+// written into an attempt's events file (0: none).
+func lastStreamSeq(path string) uint64 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
 	}
-	startedSeen := false
+	var last uint64
+	for _, line := range strings.Split(string(b), "\n") {
+		var ev struct {
+			Data struct {
+				Seq uint64 `json:"stream_seq"`
+			} `json:"data"`
+		}
+		if json.Unmarshal([]byte(line), &ev) == nil && ev.Data.Seq > last {
+			last = ev.Data.Seq
+		}
+	}
+	return last
+}
+
+// waiting is one attempt serve waits for.
+type waiting struct {
+	d         *Dispatcher
+	ctx       context.Context
+	spec      *record.AttemptSpec
+	job       record.RemoteJob
+	key, tmp  string
+	published time.Time
+	queued    bool // counted in the pool's queue depth until claimed
+
+	msgs    chan jetstream.Msg // events and results, from the events stream
+	secrets chan *nats.Msg
+	bundles chan *nats.Msg
+	stop    []func()
+	holder  cluster.Claim
+	token   uint64
+	started bool // the worker's process.started was seen
+	claimed bool
+}
+
+// begin registers the attempt and reads its events and results from the
+// stream after sequence from (0: all), and its requests.
+func (d *Dispatcher) begin(ctx context.Context, spec *record.AttemptSpec, job record.RemoteJob, from uint64) (*waiting, record.RemoteResult, bool) {
+	key := cluster.Key(spec.ID)
+	a := &waiting{d: d, ctx: ctx, spec: spec, job: job, key: key, msgs: make(chan jetstream.Msg, 256),
+		secrets: make(chan *nats.Msg, 4), bundles: make(chan *nats.Msg, 4)}
+	d.mu.Lock()
+	d.active[key] = true
+	d.mu.Unlock()
+	a.stop = append(a.stop, func() {
+		d.mu.Lock()
+		delete(d.active, key)
+		d.mu.Unlock()
+		d.o.H.DeleteObjects(context.WithoutCancel(ctx), spec.ID)
+	})
+	fail := func(err error) (*waiting, record.RemoteResult, bool) {
+		a.end()
+		return nil, record.RemoteResult{Message: err.Error()}, false
+	}
+	var err error
+	if a.tmp, err = os.MkdirTemp("", "kusaw-dispatch-"); err != nil {
+		return fail(err)
+	}
+	tmp := a.tmp
+	a.stop = append(a.stop, func() { os.RemoveAll(tmp) })
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{cluster.EventsSubject(key, cluster.AnyWorker), cluster.ResultSubject(key, cluster.AnyWorker)}}
+	if from > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from+1
+	}
+	cons, err := d.o.H.JS.OrderedConsumer(ctx, cluster.EventsStream, cfg)
+	if err != nil {
+		return fail(fmt.Errorf("cannot follow the attempt's events: %v", err))
+	}
+	// Messages are read until the wait ends, past a cancel: the worker's
+	// report of a canceled attempt comes after it.
+	live, stopLive := context.WithCancel(context.WithoutCancel(ctx))
+	a.stop = append(a.stop, stopLive)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		select {
+		case a.msgs <- m:
+		case <-live.Done():
+		}
+	})
+	if err != nil {
+		return fail(fmt.Errorf("cannot follow the attempt's events: %v", err))
+	}
+	a.stop = append(a.stop, cc.Stop)
+	for subj, ch := range map[string]chan *nats.Msg{cluster.SecretsSubject(key, cluster.AnyWorker): a.secrets, cluster.BundleSubject(key, cluster.AnyWorker): a.bundles} {
+		s, err := d.o.NC.ChanSubscribe(subj, ch)
+		if err != nil {
+			return fail(err)
+		}
+		a.stop = append(a.stop, func() { _ = s.Unsubscribe() })
+	}
+	return a, record.RemoteResult{}, true
+}
+
+// end undoes begin, last first.
+func (a *waiting) end() {
+	if a.queued && !a.claimed {
+		a.d.o.Metrics.queued(a.spec.Pool, -1)
+	}
+	for i := len(a.stop) - 1; i >= 0; i-- {
+		a.stop[i]()
+	}
+}
+
+// pin makes the first claim serve sees the attempt's holder until it
+// ends. Any worker can write the claims bucket, so a later change there
+// never makes another worker the holder: serve alone ends a claim
+// (Revoke), and the attempt is then over. Who sent a message is its
+// subject's.
+func (a *waiting) pin(c cluster.Claim, tok uint64) {
+	a.holder, a.token = c, tok
+	if a.queued && !a.claimed {
+		a.d.o.Metrics.queued(a.spec.Pool, -1)
+	}
+	a.claimed = true
+	a.job.Emit(record.EvClusterClaimed, map[string]any{"worker": c.Worker, "token": tok})
+	if a.job.Claimed != nil {
+		a.job.Claimed(c.Worker, tok)
+	}
+}
+
+// stale reports whether a message from worker with tok is not the
+// holder's (pinning the holder on its first message).
+func (a *waiting) stale(worker string, tok uint64) bool {
+	if a.token != 0 {
+		return worker != a.holder.Worker || tok != a.token
+	}
+	if a.d.o.H.Fenced(context.WithoutCancel(a.ctx), a.spec.ID, worker, tok) {
+		return true
+	}
+	a.pin(cluster.Claim{Worker: worker, Attempt: a.spec.ID, At: time.Now()}, tok)
+	return false
+}
+
+// wait follows the attempt until its holder reports, is lost, or the
+// attempt is canceled.
+func (a *waiting) wait() record.RemoteResult {
+	d, ctx, spec, job := a.d, a.ctx, a.spec, a.job
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	var giveUp <-chan time.Time
@@ -129,66 +230,85 @@ func (d *Dispatcher) Run(ctx context.Context, spec *record.AttemptSpec, job reco
 			// Tell the worker, then give it a while to report.
 			done = nil
 			giveUp = time.After(cancelWait)
-			_ = d.o.NC.Publish(cluster.CancelSubject(key), nil)
+			_ = d.o.NC.Publish(cluster.CancelSubject(a.key), nil)
 		case <-giveUp:
 			_ = d.o.H.Revoke(context.WithoutCancel(ctx), spec.ID)
-			return record.RemoteResult{Worker: holder.Worker, Token: token, Message: "canceled; the worker did not report"}
-		case m := <-secrets:
-			d.answerSecrets(ctx, m, spec, job, stale)
-		case m := <-bundles:
-			d.answerBundle(ctx, m, spec, job, tmp, stale)
-		case m := <-events:
-			var ev cluster.Event
-			if json.Unmarshal(m.Data, &ev) != nil || ev.Attempt != spec.ID || ev.Worker != cluster.SenderOf(m.Subject) {
+			return record.RemoteResult{Worker: a.holder.Worker, Token: a.token, Message: "canceled; the worker did not report"}
+		case m := <-a.secrets:
+			d.answerSecrets(ctx, m, spec, job, a.stale)
+		case m := <-a.bundles:
+			d.answerBundle(ctx, m, spec, job, a.tmp, a.stale)
+		case m := <-a.msgs:
+			if strings.HasPrefix(m.Subject(), cluster.ResultSubject(a.key, "")) {
+				if res, ok := a.result(m); ok {
+					return res
+				}
 				continue
 			}
-			if stale(ev.Worker, ev.Token) {
-				continue // a stale holder's event: never written
-			}
-			switch ev.Type {
-			case record.EvAttemptStarted, record.EvAttemptFinished, record.EvCommitted, record.EvBranchAdvanced:
-				continue // serve writes its own, about its own branches
-			}
-			if ev.Type == record.EvProcessStarted && !startedSeen {
-				startedSeen = true
-				d.o.Metrics.latency(time.Since(published))
-			}
-			data := ev.Data
-			if data == nil {
-				data = map[string]any{}
-			}
-			data["worker"] = ev.Worker
-			job.Emit(ev.Type, data)
-		case m := <-results:
-			var r cluster.Result
-			if json.Unmarshal(m.Data, &r) != nil || r.Attempt != spec.ID || r.Worker != cluster.SenderOf(m.Subject) {
-				continue
-			}
-			if stale(r.Worker, r.Token) {
-				d.recordFenced(r, "stale fencing token")
-				job.Emit("cluster.fenced", map[string]any{"worker": r.Worker, "token": r.Token})
-				continue
-			}
-			res := d.accept(context.WithoutCancel(ctx), spec, job, r, tmp)
-			_ = d.o.H.Revoke(context.WithoutCancel(ctx), spec.ID)
-			return res
+			a.event(m)
 		case <-tick.C:
-			if token == 0 {
+			if a.token == 0 {
 				c, tok, err := d.o.H.Holder(ctx, spec.ID)
 				if err != nil || tok == 0 {
 					continue
 				}
-				pin(c, tok)
+				a.pin(c, tok)
 			}
-			if !d.alive(holder.Worker, holder.At) {
+			if !d.alive(a.holder.Worker, a.holder.At) {
 				_ = d.o.H.Revoke(context.WithoutCancel(ctx), spec.ID)
 				d.o.Metrics.lost()
-				msg := fmt.Sprintf("worker %s stopped answering for more than %s", holder.Worker, d.o.LostAfter)
-				job.Emit("cluster.lost", map[string]any{"worker": holder.Worker, "token": token})
-				return record.RemoteResult{Lost: true, Worker: holder.Worker, Token: token, Message: msg}
+				msg := fmt.Sprintf("worker %s stopped answering for more than %s", a.holder.Worker, d.o.LostAfter)
+				job.Emit("cluster.lost", map[string]any{"worker": a.holder.Worker, "token": a.token})
+				return record.RemoteResult{Lost: true, Worker: a.holder.Worker, Token: a.token, Message: msg}
 			}
 		}
 	}
+}
+
+// event writes one of the holder's events into serve's sealed record,
+// with its place in the stream (a re-attaching serve goes on after it).
+func (a *waiting) event(m jetstream.Msg) {
+	var ev cluster.Event
+	if json.Unmarshal(m.Data(), &ev) != nil || ev.Attempt != a.spec.ID || ev.Worker != cluster.SenderOf(m.Subject()) {
+		return
+	}
+	if a.stale(ev.Worker, ev.Token) {
+		return // a stale holder's event: never written
+	}
+	switch ev.Type {
+	case record.EvAttemptStarted, record.EvAttemptFinished, record.EvCommitted, record.EvBranchAdvanced:
+		return // serve writes its own, about its own branches
+	}
+	if ev.Type == record.EvProcessStarted && !a.started && !a.published.IsZero() {
+		a.started = true
+		a.d.o.Metrics.latency(time.Since(a.published))
+	}
+	data := ev.Data
+	if data == nil {
+		data = map[string]any{}
+	}
+	data["worker"] = ev.Worker
+	if meta, err := m.Metadata(); err == nil {
+		data["stream_seq"] = meta.Sequence.Stream
+	}
+	a.job.Emit(ev.Type, data)
+}
+
+// result takes the holder's result (ok) or records a stale one as fenced.
+func (a *waiting) result(m jetstream.Msg) (record.RemoteResult, bool) {
+	var r cluster.Result
+	if json.Unmarshal(m.Data(), &r) != nil || r.Attempt != a.spec.ID || r.Worker != cluster.SenderOf(m.Subject()) {
+		return record.RemoteResult{}, false
+	}
+	if a.stale(r.Worker, r.Token) {
+		a.d.recordFenced(r, "stale fencing token")
+		a.job.Emit("cluster.fenced", map[string]any{"worker": r.Worker, "token": r.Token})
+		return record.RemoteResult{}, false
+	}
+	ctx := context.WithoutCancel(a.ctx)
+	res := a.d.accept(ctx, a.spec, a.job, r, a.tmp)
+	_ = a.d.o.H.Revoke(ctx, a.spec.ID)
+	return res, true
 }
 
 // answerSecrets seals the attempt's secrets to the current holder's curve

@@ -62,9 +62,13 @@ func (w *Worker) take(ctx context.Context, msg jetstream.Msg) {
 	res := w.run(actx, spec, &work, a)
 	res.Attempt, res.Worker, res.Token = spec.ID, w.id.Name, token
 	b, _ := json.Marshal(res)
-	pctx, pcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer pcancel()
-	if _, err := w.h.JS.Publish(pctx, cluster.ResultSubject(key, w.id.Name), b); err != nil {
+	// The message id makes a result sent again (serve was restarting) one
+	// message in the stream.
+	err = w.persist("attempt "+spec.ID+": report", func(pctx context.Context) error {
+		_, err := w.h.JS.Publish(pctx, cluster.ResultSubject(key, w.id.Name), b, jetstream.WithMsgID(fmt.Sprintf("%s/%d", spec.ID, token)))
+		return err
+	})
+	if err != nil {
 		w.o.Logf("attempt %s: cannot report: %v", spec.ID, err)
 		return
 	}
@@ -154,7 +158,7 @@ func (w *Worker) run(ctx context.Context, spec *record.AttemptSpec, work *cluste
 			return fail("repo %s: %v", wt.Repo, err)
 		}
 		name := cluster.ObjectName(spec.ID, a.token, "out-"+wt.Repo+".bundle")
-		if _, err := w.h.PutFile(context.WithoutCancel(ctx), name, p); err != nil {
+		if err := w.persist("attempt "+spec.ID+": bundle", func(c context.Context) error { _, err := w.h.PutFile(c, name, p); return err }); err != nil {
 			return fail("repo %s: cannot store the bundle: %v", wt.Repo, err)
 		}
 		res.Bundles[wt.Repo] = name
@@ -191,7 +195,7 @@ func (w *Worker) run(ctx context.Context, spec *record.AttemptSpec, work *cluste
 		go func() {
 			defer wg.Done()
 			name := cluster.ObjectName(spec.ID, a.token, obj)
-			if _, err := w.h.PutFile(context.WithoutCancel(ctx), name, path); err == nil {
+			if err := w.persist("attempt "+spec.ID+": "+obj, func(c context.Context) error { _, err := w.h.PutFile(c, name, path); return err }); err == nil {
 				mu.Lock()
 				res.Files[obj] = name
 				mu.Unlock()

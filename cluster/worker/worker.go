@@ -61,6 +61,7 @@ type Worker struct {
 	runs    map[string]int      // attempts running here, by run
 	have    map[string][]string // repo → commits the cache holds, latest first
 	repoMu  map[string]*sync.Mutex
+	stop    context.Context // Run's: ends when the worker stops
 }
 
 type attempt struct {
@@ -203,6 +204,9 @@ func (w *Worker) forward(ev record.Event) {
 
 // Run takes attempts until ctx ends.
 func (w *Worker) Run(ctx context.Context) error {
+	w.mu.Lock()
+	w.stop = ctx
+	w.mu.Unlock()
 	go w.heartbeat(ctx)
 	slots := make(chan struct{}, w.o.MaxParallel)
 	var wg sync.WaitGroup

@@ -1,0 +1,63 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// reportPatience is how long a finished attempt's uploads and result wait
+// for serve to answer again: a serve killed and restarted meanwhile
+// re-attaches to the attempt and takes its report (docs/cluster.md).
+const reportPatience = 15 * time.Minute
+
+// persist runs fn until it succeeds, trying again while serve cannot be
+// reached, for at most reportPatience or until the worker stops. Any
+// other error ends it at once.
+func (w *Worker) persist(what string, fn func(context.Context) error) error {
+	deadline := time.Now().Add(reportPatience)
+	wait := 250 * time.Millisecond
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := fn(ctx)
+		cancel()
+		if err == nil || !w.unreachable(err) || time.Now().After(deadline) {
+			return err
+		}
+		w.o.Logf("%s: serve does not answer (%v); trying again", what, err)
+		select {
+		case <-w.stopping():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, 5*time.Second)
+	}
+}
+
+// unreachable reports whether err means serve (or its NATS server) could
+// not be reached, rather than refusing what was asked.
+func (w *Worker) unreachable(err error) bool {
+	if !w.nc.IsConnected() {
+		return true
+	}
+	for _, e := range []error{context.DeadlineExceeded, nats.ErrTimeout, nats.ErrNoResponders, nats.ErrDisconnected,
+		nats.ErrConnectionReconnecting, jetstream.ErrNoStreamResponse, jetstream.ErrJetStreamNotEnabled} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// stopping is closed when the worker stops taking attempts.
+func (w *Worker) stopping() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stop == nil {
+		return nil
+	}
+	return w.stop.Done()
+}
