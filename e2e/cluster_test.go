@@ -84,11 +84,23 @@ type clusterRig struct {
 
 func startClusterServe(t *testing.T, yaml string) *clusterRig {
 	t.Helper()
+	return startClusterServeSecrets(t, yaml, nil)
+}
+
+// startClusterServeSecrets is startClusterServe with more secrets in
+// serve's store.
+func startClusterServeSecrets(t *testing.T, yaml string, more map[string]string) *clusterRig {
+	t.Helper()
 	dir := factoryDir(t, yaml, "app")
 	// The step's secret is in serve's secret store only.
 	st := secretstore.OpenDir(filepath.Join(dir, "secrets"))
 	if err := st.Set("cluster.token", clusterSecret); err != nil {
 		t.Fatal(err)
+	}
+	for k, v := range more {
+		if err := st.Set(k, v); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// The API token, for a factory that also sets serve.listen.
 	if err := st.Set(serve.TokenSecretKey, clusterAPIToken); err != nil {
