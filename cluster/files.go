@@ -3,6 +3,8 @@ package cluster
 import (
 	"archive/tar"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"io/fs"
@@ -145,34 +147,52 @@ func tarNameOK(name string) error {
 
 // PutFile stores a local file as an object.
 func (h *Handles) PutFile(ctx context.Context, name, path string) (int64, error) {
+	n, _, err := h.PutFileSum(ctx, name, path)
+	return n, err
+}
+
+// PutFileSum stores a local file as an object and returns its size and
+// the SHA-256 (hex) of the bytes sent: a worker's result names it, so
+// serve can tell the object it fetches from the one uploaded (any worker
+// may write the object store).
+func (h *Handles) PutFileSum(ctx context.Context, name, path string) (int64, string, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	defer f.Close()
-	info, err := h.Objects.Put(ctx, jetstream.ObjectMeta{Name: name}, f)
+	sum := sha256.New()
+	info, err := h.Objects.Put(ctx, jetstream.ObjectMeta{Name: name}, io.TeeReader(f, sum))
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
-	return int64(info.Size), nil
+	return int64(info.Size), hex.EncodeToString(sum.Sum(nil)), nil
 }
 
 // GetFile writes an object to a local file (mode 0600).
 func (h *Handles) GetFile(ctx context.Context, name, path string) (int64, error) {
+	n, _, err := h.GetFileSum(ctx, name, path)
+	return n, err
+}
+
+// GetFileSum writes an object to a local file (mode 0600) and returns its
+// size and the SHA-256 (hex) of the bytes written.
+func (h *Handles) GetFileSum(ctx context.Context, name, path string) (int64, string, error) {
 	res, err := h.Objects.Get(ctx, name)
 	if err != nil {
-		return 0, fmt.Errorf("object %s: %v", name, err)
+		return 0, "", fmt.Errorf("object %s: %v", name, err)
 	}
 	defer res.Close()
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
-	n, err := io.Copy(f, res)
+	sum := sha256.New()
+	n, err := io.Copy(io.MultiWriter(f, sum), res)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	return n, err
+	return n, hex.EncodeToString(sum.Sum(nil)), err
 }
 
 // DeleteObjects removes an attempt's objects.

@@ -38,6 +38,11 @@ type Result struct {
 	Heads   map[string]string `json:"heads,omitempty"`
 	Bundles map[string]string `json:"bundles,omitempty"`
 	Files   map[string]string `json:"files,omitempty"`
+	// Digests are the SHA-256 (hex) of every object above, by object
+	// name, as the worker uploaded it: any worker may write the object
+	// store, but only the holder sends this result, so serve refuses an
+	// object that changed after its upload.
+	Digests map[string]string `json:"digests,omitempty"`
 }
 
 // Heartbeat is a worker's entry in the workers bucket, put every second.

@@ -373,7 +373,7 @@ func (d *Dispatcher) accept(ctx context.Context, spec *record.AttemptSpec, job r
 			return out
 		}
 		p := filepath.Join(tmp, "out-"+sr.Name+".bundle")
-		n, err := d.o.H.GetFile(ctx, obj, p)
+		n, err := d.fetchChecked(ctx, r, obj, p)
 		if err == nil {
 			d.o.Metrics.bundle("in", n)
 			var tip string
@@ -492,25 +492,36 @@ func (d *Dispatcher) fetchFile(ctx context.Context, spec *record.AttemptSpec, jo
 	if !strings.HasPrefix(obj, cluster.Key(spec.ID)+"/") {
 		return
 	}
+	refused := func(err error) {
+		job.Emit(EvObjectRefused, map[string]any{"worker": r.Worker, "object": obj, "file": name, "error": err.Error()})
+	}
 	if name == cluster.ArtifactsTar {
 		p := filepath.Join(tmp, name)
-		if _, err := d.o.H.GetFile(ctx, obj, p); err == nil {
-			f, err := os.Open(p)
-			if err == nil {
-				err = cluster.Untar(f, filepath.Join(job.Dir, record.ArtifactsDir), maxArtifacts)
-				f.Close()
-			}
-			if err != nil {
-				job.Emit("cluster.artifacts_refused", map[string]any{"worker": r.Worker, "error": err.Error()})
-			}
+		if _, err := d.fetchChecked(ctx, r, obj, p); err != nil {
+			refused(err)
+			return
+		}
+		f, err := os.Open(p)
+		if err == nil {
+			err = cluster.Untar(f, filepath.Join(job.Dir, record.ArtifactsDir), maxArtifacts)
+			f.Close()
+		}
+		if err != nil {
+			job.Emit("cluster.artifacts_refused", map[string]any{"worker": r.Worker, "error": err.Error()})
 		}
 		return
 	}
 	if !record.ValidLogPath(record.StepsDir+"/s/1/"+name) && name != cluster.WorkerEvents {
 		return // only the attempt's own log names
 	}
+	// Beside its place, and there only once its digest matched.
 	dst := filepath.Join(job.Dir, name)
-	if _, err := d.o.H.GetFile(ctx, obj, dst); err != nil {
+	if _, err := d.fetchChecked(ctx, r, obj, dst+".part"); err != nil {
+		refused(err)
+		return
+	}
+	if err := os.Rename(dst+".part", dst); err != nil {
+		refused(err)
 		return
 	}
 	_ = os.Chmod(dst, 0o644)

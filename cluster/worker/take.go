@@ -142,7 +142,7 @@ func (w *Worker) run(ctx context.Context, spec *record.AttemptSpec, work *cluste
 	// parallel group, a re-dispatch) may run here at once. The run's
 	// folders go with its last attempt here.
 	defer w.leaveRun(spec.Run, dir)
-	res := cluster.Result{Heads: map[string]string{}, Bundles: map[string]string{}, Files: map[string]string{}}
+	res := cluster.Result{Heads: map[string]string{}, Bundles: map[string]string{}, Files: map[string]string{}, Digests: map[string]string{}}
 	res.Record, _ = json.Marshal(rec)
 	for _, wt := range rec.Worktrees {
 		if wt.HeadSHA == "" {
@@ -158,10 +158,12 @@ func (w *Worker) run(ctx context.Context, spec *record.AttemptSpec, work *cluste
 			return fail("repo %s: %v", wt.Repo, err)
 		}
 		name := cluster.ObjectName(spec.ID, a.token, "out-"+wt.Repo+".bundle")
-		if err := w.persist("attempt "+spec.ID+": bundle", func(c context.Context) error { _, err := w.h.PutFile(c, name, p); return err }); err != nil {
+		var sum string // of the bytes uploaded: the result names it
+		put := func(c context.Context) (err error) { _, sum, err = w.h.PutFileSum(c, name, p); return err }
+		if err := w.persist("attempt "+spec.ID+": bundle", put); err != nil {
 			return fail("repo %s: cannot store the bundle: %v", wt.Repo, err)
 		}
-		res.Bundles[wt.Repo] = name
+		res.Bundles[wt.Repo], res.Digests[name] = name, sum
 	}
 	// Logs and artifacts go up at once: each object is a few round trips.
 	uploads := map[string]string{} // object → local file
@@ -195,9 +197,11 @@ func (w *Worker) run(ctx context.Context, spec *record.AttemptSpec, work *cluste
 		go func() {
 			defer wg.Done()
 			name := cluster.ObjectName(spec.ID, a.token, obj)
-			if err := w.persist("attempt "+spec.ID+": "+obj, func(c context.Context) error { _, err := w.h.PutFile(c, name, path); return err }); err == nil {
+			var sum string
+			put := func(c context.Context) (err error) { _, sum, err = w.h.PutFileSum(c, name, path); return err }
+			if err := w.persist("attempt "+spec.ID+": "+obj, put); err == nil {
 				mu.Lock()
-				res.Files[obj] = name
+				res.Files[obj], res.Digests[name] = name, sum
 				mu.Unlock()
 			}
 		}()
