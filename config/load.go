@@ -622,7 +622,7 @@ func (d *decoder) cluster(f *Factory, n *yaml.Node, path string) *Cluster {
 	case c.NatsURL != "" && c.Account == "":
 		d.errf(ECodeNatsAccount, urlN, join(path, "account"), "write account: A... (the public key of the NATS account serve works in; nsc describe account shows it)", "%s needs serve.cluster.account: the NATS account serve and its workers use", join(path, "nats_url"))
 	case c.NatsURL != "" && !sawSigning:
-		d.errf(ECodeNatsAccount, urlN, join(path, "signing_key"), "write signing_key: {secret: KEY} and store the account's signing seed (SA...) with kusaw config set KEY --secret", "%s needs serve.cluster.signing_key: serve signs its own and its workers' credentials with it", join(path, "nats_url"))
+		d.errf(ECodeNatsAccount, urlN, join(path, "signing_key"), "store the account's signing seed (SA...) with kusaw config set serve.cluster.signing_key --secret, which also writes the reference", "%s needs serve.cluster.signing_key: serve signs its own and its workers' credentials with it", join(path, "nats_url"))
 	}
 	return c
 }
@@ -654,7 +654,7 @@ func (d *decoder) externalKey(f *Factory, c *Cluster, key string, v *yaml.Node, 
 			return
 		}
 		// Never echo the value: it may be the seed itself.
-		d.errf(ECodeNatsAccount, v, kp, "store the account signing seed with kusaw config set "+kp+" --secret and write "+kp+": {secret: "+kp+"}", "%s must reference the secret store ({secret: KEY}); never write a seed in the file", kp)
+		d.errf(ECodeNatsAccount, v, kp, "remove the value and store the seed with kusaw config set "+kp+" --secret, which writes {secret: "+kp+"} in its place", "%s must reference the secret store ({secret: KEY}); never write a seed in the file", kp)
 	case "ca":
 		c.CA = f.abs(d.str(v, kp))
 		if msg := checkCABundle(c.CA); msg != "" {

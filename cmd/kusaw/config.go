@@ -23,7 +23,7 @@ func init() { addCommand(newConfigCmd) }
 // Keys whose secret is referenced from the file; other keys are only stored
 // (an inject entry names them with secret: KEY).
 var fileSecretKey = sync.OnceValue(func() *regexp.Regexp {
-	return regexp.MustCompile(`^(steps\.[^ ]+\.env\.[A-Za-z_][A-Za-z0-9_]*|providers\.[a-z-]+\.api_key)$`)
+	return regexp.MustCompile(`^(steps\.[^ ]+\.env\.[A-Za-z_][A-Za-z0-9_]*|providers\.[a-z-]+\.api_key|serve\.cluster\.signing_key)$`)
 })
 
 func newConfigCmd(a *app) *cobra.Command {
@@ -37,7 +37,8 @@ func newConfigCmd(a *app) *cobra.Command {
 
 With --secret the value is read from standard input (without echo on a
 terminal) into the secret store, and the file gets a reference to it
-({secret: KEY}) for steps.<id>.env.<NAME> and providers.<name>.api_key.`,
+({secret: KEY}) for steps.<id>.env.<NAME>, providers.<name>.api_key and
+serve.cluster.signing_key.`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key := args[0]
