@@ -392,6 +392,9 @@ func (a *attemptRun) runProcesses(ctx context.Context, procs [][]string) {
 	lctx, lstop := context.WithCancelCause(actx)
 	defer lstop(nil)
 	a.limits = newLimitWatch(a.step.Limits, lstop, func(le *limitError) { a.events.Emit(record.EvLimitReached, le.data()) })
+	if a.spec != nil && a.spec.Deadline != nil {
+		a.limits.deadline(*a.spec.Deadline)
+	}
 	defer a.limits.close()
 	results := make([]procResult, len(procs))
 	a.rec.Processes = make([]record.ProcessRecord, len(procs))

@@ -68,6 +68,7 @@ type limitWatch struct {
 	per   map[int]*record.Usage
 	hit   *limitError
 	timer *time.Timer
+	until *time.Timer // the pipeline's deadline (until)
 }
 
 func newLimitWatch(lim *config.Limits, stop context.CancelCauseFunc, onHit func(*limitError)) *limitWatch {
@@ -121,9 +122,21 @@ func (w *limitWatch) reached() *limitError {
 	return w.hit
 }
 
+// deadline stops the attempt at the pipeline's deadline (its run's start
+// plus limits.duration, carried in the spec to wherever it runs).
+func (w *limitWatch) deadline(at time.Time) {
+	start := time.Now()
+	w.until = time.AfterFunc(time.Until(at), func() {
+		w.cross(&limitError{"pipeline", "duration", time.Since(start).Round(time.Second).String() + " by this attempt", "until " + at.UTC().Format(time.RFC3339)})
+	})
+}
+
 func (w *limitWatch) close() {
 	if w != nil && w.timer != nil {
 		w.timer.Stop()
+	}
+	if w != nil && w.until != nil {
+		w.until.Stop()
 	}
 }
 

@@ -24,6 +24,11 @@ func (e *Engine) AttemptSpec(r *Run, s *config.Step, n, of int) (*record.Attempt
 	if sp.Pool == "" {
 		sp.Pool = config.DefaultPool
 	}
+	// The pipeline's wall-time limit binds the attempt wherever it runs.
+	if r.limits != nil && r.limits.Duration > 0 && r.Record.Started != nil {
+		d := r.Record.Started.Add(r.limits.Duration).UTC()
+		sp.Deadline = &d
+	}
 	if r.skipSetup {
 		sp.Setup = nil
 	}
