@@ -327,6 +327,16 @@ func TestExternalUnknownSigningKey(t *testing.T) {
 	if _, err := x.Connect("kusaw serve", nats.MaxReconnects(0)); err == nil || !strings.Contains(err.Error(), "serve.cluster.signing_key") {
 		t.Fatalf("an unknown signing key: %v", err)
 	}
+	// A nats:// URL still gets TLS, checked against the CA bundle.
+	z := testExternal(t, c.Account, c.SigningSeed, c.CAPEM, strings.Replace(c.URL, "tls://", "nats://", 1))
+	nc, err := z.Connect("kusaw serve", nats.MaxReconnects(0))
+	if err != nil {
+		t.Fatalf("nats:// URL: %v", err)
+	}
+	if _, err := nc.TLSConnectionState(); err != nil {
+		t.Fatalf("a nats:// URL connected without TLS: %v", err)
+	}
+	nc.Close()
 	// And without the CA, the system's roots do not trust the test's CA.
 	y := testExternal(t, c.Account, c.SigningSeed, nil, c.URL)
 	if _, err := y.Connect("kusaw serve", nats.MaxReconnects(0)); err == nil || !strings.Contains(err.Error(), "certificate") {
