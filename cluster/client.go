@@ -55,8 +55,10 @@ func Enroll(ctx context.Context, tok Token, id *Identity, version string) error 
 			return err
 		}
 		where, url = tok.URLs, tok.URLs
-		// A bearer JWT: the server checks no nonce signature.
-		opts = append(opts, nats.Secure(tc), nats.UserJWT(func() (string, error) { return tok.JWT, nil }, func([]byte) ([]byte, error) { return nil, nil }))
+		// A bearer JWT: the server checks no nonce signature. It may
+		// receive replies only under its own inbox.
+		opts = append(opts, nats.Secure(tc), nats.UserJWT(func() (string, error) { return tok.JWT, nil }, func([]byte) ([]byte, error) { return nil, nil }),
+			nats.CustomInboxPrefix(enrollInboxOf(tok.JWT)))
 	} else {
 		opts = append(opts, nats.UserInfo(EnrollUser, tok.Secret), nats.Secure(PinnedTLS(tok.CA)))
 	}

@@ -179,10 +179,24 @@ func (x *External) NewToken(urls string) (Token, error) {
 		return Token{}, err
 	}
 	sub, _ := kp.PublicKey()
-	if tok.JWT, err = x.userJWT(sub, EnrollUser, enrollPerms(), expires, true); err != nil {
+	if tok.JWT, err = x.userJWT(sub, EnrollUser, enrollPerms(EnrollInbox(sub)), expires, true); err != nil {
 		return Token{}, err
 	}
 	return tok, nil
+}
+
+// EnrollInbox is the inbox prefix a join token's JWT may receive replies
+// under: the JWT's own subject (each token has a fresh one). The joining
+// worker reads it from the JWT.
+func EnrollInbox(jwtSubject string) string { return "_INBOX_ENROLL." + jwtSubject }
+
+// enrollInboxOf is EnrollInbox for a token's JWT ("" when it is damaged).
+func enrollInboxOf(token string) string {
+	uc, err := jwt.DecodeUserClaims(token)
+	if err != nil {
+		return ""
+	}
+	return EnrollInbox(uc.Subject)
 }
 
 // Enroller answers enrollments for this cluster: each enrolled worker

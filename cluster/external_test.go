@@ -104,8 +104,9 @@ func TestExternalToken(t *testing.T) {
 	if !uc.BearerToken || exp.Before(time.Now().Add(TokenTTL-time.Minute)) || exp.After(time.Now().Add(TokenTTL+time.Minute)) {
 		t.Fatalf("enrollment JWT: bearer %v expires %v", uc.BearerToken, exp)
 	}
-	ep := enrollPerms()
-	if !reflect.DeepEqual([]string(uc.Pub.Allow), ep.Publish.Allow) || !reflect.DeepEqual([]string(uc.Sub.Allow), ep.Subscribe.Allow) || len(uc.Pub.Allow) != 1 {
+	ep := enrollPerms(EnrollInbox(uc.Subject))
+	if !reflect.DeepEqual([]string(uc.Pub.Allow), ep.Publish.Allow) || !reflect.DeepEqual([]string(uc.Sub.Allow), ep.Subscribe.Allow) ||
+		len(uc.Pub.Allow) != 1 || len(uc.Sub.Allow) != 1 || uc.Sub.Allow[0] != "_INBOX_ENROLL."+uc.Subject+".>" {
 		t.Fatalf("enrollment permissions %+v", uc.Permissions)
 	}
 	if got, _ := x.NewToken("tls://other:4222"); got.URLs != "tls://other:4222" {
@@ -284,8 +285,9 @@ func TestExternalEnrollAndConnect(t *testing.T) {
 	tc.Close()
 
 	// The token's bearer JWT, even before it is used, may only ask to
-	// enroll: work published with it and subscriptions beyond inboxes are
-	// refused.
+	// enroll: work published with it, subscriptions beyond its own inbox
+	// (here: kusaw's subjects, and every inbox, where others' replies
+	// go) are refused.
 	tok2, _ := r.x.NewToken("")
 	tls, _ := ClusterTLS(r.c.CAPEM)
 	eerr := make(chan error, 4)
@@ -301,8 +303,11 @@ func TestExternalEnrollAndConnect(t *testing.T) {
 	if _, err := ec.SubscribeSync("kusaw.>"); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := ec.SubscribeSync("_INBOX.>"); err != nil {
+		t.Fatal(err)
+	}
 	_ = ec.Flush()
-	for range 2 {
+	for range 3 {
 		select {
 		case err := <-eerr:
 			if !strings.Contains(strings.ToLower(err.Error()), "permissions violation") {

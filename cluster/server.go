@@ -166,9 +166,13 @@ func streamReaders(stream string) []string {
 	}
 }
 
-func enrollPerms() *server.Permissions {
+// enrollPerms: a joining worker may ask to enroll and receive the reply
+// under inbox (the embedded server's enrollment user: "_INBOX"; a token's
+// JWT on an existing cluster: an inbox of that token's own, so a token
+// that outlives its secret cannot listen to others' replies).
+func enrollPerms(inbox string) *server.Permissions {
 	return &server.Permissions{Publish: &server.SubjectPermission{Allow: []string{SubjEnroll}},
-		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}}}
+		Subscribe: &server.SubjectPermission{Allow: []string{inbox + ".>"}}}
 }
 
 func (a *auth) Check(c server.ClientAuthentication) bool {
@@ -192,7 +196,7 @@ func (a *auth) Check(c server.ClientAuthentication) bool {
 		c.RegisterUser(&server.User{Username: w.Name, Permissions: workerPerms(w.Name)})
 		return true
 	case o.Username == EnrollUser && a.s.Tokens.Valid(o.Password):
-		c.RegisterUser(&server.User{Username: EnrollUser, Permissions: enrollPerms(), ConnectionDeadline: time.Now().Add(time.Minute)})
+		c.RegisterUser(&server.User{Username: EnrollUser, Permissions: enrollPerms("_INBOX"), ConnectionDeadline: time.Now().Add(time.Minute)})
 		return true
 	}
 	return false

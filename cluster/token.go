@@ -66,7 +66,7 @@ func (t Token) wellFormed() bool {
 	if t.JWT == "" {
 		return t.Addr != "" && len(t.CA) == 64 && t.URLs == "" && t.CAPEM == ""
 	}
-	if t.URLs == "" || t.Addr != "" {
+	if t.URLs == "" || t.Addr != "" || enrollInboxOf(t.JWT) == "" {
 		return false
 	}
 	if t.CA == SystemRoots {
