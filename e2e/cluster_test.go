@@ -119,12 +119,19 @@ type workerProc struct {
 	cmd   *exec.Cmd
 	state string
 	log   *syncBuffer
+	env   []string // more environment
 }
 
 // startWorker joins a worker with a fresh token and starts it as the
 // worker uid, in a state folder of its own outside /tmp (the sandbox's
 // /tmp is private).
 func (r *clusterRig) startWorker(t *testing.T, name string, extra ...string) *workerProc {
+	t.Helper()
+	return r.startWorkerEnv(t, name, nil, extra...)
+}
+
+// startWorkerEnv is startWorker with more environment for the worker.
+func (r *clusterRig) startWorkerEnv(t *testing.T, name string, env []string, extra ...string) *workerProc {
 	t.Helper()
 	tok := runKusaw(t, r.dir, "cluster", "token")
 	if tok.code != 0 {
@@ -136,7 +143,7 @@ func (r *clusterRig) startWorker(t *testing.T, name string, extra ...string) *wo
 	}
 	t.Cleanup(func() { os.RemoveAll(state) })
 	os.Chmod(state, 0o755)
-	w := &workerProc{name: name, state: state, log: &syncBuffer{}}
+	w := &workerProc{name: name, state: state, log: &syncBuffer{}, env: env}
 	w.start(t, append([]string{"--join", strings.TrimSpace(tok.stdout)}, extra...)...)
 	return w
 }
@@ -147,7 +154,7 @@ func (w *workerProc) start(t *testing.T, extra ...string) {
 	args := append([]string{"worker", "--name", w.name, "--state-dir", filepath.Join(w.state, "w"), "--max-parallel", "2"}, extra...)
 	cmd := exec.Command(kusawBin, args...)
 	cmd.Dir = w.state
-	cmd.Env = testEnv(t, w.state)
+	cmd.Env = append(testEnv(t, w.state), w.env...)
 	cmd.Stderr = w.log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if uid != os.Geteuid() {
