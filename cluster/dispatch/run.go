@@ -391,14 +391,24 @@ func (d *Dispatcher) accept(ctx context.Context, spec *record.AttemptSpec, job r
 	}
 	// The files come down at once: each object is a few round trips.
 	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var refused error // the egress log's: it fails the attempt
 	for name, obj := range r.Files {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			d.fetchFile(ctx, spec, job, r, tmp, name, obj)
+			if err := d.fetchFile(ctx, spec, job, r, tmp, name, obj); err != nil {
+				mu.Lock()
+				refused = err
+				mu.Unlock()
+			}
 		}()
 	}
 	wg.Wait()
+	if err := d.egressVerdict(spec, job, r, refused); err != nil {
+		out.Message = err.Error()
+		return out // no record: the attempt fails and no branch moves
+	}
 	out.Record = &rec
 	return out
 }
@@ -487,10 +497,14 @@ func (d *Dispatcher) answerBundle(ctx context.Context, m *nats.Msg, spec *record
 }
 
 // fetchFile brings one of a result's files into the attempt's folder: the
-// artifacts' tar unpacked inside artifacts/, a log under its own name.
-func (d *Dispatcher) fetchFile(ctx context.Context, spec *record.AttemptSpec, job record.RemoteJob, r cluster.Result, tmp, name, obj string) {
+// artifacts' tar unpacked inside artifacts/, a log under its own name. It
+// returns an error only for an egress log that is refused.
+func (d *Dispatcher) fetchFile(ctx context.Context, spec *record.AttemptSpec, job record.RemoteJob, r cluster.Result, tmp, name, obj string) error {
 	if !strings.HasPrefix(obj, cluster.Key(spec.ID)+"/") {
-		return
+		return nil
+	}
+	if name == record.EgressLogFile {
+		return d.takeEgress(ctx, spec, job, r, obj)
 	}
 	refused := func(err error) {
 		job.Emit(EvObjectRefused, map[string]any{"worker": r.Worker, "object": obj, "file": name, "error": err.Error()})
@@ -499,7 +513,7 @@ func (d *Dispatcher) fetchFile(ctx context.Context, spec *record.AttemptSpec, jo
 		p := filepath.Join(tmp, name)
 		if _, err := d.fetchChecked(ctx, r, obj, p); err != nil {
 			refused(err)
-			return
+			return nil
 		}
 		f, err := os.Open(p)
 		if err == nil {
@@ -509,27 +523,21 @@ func (d *Dispatcher) fetchFile(ctx context.Context, spec *record.AttemptSpec, jo
 		if err != nil {
 			job.Emit("cluster.artifacts_refused", map[string]any{"worker": r.Worker, "error": err.Error()})
 		}
-		return
+		return nil
 	}
 	if !record.ValidLogPath(record.StepsDir+"/s/1/"+name) && name != cluster.WorkerEvents {
-		return // only the attempt's own log names
+		return nil // only the attempt's own log names
 	}
 	// Beside its place, and there only once its digest matched.
 	dst := filepath.Join(job.Dir, name)
 	if _, err := d.fetchChecked(ctx, r, obj, dst+".part"); err != nil {
 		refused(err)
-		return
+		return nil
 	}
 	if err := os.Rename(dst+".part", dst); err != nil {
 		refused(err)
-		return
+		return nil
 	}
 	_ = os.Chmod(dst, 0o644)
-	if name == record.EgressLogFile {
-		data := map[string]any{"worker": r.Worker, "verified": true}
-		if err := d.verifyEgress(dst, r.Worker, spec); err != nil {
-			data["verified"], data["error"] = false, err.Error()
-		}
-		job.Emit("cluster.egress_log", data)
-	}
+	return nil
 }

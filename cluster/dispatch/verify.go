@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/kusaw/kusaw/cluster"
+	"github.com/kusaw/kusaw/config"
+	"github.com/kusaw/kusaw/record"
 )
 
 // EvObjectRefused names an object of a result serve did not take: it
@@ -40,4 +43,54 @@ func digestMatches(r cluster.Result, obj, sum string) error {
 		return fmt.Errorf("object %s: its SHA-256 %.12s is not the %.12s worker %s uploaded (it changed in the store since)", obj, sum, want, r.Worker)
 	}
 	return nil
+}
+
+// EvEgressLog is serve's verdict on a worker's egress.log.
+const EvEgressLog = "cluster.egress_log"
+
+// refusedSuffix marks a worker's egress log that did not verify: kept
+// beside the attempt's files for a look, never as its egress.log.
+const refusedSuffix = ".refused"
+
+// takeEgress fetches a worker's egress.log and keeps it as the attempt's
+// only when its digest matches the result's and it verifies against the
+// key the worker enrolled; otherwise the attempt fails (egressVerdict).
+func (d *Dispatcher) takeEgress(ctx context.Context, spec *record.AttemptSpec, job record.RemoteJob, r cluster.Result, obj string) error {
+	dst := filepath.Join(job.Dir, record.EgressLogFile)
+	_, err := d.fetchChecked(ctx, r, obj, dst+".part")
+	if err == nil {
+		if err = d.verifyEgress(dst+".part", r.Worker, spec); err != nil {
+			_ = os.Rename(dst+".part", dst+refusedSuffix)
+		} else if err = os.Rename(dst+".part", dst); err == nil {
+			_ = os.Chmod(dst, 0o644)
+		}
+	}
+	data := map[string]any{"worker": r.Worker, "verified": err == nil}
+	if err != nil {
+		data["error"] = err.Error()
+		err = fmt.Errorf("worker %s's egress.log was refused, so what the attempt reached on the network is unknown: %v", r.Worker, err)
+	}
+	job.Emit(EvEgressLog, data)
+	return err
+}
+
+// egressVerdict fails a result whose egress log was refused, or that
+// carries none although the attempt ran behind the egress proxy (its
+// sandbox required, its network allowlist or audit): a worker must not
+// hide where an attempt connected.
+func (d *Dispatcher) egressVerdict(spec *record.AttemptSpec, job record.RemoteJob, r cluster.Result, refused error) error {
+	if refused != nil {
+		return refused
+	}
+	if _, sent := r.Files[record.EgressLogFile]; sent || !Proxied(spec) {
+		return nil
+	}
+	job.Emit(EvEgressLog, map[string]any{"worker": r.Worker, "verified": false, "error": "missing"})
+	return fmt.Errorf("worker %s sent no egress.log for an attempt whose network (%s) ran behind the egress proxy, so what it reached is unknown", r.Worker, spec.Network)
+}
+
+// Proxied reports whether an attempt runs behind the egress proxy, which
+// logs every connection to its egress.log.
+func Proxied(spec *record.AttemptSpec) bool {
+	return spec.Mode == config.ModeRequired && spec.Network.Proxied()
 }

@@ -1,0 +1,228 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kusaw/kusaw/chainlog"
+	"github.com/kusaw/kusaw/cluster"
+	"github.com/kusaw/kusaw/cluster/dispatch"
+	"github.com/kusaw/kusaw/factory"
+	"github.com/kusaw/kusaw/internal/testkit"
+	"github.com/kusaw/kusaw/record"
+	"github.com/kusaw/kusaw/status"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+const proxiedStep = `version: 1
+repos:
+  app: {path: ./app}
+pipelines:
+  default: [fetch]
+steps:
+  fetch:
+    sandbox: {mode: required, network: allowlist, egress: {allow: [example.org]}}
+    run: [sh, -c, 'echo fetched > fetched.txt']
+`
+
+// scripted is an enrolled worker driven by hand: it takes the attempt
+// from the work queue and claims it like any worker, then reports what
+// it likes.
+type scripted struct {
+	t    *testing.T
+	r    *rig
+	name string
+	h    *cluster.Handles
+	key  func() []byte // seals its logs: its enrolled key
+}
+
+func (r *rig) scripted(t *testing.T, name string) *scripted {
+	id, _, h := r.enrolled(t, name)
+	return &scripted{t: t, r: r, name: name, h: h, key: func() []byte { return id.SigningKey() }}
+}
+
+// take waits for an attempt of pool default, claims it and acks it.
+func (s *scripted) take(ctx context.Context) (*record.AttemptSpec, cluster.Work, uint64) {
+	t := s.t
+	cons, err := s.h.JS.CreateOrUpdateConsumer(ctx, cluster.WorkStream, jetstream.ConsumerConfig{Durable: "pool-default",
+		FilterSubject: cluster.WorkSubject("default"), AckPolicy: jetstream.AckExplicitPolicy, AckWait: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := cons.Next(jetstream.FetchMaxWait(30 * time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var work cluster.Work
+	if err := json.Unmarshal(msg.Data(), &work); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := record.ParseSpec(work.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := s.h.Claim(ctx, spec.ID, s.name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = msg.Ack()
+	return spec, work, tok
+}
+
+// commit makes a commit on the attempt's base in a repo of its own and
+// stores it as a bundle; it returns the commit and adds the object to res.
+func (s *scripted) commit(ctx context.Context, spec *record.AttemptSpec, work cluster.Work, tok uint64, res *cluster.Result) string {
+	t := s.t
+	repo := t.TempDir()
+	testkit.GitRun(t, repo, "init", "-q")
+	base := spec.Repos[0].Base
+	in := filepath.Join(t.TempDir(), "in.bundle")
+	if _, err := s.h.GetFile(ctx, work.Inputs["app"], in); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cluster.ImportBundle(ctx, repo, in); err != nil {
+		t.Fatal(err)
+	}
+	head := testkit.GitRun(t, repo, "-c", "user.name=m", "-c", "user.email=m@x", "commit-tree", base+"^{tree}", "-p", base, "-m", "from "+s.name)
+	out := filepath.Join(t.TempDir(), "out.bundle")
+	if _, err := cluster.MakeBundle(ctx, repo, out, head, []string{base}); err != nil {
+		t.Fatal(err)
+	}
+	s.put(ctx, spec, tok, "out-app.bundle", out, res)
+	res.Heads["app"], res.Bundles["app"] = head, cluster.ObjectName(spec.ID, tok, "out-app.bundle")
+	return head
+}
+
+// put stores a file as the attempt's object, with its digest in res.
+func (s *scripted) put(ctx context.Context, spec *record.AttemptSpec, tok uint64, name, path string, res *cluster.Result) string {
+	obj := cluster.ObjectName(spec.ID, tok, name)
+	_, sum, err := s.h.PutFileSum(ctx, obj, path)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	res.Digests[obj] = sum
+	return obj
+}
+
+// egressLog writes an egress log sealed with the worker's own key for the
+// attempt, with one connection.
+func (s *scripted) egressLog(spec *record.AttemptSpec) string {
+	p := filepath.Join(s.t.TempDir(), record.EgressLogFile)
+	w, err := chainlog.Create(p, s.key(), chainlog.Options{Binding: chainlog.Binding{Run: spec.Run, Step: spec.Step, Attempt: spec.Number, Kind: chainlog.KindEgress}, SealInterval: -1})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if err := w.Append(map[string]any{"host": "exfil.example.net", "port": 443, "decision": "allowed"}); err != nil {
+		s.t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		s.t.Fatal(err)
+	}
+	return p
+}
+
+// report sends a passed result for the attempt.
+func (s *scripted) report(ctx context.Context, spec *record.AttemptSpec, tok uint64, res cluster.Result) {
+	rec := record.AttemptRecord{Run: spec.Run, Step: spec.Step, Number: spec.Number, Of: spec.Of, Mode: spec.Mode, Network: spec.Network,
+		Outcome: status.OutcomePassed, Started: time.Now().UTC(),
+		Worktrees: []record.WorktreeRecord{{Repo: "app", BaseSHA: spec.Repos[0].Base, HeadSHA: res.Heads["app"], Changed: true}}}
+	res.Attempt, res.Worker, res.Token = spec.ID, s.name, tok
+	res.Record, _ = json.Marshal(rec)
+	b, _ := json.Marshal(res)
+	if _, err := s.h.JS.Publish(ctx, cluster.ResultSubject(cluster.Key(spec.ID), s.name), b); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// Attacker's side: mallory, an enrolled worker, runs a proxied attempt
+// (sandbox required, network allowlist) and returns a commit with an
+// egress.log that does not verify against her enrolled key (a line edited
+// after sealing: she hides a connection), or with no egress.log at all.
+// Serve refuses the result either way: the attempt fails with a message
+// naming her and why, and neither the attempt nor the run branch moves to
+// her commit. The twin: the same report with the log as sealed is
+// accepted and the commit lands.
+func TestRemoteEgressLogMustVerify(t *testing.T) {
+	r := startServe(t, proxiedStep, 30*time.Second)
+	m := r.scripted(t, "mallory")
+	for _, c := range []struct {
+		name   string
+		egress func(p string) string // the file to send ("": none)
+		want   string                // in the attempt's message; "" for the twin
+	}{
+		{"tampered", func(p string) string {
+			b, _ := os.ReadFile(p)
+			tampered := bytes.Replace(b, []byte("exfil.example.net"), []byte("docs.example.org!"), 1)
+			if bytes.Equal(b, tampered) {
+				t.Fatal("nothing to tamper with")
+			}
+			os.WriteFile(p, tampered, 0o600)
+			return p
+		}, "egress.log was refused"},
+		{"missing", func(string) string { return "" }, "sent no egress.log"},
+		{"as sealed", func(p string) string { return p }, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(r.ctx, 60*time.Second)
+			defer cancel()
+			done := make(chan *factory.Run, 1)
+			go func() {
+				run, err := r.e.Run(ctx, "")
+				if err != nil {
+					t.Error(err)
+				}
+				done <- run
+			}()
+			m.t = t
+			spec, work, tok := m.take(ctx)
+			if !dispatch.Proxied(spec) {
+				t.Fatalf("the spec is not proxied: mode %s network %s", spec.Mode, spec.Network)
+			}
+			res := cluster.Result{Heads: map[string]string{}, Bundles: map[string]string{}, Files: map[string]string{}, Digests: map[string]string{}}
+			head := m.commit(ctx, spec, work, tok, &res)
+			if p := c.egress(m.egressLog(spec)); p != "" {
+				res.Files[record.EgressLogFile] = m.put(ctx, spec, tok, record.EgressLogFile, p, &res)
+			}
+			m.report(ctx, spec, tok, res)
+			run := <-done
+			if run == nil {
+				t.FailNow()
+			}
+			atts, _ := r.e.State.Attempts(run.Record)
+			if len(atts) != 1 {
+				t.Fatalf("attempts %+v", atts)
+			}
+			a := atts[0]
+			repo := run.Record.Repos[0]
+			branchHead := testkit.GitRun(t, repo.Path, "rev-parse", repo.Branch)
+			attemptHead := testkit.GitRun(t, repo.Path, "for-each-ref", "--format=%(objectname)", "refs/heads/"+spec.Repos[0].AttemptBranch)
+			if c.want == "" {
+				if run.Record.State != status.RunSucceeded || branchHead != head {
+					t.Fatalf("the twin: run %s (%s), run branch at %s, want %s", run.Record.State, a.Message, branchHead, head)
+				}
+				if _, err := os.Stat(filepath.Join(record.AttemptDir(run.Dir, spec.Step, spec.Number), record.EgressLogFile)); err != nil {
+					t.Errorf("the verified egress.log is not in the attempt's folder: %v", err)
+				}
+				return
+			}
+			if a.Outcome == status.OutcomePassed || run.Record.State == status.RunSucceeded {
+				t.Fatalf("%s egress.log: attempt %s, run %s", c.name, a.Outcome, run.Record.State)
+			}
+			if !strings.Contains(a.Message, c.want) || !strings.Contains(a.Message, "mallory") {
+				t.Errorf("attempt message %q: want it to name mallory and %q", a.Message, c.want)
+			}
+			if branchHead == head || attemptHead == head {
+				t.Errorf("mallory's commit moved a branch: run branch %s, attempt branch %s", branchHead, attemptHead)
+			}
+			if _, err := os.Stat(filepath.Join(record.AttemptDir(run.Dir, spec.Step, spec.Number), record.EgressLogFile)); err == nil {
+				t.Error("the refused egress.log is in the attempt's folder as its egress.log")
+			}
+		})
+	}
+}
