@@ -57,14 +57,14 @@ type External struct {
 // OpenExternal checks the keys and reads serve's state in o.Dir.
 func OpenExternal(o ExternalOptions) (*External, error) {
 	if !nkeys.IsValidPublicAccountKey(o.Account) {
-		return nil, fmt.Errorf("serve.cluster.account is not a NATS account's public key (A...)")
+		return nil, fmt.Errorf("account is not a NATS account's public key (A...)")
 	}
 	kp, err := nkeys.FromSeed([]byte(strings.TrimSpace(o.SigningSeed)))
 	if err != nil {
-		return nil, fmt.Errorf("serve.cluster.signing_key is not an nkey seed: store the account's signing seed (SA...)")
+		return nil, fmt.Errorf("signing_key is not an nkey seed: store the account's signing seed (SA...)")
 	}
 	if pub, _ := kp.PublicKey(); !nkeys.IsValidPublicAccountKey(pub) {
-		return nil, fmt.Errorf("serve.cluster.signing_key is not an account signing seed (SA...): store a signing key of account %s", o.Account)
+		return nil, fmt.Errorf("signing_key is not an account signing seed (SA...): store a signing key of account %s", o.Account)
 	}
 	if _, err := ClusterTLS(o.CAPEM); err != nil {
 		return nil, err
@@ -145,7 +145,7 @@ func (x *External) Connect(name string, opts ...nats.Option) (*nats.Conn, error)
 		opts...)
 	nc, err := nats.Connect(x.URLs, all...)
 	if err != nil && isAuthErr(err) {
-		return nil, fmt.Errorf("the NATS cluster at %s refused serve's credentials: is serve.cluster.signing_key a signing key of account %s, and is the account on the cluster? (%v)", x.URLs, x.Account, err)
+		return nil, fmt.Errorf("the NATS cluster at %s refused serve's credentials: is signing_key a signing key of account %s, and is the account on the cluster? (%v)", x.URLs, x.Account, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("cannot connect to the NATS cluster at %s: %v", x.URLs, err)

@@ -329,7 +329,7 @@ func TestExternalUnknownSigningKey(t *testing.T) {
 	other, _ := nkeys.CreateAccount()
 	seed, _ := other.Seed()
 	x := testExternal(t, c.Account, string(seed), c.CAPEM, c.URL)
-	if _, err := x.Connect("kusaw serve", nats.MaxReconnects(0)); err == nil || !strings.Contains(err.Error(), "serve.cluster.signing_key") {
+	if _, err := x.Connect("kusaw serve", nats.MaxReconnects(0)); err == nil || !strings.Contains(err.Error(), "is signing_key a signing key of account") {
 		t.Fatalf("an unknown signing key: %v", err)
 	}
 	// A nats:// URL still gets TLS, checked against the CA bundle.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kusaw/kusaw/cluster"
 	"github.com/kusaw/kusaw/internal/natstest"
+	"github.com/kusaw/kusaw/secretstore"
 	"github.com/kusaw/kusaw/status"
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
@@ -169,5 +170,37 @@ func TestClusterExternalNATSRefuses(t *testing.T) {
 	second := runKusaw(t, state, "worker", "--state-dir", filepath.Join(state, "b"), "--name", "b", "--join", tok)
 	if second.code != int(status.ExitNotEnrolled) || !strings.Contains(second.stderr, "used already") {
 		t.Fatalf("a token used twice: exit %d %s", second.code, second.stderr)
+	}
+}
+
+// serve with nats_url but without the signing seed in its store, or with a
+// seed the account does not list, stops at start with one line naming the
+// fix.
+func TestClusterExternalNATSBadKeys(t *testing.T) {
+	need(t, "git")
+	c := natstest.Start(t, t.TempDir())
+	other, _ := nkeys.CreateAccount()
+	otherSeed, _ := other.Seed()
+	for _, tc := range []struct {
+		name, seed, want string
+	}{
+		{"missing", "", "kusaw config set " + natsSigningKey + " --secret"},
+		{"unknown", string(otherSeed), "is signing_key a signing key of account " + c.Account},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := factoryDir(t, natsClusterYAML(c, `"off"`), "app")
+			if tc.seed != "" {
+				if err := secretstore.OpenDir(filepath.Join(dir, "secrets")).Set(natsSigningKey, tc.seed); err != nil {
+					t.Fatal(err)
+				}
+			}
+			res := runKusawTimeout(t, dir, 20*time.Second, "serve")
+			if res.code != int(status.ExitServeUnavailable) || !strings.Contains(res.stderr, tc.want) || strings.Count(strings.TrimSpace(res.stderr), "\n") != 0 {
+				t.Fatalf("exit %d, stderr:\n%s", res.code, res.stderr)
+			}
+			if tc.seed != "" && strings.Contains(res.stderr, tc.seed) {
+				t.Fatal("the seed is in serve's error")
+			}
+		})
 	}
 }

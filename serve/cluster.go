@@ -99,7 +99,7 @@ func startCluster(f *config.Factory) (*serveCluster, error) {
 // CA bundle.
 func openExternal(dir string, c *config.Cluster) (*cluster.External, error) {
 	if c.SigningKey == nil || c.Account == "" {
-		return nil, errors.New("nats_url needs serve.cluster.account and serve.cluster.signing_key (docs/cluster.md)")
+		return nil, errors.New("nats_url needs account and signing_key (docs/cluster.md)")
 	}
 	st, err := secretstore.Open()
 	if err != nil {
@@ -107,12 +107,12 @@ func openExternal(dir string, c *config.Cluster) (*cluster.External, error) {
 	}
 	seed, err := st.Get(c.SigningKey.Key)
 	if err != nil || seed == "" {
-		return nil, fmt.Errorf("serve.cluster.signing_key: secret %s is not in the secret store: store the account's signing seed (SA...) with kusaw config set %s --secret", c.SigningKey.Key, c.SigningKey.Key)
+		return nil, fmt.Errorf("signing_key: secret %s is not in the secret store: store the account's signing seed (SA...) with kusaw config set %s --secret", c.SigningKey.Key, c.SigningKey.Key)
 	}
 	var caPEM []byte
 	if c.CA != "" {
 		if caPEM, err = os.ReadFile(c.CA); err != nil {
-			return nil, fmt.Errorf("serve.cluster.ca: %v", err)
+			return nil, fmt.Errorf("ca: %v", err)
 		}
 	}
 	return cluster.OpenExternal(cluster.ExternalOptions{Dir: dir, URLs: c.NatsURL, Account: c.Account, SigningSeed: seed, CAPEM: caPEM})
