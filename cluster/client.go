@@ -113,6 +113,9 @@ func SetupReplicas(ctx context.Context, nc *nats.Conn, replicas int) (*Handles, 
 	}
 	work, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: WorkStream, Subjects: []string{subjWork + ">"},
 		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Replicas: replicas})
+	if err != nil && replicas > 1 {
+		return nil, fmt.Errorf("stream %s with %d replicas: %v (serve.cluster.replicas needs that many JetStream servers in the NATS cluster)", WorkStream, replicas, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %v", WorkStream, err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/kusaw/kusaw/internal/natstest"
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 )
 
@@ -347,4 +348,88 @@ func TestExternalUnknownSigningKey(t *testing.T) {
 	if _, err := y.Connect("kusaw serve", nats.MaxReconnects(0)); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Fatalf("a cluster whose CA is not trusted: %v", err)
 	}
+}
+
+// More replicas than the cluster has JetStream servers: Setup says which
+// key asks for them.
+func TestExternalTooManyReplicas(t *testing.T) {
+	c := natstest.Start(t, t.TempDir())
+	x := testExternal(t, c.Account, c.SigningSeed, c.CAPEM, c.URL)
+	nc, err := x.Connect("kusaw serve", nats.MaxReconnects(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := SetupReplicas(ctx, nc, 3); err == nil || !strings.Contains(err.Error(), "serve.cluster.replicas") {
+		t.Fatalf("3 replicas on one server: %v", err)
+	}
+	if _, err := SetupReplicas(ctx, nc, 1); err != nil {
+		t.Fatalf("1 replica: %v", err)
+	}
+}
+
+// On a cluster of three JetStream servers, replicas: 3 keeps every
+// stream, bucket and the object store on all three, and the cluster still
+// takes work and claims with one server gone.
+func TestExternalReplicas(t *testing.T) {
+	c := natstest.StartCluster(t, t.TempDir(), 3)
+	x := testExternal(t, c.Account, c.SigningSeed, c.CAPEM, c.URL)
+	nc, err := x.Connect("kusaw serve")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	h, err := SetupReplicas(ctx, nc, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{WorkStream, EventsStream, "KV_" + ClaimsBucket, "KV_" + WorkersBucket, "OBJ_" + ObjectsBucket} {
+		st, err := h.JS.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := st.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Config.Replicas != 3 || info.Cluster == nil || len(info.Cluster.Replicas) != 2 {
+			t.Fatalf("%s: %d replicas configured, cluster %+v", name, info.Config.Replicas, info.Cluster)
+		}
+	}
+	// One machine goes: not the one serve talks to, so the test sees the
+	// quorum at work rather than a reconnect.
+	var victim int
+	for i, s := range c.Servers {
+		if !strings.HasSuffix(nc.ConnectedUrl(), s.Addr().String()) {
+			victim = i
+		}
+	}
+	c.Servers[victim].Shutdown()
+	c.Servers[victim].WaitForShutdown()
+	retry := func(what string, f func() error) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			err := f()
+			if err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("with one of three servers gone, %s: %v", what, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	retry("publishing work", func() error { _, err := h.JS.Publish(ctx, WorkSubject("default"), []byte("{}")); return err })
+	retry("claiming", func() error {
+		_, err := h.Claims.Create(ctx, ClaimKey("r1/s/1"), []byte("w1"))
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			return nil // an earlier try was stored, its answer lost
+		}
+		return err
+	})
 }

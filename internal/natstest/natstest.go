@@ -13,10 +13,14 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,8 +31,10 @@ import (
 
 // Cluster is one operator-mode server with the keys around it.
 type Cluster struct {
-	Server *server.Server
-	// URL is tls://127.0.0.1:PORT.
+	// Server is the first server; Servers all of them.
+	Server  *server.Server
+	Servers []*server.Server
+	// URL is tls://127.0.0.1:PORT (several, comma-separated, for a cluster).
 	URL string
 	// CAFile is the CA bundle (PEM) the server's certificate chains to.
 	CAFile string
@@ -44,7 +50,12 @@ type Cluster struct {
 
 // Start runs the server in dir until the test ends; it sends only the
 // server certificate (not the CA), as a typical deployment does.
-func Start(t testing.TB, dir string) *Cluster {
+func Start(t testing.TB, dir string) *Cluster { return StartCluster(t, dir, 1) }
+
+// StartCluster runs n such servers routed into one NATS cluster with
+// clustered JetStream (n > 1), each with its own store under dir. URL
+// lists them all, comma-separated; Servers holds each.
+func StartCluster(t testing.TB, dir string, n int) *Cluster {
 	t.Helper()
 	must := func(err error) {
 		t.Helper()
@@ -81,28 +92,74 @@ func Start(t testing.TB, dir string) *Cluster {
 	accJWT, err := ac.Encode(op)
 	must(err)
 
-	res := &server.MemAccResolver{}
-	must(res.Store(sysPub, sysJWT))
-	must(res.Store(accPub, accJWT))
-
 	caPEM, tc := makeTLS(t)
 	caFile := filepath.Join(dir, "nats-ca.pem")
 	must(os.MkdirAll(dir, 0o755))
 	must(os.WriteFile(caFile, caPEM, 0o644))
-	opts := &server.Options{ServerName: "nats-test", Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true,
-		TrustedOperators: []*jwt.OperatorClaims{oc}, AccountResolver: res, SystemAccount: sysPub,
-		JetStream: true, StoreDir: filepath.Join(dir, "jetstream"), MaxPayload: 8 << 20,
-		TLS: true, TLSConfig: tc, TLSTimeout: 5}
-	ns, err := server.NewServer(opts)
-	must(err)
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		ns.Shutdown()
-		t.Fatal("the operator-mode NATS server did not start")
+	// Route ports are picked first so every server can name the others.
+	var routes []*url.URL
+	if n > 1 {
+		for range n {
+			routes = append(routes, &url.URL{Scheme: "nats", Host: freePort(t)})
+		}
 	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	return &Cluster{Server: ns, URL: "tls://" + ns.Addr().String(), CAFile: caFile, CAPEM: caPEM,
-		Account: accPub, SigningSeed: string(skSeed), AccountKey: acc}
+	c := &Cluster{CAFile: caFile, CAPEM: caPEM, Account: accPub, SigningSeed: string(skSeed), AccountKey: acc}
+	var urls []string
+	for i := range n {
+		res := &server.MemAccResolver{}
+		must(res.Store(sysPub, sysJWT))
+		must(res.Store(accPub, accJWT))
+		opts := &server.Options{ServerName: fmt.Sprintf("nats-test-%d", i), Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true,
+			TrustedOperators: []*jwt.OperatorClaims{oc}, AccountResolver: res, SystemAccount: sysPub,
+			JetStream: true, StoreDir: filepath.Join(dir, "jetstream", fmt.Sprint(i)), MaxPayload: 8 << 20,
+			TLS: true, TLSConfig: tc, TLSTimeout: 5}
+		if n > 1 {
+			h, p, _ := net.SplitHostPort(routes[i].Host)
+			opts.Cluster = server.ClusterOpts{Name: "nats-test", Host: h}
+			opts.Cluster.Port, _ = strconv.Atoi(p)
+			opts.Routes = routes
+		}
+		ns, err := server.NewServer(opts)
+		must(err)
+		go ns.Start()
+		t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+		c.Servers = append(c.Servers, ns)
+		if !ns.ReadyForConnections(10 * time.Second) {
+			t.Fatal("the operator-mode NATS server did not start")
+		}
+		urls = append(urls, "tls://"+ns.Addr().String())
+	}
+	c.Server, c.URL = c.Servers[0], strings.Join(urls, ",")
+	if n > 1 {
+		waitMetaLeader(t, c.Servers)
+	}
+	return c
+}
+
+// freePort is a loopback host:port nothing listens on now.
+func freePort(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// waitMetaLeader waits until the servers agree on a JetStream leader.
+func waitMetaLeader(t testing.TB, servers []*server.Server) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, s := range servers {
+			if s.JetStreamIsLeader() {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("the NATS cluster elected no JetStream leader in 30s")
 }
 
 // makeTLS makes a CA and a server certificate for 127.0.0.1 and localhost.
