@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +16,7 @@ import (
 	"github.com/kusaw/kusaw/secretstore"
 	"github.com/kusaw/kusaw/status"
 	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
 )
 
@@ -30,15 +33,16 @@ const natsSigningKey = "nats.signing"
 func natsClusterYAML(c *natstest.Cluster, sandbox string) string {
 	return strings.Replace(clusterYAML(sandbox, "0.3", "15s"), `cluster: {listen: "127.0.0.1:0", local_worker: false, lost_after: 15s}`,
 		`cluster: {nats_url: "`+c.URL+`", account: `+c.Account+`, signing_key: {secret: `+natsSigningKey+`}, ca: "`+c.CAFile+`",
-    replicas: 1, local_worker: false, lost_after: 15s}`, 1)
+    replicas: `+fmt.Sprint(len(c.Servers))+`, local_worker: false, lost_after: 15s}`, 1)
 }
 
-// Two workers join an existing cluster with tokens and run the two-step
-// sandboxed pipeline; each holds a JWT with its own permissions; the
-// signing seed and the step's secret are in clear nowhere.
+// Two workers join an existing cluster of three NATS servers (replicas:
+// 3) with tokens and run the two-step sandboxed pipeline; each holds a JWT
+// with its own permissions; the signing seed and the step's secret are in
+// clear nowhere.
 func TestClusterExternalNATS(t *testing.T) {
 	need(t, "git")
-	c := natstest.Start(t, t.TempDir())
+	c := natstest.StartCluster(t, t.TempDir(), 3)
 	yaml := natsClusterYAML(c, clusterSandbox(t))
 	if !strings.Contains(yaml, "nats_url") {
 		t.Fatal("the factory does not use nats_url")
@@ -202,5 +206,50 @@ func TestClusterExternalNATSBadKeys(t *testing.T) {
 				t.Fatal("the seed is in serve's error")
 			}
 		})
+	}
+}
+
+// One of the three NATS servers goes away while attempts run on the
+// workers: serve and the workers move to the others, the streams and
+// buckets (replicas: 3) lose nothing, and every run succeeds.
+func TestClusterExternalNATSServerLost(t *testing.T) {
+	need(t, "git")
+	c := natstest.StartCluster(t, t.TempDir(), 3)
+	yaml := strings.Replace(natsClusterYAML(c, clusterSandbox(t)), "sleep 0.3", "sleep 2", 1)
+	r := startClusterServeSecrets(t, yaml, map[string]string{natsSigningKey: c.SigningSeed})
+	r.startWorker(t, "h1")
+	r.startWorker(t, "h2")
+	r.waitWorkers(t, 2)
+	ids := r.submit(t, 4)
+	waitFor(t, "attempts running on the workers", 30*time.Second, func() bool {
+		ws, _ := r.sp.client.Workers(context.Background())
+		n := 0
+		for _, w := range ws {
+			n += w.Running
+		}
+		return n >= 3
+	})
+	// The server serve is connected to goes: the hardest case, serve's
+	// own connection, watchers and requests move to another server.
+	victim := -1
+	for i, s := range c.Servers {
+		cz, err := s.Connz(&server.ConnzOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ci := range cz.Conns {
+			if ci.Name == "kusaw serve" {
+				victim = i
+			}
+		}
+	}
+	if victim < 0 {
+		t.Fatal("no server holds serve's connection")
+	}
+	c.Servers[victim].Shutdown()
+	c.Servers[victim].WaitForShutdown()
+	per := r.checkRuns(t, ids)
+	if len(per) == 0 {
+		t.Fatal("no attempt passed on a worker")
 	}
 }
