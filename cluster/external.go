@@ -160,9 +160,8 @@ func (x *External) Connect(name string, opts ...nats.Option) (*nats.Conn, error)
 func (x *External) NewToken(urls string) (Token, error) {
 	if urls == "" {
 		urls = x.URLs
-	} else if !strings.Contains(urls, "://") {
-		urls = "tls://" + urls
 	}
+	urls = withScheme(urls)
 	tok, expires, err := x.Tokens.newSecret()
 	if err != nil {
 		return Token{}, err
@@ -197,6 +196,20 @@ func enrollInboxOf(token string) string {
 		return ""
 	}
 	return EnrollInbox(uc.Subject)
+}
+
+// withScheme gives each URL of a comma-separated list without a scheme
+// tls:// (kusaw cluster token --addr host:port,host2:port).
+func withScheme(list string) string {
+	parts := strings.Split(list, ",")
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		if !strings.Contains(p, "://") {
+			p = "tls://" + p
+		}
+		parts[i] = p
+	}
+	return strings.Join(parts, ",")
 }
 
 // Enroller answers enrollments for this cluster: each enrolled worker

@@ -113,6 +113,9 @@ func TestExternalToken(t *testing.T) {
 	if got, _ := x.NewToken("tls://other:4222"); got.URLs != "tls://other:4222" {
 		t.Fatalf("urls override: %q", got.URLs)
 	}
+	if got, _ := x.NewToken("o1:4222, nats://o2:4222"); got.URLs != "tls://o1:4222,nats://o2:4222" {
+		t.Fatalf("--addr without a scheme: %q", got.URLs)
+	}
 	// Without a CA bundle: the system-roots marker.
 	sys := testExternal(t, account, seed, nil, "tls://n1:4222")
 	st, _ := sys.NewToken("")
