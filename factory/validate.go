@@ -444,6 +444,9 @@ func (v *Validator) secretChecks(f *config.Factory) config.Findings {
 	if up := f.Sandbox.Egress.UpstreamProxy; up != nil && up.Credentials != nil {
 		refs = append(refs, ref{up.Credentials.Key, "sandbox.egress.upstream_proxy.credentials"})
 	}
+	if c := f.Serve.Cluster; c != nil && c.SigningKey != nil {
+		refs = append(refs, ref{c.SigningKey.Key, "serve.cluster.signing_key"})
+	}
 	for i, n := range f.Notify {
 		if n.Secret != nil {
 			refs = append(refs, ref{n.Secret.Key, fmt.Sprintf("notify[%d].secret", i)})
@@ -471,6 +474,9 @@ func (v *Validator) secretChecks(f *config.Factory) config.Findings {
 			what := "the step will be refused"
 			if strings.Contains(r.path, "notify[") {
 				what = "the webhook will not be sent (a signed notification needs its key)"
+			}
+			if r.path == "serve.cluster.signing_key" {
+				what = "serve cannot sign in to the NATS cluster and will not start"
 			}
 			out = append(out, config.Finding{Code: config.WCodeSecretMissing, Severity: config.SevWarning, Path: r.path, Line: pos.Line, Column: pos.Column,
 				Message: fmt.Sprintf("secret %s is not in the secret store; %s", r.key, what),
