@@ -111,7 +111,7 @@ func jwtPermissions(p *server.Permissions) jwt.Permissions {
 }
 
 // userJWT issues a user JWT for nkey in the account, signed by the
-// signing key; perms nil: every permission; expires zero: no expiry.
+// signing key; expires zero: no expiry.
 func (x *External) userJWT(nkey, name string, perms *server.Permissions, expires time.Time, bearer bool) (string, error) {
 	uc := jwt.NewUserClaims(nkey)
 	uc.Name = name
@@ -133,6 +133,14 @@ func (x *External) WorkerJWT(name, nkey string) (string, error) {
 	return x.userJWT(nkey, "kusaw worker "+name, workerPerms(name), time.Time{}, false)
 }
 
+// servePerms: serve may do anything in the account. Written out rather
+// than left empty, because a JWT without permissions takes the account's
+// default permissions, which a team may have narrowed for its own users.
+func servePerms() *server.Permissions {
+	return &server.Permissions{Publish: &server.SubjectPermission{Allow: []string{">"}},
+		Subscribe: &server.SubjectPermission{Allow: []string{">"}}}
+}
+
 // Connect is serve's connection: a fresh JWT with every permission in the
 // account for serve's nkey, TLS always, reconnecting by itself.
 func (x *External) Connect(name string, opts ...nats.Option) (*nats.Conn, error) {
@@ -141,7 +149,9 @@ func (x *External) Connect(name string, opts ...nats.Option) (*nats.Conn, error)
 		return nil, err
 	}
 	all := append([]nats.Option{nats.Name(name), nats.Secure(tc), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
-		nats.UserJWT(func() (string, error) { return x.userJWT(x.Identity.NKey(), "kusaw serve", nil, time.Time{}, false) }, x.Identity.Sign)},
+		nats.UserJWT(func() (string, error) {
+			return x.userJWT(x.Identity.NKey(), "kusaw serve", servePerms(), time.Time{}, false)
+		}, x.Identity.Sign)},
 		opts...)
 	nc, err := nats.Connect(x.URLs, all...)
 	if err != nil && isAuthErr(err) {

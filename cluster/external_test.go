@@ -436,3 +436,40 @@ func TestExternalReplicas(t *testing.T) {
 		return err
 	})
 }
+
+// An account whose default permissions let its users do almost nothing
+// still lets serve work: serve's JWT names its permissions (everything)
+// instead of taking the account's defaults.
+func TestExternalNarrowAccountDefaults(t *testing.T) {
+	c := natstest.StartWith(t, t.TempDir(), 1, func(ac *jwt.AccountClaims) {
+		ac.DefaultPermissions.Pub.Allow = jwt.StringList{"team.only"}
+		ac.DefaultPermissions.Sub.Allow = jwt.StringList{"team.only"}
+	})
+	x := testExternal(t, c.Account, c.SigningSeed, c.CAPEM, c.URL)
+	nc, err := x.Connect("kusaw serve", nats.MaxReconnects(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := SetupReplicas(ctx, nc, 1); err != nil {
+		t.Fatalf("serve under narrow account defaults: %v", err)
+	}
+	// The twin that shows the defaults bite: a JWT without permissions.
+	u, _ := nkeys.CreateUser()
+	upub, _ := u.PublicKey()
+	plain, err := x.userJWT(upub, "plain", nil, time.Time{}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc, _ := ClusterTLS(c.CAPEM)
+	pc, err := nats.Connect(c.URL, nats.Secure(tc), nats.UserJWT(func() (string, error) { return plain, nil }, u.Sign), nats.MaxReconnects(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	if _, err := pc.Request("$JS.API.INFO", nil, 2*time.Second); err == nil {
+		t.Fatal("a JWT without permissions reached the JetStream API: the account's defaults did not apply, so this test proves nothing")
+	}
+}

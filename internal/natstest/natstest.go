@@ -52,10 +52,14 @@ type Cluster struct {
 // server certificate (not the CA), as a typical deployment does.
 func Start(t testing.TB, dir string) *Cluster { return StartCluster(t, dir, 1) }
 
-// StartCluster runs n such servers routed into one NATS cluster with
+// StartCluster is StartWith without changes to the account.
+func StartCluster(t testing.TB, dir string, n int) *Cluster { return StartWith(t, dir, n, nil) }
+
+// StartWith runs n such servers routed into one NATS cluster with
 // clustered JetStream (n > 1), each with its own store under dir. URL
-// lists them all, comma-separated; Servers holds each.
-func StartCluster(t testing.TB, dir string, n int) *Cluster {
+// lists them all, comma-separated; Servers holds each. edit, when set,
+// changes kusaw's account before it is signed.
+func StartWith(t testing.TB, dir string, n int, edit func(*jwt.AccountClaims)) *Cluster {
 	t.Helper()
 	must := func(err error) {
 		t.Helper()
@@ -89,6 +93,9 @@ func StartCluster(t testing.TB, dir string, n int) *Cluster {
 	ac.Name = "KUSAW"
 	ac.SigningKeys.Add(skPub)
 	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
+	if edit != nil {
+		edit(ac)
+	}
 	accJWT, err := ac.Encode(op)
 	must(err)
 
