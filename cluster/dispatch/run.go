@@ -49,9 +49,11 @@ func (d *Dispatcher) Run(ctx context.Context, spec *record.AttemptSpec, job reco
 	specJSON, _ := spec.Marshal()
 	a.published = time.Now()
 	work, _ := json.Marshal(cluster.Work{Spec: specJSON, Inputs: inputs, Published: a.published.UTC()})
-	if _, err := d.o.H.JS.Publish(ctx, cluster.WorkSubject(spec.Pool), work); err != nil {
+	ack, err := d.o.H.JS.Publish(ctx, cluster.WorkSubject(spec.Pool), work)
+	if err != nil {
 		return record.RemoteResult{Message: "cannot publish the attempt: " + err.Error()}
 	}
+	defer d.dropWork(ctx, ack.Sequence)
 	d.o.Metrics.queued(spec.Pool, 1)
 	a.queued = true
 	job.Emit("cluster.dispatched", map[string]any{"pool": spec.Pool})

@@ -38,7 +38,7 @@ func (w *Worker) take(ctx context.Context, msg jetstream.Msg) {
 		_ = msg.Term()
 		return
 	}
-	_ = msg.Ack()
+	defer w.holdWork(msg)()
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	a := &attempt{id: spec.ID, token: token, cancel: cancel}

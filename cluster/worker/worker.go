@@ -39,6 +39,9 @@ type Options struct {
 	Kusaw string
 	// Logf reports what the worker does (stderr in kusaw worker).
 	Logf func(format string, args ...any)
+	// AckWait is how long a work message goes without a progress
+	// acknowledgement before the queue offers it again (default 10s).
+	AckWait time.Duration
 }
 
 // Folders of a worker's state.
@@ -114,6 +117,9 @@ func New(ctx context.Context, o Options) (*Worker, error) {
 		if !cluster.ValidName(p) {
 			return nil, fmt.Errorf("pool %q: use letters, digits, - and _ (at most 64)", p)
 		}
+	}
+	if o.AckWait <= 0 {
+		o.AckWait = 10 * time.Second
 	}
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
@@ -212,7 +218,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for _, pool := range w.o.Pools {
 		cons, err := w.h.JS.CreateOrUpdateConsumer(ctx, cluster.WorkStream, jetstream.ConsumerConfig{Durable: "pool-" + pool,
-			FilterSubject: cluster.WorkSubject(pool), AckPolicy: jetstream.AckExplicitPolicy, AckWait: 10 * time.Second})
+			FilterSubject: cluster.WorkSubject(pool), AckPolicy: jetstream.AckExplicitPolicy, AckWait: w.o.AckWait})
 		if err != nil {
 			return fmt.Errorf("pool %s: %v", pool, err)
 		}
