@@ -65,6 +65,12 @@ const (
 	// an attempt that went on on its worker while serve was down.
 	EvClusterClaimed    = "cluster.claimed"
 	EvClusterReattached = "cluster.reattached"
+	// EvClusterEgressLog is serve's verdict on a worker's egress.log (a
+	// refused one fails the attempt); EvClusterObjectRefused names an
+	// object of a worker's result serve did not take (its SHA-256 is not
+	// the one the result names).
+	EvClusterEgressLog     = "cluster.egress_log"
+	EvClusterObjectRefused = "cluster.object_refused"
 )
 
 // Event is one line of an events.jsonl file.

@@ -509,7 +509,7 @@ func (d *Dispatcher) fetchFile(ctx context.Context, spec *record.AttemptSpec, jo
 		return d.takeEgress(ctx, spec, job, r, obj)
 	}
 	refused := func(err error) {
-		job.Emit(EvObjectRefused, map[string]any{"worker": r.Worker, "object": obj, "file": name, "error": err.Error()})
+		job.Emit(record.EvClusterObjectRefused, map[string]any{"worker": r.Worker, "object": obj, "file": name, "error": err.Error()})
 	}
 	if name == cluster.ArtifactsTar {
 		p := filepath.Join(tmp, name)

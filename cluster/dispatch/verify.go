@@ -11,11 +11,6 @@ import (
 	"github.com/kusaw/kusaw/record"
 )
 
-// EvObjectRefused names an object of a result serve did not take: it
-// changed in the store after the worker uploaded it (its SHA-256 is not
-// the result's), or could not be fetched.
-const EvObjectRefused = "cluster.object_refused"
-
 // fetchChecked fetches object obj of result r to path and checks its
 // SHA-256 against the digest the result names for it: the result comes
 // from the holder alone (its subject, its token), while any worker may
@@ -45,9 +40,6 @@ func digestMatches(r cluster.Result, obj, sum string) error {
 	return nil
 }
 
-// EvEgressLog is serve's verdict on a worker's egress.log.
-const EvEgressLog = "cluster.egress_log"
-
 // refusedSuffix marks a worker's egress log that did not verify: kept
 // beside the attempt's files for a look, never as its egress.log.
 const refusedSuffix = ".refused"
@@ -70,7 +62,7 @@ func (d *Dispatcher) takeEgress(ctx context.Context, spec *record.AttemptSpec, j
 		data["error"] = err.Error()
 		err = fmt.Errorf("worker %s's egress.log was refused, so what the attempt reached on the network is unknown: %v", r.Worker, err)
 	}
-	job.Emit(EvEgressLog, data)
+	job.Emit(record.EvClusterEgressLog, data)
 	return err
 }
 
@@ -85,7 +77,7 @@ func (d *Dispatcher) egressVerdict(spec *record.AttemptSpec, job record.RemoteJo
 	if _, sent := r.Files[record.EgressLogFile]; sent || !Proxied(spec) {
 		return nil
 	}
-	job.Emit(EvEgressLog, map[string]any{"worker": r.Worker, "verified": false, "error": "missing"})
+	job.Emit(record.EvClusterEgressLog, map[string]any{"worker": r.Worker, "verified": false, "error": "missing"})
 	return fmt.Errorf("worker %s sent no egress.log for an attempt whose network (%s) ran behind the egress proxy, so what it reached is unknown", r.Worker, spec.Network)
 }
 

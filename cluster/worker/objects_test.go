@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/kusaw/kusaw/cluster"
-	"github.com/kusaw/kusaw/cluster/dispatch"
 	"github.com/kusaw/kusaw/internal/testkit"
 	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/status"
@@ -183,13 +182,13 @@ func TestOverwrittenFilesRefused(t *testing.T) {
 		}
 	}
 	refused := map[string]bool{}
-	for _, d := range eventsOf(t, dir, dispatch.EvObjectRefused) {
+	for _, d := range eventsOf(t, dir, record.EvClusterObjectRefused) {
 		obj, _ := d["object"].(string)
 		refused[obj] = strings.Contains(d["error"].(string), "SHA-256")
 	}
 	for _, name := range done() {
 		if !refused[name] {
-			t.Errorf("no %s event names %s (events: %v)", dispatch.EvObjectRefused, name, refused)
+			t.Errorf("no %s event names %s (events: %v)", record.EvClusterObjectRefused, name, refused)
 		}
 	}
 	if run.Record.State != status.RunSucceeded {
