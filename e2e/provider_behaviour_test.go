@@ -341,6 +341,10 @@ steps:
 		if res.code != 1 || !strings.Contains(res.stderr, "limit_reached") || !strings.Contains(res.stderr, "before step build") {
 			t.Fatalf("kusaw run exit %d\n%s%s", res.code, res.stdout, res.stderr)
 		}
+		// The run's own summary ends with what it cost.
+		if !strings.Contains(res.stdout, "  usage: $") {
+			t.Errorf("kusaw run's summary has no usage line:\n%s", res.stdout)
+		}
 		id := onlyRun(t, dir)
 		if _, ok := loadAttempt(t, dir, id, "build", 1); ok {
 			t.Error("step build ran after the pipeline's cost limit was crossed")

@@ -277,6 +277,10 @@ func (a *app) finishRun(rec *record.RunRecord, code status.ExitCode, jsonOut boo
 		for _, rr := range rec.Repos {
 			fmt.Fprintf(a.stdout, "  %s: %s at %s\n", rr.Name, rr.Branch, short(rr.HeadSHA))
 		}
+		// What the agents cost, when any reported it (kusaw usage sums runs).
+		if rec.Usage != nil {
+			fmt.Fprintf(a.stdout, "  usage: %s\n", usageLine(rec.Usage))
+		}
 	}
 	if rec.State != status.RunSucceeded && rec.Message != "" {
 		fix := ""
