@@ -28,7 +28,7 @@ func Dial(id *Identity, name string, opts ...nats.Option) (*nats.Conn, error) {
 		}
 		url, auth = id.Server, nats.UserJWT(func() (string, error) { return id.JWT, nil }, id.Sign)
 	}
-	all := append([]nats.Option{nats.Name(name), auth, nats.Secure(tc),
+	all := append([]nats.Option{nats.Name(name), auth, nats.Secure(tc), nats.CustomInboxPrefix(WorkerInbox(id.Name)),
 		nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond), nats.RetryOnFailedConnect(false)}, opts...)
 	nc, err := nats.Connect(url, all...)
 	if err != nil && isAuthErr(err) {
@@ -60,7 +60,7 @@ func Enroll(ctx context.Context, tok Token, id *Identity, version string) error 
 		opts = append(opts, nats.Secure(tc), nats.UserJWT(func() (string, error) { return tok.JWT, nil }, func([]byte) ([]byte, error) { return nil, nil }),
 			nats.CustomInboxPrefix(enrollInboxOf(tok.JWT)))
 	} else {
-		opts = append(opts, nats.UserInfo(EnrollUser, tok.Secret), nats.Secure(PinnedTLS(tok.CA)))
+		opts = append(opts, nats.UserInfo(EnrollUser, tok.Secret), nats.Secure(PinnedTLS(tok.CA)), nats.CustomInboxPrefix(secretInbox(tok.Secret)))
 	}
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {

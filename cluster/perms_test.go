@@ -167,3 +167,108 @@ func TestWorkerCannotReadEvents(t *testing.T) {
 		}
 	}
 }
+
+// Attacker's side: replies travel on inbox subjects, so whoever may
+// subscribe to every inbox reads every reply: the events stream as serve's
+// own consumer pulls it, another worker's object and bucket reads. mallory,
+// an enrolled worker, and a join token's holder both subscribe to _INBOX.>
+// while serve pulls the victim's event and the victim reads an object;
+// neither sees any of it. The twin: the victim's requests (a JetStream
+// publish, an object read, a request to serve) still get their replies
+// under its own inbox.
+func TestWorkerCannotReadOthersReplies(t *testing.T) {
+	s := startTestServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	serve, err := s.ConnectInProcess("serve")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer serve.Close()
+	sjs, _ := jetstream.New(serve)
+	sh, err := Open(ctx, serve)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const marker = "victim-private-output-4412"
+	if _, err := sh.Objects.PutBytes(ctx, "r1_s_1/1/stdout.log", []byte(marker)); err != nil {
+		t.Fatal(err)
+	}
+
+	// The snoops listen first.
+	var mv violations
+	mallory := joined(t, s, "mallory")
+	mnc, err := Dial(mallory, "mallory", nats.ErrorHandler(mv.handler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mnc.Close()
+	var ev violations
+	tok, _ := s.NewToken("")
+	enc, err := nats.Connect(s.URL(), nats.UserInfo(EnrollUser, tok.Secret), nats.Secure(PinnedTLS(tok.CA)), nats.ErrorHandler(ev.handler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer enc.Close()
+	seen := make(chan string, 64)
+	for _, nc := range []*nats.Conn{mnc, enc} {
+		_, _ = nc.Subscribe("_INBOX.>", func(m *nats.Msg) { seen <- string(m.Data) })
+		_ = nc.Flush()
+	}
+
+	victim := joined(t, s, "victim")
+	vnc, err := Dial(victim, "victim")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vnc.Close()
+	vjs, _ := jetstream.New(vnc)
+	key := Key("r1/s/1")
+	evb, _ := json.Marshal(Event{Attempt: "r1/s/1", Worker: "victim", Token: 1, Type: "output", Data: map[string]any{"line": marker}})
+	if _, err := vjs.Publish(ctx, EventsSubject(key, "victim"), evb); err != nil {
+		t.Fatalf("the victim's publish got no acknowledgement: %v", err)
+	}
+	vh, err := Open(ctx, vnc)
+	if err != nil {
+		t.Fatalf("the victim cannot open the buckets: %v", err)
+	}
+	if b, err := vh.Objects.GetBytes(ctx, "r1_s_1/1/stdout.log"); err != nil || string(b) != marker {
+		t.Fatalf("the victim cannot read an object: %q %v", b, err)
+	}
+	// Serve reads the event the way its dispatcher does: a consumer whose
+	// messages come to serve's inbox.
+	c, err := sjs.OrderedConsumer(ctx, EventsStream, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := c.Next(jetstream.FetchMaxWait(5 * time.Second))
+	if err != nil || !strings.Contains(string(m.Data()), marker) {
+		t.Fatalf("serve did not read the event: %v", err)
+	}
+	// A request the victim makes of serve gets its answer.
+	sub, _ := serve.Subscribe("kusaw.secrets.>", func(m *nats.Msg) { _ = m.Respond([]byte(marker)) })
+	defer sub.Unsubscribe()
+	_ = serve.Flush()
+	if rep, err := vnc.Request(SecretsSubject(key, "victim"), nil, 5*time.Second); err != nil || string(rep.Data) != marker {
+		t.Fatalf("the victim's request got no answer: %v", err)
+	}
+
+	time.Sleep(300 * time.Millisecond)
+	for {
+		select {
+		case got := <-seen:
+			if strings.Contains(got, marker) {
+				t.Fatalf("a snoop on _INBOX.> read another client's reply: %.200s", got)
+			}
+			continue
+		default:
+		}
+		break
+	}
+	if !mv.saw("_INBOX.>") {
+		t.Error("the server reported no permissions violation for mallory's _INBOX.> subscription")
+	}
+	if !ev.saw("_INBOX.>") {
+		t.Error("the server reported no permissions violation for the token holder's _INBOX.> subscription")
+	}
+}

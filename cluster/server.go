@@ -2,7 +2,9 @@ package cluster
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -140,10 +142,13 @@ func workerPerms(name string) *server.Permissions {
 		Publish: &server.SubjectPermission{
 			Allow: []string{"$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "$KV." + ClaimsBucket + ".>",
 				"$KV." + WorkersBucket + "." + name, "$O." + ObjectsBucket + ".>",
-				EventsSubject("*", name), ResultSubject("*", name), SecretsSubject("*", name), BundleSubject("*", name), "_INBOX.>"},
+				EventsSubject("*", name), ResultSubject("*", name), SecretsSubject("*", name), BundleSubject("*", name)},
 			Deny: append(deny, streamReaders(EventsStream)...),
 		},
-		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>", subjCancel + ">"}},
+		// Replies only under its own inbox: whoever may subscribe to every
+		// inbox reads every reply (serve's pulls of the events stream,
+		// other workers' reads).
+		Subscribe: &server.SubjectPermission{Allow: []string{WorkerInbox(name) + ".>", subjCancel + ">"}},
 	}
 }
 
@@ -167,12 +172,25 @@ func streamReaders(stream string) []string {
 }
 
 // enrollPerms: a joining worker may ask to enroll and receive the reply
-// under inbox (the embedded server's enrollment user: "_INBOX"; a token's
-// JWT on an existing cluster: an inbox of that token's own, so a token
-// that outlives its secret cannot listen to others' replies).
+// under inbox, one of its token's own (the embedded server: secretInbox;
+// a token's JWT on an existing cluster: EnrollInbox), so a token holder
+// cannot listen to others' replies.
 func enrollPerms(inbox string) *server.Permissions {
 	return &server.Permissions{Publish: &server.SubjectPermission{Allow: []string{SubjEnroll}},
 		Subscribe: &server.SubjectPermission{Allow: []string{inbox + ".>"}}}
+}
+
+// WorkerInbox is the inbox prefix of a worker's connection: the only
+// replies it may receive. Inside _INBOX, where serve's own inboxes (a
+// random token) never start with kusaw-w.
+func WorkerInbox(name string) string { return "_INBOX.kusaw-w." + name }
+
+// secretInbox is the inbox of a connection that enrolls with a token's
+// secret on the embedded server: derived from the secret, which only its
+// holder knows.
+func secretInbox(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return "_INBOX_ENROLL." + hex.EncodeToString(sum[:16])
 }
 
 func (a *auth) Check(c server.ClientAuthentication) bool {
@@ -196,7 +214,7 @@ func (a *auth) Check(c server.ClientAuthentication) bool {
 		c.RegisterUser(&server.User{Username: w.Name, Permissions: workerPerms(w.Name)})
 		return true
 	case o.Username == EnrollUser && a.s.Tokens.Valid(o.Password):
-		c.RegisterUser(&server.User{Username: EnrollUser, Permissions: enrollPerms("_INBOX"), ConnectionDeadline: time.Now().Add(time.Minute)})
+		c.RegisterUser(&server.User{Username: EnrollUser, Permissions: enrollPerms(secretInbox(o.Password)), ConnectionDeadline: time.Now().Add(time.Minute)})
 		return true
 	}
 	return false
