@@ -370,8 +370,8 @@ func (d *Dispatcher) accept(ctx context.Context, spec *record.AttemptSpec, job r
 			}
 			continue
 		}
-		if !strings.HasPrefix(obj, cluster.Key(spec.ID)+"/") {
-			out.Message = "worker " + r.Worker + " named an object of another attempt"
+		if err := ownObject(spec, r, obj); err != nil {
+			out.Message = err.Error()
 			return out
 		}
 		p := filepath.Join(tmp, "out-"+sr.Name+".bundle")
@@ -502,14 +502,15 @@ func (d *Dispatcher) answerBundle(ctx context.Context, m *nats.Msg, spec *record
 // artifacts' tar unpacked inside artifacts/, a log under its own name. It
 // returns an error only for an egress log that is refused.
 func (d *Dispatcher) fetchFile(ctx context.Context, spec *record.AttemptSpec, job record.RemoteJob, r cluster.Result, tmp, name, obj string) error {
-	if !strings.HasPrefix(obj, cluster.Key(spec.ID)+"/") {
-		return nil
-	}
 	if name == record.EgressLogFile {
 		return d.takeEgress(ctx, spec, job, r, obj)
 	}
 	refused := func(err error) {
 		job.Emit(record.EvClusterObjectRefused, map[string]any{"worker": r.Worker, "object": obj, "file": name, "error": err.Error()})
+	}
+	if err := ownObject(spec, r, obj); err != nil {
+		refused(err)
+		return nil
 	}
 	if name == cluster.ArtifactsTar {
 		p := filepath.Join(tmp, name)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/kusaw/kusaw/cluster"
 	"github.com/kusaw/kusaw/config"
@@ -28,6 +29,16 @@ func (d *Dispatcher) fetchChecked(ctx context.Context, r cluster.Result, obj, pa
 	return n, nil
 }
 
+// ownObject refuses an object outside the holder's for the attempt
+// (<attempt>/<token>/): a result may name only what its sender stored for
+// this attempt under its claim.
+func ownObject(spec *record.AttemptSpec, r cluster.Result, obj string) error {
+	if !strings.HasPrefix(obj, cluster.ObjectName(spec.ID, r.Token, "")) {
+		return fmt.Errorf("object %s: worker %s named an object that is not its own for this attempt", obj, r.Worker)
+	}
+	return nil
+}
+
 // digestMatches compares an object's SHA-256 with the result's.
 func digestMatches(r cluster.Result, obj, sum string) error {
 	want, ok := r.Digests[obj]
@@ -49,7 +60,10 @@ const refusedSuffix = ".refused"
 // key the worker enrolled; otherwise the attempt fails (egressVerdict).
 func (d *Dispatcher) takeEgress(ctx context.Context, spec *record.AttemptSpec, job record.RemoteJob, r cluster.Result, obj string) error {
 	dst := filepath.Join(job.Dir, record.EgressLogFile)
-	_, err := d.fetchChecked(ctx, r, obj, dst+".part")
+	err := ownObject(spec, r, obj)
+	if err == nil {
+		_, err = d.fetchChecked(ctx, r, obj, dst+".part")
+	}
 	if err == nil {
 		if err = d.verifyEgress(dst+".part", r.Worker, spec); err != nil {
 			_ = os.Rename(dst+".part", dst+refusedSuffix)

@@ -166,6 +166,7 @@ func TestRemoteEgressLogMustVerify(t *testing.T) {
 			return p
 		}, "egress.log was refused"},
 		{"missing", func(string) string { return "" }, "sent no egress.log"},
+		{"another attempt's", func(p string) string { return "other:" + p }, "egress.log was refused"},
 		{"as sealed", func(p string) string { return p }, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -187,7 +188,17 @@ func TestRemoteEgressLogMustVerify(t *testing.T) {
 			res := cluster.Result{Heads: map[string]string{}, Bundles: map[string]string{}, Files: map[string]string{}, Digests: map[string]string{}}
 			head := m.commit(ctx, spec, work, tok, &res)
 			if p := c.egress(m.egressLog(spec)); p != "" {
-				res.Files[record.EgressLogFile] = m.put(ctx, spec, tok, record.EgressLogFile, p, &res)
+				if other, ok := strings.CutPrefix(p, "other:"); ok {
+					// A sealed log, named under an object of another attempt.
+					obj := cluster.Key(spec.Run+"/other/1") + "/1/" + record.EgressLogFile
+					_, sum, err := m.h.PutFileSum(ctx, obj, other)
+					if err != nil {
+						t.Fatal(err)
+					}
+					res.Files[record.EgressLogFile], res.Digests[obj] = obj, sum
+				} else {
+					res.Files[record.EgressLogFile] = m.put(ctx, spec, tok, record.EgressLogFile, p, &res)
+				}
 			}
 			m.report(ctx, spec, tok, res)
 			run := <-done
