@@ -10,8 +10,32 @@ import (
 type Work struct {
 	Spec json.RawMessage `json:"spec"` // record.AttemptSpec
 	// Inputs name, per repo, the object holding a bundle of the base.
-	Inputs    map[string]string `json:"inputs"`
-	Published time.Time         `json:"published"`
+	Inputs map[string]string `json:"inputs"`
+	// More are bundles of the other commits the attempt reads (a resolve's
+	// merge, a judge's candidates: record.AttemptSpec.Needs).
+	More      []Input   `json:"more,omitempty"`
+	Published time.Time `json:"published"`
+}
+
+// Input names the object holding a bundle of one commit of a repo.
+type Input struct {
+	Repo   string `json:"repo"`
+	Commit string `json:"commit"`
+	Object string `json:"object"`
+}
+
+// Object is the object holding a bundle of commit of repo ("" when serve
+// sent none: every worker of the pool held it).
+func (w *Work) Object(repo, commit string, base bool) string {
+	if base {
+		return w.Inputs[repo]
+	}
+	for _, in := range w.More {
+		if in.Repo == repo && in.Commit == commit {
+			return in.Object
+		}
+	}
+	return ""
 }
 
 // Event is one event of a remote attempt, streamed live to serve, which
@@ -85,13 +109,15 @@ const (
 	WorkerEvents = "worker-events.jsonl" // the worker's own sealed copy
 )
 
-// BundleRequest asks serve for a full bundle of a repo's base: the worker
-// lacks a commit the incremental bundle needs (its cache was lost).
+// BundleRequest asks serve for a full bundle of a repo's base, or of
+// another commit the attempt reads: the worker lacks a commit the
+// incremental bundle needs (its cache was lost).
 type BundleRequest struct {
 	Attempt string `json:"attempt"`
 	Worker  string `json:"worker"`
 	Token   uint64 `json:"token"`
 	Repo    string `json:"repo"`
+	Commit  string `json:"commit,omitempty"` // "": the repo's base
 }
 
 // BundleReply names the object holding the full bundle.

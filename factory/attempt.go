@@ -178,6 +178,10 @@ func (e *Engine) runSpecOn(ctx context.Context, r *Run, spec *record.AttemptSpec
 		a.setOutcome(status.OutcomeFailed, status.ReasonWorktreeFailed, err.Error())
 		return a.finish()
 	}
+	if err := a.exportCandidates(); err != nil {
+		a.setOutcome(status.OutcomeFailed, status.ReasonWorktreeFailed, err.Error())
+		return a.finish()
+	}
 	if err := a.includeFiles(); err != nil {
 		a.setOutcome(status.OutcomeFailed, status.ReasonSetupFailed, err.Error())
 		return a.finish()
@@ -881,6 +885,7 @@ func (a *attemptRun) finish() *record.AttemptRecord {
 		}
 	}
 	_ = os.RemoveAll(filepath.Join(a.dir, record.TmpDir))
+	_ = os.RemoveAll(filepath.Join(a.dir, candidatesDir)) // a judge's exports
 	// The step's private refs: its branch was taken (or refused) at commit.
 	_ = os.RemoveAll(filepath.Join(a.dir, record.RefStoreDir))
 	if !a.keepObjects {

@@ -33,6 +33,9 @@ type attemptOpts struct {
 	merge    map[string]string // repo → commit merged into the worktree before the step (resolve)
 	siblings []string          // branches of candidates running beside this one
 	handoff  string            // the previous attempt's handoff folder (in env, note and readOnly)
+	// candidates are a judge's: the passing candidates' commits, which
+	// the attempt exports where it runs (exportCandidates).
+	candidates []record.SpecCandidate
 }
 
 // item is one pipeline item: the indexes of its steps in r.steps.
@@ -664,7 +667,7 @@ func (e *Engine) resolveMerge(ctx context.Context, r *Run, it item, repoName, ou
 		return "", err
 	}
 	opt := attemptOpts{keep: true, from: map[string]string{repoName: base}, merge: map[string]string{repoName: theirs},
-		env: map[string]string{"KUSAW_MERGE_CONFLICTS": strings.Join(files, "\n")}}
+		env: map[string]string{record.EnvMergeConflicts: strings.Join(files, "\n")}}
 	a := e.runAttempt(ctx, r, rs, n, n, opt)
 	if a.Outcome != status.OutcomePassed {
 		return "", fmt.Errorf("attempt %d %s: %s", n, a.Outcome, a.Message)
@@ -698,6 +701,58 @@ func (a *attemptRun) startMerges() error {
 	return nil
 }
 
+// Where a judge's attempt finds the candidates (its own folder).
+const (
+	candidatesDir = "candidates"
+	envCandidateN = "KUSAW_CANDIDATE_"
+	envCandidates = "KUSAW_CANDIDATES"
+)
+
+// exportCandidates writes each candidate a judge reads into a folder of
+// the attempt's own, from the repositories of the machine it runs on:
+// $KUSAW_CANDIDATE_<n> (a folder per repo when there are several),
+// readable only; KUSAW_CANDIDATES lists their numbers.
+func (a *attemptRun) exportCandidates() error {
+	if len(a.opt.candidates) == 0 {
+		return nil
+	}
+	env := map[string]string{}
+	for k, v := range a.opt.env {
+		env[k] = v
+	}
+	readOnly := slices.Clone(a.opt.readOnly)
+	var nums []string
+	for _, c := range a.opt.candidates {
+		d := filepath.Join(a.dir, candidatesDir, strconv.Itoa(c.Number))
+		if err := os.MkdirAll(d, record.DirMode()); err != nil {
+			return err
+		}
+		for repoName, head := range c.Heads {
+			rc := a.f.Repos[repoName]
+			if rc == nil {
+				return fmt.Errorf("candidate %d: repo %s is not on this machine", c.Number, repoName)
+			}
+			repo, err := a.run.openRepo(repoName, rc.Path)
+			if err != nil {
+				return fmt.Errorf("candidate %d: %v", c.Number, err)
+			}
+			out := d
+			if len(c.Heads) > 1 {
+				out = filepath.Join(d, repoName)
+			}
+			if err := repo.Export(head, out); err != nil {
+				return fmt.Errorf("candidate %d: %v", c.Number, err)
+			}
+		}
+		env[envCandidateN+strconv.Itoa(c.Number)] = d
+		readOnly = append(readOnly, d)
+		nums = append(nums, strconv.Itoa(c.Number))
+	}
+	env[envCandidates] = strings.Join(nums, " ")
+	a.opt.env, a.opt.readOnly = env, readOnly
+	return nil
+}
+
 // runCandidates runs a step's candidates at once from the same tip and
 // keeps one (select: first, all or judge:STEP).
 func (e *Engine) runCandidates(ctx context.Context, r *Run, i int) stepEnd {
@@ -715,7 +770,7 @@ func (e *Engine) runCandidates(ctx context.Context, r *Run, i int) stepEnd {
 	done := make(chan int, len(nums))
 	for k := range nums {
 		go func() {
-			opt := attemptOpts{keep: true, env: map[string]string{"KUSAW_CANDIDATE": strconv.Itoa(k + 1)}}
+			opt := attemptOpts{keep: true, env: map[string]string{record.EnvCandidate: strconv.Itoa(k + 1)}}
 			for j, n := range nums {
 				if j != k {
 					opt.siblings = append(opt.siblings, worktree.AttemptBranch(r.ID(), s.ID, n))
@@ -814,8 +869,8 @@ func (e *Engine) diffSize(r *Run, a *record.AttemptRecord) int {
 }
 
 // runJudge runs the judge step with every passing candidate's files
-// readable (KUSAW_CANDIDATE_<n>) and reads its choice from
-// $KUSAW_ARTIFACTS/choice.
+// readable (KUSAW_CANDIDATE_<n>, exported where the judge runs) and reads
+// its choice from $KUSAW_ARTIFACTS/choice.
 func (e *Engine) runJudge(ctx context.Context, r *Run, s *config.Step, recs []*record.AttemptRecord, states []candState) (int, string) {
 	js := e.F.Steps[s.Judge]
 	if js == nil {
@@ -823,34 +878,15 @@ func (e *Engine) runJudge(ctx context.Context, r *Run, s *config.Step, recs []*r
 	}
 	n := r.takeAttempt(js.ID)
 	dir := record.AttemptDir(r.Dir, js.ID, n)
-	cdir := filepath.Join(dir, "candidates")
-	defer os.RemoveAll(cdir)
-	opt := attemptOpts{keep: true, env: map[string]string{}}
+	opt := attemptOpts{keep: true}
 	var passing []string
 	for k, a := range recs {
 		if !states[k].Passed {
 			continue
 		}
-		d := filepath.Join(cdir, strconv.Itoa(k+1))
-		for _, w := range a.Worktrees {
-			rr := r.repo(w.Repo)
-			repo, err := r.openRepo(rr.Name, rr.Path)
-			if err != nil {
-				return 0, err.Error()
-			}
-			out := d
-			if len(a.Worktrees) > 1 {
-				out = filepath.Join(d, w.Repo)
-			}
-			if err := repo.Export(w.HeadSHA, out); err != nil {
-				return 0, err.Error()
-			}
-		}
-		opt.env["KUSAW_CANDIDATE_"+strconv.Itoa(k+1)] = d
-		opt.readOnly = append(opt.readOnly, d)
+		opt.candidates = append(opt.candidates, record.SpecCandidate{Number: k + 1, Heads: headsOf(a)})
 		passing = append(passing, strconv.Itoa(k+1))
 	}
-	opt.env["KUSAW_CANDIDATES"] = strings.Join(passing, " ")
 	a := e.runAttempt(ctx, r, js, n, n, opt)
 	if a.Outcome != status.OutcomePassed {
 		return 0, fmt.Sprintf("judge %s attempt %d %s: %s", js.ID, n, a.Outcome, a.Message)

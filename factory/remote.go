@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/kusaw/kusaw/record"
@@ -157,41 +156,26 @@ func (e *Engine) RunForeign(ctx context.Context, spec *record.AttemptSpec, repos
 		}
 		r.Record.Repos = append(r.Record.Repos, record.RunRepo{Name: sr.Name, Path: path, BaseSHA: sr.Base, Branch: branch, HeadSHA: sr.Base})
 	}
-	if spec.Handoff != nil {
-		opt, err := foreignOpts(spec.Handoff, filepath.Join(r.Dir, "handoff", spec.Step, strconv.Itoa(spec.Number)))
-		if err != nil {
-			return nil, "", err
-		}
-		r.opts = map[string]attemptOpts{spec.ID: opt}
+	opt, err := foreignOpts(spec, filepath.Join(r.Dir, "handoff", spec.Step, strconv.Itoa(spec.Number)))
+	if err != nil {
+		return nil, "", err
 	}
+	r.opts = map[string]attemptOpts{spec.ID: opt}
 	rec := e.runSpecOn(ctx, r, spec, repos)
 	return rec, record.AttemptDir(r.Dir, spec.Step, spec.Number), nil
 }
 
-// remotable reports whether a shape's attempt can run on a worker: a
-// plain attempt, a retry with its handoff, a fixer or a fix loop's next
-// attempt (the spec starts from the shape's branch, whose tip serve
-// bundles; TestFixLoopOnWorker). One that needs a merge, other env or
-// read-only paths (a judge's candidates), or that runs beside sibling
-// candidates, runs here: the spec does not carry those yet.
+// remotable reports whether a shape's attempt can run on a worker: every
+// part of its options travels in its spec (shapeSpec) and the worker
+// lays it out itself (foreignOpts). A path of serve's in them cannot
+// travel: only the handoff's folder is one, and it crosses as files. Every
+// shape passes (TestShapesRemotable); a shape that adds a path of its own
+// runs here until its spec carries it.
 func (o attemptOpts) remotable() bool {
-	if len(o.merge) > 0 || len(o.siblings) > 0 {
-		return false
-	}
-	// A retry's handoff travels in the spec; anything else that names
-	// serve's paths or env does not yet.
 	for _, p := range o.readOnly {
 		if p != o.handoff {
 			return false
 		}
 	}
-	if o.handoff == "" && (o.note != "" || len(o.env) > 0) {
-		return false
-	}
-	for k := range o.env {
-		if !strings.HasPrefix(k, envPrevious) {
-			return false
-		}
-	}
-	return true
+	return o.handoff != "" || o.note == ""
 }

@@ -2,8 +2,10 @@ package factory
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -95,10 +97,32 @@ func (e *Engine) AttemptSpec(r *Run, s *config.Step, n, of int) (*record.Attempt
 		sp.Caches = append(sp.Caches, sc)
 	}
 	sp.StepConfig.Caches = nil
-	if opt := r.attemptOpt(s.ID, n); opt.handoff != "" {
+	shapeSpec(sp, r.attemptOpt(s.ID, n))
+	return sp, sp.Check()
+}
+
+// shapeSpec puts what the pipeline's shape asks of the attempt into its
+// spec, as data: a retry's handoff, env, the sibling candidates' branches,
+// a resolve's merge and a judge's candidates. The run-branch moves (keep)
+// stay with serve.
+func shapeSpec(sp *record.AttemptSpec, opt attemptOpts) {
+	if opt.handoff != "" {
 		sp.Handoff = handoffSpec(opt)
 	}
-	return sp, sp.Check()
+	for k, v := range opt.env {
+		if opt.handoff != "" && strings.HasPrefix(k, envPrevious) {
+			continue // in the handoff
+		}
+		if sp.Env == nil {
+			sp.Env = map[string]string{}
+		}
+		sp.Env[k] = v
+	}
+	sp.Siblings = slices.Clone(opt.siblings)
+	if len(opt.merge) > 0 {
+		sp.Merge = maps.Clone(opt.merge)
+	}
+	sp.Candidates = slices.Clone(opt.candidates)
 }
 
 // specSecrets lists the secret-store keys an attempt may read.
@@ -155,14 +179,25 @@ func handoffSpec(opt attemptOpts) *record.SpecHandoff {
 		}
 	}
 	for k, v := range opt.env {
-		h.Env[k] = strings.ReplaceAll(v, opt.handoff, record.HandoffPlaceholder)
+		if strings.HasPrefix(k, envPrevious) {
+			h.Env[k] = strings.ReplaceAll(v, opt.handoff, record.HandoffPlaceholder)
+		}
 	}
 	return h
 }
 
-// foreignOpts is a worker's attempt options from its spec's handoff: the
-// files written under dir, which stands in for the placeholder.
-func foreignOpts(h *record.SpecHandoff, dir string) (attemptOpts, error) {
+// foreignOpts is a worker's attempt options from its spec: the handoff's
+// files written under dir (which stands in for the placeholder), and the
+// shape's env, sibling branches, merges and candidates as they are.
+func foreignOpts(spec *record.AttemptSpec, dir string) (attemptOpts, error) {
+	opt := attemptOpts{siblings: spec.Siblings, merge: spec.Merge, candidates: spec.Candidates}
+	if len(spec.Env) > 0 {
+		opt.env = maps.Clone(spec.Env)
+	}
+	h := spec.Handoff
+	if h == nil {
+		return opt, nil
+	}
 	if err := os.MkdirAll(dir, record.DirMode()); err != nil {
 		return attemptOpts{}, err
 	}
@@ -174,8 +209,11 @@ func foreignOpts(h *record.SpecHandoff, dir string) (attemptOpts, error) {
 			return attemptOpts{}, err
 		}
 	}
-	opt := attemptOpts{env: map[string]string{}, readOnly: []string{dir}, handoff: dir,
-		note: strings.ReplaceAll(h.Note, record.HandoffPlaceholder, dir)}
+	opt.readOnly, opt.handoff = []string{dir}, dir
+	opt.note = strings.ReplaceAll(h.Note, record.HandoffPlaceholder, dir)
+	if opt.env == nil {
+		opt.env = map[string]string{}
+	}
 	for k, v := range h.Env {
 		opt.env[k] = strings.ReplaceAll(v, record.HandoffPlaceholder, dir)
 	}

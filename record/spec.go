@@ -1,18 +1,25 @@
 package record
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"path"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/kusaw/kusaw/config"
 )
 
 // SpecVersion is the version of AttemptSpec's wire form. A reader refuses a
-// spec of another version rather than run half of it.
-const SpecVersion = 1
+// spec of another version rather than run half of it. Version 2 carries
+// the shapes' own parts (Env, Siblings, Merge, Candidates): a version-1
+// worker would run such an attempt without them.
+const SpecVersion = 2
 
 // SpecFile is the attempt's spec beside attempt.json: what it was asked to
 // run, as it would cross to a worker.
@@ -72,6 +79,76 @@ type AttemptSpec struct {
 	Caches []SpecCache `json:"caches,omitempty"`
 	// Handoff is what a retry is told about the attempt before it.
 	Handoff *SpecHandoff `json:"handoff,omitempty"`
+
+	// The pipeline's shape around the attempt (docs/pipelines.md), as
+	// data: what it adds to the step, never a path.
+	//
+	// Env is what a shape adds to the environment, by the names in
+	// ShapeEnv only.
+	Env map[string]string `json:"env,omitempty"`
+	// Siblings are the attempt branches of the candidates running beside
+	// this one: the step's ref guard leaves them alone.
+	Siblings []string `json:"siblings,omitempty"`
+	// Merge names, per active repo, the commit merged into the worktree
+	// before the step (a resolve step finishes the merge).
+	Merge map[string]string `json:"merge,omitempty"`
+	// Candidates are, for a judge, the passing candidates' commits: the
+	// machine that runs it exports each into a read-only folder of its
+	// own (KUSAW_CANDIDATE_<n>, KUSAW_CANDIDATES).
+	Candidates []SpecCandidate `json:"candidates,omitempty"`
+}
+
+// Names a shape may add to an attempt's environment (AttemptSpec.Env).
+const (
+	EnvCandidate      = "KUSAW_CANDIDATE"       // the candidate's number
+	EnvMergeConflicts = "KUSAW_MERGE_CONFLICTS" // the conflicted files, one a line
+)
+
+// ShapeEnv lists the names AttemptSpec.Env may set.
+var ShapeEnv = []string{EnvCandidate, EnvMergeConflicts}
+
+// SpecCandidate is one passing candidate a judge reads: its number and
+// the commit it ended at, per repo.
+type SpecCandidate struct {
+	Number int               `json:"number"`
+	Heads  map[string]string `json:"heads"`
+}
+
+// SpecNeed is a commit the machine that runs an attempt must hold.
+type SpecNeed struct {
+	Repo   string `json:"repo"`
+	Commit string `json:"commit"`
+}
+
+// Needs lists every commit the attempt reads, base commits first: each
+// repo's base, then the commits it merges, then a judge's candidates'.
+func (s *AttemptSpec) Needs() []SpecNeed {
+	var out []SpecNeed
+	seen := map[SpecNeed]bool{}
+	add := func(repo, commit string) {
+		n := SpecNeed{Repo: repo, Commit: commit}
+		if commit != "" && !seen[n] {
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	for _, r := range s.Repos {
+		add(r.Name, r.Base)
+	}
+	for _, r := range s.Repos {
+		add(r.Name, s.Merge[r.Name])
+	}
+	for _, c := range s.Candidates {
+		repos := make([]string, 0, len(c.Heads))
+		for name := range c.Heads {
+			repos = append(repos, name)
+		}
+		sort.Strings(repos)
+		for _, name := range repos {
+			add(name, c.Heads[name])
+		}
+	}
+	return out
 }
 
 // HandoffPlaceholder stands, in a handoff's env and note, for the folder
@@ -133,21 +210,81 @@ func (s *AttemptSpec) Check() error {
 	case len(s.Processes) == 0:
 		return fmt.Errorf("attempt spec without a process")
 	}
+	active := map[string]bool{}
 	for _, r := range s.Repos {
 		if r.Name == "" || r.Base == "" || r.AttemptBranch == "" || r.RunBranch == "" {
 			return fmt.Errorf("attempt spec repo %q without a base commit or branch", r.Name)
+		}
+		active[r.Name] = true
+	}
+	return s.checkShape(active)
+}
+
+// checkShape refuses shape parts the machine could not honour as asked:
+// env beyond ShapeEnv, a sibling that is not another attempt branch of
+// the same step, a merge or candidate that names no commit.
+func (s *AttemptSpec) checkShape(active map[string]bool) error {
+	for k, v := range s.Env {
+		if !slices.Contains(ShapeEnv, k) || strings.ContainsRune(v, 0) {
+			return fmt.Errorf("attempt spec sets env %s, which a shape does not set", k)
+		}
+	}
+	for _, b := range s.Siblings {
+		dir, num := path.Split(b)
+		n, err := strconv.Atoi(num)
+		if path.Clean(b) != b || !strings.HasSuffix(dir, "/"+s.Run+"/"+s.Step+"/") || err != nil || n < 1 || n == s.Number || strconv.Itoa(n) != num {
+			return fmt.Errorf("attempt spec sibling %q is not another attempt branch of step %s", b, s.Step)
+		}
+	}
+	for repo, c := range s.Merge {
+		if !active[repo] || !IsCommitID(c) {
+			return fmt.Errorf("attempt spec merges %q into repo %q: not a commit into an active repo", c, repo)
+		}
+	}
+	nums := map[int]bool{}
+	for _, c := range s.Candidates {
+		if c.Number < 1 || nums[c.Number] {
+			return fmt.Errorf("attempt spec candidate %d is not a candidate's number or is repeated", c.Number)
+		}
+		nums[c.Number] = true
+		for repo, h := range c.Heads {
+			if !validRepoName(repo) || !IsCommitID(h) {
+				return fmt.Errorf("attempt spec candidate %d names %q in repo %q: not a commit", c.Number, h, repo)
+			}
 		}
 	}
 	return nil
 }
 
+// IsCommitID reports whether s is a full commit id (SHA-1 or SHA-256, in
+// lower-case hex).
+func IsCommitID(s string) bool {
+	if len(s) != 40 && len(s) != 64 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// validRepoName is a repo name that is a plain folder name.
+func validRepoName(s string) bool {
+	return s != "" && s != "." && s != ".." && !strings.ContainsAny(s, "/\\\x00")
+}
+
 // Marshal is the spec's wire form.
 func (s *AttemptSpec) Marshal() ([]byte, error) { return json.Marshal(s) }
 
-// ParseSpec reads a spec's wire form and checks it.
+// ParseSpec reads a spec's wire form and checks it. A field this kusaw
+// does not know is refused: the attempt would run without it.
 func ParseSpec(b []byte) (*AttemptSpec, error) {
 	var s AttemptSpec
-	if err := json.Unmarshal(b, &s); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
 		return nil, fmt.Errorf("attempt spec: %v", err)
 	}
 	if err := s.Check(); err != nil {

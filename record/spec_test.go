@@ -39,12 +39,28 @@ func TestSpecRoundTrip(t *testing.T) {
 
 func TestSpecCheckRefuses(t *testing.T) {
 	for name, mut := range map[string]func(*AttemptSpec){
-		"version":     func(s *AttemptSpec) { s.Version = 99 },
-		"id":          func(s *AttemptSpec) { s.ID = "other/build/2" },
-		"prompt file": func(s *AttemptSpec) { s.StepConfig.PromptFile = "/home/serve/prompt.md" },
-		"no base":     func(s *AttemptSpec) { s.Repos[0].Base = "" },
-		"no process":  func(s *AttemptSpec) { s.Processes = nil },
-		"step":        func(s *AttemptSpec) { s.StepConfig.ID = "other" },
+		"version":              func(s *AttemptSpec) { s.Version = 99 },
+		"id":                   func(s *AttemptSpec) { s.ID = "other/build/2" },
+		"prompt file":          func(s *AttemptSpec) { s.StepConfig.PromptFile = "/home/serve/prompt.md" },
+		"no base":              func(s *AttemptSpec) { s.Repos[0].Base = "" },
+		"no process":           func(s *AttemptSpec) { s.Processes = nil },
+		"step":                 func(s *AttemptSpec) { s.StepConfig.ID = "other" },
+		"env":                  func(s *AttemptSpec) { s.Env = map[string]string{"PATH": "/serve/bin"} },
+		"env nul":              func(s *AttemptSpec) { s.Env = map[string]string{EnvCandidate: "1\x00"} },
+		"sibling up":           func(s *AttemptSpec) { s.Siblings = []string{"kusaw/attempts/r1/build/../../../main"} },
+		"sibling own":          func(s *AttemptSpec) { s.Siblings = []string{"kusaw/attempts/r1/build/2"} },
+		"sibling other step":   func(s *AttemptSpec) { s.Siblings = []string{"kusaw/attempts/r1/deploy/3"} },
+		"sibling not a number": func(s *AttemptSpec) { s.Siblings = []string{"kusaw/attempts/r1/build/03"} },
+		"merge inactive repo":  func(s *AttemptSpec) { s.Merge = map[string]string{"lib": strings.Repeat("b", 40)} },
+		"merge not a commit":   func(s *AttemptSpec) { s.Merge = map[string]string{"app": "HEAD~1"} },
+		"candidate path": func(s *AttemptSpec) {
+			s.Candidates = []SpecCandidate{{Number: 1, Heads: map[string]string{"../x": strings.Repeat("b", 40)}}}
+		},
+		"candidate repeated": func(s *AttemptSpec) {
+			c := SpecCandidate{Number: 1, Heads: map[string]string{"app": strings.Repeat("b", 40)}}
+			s.Candidates = []SpecCandidate{c, c}
+		},
+		"candidate number": func(s *AttemptSpec) { s.Candidates = []SpecCandidate{{Number: 0}} },
 	} {
 		s := testSpec()
 		mut(s)
@@ -55,6 +71,35 @@ func TestSpecCheckRefuses(t *testing.T) {
 	}
 	if _, err := ParseSpec([]byte("{")); err == nil {
 		t.Error("bad JSON accepted")
+	}
+	// A part this kusaw does not know would be dropped: refused instead.
+	b, _ := testSpec().Marshal()
+	b = append(b[:len(b)-1], []byte(`,"later_shape":{"x":1}}`)...)
+	if _, err := ParseSpec(b); err == nil || !strings.Contains(err.Error(), "later_shape") {
+		t.Errorf("an unknown field: %v", err)
+	}
+}
+
+// A shape's parts travel whole, and Needs lists every commit the attempt
+// reads, base commits first.
+func TestSpecShapeParts(t *testing.T) {
+	s := testSpec()
+	b1, b2, b3 := strings.Repeat("b", 40), strings.Repeat("c", 40), strings.Repeat("d", 64)
+	s.Env = map[string]string{EnvCandidate: "2", EnvMergeConflicts: "a.go\nb.go"}
+	s.Siblings = []string{"kusaw/attempts/r1/build/1", "kusaw/attempts/r1/build/3"}
+	s.Merge = map[string]string{"app": b1}
+	s.Candidates = []SpecCandidate{{Number: 1, Heads: map[string]string{"app": b2, "lib": b3}}, {Number: 3, Heads: map[string]string{"app": b1}}}
+	b, _ := s.Marshal()
+	got, err := ParseSpec(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b2j, _ := got.Marshal(); string(b2j) != string(b) {
+		t.Fatalf("round trip changed the spec:\n%s\n%s", b, b2j)
+	}
+	want := []SpecNeed{{"app", strings.Repeat("a", 40)}, {"app", b1}, {"app", b2}, {"lib", b3}}
+	if n := got.Needs(); len(n) != len(want) || n[0] != want[0] || n[1] != want[1] || n[2] != want[2] || n[3] != want[3] {
+		t.Fatalf("needs %v, want %v", n, want)
 	}
 }
 

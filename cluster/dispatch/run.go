@@ -32,23 +32,37 @@ func (d *Dispatcher) Run(ctx context.Context, spec *record.AttemptSpec, job reco
 	}
 	defer a.end()
 
-	// Code travels as bundles of the base commits, against what every
-	// live worker of the pool already holds.
-	inputs := map[string]string{}
-	for _, r := range spec.Repos {
-		have := d.held(spec.Pool, r.Name)
-		if offers(have, r.Base) {
-			continue // every worker that may take it holds the base already
+	// Code travels as bundles of the commits the attempt reads (the base
+	// commits, then a merge's or a judge's), against what every live
+	// worker of the pool already holds.
+	w := cluster.Work{Inputs: map[string]string{}}
+	before := map[string][]string{} // repo → the commits listed before: the worker has them by then
+	for _, n := range spec.Needs() {
+		have := d.held(spec.Pool, n.Repo)
+		earlier := before[n.Repo]
+		before[n.Repo] = append(earlier, n.Commit)
+		if offers(have, n.Commit) {
+			continue // every worker that may take it holds it already
 		}
-		name, err := d.putBundle(ctx, spec, job, r, a.tmp, have, "in-")
+		base := isBase(spec, n)
+		prefix := "in-"
+		if !base {
+			prefix = "in-" + n.Commit + "-"
+		}
+		name, err := d.putBundle(ctx, spec, job, n, a.tmp, append(have, earlier...), prefix)
 		if err != nil {
 			return record.RemoteResult{Message: err.Error()}
 		}
-		inputs[r.Name] = name
+		if base {
+			w.Inputs[n.Repo] = name
+		} else {
+			w.More = append(w.More, cluster.Input{Repo: n.Repo, Commit: n.Commit, Object: name})
+		}
 	}
-	specJSON, _ := spec.Marshal()
+	w.Spec, _ = spec.Marshal()
 	a.published = time.Now()
-	work, _ := json.Marshal(cluster.Work{Spec: specJSON, Inputs: inputs, Published: a.published.UTC()})
+	w.Published = a.published.UTC()
+	work, _ := json.Marshal(w)
 	ack, err := d.o.H.JS.Publish(ctx, cluster.WorkSubject(spec.Pool), work)
 	if err != nil {
 		return record.RemoteResult{Message: "cannot publish the attempt: " + err.Error()}
@@ -415,20 +429,30 @@ func (d *Dispatcher) accept(ctx context.Context, spec *record.AttemptSpec, job r
 	return out
 }
 
-// putBundle stores a bundle of repo r's base against have and returns the
+// isBase reports whether n is its repo's base commit in spec.
+func isBase(spec *record.AttemptSpec, n record.SpecNeed) bool {
+	for _, r := range spec.Repos {
+		if r.Name == n.Repo {
+			return r.Base == n.Commit
+		}
+	}
+	return false
+}
+
+// putBundle stores a bundle of commit n against have and returns the
 // object's name.
-func (d *Dispatcher) putBundle(ctx context.Context, spec *record.AttemptSpec, job record.RemoteJob, r record.SpecRepo, tmp string, have []string, prefix string) (string, error) {
-	p := filepath.Join(tmp, prefix+r.Name+".bundle")
-	if _, err := cluster.MakeBundle(ctx, job.Repos[r.Name], p, r.Base, have); err != nil {
-		return "", fmt.Errorf("repo %s: %v", r.Name, err)
+func (d *Dispatcher) putBundle(ctx context.Context, spec *record.AttemptSpec, job record.RemoteJob, n record.SpecNeed, tmp string, have []string, prefix string) (string, error) {
+	p := filepath.Join(tmp, prefix+n.Repo+".bundle")
+	if _, err := cluster.MakeBundle(ctx, job.Repos[n.Repo], p, n.Commit, have); err != nil {
+		return "", fmt.Errorf("repo %s: %v", n.Repo, err)
 	}
-	name := cluster.ObjectName(spec.ID, 0, prefix+r.Name+".bundle")
-	n, err := d.o.H.PutFile(ctx, name, p)
+	name := cluster.ObjectName(spec.ID, 0, prefix+n.Repo+".bundle")
+	size, err := d.o.H.PutFile(ctx, name, p)
 	if err != nil {
-		return "", fmt.Errorf("repo %s: cannot store its bundle: %v", r.Name, err)
+		return "", fmt.Errorf("repo %s: cannot store its bundle: %v", n.Repo, err)
 	}
-	d.o.Metrics.bundle("out", n)
-	job.Emit("cluster.bundle", map[string]any{"repo": r.Name, "bytes": n, "against": len(have), "full": len(have) == 0})
+	d.o.Metrics.bundle("out", size)
+	job.Emit("cluster.bundle", map[string]any{"repo": n.Repo, "commit": n.Commit, "bytes": size, "against": len(have), "full": len(have) == 0})
 	return name, nil
 }
 
@@ -484,18 +508,24 @@ func (d *Dispatcher) answerBundle(ctx context.Context, m *nats.Msg, spec *record
 		reply(cluster.BundleReply{Error: "not the attempt's holder"})
 		return
 	}
-	for _, r := range spec.Repos {
-		if r.Name == req.Repo {
-			name, err := d.putBundle(ctx, spec, job, r, tmp, nil, "full-")
-			if err != nil {
-				reply(cluster.BundleReply{Error: err.Error()})
-				return
-			}
-			reply(cluster.BundleReply{Object: name})
+	// Only a commit the attempt reads: the base when none is named.
+	for _, n := range spec.Needs() {
+		if n.Repo != req.Repo || !(n.Commit == req.Commit || req.Commit == "" && isBase(spec, n)) {
+			continue
+		}
+		prefix := "full-"
+		if !isBase(spec, n) {
+			prefix = "full-" + n.Commit + "-"
+		}
+		name, err := d.putBundle(ctx, spec, job, n, tmp, nil, prefix)
+		if err != nil {
+			reply(cluster.BundleReply{Error: err.Error()})
 			return
 		}
+		reply(cluster.BundleReply{Object: name})
+		return
 	}
-	reply(cluster.BundleReply{Error: "no repo " + req.Repo + " in the attempt"})
+	reply(cluster.BundleReply{Error: "no commit " + req.Commit + " of repo " + req.Repo + " in the attempt"})
 }
 
 // fetchFile brings one of a result's files into the attempt's folder: the

@@ -105,32 +105,38 @@ func (w *Worker) run(ctx context.Context, spec *record.AttemptSpec, work *cluste
 	}
 	defer os.RemoveAll(tmp)
 	repos := map[string]string{}
+	base := map[string]string{}
 	for _, r := range spec.Repos {
-		path, err := w.cacheRepo(r.Name)
+		base[r.Name] = r.Base
+	}
+	// Every commit the attempt reads, base commits first: a merge's or a
+	// judge's candidates' bundles may build on them.
+	for _, n := range spec.Needs() {
+		path, err := w.cacheRepo(n.Repo)
 		if err != nil {
-			return fail("cache repo %s: %v", r.Name, err)
+			return fail("cache repo %s: %v", n.Repo, err)
 		}
-		repos[r.Name] = path
-		if cluster.HasCommit(ctx, path, r.Base) {
-			w.holds(r.Name, r.Base)
+		repos[n.Repo] = path
+		if cluster.HasCommit(ctx, path, n.Commit) {
+			w.holds(n.Repo, n.Commit)
 			continue
 		}
 		// The bundle serve made against what the pool's workers hold; a
 		// cache that lost a commit it needs gets a full one.
-		obj := work.Inputs[r.Name]
+		obj, file := work.Object(n.Repo, n.Commit, base[n.Repo] == n.Commit), n.Repo+"-"+n.Commit+".bundle"
 		err = errors.New("no bundle")
 		if obj != "" {
-			err = w.importBundle(ctx, path, obj, filepath.Join(tmp, "in-"+r.Name+".bundle"), r.Base)
+			err = w.importBundle(ctx, path, obj, filepath.Join(tmp, "in-"+file), n.Commit)
 		}
 		if err != nil {
-			if obj, err = w.fullBundle(ctx, spec.ID, a.token, r.Name); err == nil {
-				err = w.importBundle(ctx, path, obj, filepath.Join(tmp, "full-"+r.Name+".bundle"), r.Base)
+			if obj, err = w.fullBundle(ctx, spec.ID, a.token, n.Repo, n.Commit); err == nil {
+				err = w.importBundle(ctx, path, obj, filepath.Join(tmp, "full-"+file), n.Commit)
 			}
 		}
 		if err != nil {
-			return fail("repo %s: %v", r.Name, err)
+			return fail("repo %s: %v", n.Repo, err)
 		}
-		w.holds(r.Name, r.Base)
+		w.holds(n.Repo, n.Commit)
 	}
 	w.enterRun(spec.Run)
 	rec, dir, err := w.eng.RunForeign(ctx, spec, repos)
@@ -298,8 +304,8 @@ func (w *Worker) leaveRun(run, dir string) {
 }
 
 // importBundle fetches object obj and imports it into the cache repo,
-// checking it carries base.
-func (w *Worker) importBundle(ctx context.Context, repo, obj, p, base string) error {
+// checking it carries commit want.
+func (w *Worker) importBundle(ctx context.Context, repo, obj, p, want string) error {
 	if _, err := w.h.GetFile(ctx, obj, p); err != nil {
 		return err
 	}
@@ -307,15 +313,16 @@ func (w *Worker) importBundle(ctx context.Context, repo, obj, p, base string) er
 	mu := w.lockRepo(name)
 	tip, err := cluster.ImportBundle(ctx, repo, p)
 	mu.Unlock()
-	if err == nil && tip != base {
-		err = fmt.Errorf("the bundle carries %s, not the base %s", tip, base)
+	if err == nil && tip != want {
+		err = fmt.Errorf("the bundle carries %s, not %s", tip, want)
 	}
 	return err
 }
 
-// fullBundle asks serve for a full bundle of a repo's base.
-func (w *Worker) fullBundle(ctx context.Context, id string, token uint64, repo string) (string, error) {
-	b, _ := json.Marshal(cluster.BundleRequest{Attempt: id, Worker: w.id.Name, Token: token, Repo: repo})
+// fullBundle asks serve for a full bundle of a repo's commit (its base
+// when commit is "").
+func (w *Worker) fullBundle(ctx context.Context, id string, token uint64, repo, commit string) (string, error) {
+	b, _ := json.Marshal(cluster.BundleRequest{Attempt: id, Worker: w.id.Name, Token: token, Repo: repo, Commit: commit})
 	rctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	m, err := w.nc.RequestWithContext(rctx, cluster.BundleSubject(cluster.Key(id), w.id.Name), b)

@@ -1,0 +1,184 @@
+package worker
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kusaw/kusaw/factory"
+	"github.com/kusaw/kusaw/internal/testkit"
+	"github.com/kusaw/kusaw/record"
+	"github.com/kusaw/kusaw/status"
+)
+
+// The pipeline shapes that used to run on serve whatever the step's pool:
+// candidates (beside each other), a judge (reading the candidates' trees)
+// and a resolve step (finishing a parallel group's merge).
+const shapes = `version: 1
+repos:
+  app: {path: ./app}
+pipelines:
+  all: [tryall]
+  judged: [tryj]
+  group: [[one, two]]
+steps:
+  tryall:
+    candidates: 3
+    select: all
+    run: [sh, -c, 'case $KUSAW_CANDIDATE in 1) seq 1 500 > out.txt;; 2) sleep 0.5; echo small > out.txt;; 3) seq 1 50 > out.txt;; esac']
+  tryj:
+    candidates: 3
+    select: judge:pick
+    run: [sh, -c, 'sleep 0.3; echo $KUSAW_CANDIDATE > pick.txt']
+  pick:
+    run: [sh, -c, 'test "$(cat $KUSAW_CANDIDATE_3/pick.txt)" = 3 && test "$(cat $KUSAW_CANDIDATE_1/pick.txt)" = 1 && test "$KUSAW_CANDIDATES" = "1 2 3" && echo 3 > $KUSAW_ARTIFACTS/choice']
+  one: {run: [sh, -c, "echo one > README"], resolve: fix}
+  two: {run: [sh, -c, "echo two > README"]}
+  fix: {run: [sh, -c, "grep -q '<<<<<<<' README && test \"$KUSAW_MERGE_CONFLICTS\" = README && echo both > README"]}
+`
+
+// outcome is what a run of the shapes ended with, wherever it ran.
+type outcome struct {
+	state  status.RunState
+	file   string // the run branch's file the pipeline writes
+	chosen int    // the kept candidate's number (0: none)
+	merge  bool   // the run branch ends at a merge commit
+}
+
+func shapeOutcome(t *testing.T, run *factory.Run, file string) outcome {
+	t.Helper()
+	o := outcome{state: run.Record.State}
+	repo := run.Record.Repos[0]
+	o.file = testkit.GitRun(t, repo.Path, "show", repo.Branch+":"+file)
+	if sr := run.Record.Steps[0]; sr.Chosen > 0 {
+		o.chosen = sr.Chosen - sr.FirstAttempt + 1
+	}
+	o.merge = len(strings.Fields(testkit.GitRun(t, repo.Path, "rev-list", "--parents", "-n1", repo.Branch))) == 3
+	return o
+}
+
+// onOneMachine runs a pipeline of the shapes with no cluster.
+func onOneMachine(t *testing.T, pipeline, file string) outcome {
+	t.Helper()
+	f := testkit.Factory(t, shapes, "app")
+	e, err := factory.New(f, factory.Options{Kusaw: "/bin/false"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	run, err := e.Run(ctx, pipeline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return shapeOutcome(t, run, file)
+}
+
+// onWorker runs a pipeline of the shapes with every attempt on worker w1
+// and checks that each attempt's record names it.
+func onWorker(t *testing.T, pipeline, file string) (outcome, *factory.Run, *rig) {
+	t.Helper()
+	r := startServe(t, shapes, 5*time.Second)
+	r.startWorker(t, "w1")
+	ctx, cancel := context.WithTimeout(r.ctx, 90*time.Second)
+	defer cancel()
+	run, err := r.e.Run(ctx, pipeline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	atts, _ := r.e.State.Attempts(run.Record)
+	for _, a := range atts {
+		if a.Worker != "w1" || a.Token == 0 {
+			t.Errorf("attempt %s/%d ran on %q (token %d), want the worker", a.Step, a.Number, a.Worker, a.Token)
+		}
+	}
+	if run.Record.State != status.RunSucceeded {
+		for _, a := range atts {
+			t.Logf("attempt %s/%d on %q: %s %s %s", a.Step, a.Number, a.Worker, a.Outcome, a.Reason, a.Message)
+		}
+		t.Fatalf("run %s: %s %s", run.Record.State, run.Record.Reason, run.Record.Message)
+	}
+	return shapeOutcome(t, run, file), run, r
+}
+
+// specOf is an attempt's spec as serve sent it.
+func specOf(t *testing.T, run *factory.Run, step string, n int) (*record.AttemptSpec, string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(record.AttemptDir(run.Dir, step, n), record.SpecFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp, err := record.ParseSpec(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sp, string(b)
+}
+
+// Candidates run on the worker beside each other (two at a time there):
+// each gets its number, the ref guard of one leaves the others' branches
+// alone, and select: all keeps the smallest diff as on one machine.
+func TestCandidatesOnWorker(t *testing.T) {
+	got, run, _ := onWorker(t, "all", "out.txt")
+	want := onOneMachine(t, "all", "out.txt")
+	if got != want || got.chosen != 2 || got.file != "small" {
+		t.Fatalf("on the worker %+v, on one machine %+v (want candidate 2's small diff)", got, want)
+	}
+	sp, b := specOf(t, run, "tryall", 2)
+	if sp.Env[record.EnvCandidate] != "2" || len(sp.Siblings) != 2 || strings.Contains(b, run.Dir) {
+		t.Fatalf("candidate 2's spec: env %v siblings %v\n%s", sp.Env, sp.Siblings, b)
+	}
+	// The worker's ref guard repaired nothing: no candidate undid another.
+	for n := 1; n <= 3; n++ {
+		ev, _ := os.ReadFile(filepath.Join(record.AttemptDir(run.Dir, "tryall", n), record.EventsFile))
+		if strings.Contains(string(ev), `"type":"`+record.EvRefsRestored+`"`) {
+			t.Errorf("candidate %d: the worker restored branches:\n%s", n, ev)
+		}
+	}
+}
+
+// A judge runs on the worker: its spec names the passing candidates'
+// commits (no path of serve), the worker exports them into folders of its
+// own, and the judge's choice is kept as on one machine.
+func TestJudgeOnWorker(t *testing.T) {
+	got, run, _ := onWorker(t, "judged", "pick.txt")
+	want := onOneMachine(t, "judged", "pick.txt")
+	if got != want || got.chosen != 3 || got.file != "3" {
+		t.Fatalf("on the worker %+v, on one machine %+v (want the judge's candidate 3)", got, want)
+	}
+	sp, b := specOf(t, run, "pick", 1)
+	if len(sp.Candidates) != 3 || strings.Contains(b, run.Dir) || len(sp.Env) != 0 {
+		t.Fatalf("the judge's spec:\n%s", b)
+	}
+	repo := run.Record.Repos[0]
+	for _, c := range sp.Candidates {
+		if branch := testkit.GitRun(t, repo.Path, "rev-parse", "kusaw/attempts/"+run.ID()+"/tryj/"+strconv.Itoa(c.Number)); c.Heads["app"] != branch {
+			t.Errorf("candidate %d: the spec names %s, its branch is at %s", c.Number, c.Heads["app"], branch)
+		}
+	}
+}
+
+// A parallel group's conflict is resolved on the worker: the resolve
+// step's spec names the commit to merge, the worker merges it before the
+// step, and the step's commit completes the merge as on one machine.
+func TestResolveOnWorker(t *testing.T) {
+	got, run, _ := onWorker(t, "group", "README")
+	want := onOneMachine(t, "group", "README")
+	if got != want || got.file != "both" || !got.merge {
+		t.Fatalf("on the worker %+v, on one machine %+v (want both, a merge commit)", got, want)
+	}
+	sp, b := specOf(t, run, "fix", 1)
+	if len(sp.Merge) != 1 || sp.Env[record.EnvMergeConflicts] != "README" || strings.Contains(b, run.Dir) {
+		t.Fatalf("the resolve's spec:\n%s", b)
+	}
+	repo := run.Record.Repos[0]
+	parents := strings.Fields(testkit.GitRun(t, repo.Path, "rev-list", "--parents", "-n1", repo.Branch))
+	if len(parents) != 3 || parents[2] != sp.Merge["app"] {
+		t.Errorf("the run branch's merge %v does not merge %s", parents, sp.Merge["app"])
+	}
+}
