@@ -291,9 +291,8 @@ func (a *waiting) event(m jetstream.Msg) {
 	if a.stale(ev.Worker, ev.Token) {
 		return // a stale holder's event: never written
 	}
-	switch ev.Type {
-	case record.EvAttemptStarted, record.EvAttemptFinished, record.EvCommitted, record.EvBranchAdvanced:
-		return // serve writes its own, about its own branches
+	if serveOnly(ev.Type) {
+		return // serve writes its own, about its own branches and verdicts
 	}
 	if ev.Type == record.EvProcessStarted && !a.started && !a.published.IsZero() {
 		a.started = true

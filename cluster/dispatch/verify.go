@@ -100,3 +100,23 @@ func (d *Dispatcher) egressVerdict(spec *record.AttemptSpec, job record.RemoteJo
 func Proxied(spec *record.AttemptSpec) bool {
 	return spec.Mode == config.ModeRequired && spec.Network.Proxied()
 }
+
+// serveOnly reports whether an event type is serve's to write into a
+// remote attempt's sealed log, never a worker's: the attempt's start and
+// end, commits and branches on serve's repositories, serve's verdicts on
+// the cluster (claimed, lost, fenced, egress log verified, object
+// refused), and what belongs to the run (steps, gates, groups, fixes,
+// candidates, delivery, notices). A worker that sent one would put words
+// in serve's mouth in a record serve signs.
+func serveOnly(typ string) bool {
+	switch typ {
+	case record.EvAttemptStarted, record.EvAttemptFinished, record.EvCommitted:
+		return true
+	}
+	for _, p := range []string{"cluster.", "run.", "step.", "branch.", "gate.", "group.", "fix.", "candidates.", "deliver.", "notify."} {
+		if strings.HasPrefix(typ, p) {
+			return true
+		}
+	}
+	return false
+}

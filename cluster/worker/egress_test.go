@@ -237,3 +237,62 @@ func TestRemoteEgressLogMustVerify(t *testing.T) {
 		})
 	}
 }
+
+// Attacker's side: the holder of an attempt streams events of the kinds
+// only serve writes (its verdict that an egress log verified, a claim, a
+// branch that moved, a gate approved, the step's end) into the attempt's
+// record, which serve seals with its own key. Serve writes none of them;
+// the twin: the same holder's process and provider events are written,
+// with its name.
+func TestWorkerCannotForgeServeEvents(t *testing.T) {
+	r := startServe(t, madeArtifact, 30*time.Second)
+	m := r.scripted(t, "mallory")
+	ctx, cancel := context.WithTimeout(r.ctx, 60*time.Second)
+	defer cancel()
+	done := make(chan *factory.Run, 1)
+	go func() {
+		run, err := r.e.Run(ctx, "")
+		if err != nil {
+			t.Error(err)
+		}
+		done <- run
+	}()
+	spec, _, tok := m.take(ctx)
+	key := cluster.Key(spec.ID)
+	send := func(typ string, data map[string]any) {
+		b, _ := json.Marshal(cluster.Event{Attempt: spec.ID, Worker: "mallory", Token: tok, TS: time.Now().UTC(), Type: typ, Data: data})
+		if _, err := m.h.JS.Publish(ctx, cluster.EventsSubject(key, "mallory"), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	forged := []string{record.EvClusterEgressLog, record.EvClusterClaimed, record.EvClusterObjectRefused, "cluster.lost",
+		record.EvBranchAdvanced, record.EvHeadsMoved, record.EvGateApproved, record.EvStepFinished, record.EvRunFinished,
+		record.EvAttemptFinished, record.EvCommitted, record.EvDeliverPushed, record.EvFixFinished}
+	for _, typ := range forged {
+		send(typ, map[string]any{"verified": true, "forged": "by-mallory"})
+	}
+	send(record.EvProcessStarted, map[string]any{"pid": 4242, "genuine": "yes"})
+	send("provider.text", map[string]any{"text": "working", "genuine": "yes"})
+	res := cluster.Result{Heads: map[string]string{}, Bundles: map[string]string{}, Files: map[string]string{}, Digests: map[string]string{}}
+	m.report(ctx, spec, tok, res)
+	run := <-done
+	if run == nil {
+		t.FailNow()
+	}
+	b, err := os.ReadFile(filepath.Join(record.AttemptDir(run.Dir, spec.Step, spec.Number), record.EventsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	genuine := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, "by-mallory") {
+			t.Errorf("serve wrote a forged event: %s", line)
+		}
+		if strings.Contains(line, `"genuine":"yes"`) && strings.Contains(line, `"worker":"mallory"`) {
+			genuine++
+		}
+	}
+	if genuine != 2 {
+		t.Errorf("%d of the holder's own events written, want 2:\n%s", genuine, b)
+	}
+}
