@@ -154,7 +154,9 @@ func (e *Engine) RunForeign(ctx context.Context, spec *record.AttemptSpec, repos
 		if err := repo.SetBranch(branch, "", sr.Base); err != nil {
 			return nil, "", err
 		}
-		r.Record.Repos = append(r.Record.Repos, record.RunRepo{Name: sr.Name, Path: path, BaseSHA: sr.Base, Branch: branch, HeadSHA: sr.Base})
+		// The run's starting commit, not the attempt's base: setup runs
+		// outside the sandbox only on the former (setupPlace).
+		r.Record.Repos = append(r.Record.Repos, record.RunRepo{Name: sr.Name, Path: path, BaseSHA: sr.RunBase, Branch: branch, HeadSHA: sr.Base})
 	}
 	opt, err := foreignOpts(spec, filepath.Join(r.Dir, "handoff", spec.Step, strconv.Itoa(spec.Number)))
 	if err != nil {

@@ -17,8 +17,8 @@ import (
 
 // SpecVersion is the version of AttemptSpec's wire form. A reader refuses a
 // spec of another version rather than run half of it. Version 2 carries
-// the shapes' own parts (Env, Siblings, Merge, Candidates): a version-1
-// worker would run such an attempt without them.
+// the shapes' own parts (Env, Siblings, Merge, Candidates) and each repo's
+// RunBase: a version-1 worker would run such an attempt without them.
 const SpecVersion = 2
 
 // SpecFile is the attempt's spec beside attempt.json: what it was asked to
@@ -180,6 +180,10 @@ type SpecRepo struct {
 	RunBranch     string `json:"run_branch"`
 	AttemptBranch string `json:"attempt_branch"`
 	Base          string `json:"base"`
+	// RunBase is the commit the run started from: setup runs outside the
+	// sandbox only on it (code no step of the run wrote), and a step reads
+	// it as KUSAW_BASE_<REPO>.
+	RunBase string `json:"run_base"`
 }
 
 // SpecProcess is one process of an attempt, resolved.
@@ -212,8 +216,8 @@ func (s *AttemptSpec) Check() error {
 	}
 	active := map[string]bool{}
 	for _, r := range s.Repos {
-		if r.Name == "" || r.Base == "" || r.AttemptBranch == "" || r.RunBranch == "" {
-			return fmt.Errorf("attempt spec repo %q without a base commit or branch", r.Name)
+		if r.Name == "" || r.Base == "" || r.RunBase == "" || r.AttemptBranch == "" || r.RunBranch == "" {
+			return fmt.Errorf("attempt spec repo %q without a base commit, the run's starting commit or a branch", r.Name)
 		}
 		active[r.Name] = true
 	}

@@ -9,7 +9,7 @@ import (
 
 func testSpec() *AttemptSpec {
 	return &AttemptSpec{Version: SpecVersion, ID: "r1/build/2", Run: "r1", Step: "build", Number: 2, Of: 3,
-		Repos:     []SpecRepo{{Name: "app", Sandbox: config.ModeRequired, RunBranch: "kusaw/r1", AttemptBranch: "kusaw/attempts/r1/build/2", Base: strings.Repeat("a", 40)}},
+		Repos:     []SpecRepo{{Name: "app", Sandbox: config.ModeRequired, RunBranch: "kusaw/r1", AttemptBranch: "kusaw/attempts/r1/build/2", Base: strings.Repeat("a", 40), RunBase: strings.Repeat("9", 40)}},
 		Processes: []SpecProcess{{Repos: []string{"app"}, Mode: config.ModeRequired, ModeOrigin: "repo:app", Network: config.NetworkAllowlist}},
 		Mode:      config.ModeRequired, ModeOrigin: "repo:app", Network: config.NetworkAllowlist,
 		StepConfig: config.Step{ID: "build", Run: []string{"make"}, Env: map[string]config.EnvValue{"TOKEN": {Secret: &config.SecretRef{Key: "gh"}}}},

@@ -182,3 +182,59 @@ func TestResolveOnWorker(t *testing.T) {
 		t.Errorf("the run branch's merge %v does not merge %s", parents, sp.Merge["app"])
 	}
 }
+
+// Attacker's side: a sandboxed step writes setup.sh, which the factory's
+// setup runs before the next step. On one machine setup runs that code
+// only inside the next step's sandbox (the commit is not the run's
+// starting one); on a worker it must too: the spec names the run's
+// starting commit, so the worker tells it from the attempt's base. The
+// twin: the first step's setup, on the run's own commit, runs on the host
+// and the next step finds what setup made.
+func TestSetupOnWorkerStaysInSandbox(t *testing.T) {
+	pwned := filepath.Join(t.TempDir(), "pwned")
+	r := startServe(t, `version: 1
+repos:
+  app: {path: ./app}
+setup:
+  - [sh, -c, 'if [ -f setup.sh ]; then sh setup.sh; else echo deps > deps.txt; fi']
+pipelines:
+  default: [write, use]
+steps:
+  write:
+    sandbox: {mode: required, network: open}
+    env: {PWNED: `+pwned+`}
+    run: [sh, -c, 'test -f deps.txt && printf "touch %s 2>/dev/null; echo deps > deps.txt\n" "$PWNED" > setup.sh']
+  use:
+    sandbox: {mode: required, network: open}
+    run: [sh, -c, 'test "$(cat deps.txt)" = deps']
+`, 5*time.Second)
+	r.startWorker(t, "w1")
+	ctx, cancel := context.WithTimeout(r.ctx, 90*time.Second)
+	defer cancel()
+	run, err := r.e.Run(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	atts, _ := r.e.State.Attempts(run.Record)
+	if run.Record.State != status.RunSucceeded {
+		for _, a := range atts {
+			b, _ := os.ReadFile(filepath.Join(record.AttemptDir(run.Dir, a.Step, a.Number), record.StderrFile))
+			t.Logf("attempt %s/%d on %q: %s %s %s\n%s", a.Step, a.Number, a.Worker, a.Outcome, a.Reason, a.Message, b)
+		}
+		t.Fatalf("run %s: %s", run.Record.State, run.Record.Message)
+	}
+	for _, a := range atts {
+		if a.Worker != "w1" {
+			t.Errorf("attempt %s/%d ran on %q, want the worker", a.Step, a.Number, a.Worker)
+		}
+	}
+	if _, err := os.Lstat(pwned); err == nil {
+		t.Fatal("the worker ran setup on code a sandboxed step wrote outside the sandbox")
+	}
+	for step, where := range map[string]string{"write": "host", "use": "sandbox"} {
+		ev, _ := os.ReadFile(filepath.Join(record.AttemptDir(run.Dir, step, 1), record.EventsFile))
+		if !strings.Contains(string(ev), `"where":"`+where+`"`) {
+			t.Errorf("step %s: setup did not run on the %s:\n%s", step, where, ev)
+		}
+	}
+}
