@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -80,8 +81,9 @@ func onOneMachine(t *testing.T, pipeline, file string) outcome {
 }
 
 // onWorker runs a pipeline of the shapes with every attempt on worker w1
-// and checks that each attempt's record names it.
-func onWorker(t *testing.T, pipeline, file string) (outcome, *factory.Run, *rig) {
+// and checks that each attempt's record names it (the helpers' too: a
+// judge, a resolve step).
+func onWorker(t *testing.T, pipeline, file string, attempts int) (outcome, *factory.Run, *rig) {
 	t.Helper()
 	r := startServe(t, shapes, 5*time.Second)
 	r.startWorker(t, "w1")
@@ -91,7 +93,10 @@ func onWorker(t *testing.T, pipeline, file string) (outcome, *factory.Run, *rig)
 	if err != nil {
 		t.Fatal(err)
 	}
-	atts, _ := r.e.State.Attempts(run.Record)
+	atts := allAttempts(t, run)
+	if len(atts) != attempts {
+		t.Errorf("%d attempts, want %d", len(atts), attempts)
+	}
 	for _, a := range atts {
 		if a.Worker != "w1" || a.Token == 0 {
 			t.Errorf("attempt %s/%d ran on %q (token %d), want the worker", a.Step, a.Number, a.Worker, a.Token)
@@ -104,6 +109,26 @@ func onWorker(t *testing.T, pipeline, file string) (outcome, *factory.Run, *rig)
 		t.Fatalf("run %s: %s %s", run.Record.State, run.Record.Reason, run.Record.Message)
 	}
 	return shapeOutcome(t, run, file), run, r
+}
+
+// allAttempts reads every attempt.json of a run: its steps' and the
+// helpers' its shapes ran (a judge, a resolve step).
+func allAttempts(t *testing.T, run *factory.Run) []record.AttemptRecord {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(run.Dir, record.StepsDir, "*", "*", record.AttemptFile))
+	var out []record.AttemptRecord
+	for _, f := range files {
+		var a record.AttemptRecord
+		b, err := os.ReadFile(f)
+		if err == nil {
+			err = json.Unmarshal(b, &a)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		out = append(out, a)
+	}
+	return out
 }
 
 // specOf is an attempt's spec as serve sent it.
@@ -124,7 +149,7 @@ func specOf(t *testing.T, run *factory.Run, step string, n int) (*record.Attempt
 // each gets its number, the ref guard of one leaves the others' branches
 // alone, and select: all keeps the smallest diff as on one machine.
 func TestCandidatesOnWorker(t *testing.T) {
-	got, run, _ := onWorker(t, "all", "out.txt")
+	got, run, _ := onWorker(t, "all", "out.txt", 3)
 	want := onOneMachine(t, "all", "out.txt")
 	if got != want || got.chosen != 2 || got.file != "small" {
 		t.Fatalf("on the worker %+v, on one machine %+v (want candidate 2's small diff)", got, want)
@@ -146,7 +171,7 @@ func TestCandidatesOnWorker(t *testing.T) {
 // commits (no path of serve), the worker exports them into folders of its
 // own, and the judge's choice is kept as on one machine.
 func TestJudgeOnWorker(t *testing.T) {
-	got, run, _ := onWorker(t, "judged", "pick.txt")
+	got, run, _ := onWorker(t, "judged", "pick.txt", 4)
 	want := onOneMachine(t, "judged", "pick.txt")
 	if got != want || got.chosen != 3 || got.file != "3" {
 		t.Fatalf("on the worker %+v, on one machine %+v (want the judge's candidate 3)", got, want)
@@ -167,7 +192,7 @@ func TestJudgeOnWorker(t *testing.T) {
 // step's spec names the commit to merge, the worker merges it before the
 // step, and the step's commit completes the merge as on one machine.
 func TestResolveOnWorker(t *testing.T) {
-	got, run, _ := onWorker(t, "group", "README")
+	got, run, _ := onWorker(t, "group", "README", 3)
 	want := onOneMachine(t, "group", "README")
 	if got != want || got.file != "both" || !got.merge {
 		t.Fatalf("on the worker %+v, on one machine %+v (want both, a merge commit)", got, want)
