@@ -65,6 +65,8 @@ type attemptRun struct {
 	extras attemptExtras
 	// limits watches the step's limits while the processes run.
 	limits *limitWatch
+	// unwarm stops proc.Prewarm once the process is placed.
+	unwarm func()
 }
 
 // save writes attempt.json atomically. Process goroutines change their
@@ -163,6 +165,10 @@ func (e *Engine) runSpecOn(ctx context.Context, r *Run, spec *record.AttemptSpec
 	if e.opts.Remote != nil && e.opts.Remote.Takes(spec.Pool) && a.opt.remotable() {
 		return a.runRemote(ctx)
 	}
+	// The kernel's wait before the first cgroup move after a pause is
+	// taken now, beside the git work, not at the process's start.
+	a.unwarm = proc.Prewarm(a.resources())
+	defer a.unwarm()
 	if a.rec.Mode == config.ModeRequired && a.rec.Network.Proxied() {
 		// The lease needs egress.log; making it now, beside the git
 		// work, keeps its wait on the disk (milliseconds now and then)
@@ -665,6 +671,9 @@ func (a *attemptRun) execute(ctx context.Context, i int, p *preparedProc) procRe
 		}()
 	}
 	started := func(pid int) {
+		if a.unwarm != nil {
+			a.unwarm()
+		}
 		start, _ := proc.StartID(pid)
 		a.mu.Lock()
 		pr.PID, pr.Start = pid, start

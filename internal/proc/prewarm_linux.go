@@ -1,0 +1,93 @@
+package proc
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Moving a process into a cgroup takes the kernel's cgroup write lock,
+// and the first move after a pause waits for an RCU grace period before
+// it gets it: 5 to 20 ms on a 2-core VM, where the moves that follow
+// within that grace period take some 60 µs. An attempt places its process
+// only after git has made its worktrees, and the process may not run its
+// program before it is placed, so that wait would fall on the step's
+// start. Prewarm takes it early instead, while git works: kusaw moves
+// itself into the group it already runs in (which changes nothing but
+// takes the same lock), and keeps doing so every few milliseconds until
+// the process is placed, so the lock stays in its fast state.
+
+const (
+	prewarmEvery = 2 * time.Millisecond
+	prewarmMax   = 5 * time.Second // a caller that never stops it
+)
+
+// prewarmWrites counts kusaw's moves of itself, for the tests.
+var prewarmWrites atomic.Int64
+
+// Prewarm readies the kernel for placing a process under limits l into
+// its cgroup soon; call stop once it is placed (stop may be called more
+// than once). Without a cgroup to place into, it does nothing.
+func Prewarm(l Limits) (stop func()) {
+	procs := ownProcsFile(wanted(l))
+	if procs == "" {
+		return func() {}
+	}
+	self := []byte(strconv.Itoa(os.Getpid()))
+	done := make(chan struct{})
+	go func() {
+		tick := time.NewTicker(prewarmEvery)
+		defer tick.Stop()
+		limit := time.After(prewarmMax)
+		for {
+			// O_WRONLY without O_CREATE or O_TRUNC: a cgroup file only.
+			f, err := os.OpenFile(procs, os.O_WRONLY, 0)
+			if err != nil {
+				return // not ours to write: nothing to gain
+			}
+			_, err = f.Write(self)
+			f.Close()
+			if errors.Is(err, fs.ErrPermission) {
+				return
+			}
+			prewarmWrites.Add(1)
+			select {
+			case <-done:
+				return
+			case <-limit:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(done) }) }
+}
+
+// ownProcsFile is the cgroup.procs file of the group kusaw runs in, in
+// the hierarchy newGroup would make a group for controllers ctls ("" for
+// none).
+func ownProcsFile(ctls []string) string {
+	if len(ctls) == 0 {
+		return ""
+	}
+	v1, v2, v2ctl := cgroupRoots()
+	all2 := v2 != ""
+	for _, c := range ctls {
+		all2 = all2 && v2ctl[c]
+	}
+	if all2 {
+		return filepath.Join(v2, "cgroup.procs")
+	}
+	for _, c := range ctls {
+		if d := v1[c]; d != "" {
+			return filepath.Join(d, "cgroup.procs")
+		}
+	}
+	return ""
+}
