@@ -247,6 +247,19 @@ func (r *Run) attemptOpt(step string, n int) attemptOpts {
 	return r.opts[record.AttemptID(r.ID(), step, n)]
 }
 
+// runAgainIfLost runs an attempt of s numbered n and, while its worker
+// is lost (the infrastructure's failure, not the step's), runs it again
+// under the step's next number, at most MaxLost times: for the shapes'
+// single attempts (a candidate, a judge, a resolve); runAttempts does the
+// same within its own loop. A nil from run (it could not start) ends it.
+func (e *Engine) runAgainIfLost(ctx context.Context, r *Run, s *config.Step, n int, run func(n int) *record.AttemptRecord) *record.AttemptRecord {
+	a := run(n)
+	for lost := 0; a != nil && a.Outcome == status.OutcomeLost && lost < MaxLost && ctx.Err() == nil; lost++ {
+		a = run(r.takeAttempt(s.ID))
+	}
+	return a
+}
+
 // runAttempts runs a step's attempts one after another: retry rules
 // decide whether another runs, a fixer may run between them.
 func (e *Engine) runAttempts(ctx context.Context, r *Run, i int, keep bool) stepEnd {
@@ -654,27 +667,32 @@ func (e *Engine) resolveMerge(ctx context.Context, r *Run, it item, repoName, ou
 	if !slices.Contains(e.F.ActiveRepos(rs), repoName) {
 		return "", fmt.Errorf("step %s does not work on repo %s (add it to its repos)", rs.ID, repoName)
 	}
-	n := r.takeAttempt(rs.ID)
 	rr := r.repo(repoName)
 	repo, err := r.openRepo(rr.Name, rr.Path)
 	if err != nil {
 		return "", err
 	}
-	// The merge so far is on no branch yet: the resolve starts from a
-	// branch of its own at it.
-	base := worktree.AttemptBranch(r.ID(), rs.ID, n) + "-base"
-	if err := repo.SetBranch(base, "", ours); err != nil {
-		return "", err
+	var berr error
+	a := e.runAgainIfLost(ctx, r, rs, r.takeAttempt(rs.ID), func(n int) *record.AttemptRecord {
+		// The merge so far is on no branch yet: the resolve starts from
+		// a branch of its own at it.
+		base := worktree.AttemptBranch(r.ID(), rs.ID, n) + "-base"
+		if berr = repo.SetBranch(base, "", ours); berr != nil {
+			return nil
+		}
+		opt := attemptOpts{keep: true, from: map[string]string{repoName: base}, merge: map[string]string{repoName: theirs},
+			env: map[string]string{record.EnvMergeConflicts: strings.Join(files, "\n")}}
+		return e.runAttempt(ctx, r, rs, n, n, opt)
+	})
+	if berr != nil {
+		return "", berr
 	}
-	opt := attemptOpts{keep: true, from: map[string]string{repoName: base}, merge: map[string]string{repoName: theirs},
-		env: map[string]string{record.EnvMergeConflicts: strings.Join(files, "\n")}}
-	a := e.runAttempt(ctx, r, rs, n, n, opt)
 	if a.Outcome != status.OutcomePassed {
-		return "", fmt.Errorf("attempt %d %s: %s", n, a.Outcome, a.Message)
+		return "", fmt.Errorf("attempt %d %s: %s", a.Number, a.Outcome, a.Message)
 	}
 	for _, w := range a.Worktrees {
 		if w.Repo == repoName && w.HeadSHA != "" {
-			r.events.Emit(record.EvMergeResolved, map[string]any{"group": it.group, "repo": repoName, "step": rs.ID, "attempt": n, "sha": w.HeadSHA, "files": files})
+			r.events.Emit(record.EvMergeResolved, map[string]any{"group": it.group, "repo": repoName, "step": rs.ID, "attempt": a.Number, "sha": w.HeadSHA, "files": files})
 			return w.HeadSHA, nil
 		}
 	}
@@ -768,15 +786,20 @@ func (e *Engine) runCandidates(ctx context.Context, r *Run, i int) stepEnd {
 	r.mu.Unlock()
 	recs := make([]*record.AttemptRecord, len(nums))
 	done := make(chan int, len(nums))
+	// A lost candidate runs again under a number after the others':
+	// every number the step's candidates may take is a sibling's.
+	last := nums[len(nums)-1] + len(nums)*MaxLost
 	for k := range nums {
 		go func() {
-			opt := attemptOpts{keep: true, env: map[string]string{record.EnvCandidate: strconv.Itoa(k + 1)}}
-			for j, n := range nums {
-				if j != k {
-					opt.siblings = append(opt.siblings, worktree.AttemptBranch(r.ID(), s.ID, n))
+			recs[k] = e.runAgainIfLost(cctx, r, s, nums[k], func(n int) *record.AttemptRecord {
+				opt := attemptOpts{keep: true, env: map[string]string{record.EnvCandidate: strconv.Itoa(k + 1)}}
+				for m := nums[0]; m <= last; m++ {
+					if m != n {
+						opt.siblings = append(opt.siblings, worktree.AttemptBranch(r.ID(), s.ID, m))
+					}
 				}
-			}
-			recs[k] = e.runAttempt(cctx, r, s, nums[k], nums[len(nums)-1], opt)
+				return e.runAttempt(cctx, r, s, n, max(n, nums[len(nums)-1]), opt)
+			})
 			done <- k
 		}()
 	}
@@ -876,8 +899,6 @@ func (e *Engine) runJudge(ctx context.Context, r *Run, s *config.Step, recs []*r
 	if js == nil {
 		return 0, "judge step " + s.Judge + " is not defined"
 	}
-	n := r.takeAttempt(js.ID)
-	dir := record.AttemptDir(r.Dir, js.ID, n)
 	opt := attemptOpts{keep: true}
 	var passing []string
 	for k, a := range recs {
@@ -887,10 +908,11 @@ func (e *Engine) runJudge(ctx context.Context, r *Run, s *config.Step, recs []*r
 		opt.candidates = append(opt.candidates, record.SpecCandidate{Number: k + 1, Heads: headsOf(a)})
 		passing = append(passing, strconv.Itoa(k+1))
 	}
-	a := e.runAttempt(ctx, r, js, n, n, opt)
+	a := e.runAgainIfLost(ctx, r, js, r.takeAttempt(js.ID), func(n int) *record.AttemptRecord { return e.runAttempt(ctx, r, js, n, n, opt) })
 	if a.Outcome != status.OutcomePassed {
-		return 0, fmt.Sprintf("judge %s attempt %d %s: %s", js.ID, n, a.Outcome, a.Message)
+		return 0, fmt.Sprintf("judge %s attempt %d %s: %s", js.ID, a.Number, a.Outcome, a.Message)
 	}
+	dir := record.AttemptDir(r.Dir, js.ID, a.Number)
 	// The judge wrote choice: read it as an artifact (a link to a host
 	// file, a FIFO or a huge file is refused, not followed or read).
 	b, err := record.ReadArtifact(dir, "choice", 64)

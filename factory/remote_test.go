@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +23,7 @@ type shapeRemote struct {
 	t     *testing.T
 	mu    sync.Mutex
 	specs map[string]*record.AttemptSpec
+	lose  map[string]int // step → how many of its attempts are lost first
 }
 
 func (f *shapeRemote) Takes(string) bool { return true }
@@ -33,8 +35,15 @@ func (f *shapeRemote) Reattach(ctx context.Context, spec *record.AttemptSpec, jo
 func (f *shapeRemote) Run(_ context.Context, spec *record.AttemptSpec, job record.RemoteJob) record.RemoteResult {
 	f.mu.Lock()
 	f.specs[spec.ID] = spec
+	lost := f.lose[spec.Step] > 0
+	if lost {
+		f.lose[spec.Step]--
+	}
 	f.mu.Unlock()
 	job.Claimed("w1", 7)
+	if lost {
+		return record.RemoteResult{Lost: true, Worker: "w1", Token: 7, Message: "worker w1 stopped answering"}
+	}
 	repo, base := job.Repos["app"], spec.Repos[0].Base
 	head := base
 	switch spec.Step {
@@ -71,12 +80,7 @@ func gitIn(t *testing.T, dir, stdin string, args ...string) string {
 	return string(out)
 }
 
-// Every shape's attempt goes to the cluster when it takes the step's pool
-// (remotable): candidates with their number and siblings, a judge with the
-// candidates' commits, a resolve with the commit to merge and the
-// conflicted files. None of them names a path of serve.
-func TestShapesRemotable(t *testing.T) {
-	f := testkit.Factory(t, `version: 1
+const shapesYAML = `version: 1
 repos:
   app: {path: ./app}
 pipelines:
@@ -87,7 +91,14 @@ steps:
   one: {run: ["true"], resolve: fix}
   two: {run: ["true"]}
   fix: {run: ["true"]}
-`, "app")
+`
+
+// Every shape's attempt goes to the cluster when it takes the step's pool
+// (remotable): candidates with their number and siblings, a judge with the
+// candidates' commits, a resolve with the commit to merge and the
+// conflicted files. None of them names a path of serve.
+func TestShapesRemotable(t *testing.T) {
+	f := testkit.Factory(t, shapesYAML, "app")
 	fr := &shapeRemote{t: t, specs: map[string]*record.AttemptSpec{}}
 	e, err := New(f, Options{Kusaw: "/bin/false", Remote: fr})
 	if err != nil {
@@ -114,7 +125,8 @@ steps:
 			t.Errorf("attempt %s's spec names a path of serve: %s", id, b)
 		}
 	}
-	if sp := fr.specs[record.AttemptID(r.ID(), "tryj", 2)]; sp.Env[record.EnvCandidate] != "2" || len(sp.Siblings) != 2 {
+	if sp := fr.specs[record.AttemptID(r.ID(), "tryj", 2)]; sp.Env[record.EnvCandidate] != "2" || !slices.Contains(sp.Siblings, "kusaw/attempts/"+r.ID()+"/tryj/1") ||
+		!slices.Contains(sp.Siblings, "kusaw/attempts/"+r.ID()+"/tryj/3") || slices.Contains(sp.Siblings, "kusaw/attempts/"+r.ID()+"/tryj/2") {
 		t.Errorf("candidate 2: env %v siblings %v", sp.Env, sp.Siblings)
 	}
 	if sp := fr.specs[record.AttemptID(r.ID(), "pick", 1)]; len(sp.Candidates) != 3 || sp.Candidates[2].Heads["app"] == "" {
@@ -123,6 +135,59 @@ steps:
 	sp := fr.specs[record.AttemptID(r.ID(), "fix", 1)]
 	if sp == nil || sp.Merge["app"] == "" || sp.Env[record.EnvMergeConflicts] != "README" {
 		t.Fatalf("resolve: %+v", sp)
+	}
+	if got := runFile(t, filepath.Join(f.Dir, "app"), r.ID(), "README"); got != "both" {
+		t.Errorf("README on the run branch %q", got)
+	}
+}
+
+// A shape's attempt whose worker is lost runs again under a new number,
+// as a step's attempt does (the infrastructure's failure, not the step's):
+// a candidate (the others leave its new branch alone), the judge and the
+// resolve step. The run ends as if nothing was lost.
+func TestShapesLostRunAgain(t *testing.T) {
+	f := testkit.Factory(t, shapesYAML, "app")
+	fr := &shapeRemote{t: t, specs: map[string]*record.AttemptSpec{}, lose: map[string]int{"tryj": 1, "pick": 1, "fix": 1}}
+	e, err := New(f, Options{Kusaw: "/bin/false", Remote: fr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	r, err := e.Run(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Record.State != status.RunSucceeded {
+		t.Fatalf("run %s: %s", r.Record.State, r.Record.Message)
+	}
+	if len(fr.specs) != 10 {
+		t.Fatalf("%d attempts dispatched, want 7 and 3 again", len(fr.specs))
+	}
+	lost := map[string]int{}
+	for id, sp := range fr.specs {
+		var a record.AttemptRecord
+		if err := readJSON(filepath.Join(record.AttemptDir(r.Dir, sp.Step, sp.Number), record.AttemptFile), &a); err != nil {
+			t.Fatal(err)
+		}
+		if a.Outcome == status.OutcomeLost {
+			lost[sp.Step]++
+		} else if a.Outcome != status.OutcomePassed {
+			t.Errorf("attempt %s: %s", id, a.Outcome)
+		}
+	}
+	if lost["tryj"] != 1 || lost["pick"] != 1 || lost["fix"] != 1 {
+		t.Fatalf("lost attempts by step %v", lost)
+	}
+	// Candidate 4 (the lost one's again) and candidate 1 leave each other's
+	// branches alone.
+	again := fr.specs[record.AttemptID(r.ID(), "tryj", 4)]
+	first := fr.specs[record.AttemptID(r.ID(), "tryj", 1)]
+	if again == nil || !slices.Contains(first.Siblings, "kusaw/attempts/"+r.ID()+"/tryj/4") || !slices.Contains(again.Siblings, "kusaw/attempts/"+r.ID()+"/tryj/2") {
+		t.Errorf("siblings: first %v, again %v", first.Siblings, again)
+	}
+	sr := r.Record.Steps[0]
+	if sr.Chosen == 0 || sr.Candidates != 3 {
+		t.Errorf("candidates step: %+v", sr)
 	}
 	if got := runFile(t, filepath.Join(f.Dir, "app"), r.ID(), "README"); got != "both" {
 		t.Errorf("README on the run branch %q", got)

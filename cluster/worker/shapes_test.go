@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -155,7 +156,8 @@ func TestCandidatesOnWorker(t *testing.T) {
 		t.Fatalf("on the worker %+v, on one machine %+v (want candidate 2's small diff)", got, want)
 	}
 	sp, b := specOf(t, run, "tryall", 2)
-	if sp.Env[record.EnvCandidate] != "2" || len(sp.Siblings) != 2 || strings.Contains(b, run.Dir) {
+	if sp.Env[record.EnvCandidate] != "2" || !slices.Contains(sp.Siblings, "kusaw/attempts/"+run.ID()+"/tryall/1") ||
+		!slices.Contains(sp.Siblings, "kusaw/attempts/"+run.ID()+"/tryall/3") || strings.Contains(b, run.Dir) {
 		t.Fatalf("candidate 2's spec: env %v siblings %v\n%s", sp.Env, sp.Siblings, b)
 	}
 	// The worker's ref guard repaired nothing: no candidate undid another.
@@ -261,5 +263,68 @@ steps:
 		if !strings.Contains(string(ev), `"where":"`+where+`"`) {
 			t.Errorf("step %s: setup did not run on the %s:\n%s", step, where, ev)
 		}
+	}
+}
+
+// The infrastructure's side: w1 holds all three candidates when its
+// connection dies. Each candidate ends lost and runs again, under a new
+// number, on w2; the candidates are then chosen from as if nothing was
+// lost (select: all keeps candidate 2's small diff).
+func TestLostCandidatesRunAgain(t *testing.T) {
+	r := startServe(t, `version: 1
+repos:
+  app: {path: ./app}
+pipelines:
+  default: [try]
+steps:
+  try:
+    candidates: 3
+    select: all
+    run: [sh, -c, 'sleep 2; case $KUSAW_CANDIDATE in 1) seq 1 500 > out.txt;; 2) echo small > out.txt;; 3) seq 1 50 > out.txt;; esac']
+`, 2*time.Second)
+	w1, stop1 := r.startWorkerWith(t, "w1", Options{MaxParallel: 3}, nil)
+	ctx, cancel := context.WithTimeout(r.ctx, 90*time.Second)
+	defer cancel()
+	done := make(chan *factory.Run, 1)
+	go func() {
+		run, err := r.e.Run(ctx, "")
+		if err != nil {
+			t.Error(err)
+		}
+		done <- run
+	}()
+	for n := 0; n < 3; {
+		if ctx.Err() != nil {
+			t.Fatal("w1 never held the three candidates")
+		}
+		time.Sleep(20 * time.Millisecond)
+		w1.mu.Lock()
+		n = len(w1.running)
+		w1.mu.Unlock()
+	}
+	w1.nc.Close()
+	stop1()
+	r.startWorkerWith(t, "w2", Options{MaxParallel: 3}, nil)
+	run := <-done
+	if run == nil {
+		t.FailNow()
+	}
+	atts := allAttempts(t, run)
+	ran := map[string]int{}
+	for _, a := range atts {
+		ran[a.Worker+" "+string(a.Outcome)]++
+	}
+	if run.Record.State != status.RunSucceeded || ran["w1 lost"] != 3 || ran["w2 passed"] != 3 || len(atts) != 6 {
+		for _, a := range atts {
+			t.Logf("attempt %d on %s: %s %s", a.Number, a.Worker, a.Outcome, a.Message)
+		}
+		t.Fatalf("run %s: %s; attempts %v", run.Record.State, run.Record.Message, ran)
+	}
+	repo := run.Record.Repos[0]
+	if got := testkit.GitRun(t, repo.Path, "show", repo.Branch+":out.txt"); got != "small" {
+		t.Errorf("kept %q, want candidate 2's small diff", got)
+	}
+	if sr := run.Record.Steps[0]; sr.Chosen < 4 {
+		t.Errorf("kept attempt %d: a lost one", sr.Chosen)
 	}
 }
