@@ -21,10 +21,11 @@ import (
 
 // detachedOf lists what a resumed run re-attaches to: per step, the
 // number of its last attempt when that one is detached. Any other
-// detached attempt of the run (not its step's last, or of a step the run
-// does not resume at) is closed now.
+// detached attempt of the run (not its step's last, of a step the run
+// does not resume at, or a helper's: a judge or resolve runs again with
+// its shape) is closed now.
 func (e *Engine) detachedOf(rec *record.RunRecord, p *resumePoint) map[string]int {
-	atts, _ := e.State.Attempts(rec)
+	atts, _ := e.State.AllAttempts(rec)
 	out := map[string]int{}
 	resumed := map[string]bool{}
 	for i, st := range rec.Steps {
@@ -147,7 +148,7 @@ func (e *Engine) FinishDetached(id string) (int, error) {
 	if rec.State != status.RunInterrupted {
 		return 0, nil
 	}
-	atts, _ := e.State.Attempts(rec)
+	atts, _ := e.State.AllAttempts(rec)
 	n := 0
 	for _, a := range atts {
 		if Detached(a) {

@@ -9,7 +9,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/kusaw/kusaw/chainlog"
 	"github.com/kusaw/kusaw/internal/testkit"
 	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/status"
@@ -24,10 +26,19 @@ type shapeRemote struct {
 	mu    sync.Mutex
 	specs map[string]*record.AttemptSpec
 	lose  map[string]int // step → how many of its attempts are lost first
+	// hang: the step whose attempt never ends (serve is killed while a
+	// worker runs it); claimed is told its id.
+	hang     string
+	claimed  chan string
+	released []string
 }
 
 func (f *shapeRemote) Takes(string) bool { return true }
-func (f *shapeRemote) Release(string)    {}
+func (f *shapeRemote) Release(id string) {
+	f.mu.Lock()
+	f.released = append(f.released, id)
+	f.mu.Unlock()
+}
 func (f *shapeRemote) Reattach(ctx context.Context, spec *record.AttemptSpec, job record.RemoteJob, _ string, _ uint64) record.RemoteResult {
 	return f.Run(ctx, spec, job)
 }
@@ -41,6 +52,10 @@ func (f *shapeRemote) Run(_ context.Context, spec *record.AttemptSpec, job recor
 	}
 	f.mu.Unlock()
 	job.Claimed("w1", 7)
+	if spec.Step == f.hang {
+		f.claimed <- spec.ID
+		select {}
+	}
 	if lost {
 		return record.RemoteResult{Lost: true, Worker: "w1", Token: 7, Message: "worker w1 stopped answering"}
 	}
@@ -191,5 +206,69 @@ func TestShapesLostRunAgain(t *testing.T) {
 	}
 	if got := runFile(t, filepath.Join(f.Dir, "app"), r.ID(), "README"); got != "both" {
 		t.Errorf("README on the run branch %q", got)
+	}
+}
+
+// Serve killed while a worker runs a judge (a helper attempt: no line of
+// its own in run.json). Recovery keeps it open for its worker; the resumed
+// run starts the candidates again, closes the judge's old attempt and
+// tells its worker to stop, and numbers the new judge after it: the old
+// attempt's folder and branch are left as they were.
+func TestResumeDuringJudge(t *testing.T) {
+	f := testkit.Factory(t, `version: 1
+repos:
+  app: {path: ./app}
+pipelines:
+  default: [tryj]
+steps:
+  tryj: {candidates: 3, select: "judge:pick", run: ["true"]}
+  pick: {run: ["true"]}
+`, "app")
+	fr := &shapeRemote{t: t, specs: map[string]*record.AttemptSpec{}, hang: "pick", claimed: make(chan string, 1)}
+	e, err := New(f, Options{Kusaw: "/bin/false", Remote: fr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.Prepare("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go e.Execute(context.Background(), r)
+	var judge string
+	select {
+	case judge = <-fr.claimed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the judge was never dispatched")
+	}
+	r.lock.Unlock() // serve's death, as recovery sees it
+	id := r.ID()
+	pick1 := record.AttemptDir(e.State.RunDir(id), "pick", 1)
+
+	fr2 := &shapeRemote{t: t, specs: map[string]*record.AttemptSpec{}}
+	e2, err := New(f, Options{Kusaw: "/bin/false", Remote: fr2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e2.Close()
+	r2, err := e2.Resume(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2.Execute(context.Background(), r2)
+	if r2.Record.State != status.RunSucceeded {
+		t.Fatalf("resumed run %s: %s", r2.Record.State, r2.Record.Message)
+	}
+	var old, again record.AttemptRecord
+	if err := readJSON(filepath.Join(pick1, record.AttemptFile), &old); err != nil || old.Outcome != status.OutcomeInterrupted || old.Finished == nil {
+		t.Errorf("the judge's old attempt: %+v %v", old, err)
+	}
+	if !slices.Contains(fr2.released, judge) {
+		t.Errorf("released %v, want the old judge %s", fr2.released, judge)
+	}
+	if _, err := chainlog.VerifyFile(filepath.Join(pick1, record.EventsFile), e2.PublicKey(), chainlog.Binding{Run: id, Step: "pick", Attempt: 1, Kind: chainlog.KindEvents}); err != nil {
+		t.Errorf("the old judge's events: %v", err)
+	}
+	if err := readJSON(filepath.Join(record.AttemptDir(r2.Dir, "pick", 2), record.AttemptFile), &again); err != nil || again.Outcome != status.OutcomePassed {
+		t.Errorf("the new judge is not attempt 2: %+v %v", again, err)
 	}
 }

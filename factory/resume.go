@@ -83,13 +83,16 @@ func (e *Engine) Resume(id string) (*Run, error) {
 	}
 	p := &resumePoint{attempts: map[string]int{}}
 	// Attempt folders on disk count, not only the record: a crash can come
-	// between an attempt's folder and the step's line in run.json.
-	for _, st := range rec.Steps {
-		entries, _ := os.ReadDir(filepath.Join(dir, record.StepsDir, st.ID))
+	// between an attempt's folder and the step's line in run.json. The
+	// helpers' (fixers, judges, resolve steps) count too: their next
+	// attempts must not take an old one's folder or branch.
+	folders, _ := os.ReadDir(filepath.Join(dir, record.StepsDir))
+	for _, st := range folders {
+		entries, _ := os.ReadDir(filepath.Join(dir, record.StepsDir, st.Name()))
 		for _, en := range entries {
 			var n int
-			if _, err := fmt.Sscan(en.Name(), &n); err == nil && n > p.attempts[st.ID] {
-				p.attempts[st.ID] = n
+			if _, err := fmt.Sscan(en.Name(), &n); err == nil && n > p.attempts[st.Name()] {
+				p.attempts[st.Name()] = n
 			}
 		}
 	}

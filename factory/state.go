@@ -157,23 +157,28 @@ func (s *State) Attempts(r *record.RunRecord) ([]*record.AttemptRecord, error) {
 			continue // a step listed twice: its attempts are read once
 		}
 		seen[st.ID] = true
-		dir := filepath.Join(s.RunDir(r.ID), record.StepsDir, st.ID)
-		entries, err := os.ReadDir(dir)
-		if err != nil {
-			continue
-		}
-		var recs []*record.AttemptRecord
-		for _, e := range entries {
-			var a record.AttemptRecord
-			if err := readJSON(filepath.Join(dir, e.Name(), record.AttemptFile), &a); err != nil {
-				continue
-			}
-			recs = append(recs, &a)
-		}
-		sort.Slice(recs, func(i, j int) bool { return recs[i].Number < recs[j].Number })
-		out = append(out, recs...)
+		out = append(out, s.stepAttempts(r.ID, st.ID)...)
 	}
 	return out, nil
+}
+
+// stepAttempts reads the attempts of one step of a run, in number order.
+func (s *State) stepAttempts(run, step string) []*record.AttemptRecord {
+	dir := filepath.Join(s.RunDir(run), record.StepsDir, step)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var recs []*record.AttemptRecord
+	for _, e := range entries {
+		var a record.AttemptRecord
+		if err := readJSON(filepath.Join(dir, e.Name(), record.AttemptFile), &a); err != nil {
+			continue
+		}
+		recs = append(recs, &a)
+	}
+	sort.Slice(recs, func(i, j int) bool { return recs[i].Number < recs[j].Number })
+	return recs
 }
 
 // AttemptDir is the folder of one attempt.
@@ -226,6 +231,26 @@ func (l *RunLock) Unlock() {
 	}
 }
 
+// AllAttempts is Attempts and then the attempts of the helpers the run's
+// shapes ran (fixers, judges, resolve steps: steps with no line in
+// run.json of their own), by step name: what recovery and a resume must
+// see, since a helper's attempt may still run on a worker too.
+func (s *State) AllAttempts(r *record.RunRecord) ([]*record.AttemptRecord, error) {
+	out, err := s.Attempts(r)
+	listed := map[string]bool{}
+	for _, st := range r.Steps {
+		listed[st.ID] = true
+	}
+	entries, _ := os.ReadDir(filepath.Join(s.RunDir(r.ID), record.StepsDir))
+	for _, en := range entries {
+		if !en.IsDir() || listed[en.Name()] {
+			continue
+		}
+		out = append(out, s.stepAttempts(r.ID, en.Name())...)
+	}
+	return out, err
+}
+
 // recover marks every active run whose owner is gone as interrupted.
 func (s *State) recover() error {
 	entries, err := os.ReadDir(filepath.Join(s.Dir, record.ActiveDir))
@@ -271,7 +296,7 @@ func (s *State) interrupt(id string) error {
 	now := time.Now().UTC()
 	var errs []error
 	key := recoveryKey()
-	attempts, _ := s.Attempts(&r)
+	attempts, _ := s.AllAttempts(&r)
 	for _, a := range attempts {
 		if a.Finished != nil || Detached(a) {
 			// A detached attempt goes on on its worker: a resumed run
