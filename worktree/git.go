@@ -143,6 +143,30 @@ func firstLine(b []byte) string {
 	return strings.TrimSpace(s)
 }
 
+// configFacts reads, in one git process, what kusaw needs of a
+// repository's config (its own, the user's and the system's): the filter
+// guard (filterGuard), and whether an attempt's worktree can be made
+// without `git worktree add` (addPlain): not when the repository uses a
+// sparse checkout or per-worktree config, which git's add copies.
+func (g *gitRunner) configFacts(dir string) (guard []string, plainAdd bool) {
+	out, err := g.run(gitCmd{dir: dir, args: []string{"config", "--name-only", "--get-regexp", `^(filter\.|core\.sparsecheckout$|extensions\.worktreeconfig$)`}})
+	if err != nil {
+		// None configured: git config exits 1. Anything else (a broken
+		// config) is left to git's own add to report.
+		return nil, exitCodeOf(err) == 1
+	}
+	var filters []string
+	plainAdd = true
+	for _, key := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if strings.HasPrefix(key, "filter.") {
+			filters = append(filters, key)
+		} else {
+			plainAdd = false
+		}
+	}
+	return g.filterGuard(dir, filters), plainAdd
+}
+
 // filterGuard returns -c options that switch off each filter driver the
 // user's git config defines (git lfs install defines lfs globally) and
 // that the .gitattributes files of the repository's HEAD never name.
@@ -153,10 +177,11 @@ func firstLine(b []byte) string {
 // driver the user never meant for this repository (for git-lfs, with the
 // step's own .lfsconfig: a fetch from a URL the step chose). A driver the
 // repository itself uses keeps working.
-func (g *gitRunner) filterGuard(dir string) []string {
-	out, err := g.run(gitCmd{dir: dir, args: []string{"config", "--name-only", "--get-regexp", `^filter\.`}})
-	if err != nil || len(out) == 0 {
-		return nil // none configured (git config exits 1)
+//
+// keys are the filter.* keys configured (configFacts read them).
+func (g *gitRunner) filterGuard(dir string, keys []string) []string {
+	if len(keys) == 0 {
+		return nil
 	}
 	used := map[string]bool{}
 	if b, err := g.run(gitCmd{dir: dir, args: []string{"grep", "-h", "-I", "-o", "-E", "filter=[^[:space:]]+", "HEAD", "--", ".gitattributes", ":(glob)**/.gitattributes"}}); err == nil {
@@ -166,7 +191,7 @@ func (g *gitRunner) filterGuard(dir string) []string {
 	}
 	var guard []string
 	seen := map[string]bool{}
-	for _, key := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+	for _, key := range keys {
 		i := strings.LastIndexByte(key, '.')
 		if !strings.HasPrefix(key, "filter.") || i <= len("filter.") {
 			continue

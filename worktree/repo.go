@@ -25,6 +25,9 @@ type Repo struct {
 	rd  reader
 	// readerNote says why go-git is not used, when it is not.
 	readerNote string
+	// plainAdd: attempt worktrees are made without `git worktree add`
+	// (addPlain); configFacts says when they cannot be.
+	plainAdd bool
 }
 
 // OpenRepo opens the git repository at path (the checkout's top level or a
@@ -76,7 +79,7 @@ func OpenRepo(path string) (*Repo, error) {
 		}
 		r.Path = lines[3]
 	}
-	g.guard = g.filterGuard(r.workDir())
+	g.guard, r.plainAdd = g.configFacts(r.workDir())
 	gg := goGitReader{path: r.workDir()}
 	if _, err := gg.open(); err != nil {
 		r.rd = binReader{g: g, dir: r.workDir()}

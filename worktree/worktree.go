@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -55,12 +56,18 @@ func (r *Repo) AddAttempt(runBranch, attemptBranch, dir string) (*Worktree, erro
 	}
 	// The hash, not the branch name, is the start point, so BaseSHA is
 	// exactly what was checked out even if the run branch moves meanwhile.
-	unlock := r.lockWorktrees()
-	_, err = r.git.run(gitCmd{dir: r.workDir(), args: []string{"worktree", "add", "--quiet", "-b", attemptBranch, "--", abs, head}})
-	unlock()
-	if err != nil {
-		r.undoAdd(abs, attemptBranch, head)
-		return nil, fmt.Errorf("add worktree %s in %s: %v", abs, r, err)
+	if r.plainAdd && plainName(filepath.Base(abs)) {
+		if err := r.addPlain(abs, attemptBranch, head); err != nil {
+			return nil, fmt.Errorf("add worktree %s in %s: %v", abs, r, err)
+		}
+	} else {
+		unlock := r.lockWorktrees()
+		_, err = r.git.run(gitCmd{dir: r.workDir(), args: []string{"worktree", "add", "--quiet", "-b", attemptBranch, "--", abs, head}})
+		unlock()
+		if err != nil {
+			r.undoAdd(abs, attemptBranch, head)
+			return nil, fmt.Errorf("add worktree %s in %s: %v", abs, r, err)
+		}
 	}
 	gitDir, err := readGitFile(abs)
 	if err == nil {
@@ -71,6 +78,121 @@ func (r *Repo) AddAttempt(runBranch, attemptBranch, dir string) (*Worktree, erro
 		return nil, fmt.Errorf("add worktree %s: %v", abs, err)
 	}
 	return &Worktree{Repo: r.String(), Path: abs, Branch: attemptBranch, GitDir: gitDir, CommonDir: r.CommonDir, BaseSHA: head, repo: r}, nil
+}
+
+// addPlain makes what `git worktree add -b branch -- abs head` makes, with
+// two git processes instead of four (git's add runs branch, symbolic-ref
+// and reset --hard as processes of their own): the branch, created only
+// if it does not exist; the administrative folder <CommonDir>/worktrees/<x>
+// with the files git reads there (gitdir, commondir, HEAD); the
+// worktree's .git link; and the index and files, checked out by read-tree
+// with the repository's own git folder named explicitly. The folder is
+// marked locked while it is made, as git does, so a prune meanwhile
+// leaves it alone.
+func (r *Repo) addPlain(abs, branch, head string) error {
+	zero := strings.Repeat("0", len(head))
+	if _, err := r.git.run(gitCmd{dir: r.workDir(), args: []string{"update-ref", "-m", "branch: Created from " + head, "refs/heads/" + branch, head, zero}}); err != nil {
+		return err
+	}
+	admin, made, err := r.makeAdmin(abs, branch)
+	if err == nil {
+		env := []string{"GIT_DIR=" + admin, "GIT_WORK_TREE=" + abs}
+		_, err = r.git.run(gitCmd{dir: abs, env: env, args: []string{"read-tree", "--reset", "-u", head}})
+	}
+	if err != nil {
+		if admin != "" {
+			_ = os.RemoveAll(admin)
+		}
+		if made {
+			_ = os.RemoveAll(abs)
+		}
+		_, _ = r.git.run(gitCmd{dir: r.workDir(), args: []string{"update-ref", "--no-deref", "-d", "refs/heads/" + branch, head}})
+		return err
+	}
+	return os.Remove(filepath.Join(admin, "locked"))
+}
+
+// makeAdmin registers worktree abs on branch: a new administrative folder
+// named after abs (with a number added when taken, as git does) and the
+// worktree's .git link. Paths are written resolved, as git writes them.
+//
+// made: abs is the new worktree's (a failure later leaves only its files
+// there); false when abs could not be taken.
+func (r *Repo) makeAdmin(abs, branch string) (admin string, made bool, err error) {
+	unlock := r.lockWorktrees()
+	defer unlock()
+	if err := os.Mkdir(abs, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", false, err
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return "", false, err
+	}
+	// As git refuses: a registration whose folder is missing (a crash) is
+	// pruned first.
+	if r.isRegistered(abs) || r.isRegistered(real) {
+		return "", false, fmt.Errorf("%s is already registered as a worktree (fix: git worktree prune)", abs)
+	}
+	made = true // what fails from here on leaves only this worktree's files
+	base := filepath.Join(r.CommonDir, "worktrees")
+	if err := os.MkdirAll(base, 0o755); err != nil {
+		return "", true, err
+	}
+	name := filepath.Base(abs)
+	for i := 0; i < 1000 && admin == ""; i++ {
+		p := filepath.Join(base, name)
+		if i > 0 {
+			p += strconv.Itoa(i)
+		}
+		if err := os.Mkdir(p, 0o755); err == nil {
+			admin = p
+		} else if !errors.Is(err, fs.ErrExist) {
+			return "", true, err
+		}
+	}
+	if admin == "" {
+		return "", true, fmt.Errorf("no free name for a worktree folder under %s", base)
+	}
+	realAdmin, err := filepath.EvalSymlinks(admin)
+	if err != nil {
+		return admin, true, err
+	}
+	for _, f := range []struct{ path, body string }{
+		{filepath.Join(admin, "locked"), "initializing\n"},
+		{filepath.Join(admin, "commondir"), "../..\n"},
+		{filepath.Join(admin, "HEAD"), "ref: refs/heads/" + branch + "\n"},
+		{filepath.Join(admin, "gitdir"), filepath.Join(real, ".git") + "\n"},
+		{filepath.Join(abs, ".git"), "gitdir: " + realAdmin + "\n"},
+	} {
+		if err := writeNew(f.path, f.body); err != nil {
+			return admin, true, err
+		}
+	}
+	return admin, true, nil
+}
+
+// writeNew writes a file that must not exist yet.
+func writeNew(path, body string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(body)
+	return errors.Join(err, f.Close())
+}
+
+// plainName: a worktree folder name addPlain may use as is (git would
+// change other names before using them).
+func plainName(s string) bool {
+	if s == "" || s[0] == '.' || s[0] == '-' || strings.HasSuffix(s, ".lock") {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // undoAdd removes what a failed AddAttempt may have left. The branch is
