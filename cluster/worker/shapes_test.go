@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kusaw/kusaw/cluster"
 	"github.com/kusaw/kusaw/factory"
 	"github.com/kusaw/kusaw/internal/testkit"
 	"github.com/kusaw/kusaw/record"
@@ -327,4 +329,156 @@ steps:
 	if sr := run.Record.Steps[0]; sr.Chosen < 4 {
 		t.Errorf("kept attempt %d: a lost one", sr.Chosen)
 	}
+}
+
+// A judge and a resolve step in a pool of their own run on a worker that
+// never saw the commits they read: serve bundles the candidates' commits
+// and the commit to merge for it (beside the base), and the worker checks
+// and imports each before the step.
+func TestShapesAcrossPools(t *testing.T) {
+	r := startServe(t, `version: 1
+repos:
+  app: {path: ./app}
+pipelines:
+  default: [tryj, [one, two]]
+steps:
+  tryj:
+    pool: a
+    candidates: 3
+    select: judge:pick
+    run: [sh, -c, 'echo $KUSAW_CANDIDATE > pick.txt']
+  pick:
+    pool: b
+    run: [sh, -c, 'test "$(cat $KUSAW_CANDIDATE_2/pick.txt)" = 2 && test "$KUSAW_CANDIDATES" = "1 2 3" && echo 2 > $KUSAW_ARTIFACTS/choice']
+  one: {pool: a, resolve: fix, run: [sh, -c, "echo one > README"]}
+  two: {pool: a, run: [sh, -c, "echo two > README"]}
+  fix: {pool: b, run: [sh, -c, "grep -q '<<<<<<<' README && cat pick.txt > README"]}
+`, 5*time.Second)
+	r.startWorkerWith(t, "w1", Options{Pools: []string{"a"}}, nil)
+	r.startWorkerWith(t, "w2", Options{Pools: []string{"b"}}, nil)
+	ctx, cancel := context.WithTimeout(r.ctx, 90*time.Second)
+	defer cancel()
+	run, err := r.e.Run(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	atts := allAttempts(t, run)
+	if run.Record.State != status.RunSucceeded || len(atts) != 7 {
+		for _, a := range atts {
+			t.Logf("attempt %s/%d on %q: %s %s %s", a.Step, a.Number, a.Worker, a.Outcome, a.Reason, a.Message)
+		}
+		t.Fatalf("run %s: %s", run.Record.State, run.Record.Message)
+	}
+	for _, a := range atts {
+		want := "w1"
+		if a.Step == "pick" || a.Step == "fix" {
+			want = "w2"
+		}
+		if a.Worker != want {
+			t.Errorf("attempt %s/%d ran on %q, want %s", a.Step, a.Number, a.Worker, want)
+		}
+	}
+	repo := run.Record.Repos[0]
+	if got := testkit.GitRun(t, repo.Path, "show", repo.Branch+":README"); got != "2" {
+		t.Errorf("README on the run branch %q, want the resolve's (candidate 2's pick.txt)", got)
+	}
+	// What w2 was sent beside the base: the three candidates, then the
+	// member's commit to merge.
+	for step, want := range map[string]int{"pick": 3, "fix": 1} {
+		sp, _ := specOf(t, run, step, 1)
+		ev, _ := os.ReadFile(filepath.Join(record.AttemptDir(run.Dir, step, 1), record.EventsFile))
+		n := 0
+		for _, need := range sp.Needs()[1:] {
+			if strings.Contains(string(ev), `"commit":"`+need.Commit+`"`) {
+				n++
+			}
+		}
+		if n != want || len(sp.Needs()) != want+1 {
+			t.Errorf("%s: %d of %d commits beyond the base were bundled:\n%s", step, n, len(sp.Needs())-1, ev)
+		}
+	}
+}
+
+// Attacker's side: the holder of a judge's attempt asks serve for full
+// bundles. Serve gives it each commit the attempt reads (the base, each
+// candidate's) and refuses any other commit of its repositories (here one
+// on a branch no attempt was given). The twin is the worker's own
+// fallback: every commit its spec needs comes whole.
+func TestFullBundleOnlyOfWhatTheAttemptReads(t *testing.T) {
+	r := startServe(t, `version: 1
+repos:
+  app: {path: ./app}
+pipelines:
+  default: [tryj]
+steps:
+  tryj:
+    pool: a
+    candidates: 2
+    select: judge:pick
+    run: [sh, -c, 'echo $KUSAW_CANDIDATE > pick.txt']
+  pick:
+    run: [sh, -c, 'exit 1']
+`, 5*time.Second)
+	app := r.e.F.Repos["app"].Path
+	testkit.GitRun(t, app, "checkout", "-q", "-b", "private")
+	os.WriteFile(filepath.Join(app, "secret.txt"), []byte("not for workers\n"), 0o644)
+	testkit.GitRun(t, app, "add", "secret.txt")
+	testkit.GitRun(t, app, "commit", "-qm", "private")
+	private := testkit.GitRun(t, app, "rev-parse", "HEAD")
+	testkit.GitRun(t, app, "checkout", "-q", "main")
+
+	r.startWorkerWith(t, "w1", Options{Pools: []string{"a"}}, nil)
+	id, nc, h := r.enrolled(t, "mallory")
+	m := &scripted{t: t, r: r, name: "mallory", h: h, key: func() []byte { return id.SigningKey() }}
+	ctx, cancel := context.WithTimeout(r.ctx, 90*time.Second)
+	defer cancel()
+	done := make(chan *factory.Run, 1)
+	go func() {
+		run, err := r.e.Run(ctx, "")
+		if err != nil {
+			t.Error(err)
+		}
+		done <- run
+	}()
+	spec, _, tok := m.take(ctx)
+	if spec.Step != "pick" || len(spec.Candidates) != 2 {
+		t.Fatalf("took %s with candidates %+v, want the judge", spec.ID, spec.Candidates)
+	}
+	full := func(commit string) (string, error) {
+		b, _ := json.Marshal(cluster.BundleRequest{Attempt: spec.ID, Worker: "mallory", Token: tok, Repo: "app", Commit: commit})
+		msg, err := nc.RequestWithContext(ctx, cluster.BundleSubject(cluster.Key(spec.ID), "mallory"), b)
+		if err != nil {
+			return "", err
+		}
+		var rep cluster.BundleReply
+		if err := json.Unmarshal(msg.Data, &rep); err != nil {
+			return "", err
+		}
+		if rep.Error != "" {
+			return "", errors.New(rep.Error)
+		}
+		p := filepath.Join(t.TempDir(), "full.bundle")
+		if _, err := h.GetFile(ctx, rep.Object, p); err != nil {
+			return "", err
+		}
+		repo := t.TempDir()
+		testkit.GitRun(t, repo, "init", "-q")
+		return cluster.ImportBundle(ctx, repo, p)
+	}
+	for _, need := range spec.Needs() {
+		if tip, err := full(need.Commit); err != nil || tip != need.Commit {
+			t.Errorf("full bundle of %s, which the attempt reads: %s %v", need.Commit, tip, err)
+		}
+	}
+	if tip, err := full(""); err != nil || tip != spec.Repos[0].Base {
+		t.Errorf("full bundle of the base: %s %v", tip, err)
+	}
+	if tip, err := full(private); err == nil || tip != "" {
+		t.Errorf("serve bundled %s, a commit the attempt does not read (%s)", private, tip)
+	}
+	b, _ := json.Marshal(cluster.Result{Attempt: spec.ID, Worker: "mallory", Token: tok, Error: "scripted"})
+	if _, err := h.JS.Publish(ctx, cluster.ResultSubject(cluster.Key(spec.ID), "mallory"), b); err != nil {
+		t.Fatal(err)
+	}
+	<-done
 }
