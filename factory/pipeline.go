@@ -250,7 +250,7 @@ func (r *Run) attemptOpt(step string, n int) attemptOpts {
 // runAgainIfLost runs an attempt of s numbered n and, while its worker
 // is lost (the infrastructure's failure, not the step's), runs it again
 // under the step's next number, at most MaxLost times: for the shapes'
-// single attempts (a candidate, a judge, a resolve); runAttempts does the
+// single attempts (a candidate, a judge, a fixer, a resolve); runAttempts does the
 // same within its own loop. A nil from run (it could not start) ends it.
 func (e *Engine) runAgainIfLost(ctx context.Context, r *Run, s *config.Step, n int, run func(n int) *record.AttemptRecord) *record.AttemptRecord {
 	a := run(n)
@@ -347,8 +347,8 @@ func (e *Engine) runFixer(ctx context.Context, r *Run, s *config.Step, failed *r
 	}
 	e.handoff(r, failed, &opt)
 	r.events.Emit(record.EvFixStarted, map[string]any{"step": s.ID, "fixer": fs.ID, "fixer_attempt": n, "failed_attempt": failed.Number})
-	fx := e.runAttempt(ctx, r, fs, n, n, opt)
-	data := map[string]any{"step": s.ID, "fixer": fs.ID, "fixer_attempt": n, "outcome": fx.Outcome}
+	fx := e.runAgainIfLost(ctx, r, fs, n, func(n int) *record.AttemptRecord { return e.runAttempt(ctx, r, fs, n, n, opt) })
+	data := map[string]any{"step": s.ID, "fixer": fs.ID, "fixer_attempt": fx.Number, "outcome": fx.Outcome}
 	if fx.Outcome != status.OutcomePassed {
 		data["next_from"] = "the run branch (the fixer did not pass)"
 		r.events.Emit(record.EvFixFinished, data)

@@ -26,6 +26,7 @@ type shapeRemote struct {
 	mu    sync.Mutex
 	specs map[string]*record.AttemptSpec
 	lose  map[string]int // step → how many of its attempts are lost first
+	fail  map[string]int // step → how many of its attempts fail first (exit 1)
 	// hang: the step whose attempt never ends (serve is killed while a
 	// worker runs it); claimed is told its id.
 	hang     string
@@ -46,9 +47,11 @@ func (f *shapeRemote) Reattach(ctx context.Context, spec *record.AttemptSpec, jo
 func (f *shapeRemote) Run(_ context.Context, spec *record.AttemptSpec, job record.RemoteJob) record.RemoteResult {
 	f.mu.Lock()
 	f.specs[spec.ID] = spec
-	lost := f.lose[spec.Step] > 0
+	lost, failed := f.lose[spec.Step] > 0, f.lose[spec.Step] == 0 && f.fail[spec.Step] > 0
 	if lost {
 		f.lose[spec.Step]--
+	} else if failed {
+		f.fail[spec.Step]--
 	}
 	f.mu.Unlock()
 	job.Claimed("w1", 7)
@@ -58,6 +61,11 @@ func (f *shapeRemote) Run(_ context.Context, spec *record.AttemptSpec, job recor
 	}
 	if lost {
 		return record.RemoteResult{Lost: true, Worker: "w1", Token: 7, Message: "worker w1 stopped answering"}
+	}
+	if failed {
+		one := 1
+		return record.RemoteResult{Worker: "w1", Token: 7, Heads: map[string]string{"app": spec.Repos[0].Base},
+			Record: &record.AttemptRecord{Outcome: status.OutcomeFailed, Reason: status.ReasonStepExitNonzero, ExitCode: &one, Worktrees: []record.WorktreeRecord{{Repo: "app"}}}}
 	}
 	repo, base := job.Repos["app"], spec.Repos[0].Base
 	head := base
@@ -99,13 +107,15 @@ const shapesYAML = `version: 1
 repos:
   app: {path: ./app}
 pipelines:
-  default: [tryj, [one, two]]
+  default: [tryj, [one, two], flaky]
 steps:
   tryj: {candidates: 3, select: "judge:pick", run: ["true"]}
   pick: {run: ["true"]}
   one: {run: ["true"], resolve: fix}
   two: {run: ["true"]}
   fix: {run: ["true"]}
+  flaky: {run: ["true"], attempts: 2, on_failure: mend}
+  mend: {run: ["true"]}
 `
 
 // Every shape's attempt goes to the cluster when it takes the step's pool
@@ -114,7 +124,7 @@ steps:
 // conflicted files. None of them names a path of serve.
 func TestShapesRemotable(t *testing.T) {
 	f := testkit.Factory(t, shapesYAML, "app")
-	fr := &shapeRemote{t: t, specs: map[string]*record.AttemptSpec{}}
+	fr := &shapeRemote{t: t, specs: map[string]*record.AttemptSpec{}, fail: map[string]int{"flaky": 1}}
 	e, err := New(f, Options{Kusaw: "/bin/false", Remote: fr})
 	if err != nil {
 		t.Fatal(err)
@@ -127,8 +137,8 @@ func TestShapesRemotable(t *testing.T) {
 	if r.Record.State != status.RunSucceeded {
 		t.Fatalf("run %s: %s", r.Record.State, r.Record.Message)
 	}
-	if len(fr.specs) != 7 {
-		t.Fatalf("%d attempts dispatched, want 3 candidates, a judge, two members and a resolve", len(fr.specs))
+	if len(fr.specs) != 10 {
+		t.Fatalf("%d attempts dispatched, want 3 candidates, a judge, two members, a resolve, two attempts and a fixer", len(fr.specs))
 	}
 	for id, sp := range fr.specs {
 		var a record.AttemptRecord
@@ -151,7 +161,10 @@ func TestShapesRemotable(t *testing.T) {
 	if sp == nil || sp.Merge["app"] == "" || sp.Env[record.EnvMergeConflicts] != "README" {
 		t.Fatalf("resolve: %+v", sp)
 	}
-	if got := runFile(t, filepath.Join(f.Dir, "app"), r.ID(), "README"); got != "both" {
+	if sp := fr.specs[record.AttemptID(r.ID(), "mend", 1)]; sp == nil || sp.Handoff == nil || sp.Handoff.Env["KUSAW_PREVIOUS_EXIT_CODE"] != "1" {
+		t.Errorf("fixer: %+v", sp)
+	}
+	if got := runFile(t, filepath.Join(f.Dir, "app"), r.ID(), "README"); got != "flaky" {
 		t.Errorf("README on the run branch %q", got)
 	}
 }
@@ -162,7 +175,8 @@ func TestShapesRemotable(t *testing.T) {
 // resolve step. The run ends as if nothing was lost.
 func TestShapesLostRunAgain(t *testing.T) {
 	f := testkit.Factory(t, shapesYAML, "app")
-	fr := &shapeRemote{t: t, specs: map[string]*record.AttemptSpec{}, lose: map[string]int{"tryj": 1, "pick": 1, "fix": 1}}
+	fr := &shapeRemote{t: t, specs: map[string]*record.AttemptSpec{}, lose: map[string]int{"tryj": 1, "pick": 1, "fix": 1, "mend": 1},
+		fail: map[string]int{"flaky": 1}}
 	e, err := New(f, Options{Kusaw: "/bin/false", Remote: fr})
 	if err != nil {
 		t.Fatal(err)
@@ -175,8 +189,8 @@ func TestShapesLostRunAgain(t *testing.T) {
 	if r.Record.State != status.RunSucceeded {
 		t.Fatalf("run %s: %s", r.Record.State, r.Record.Message)
 	}
-	if len(fr.specs) != 10 {
-		t.Fatalf("%d attempts dispatched, want 7 and 3 again", len(fr.specs))
+	if len(fr.specs) != 14 {
+		t.Fatalf("%d attempts dispatched, want 10 and 4 again", len(fr.specs))
 	}
 	lost := map[string]int{}
 	for id, sp := range fr.specs {
@@ -186,11 +200,11 @@ func TestShapesLostRunAgain(t *testing.T) {
 		}
 		if a.Outcome == status.OutcomeLost {
 			lost[sp.Step]++
-		} else if a.Outcome != status.OutcomePassed {
+		} else if a.Outcome != status.OutcomePassed && id != record.AttemptID(r.ID(), "flaky", 1) {
 			t.Errorf("attempt %s: %s", id, a.Outcome)
 		}
 	}
-	if lost["tryj"] != 1 || lost["pick"] != 1 || lost["fix"] != 1 {
+	if lost["tryj"] != 1 || lost["pick"] != 1 || lost["fix"] != 1 || lost["mend"] != 1 {
 		t.Fatalf("lost attempts by step %v", lost)
 	}
 	// Candidate 4 (the lost one's again) and candidate 1 leave each other's
@@ -204,7 +218,7 @@ func TestShapesLostRunAgain(t *testing.T) {
 	if sr.Chosen == 0 || sr.Candidates != 3 {
 		t.Errorf("candidates step: %+v", sr)
 	}
-	if got := runFile(t, filepath.Join(f.Dir, "app"), r.ID(), "README"); got != "both" {
+	if got := runFile(t, filepath.Join(f.Dir, "app"), r.ID(), "README"); got != "flaky" {
 		t.Errorf("README on the run branch %q", got)
 	}
 }
