@@ -457,8 +457,9 @@ var _ = record.EventsFile
 
 // kill -9 of serve while attempts run on workers, then a restart with
 // serve.resume: the workers reconnect by themselves and the attempts they
-// hold carry on; the restarted serve re-attaches to them and takes their
-// reports (none runs again, none is fenced), and every run ends succeeded.
+// hold carry on (and finish while serve is down: their uploads and results
+// wait); the restarted serve re-attaches to them and takes their reports
+// (none runs again, none is fenced), and every run ends succeeded.
 func TestClusterServeKilled(t *testing.T) {
 	need(t, "git")
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -493,6 +494,11 @@ func TestClusterServeKilled(t *testing.T) {
 	})
 	_ = r.sp.cmd.Process.Kill()
 	_ = r.sp.cmd.Wait()
+	// Down longer than the step sleeps: the held attempts finish while
+	// serve is gone, and their workers keep their reports until it is back
+	// (the client holds what it sends while it reconnects; a longer outage
+	// is retried, cluster/worker TestReportWaitsForServe).
+	time.Sleep(3500 * time.Millisecond)
 	r.sp = startServe(t, r.dir)
 	// Lines written after the last seal before the kill are reported as
 	// unsealed when the events file is continued: the logs verify up to

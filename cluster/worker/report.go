@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -21,7 +22,7 @@ func (w *Worker) persist(what string, fn func(context.Context) error) error {
 	deadline := time.Now().Add(reportPatience)
 	wait := 250 * time.Millisecond
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), w.o.TryTimeout)
 		err := fn(ctx)
 		cancel()
 		if err == nil || !w.unreachable(err) || time.Now().After(deadline) {
@@ -35,6 +36,26 @@ func (w *Worker) persist(what string, fn func(context.Context) error) error {
 		}
 		wait = min(wait*2, 5*time.Second)
 	}
+}
+
+// put uploads a file as the object name, trying again while serve cannot
+// be reached, and returns the object's name and the SHA-256 of what it
+// stored (the result names both). A try after the first uses a name of its
+// own (name.2, name.3): a worker may not purge the chunks a cut-off try
+// left, which storing over the same name would have to.
+func (w *Worker) put(what, name, path string) (obj, sum string, err error) {
+	try := 0
+	err = w.persist(what, func(c context.Context) error {
+		try++
+		obj = name
+		if try > 1 {
+			obj = fmt.Sprintf("%s.%d", name, try)
+		}
+		var perr error
+		_, sum, perr = w.h.PutFileSum(c, obj, path)
+		return perr
+	})
+	return obj, sum, err
 }
 
 // unreachable reports whether err means serve (or its NATS server) could

@@ -163,10 +163,8 @@ func (w *Worker) run(ctx context.Context, spec *record.AttemptSpec, work *cluste
 		if _, err := cluster.MakeBundle(ctx, repos[wt.Repo], p, wt.HeadSHA, []string{wt.BaseSHA}); err != nil {
 			return fail("repo %s: %v", wt.Repo, err)
 		}
-		name := cluster.ObjectName(spec.ID, a.token, "out-"+wt.Repo+".bundle")
-		var sum string // of the bytes uploaded: the result names it
-		put := func(c context.Context) (err error) { _, sum, err = w.h.PutFileSum(c, name, p); return err }
-		if err := w.persist("attempt "+spec.ID+": bundle", put); err != nil {
+		name, sum, err := w.put("attempt "+spec.ID+": bundle", cluster.ObjectName(spec.ID, a.token, "out-"+wt.Repo+".bundle"), p)
+		if err != nil {
 			return fail("repo %s: cannot store the bundle: %v", wt.Repo, err)
 		}
 		res.Bundles[wt.Repo], res.Digests[name] = name, sum
@@ -202,10 +200,8 @@ func (w *Worker) run(ctx context.Context, spec *record.AttemptSpec, work *cluste
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			name := cluster.ObjectName(spec.ID, a.token, obj)
-			var sum string
-			put := func(c context.Context) (err error) { _, sum, err = w.h.PutFileSum(c, name, path); return err }
-			if err := w.persist("attempt "+spec.ID+": "+obj, put); err == nil {
+			name, sum, err := w.put("attempt "+spec.ID+": "+obj, cluster.ObjectName(spec.ID, a.token, obj), path)
+			if err == nil {
 				mu.Lock()
 				res.Files[obj], res.Digests[name] = name, sum
 				mu.Unlock()
@@ -306,7 +302,11 @@ func (w *Worker) leaveRun(run, dir string) {
 // importBundle fetches object obj and imports it into the cache repo,
 // checking it carries commit want.
 func (w *Worker) importBundle(ctx context.Context, repo, obj, p, want string) error {
-	if _, err := w.h.GetFile(ctx, obj, p); err != nil {
+	// Bounded: a serve that dies during the fetch must not hold the slot
+	// for ever (serve re-dispatches what it no longer waits for).
+	gctx, cancel := context.WithTimeout(ctx, fetchTimeout)
+	defer cancel()
+	if _, err := w.h.GetFile(gctx, obj, p); err != nil {
 		return err
 	}
 	name := filepath.Base(repo)
@@ -338,6 +338,9 @@ func (w *Worker) fullBundle(ctx context.Context, id string, token uint64, repo, 
 	}
 	return rep.Object, nil
 }
+
+// fetchTimeout bounds fetching one input bundle.
+const fetchTimeout = 10 * time.Minute
 
 // maxHave bounds the commits a heartbeat names per repo.
 const maxHave = 32

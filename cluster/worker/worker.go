@@ -37,6 +37,9 @@ type Options struct {
 	Version     string
 	// Kusaw is the binary built-in steps and the egress bridge run as.
 	Kusaw string
+	// TryTimeout bounds one try to store or report an attempt's results
+	// (default 30s); failed tries go on while serve cannot be reached.
+	TryTimeout time.Duration
 	// Logf reports what the worker does (stderr in kusaw worker).
 	Logf func(format string, args ...any)
 	// AckWait is how long a work message goes without a progress
@@ -120,6 +123,9 @@ func New(ctx context.Context, o Options) (*Worker, error) {
 	}
 	if o.AckWait <= 0 {
 		o.AckWait = 10 * time.Second
+	}
+	if o.TryTimeout <= 0 {
+		o.TryTimeout = 30 * time.Second
 	}
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
