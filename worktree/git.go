@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 )
@@ -144,27 +145,41 @@ func firstLine(b []byte) string {
 }
 
 // configFacts reads, in one git process, what kusaw needs of a
-// repository's config (its own, the user's and the system's): the filter
-// guard (filterGuard), and whether an attempt's worktree can be made
-// without `git worktree add` (addPlain): not when the repository uses a
-// sparse checkout or per-worktree config, which git's add copies.
-func (g *gitRunner) configFacts(dir string) (guard []string, plainAdd bool) {
-	out, err := g.run(gitCmd{dir: dir, args: []string{"config", "--name-only", "--get-regexp", `^(filter\.|core\.sparsecheckout$|extensions\.worktreeconfig$)`}})
+// repository's config (its own, the user's and the system's, and what
+// they include): the filter guard (filterGuard); whether an attempt's
+// worktree can be made without `git worktree add` (addPlain): not when
+// the repository uses a sparse checkout or per-worktree config, which
+// git's add copies; and the config files git read, for OpenRepo's cache.
+func (g *gitRunner) configFacts(dir string) (guard []string, plainAdd bool, files []string) {
+	out, err := g.run(gitCmd{dir: dir, args: []string{"config", "--list", "--show-origin", "--name-only", "-z"}})
 	if err != nil {
-		// None configured: git config exits 1. Anything else (a broken
-		// config) is left to git's own add to report.
-		return nil, exitCodeOf(err) == 1
+		// Nothing configured at all: git config exits 1. Anything else
+		// (a broken config) is left to git's own add to report.
+		return nil, exitCodeOf(err) == 1, nil
 	}
 	var filters []string
 	plainAdd = true
-	for _, key := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		if strings.HasPrefix(key, "filter.") {
-			filters = append(filters, key)
-		} else {
+	seen := map[string]bool{}
+	fields := strings.Split(string(out), "\x00")
+	for i := 0; i+1 < len(fields); i += 2 {
+		origin, key := fields[i], strings.ToLower(fields[i+1])
+		if f, ok := strings.CutPrefix(origin, "file:"); ok {
+			if !filepath.IsAbs(f) {
+				f = filepath.Join(dir, f)
+			}
+			if !seen[f] {
+				seen[f] = true
+				files = append(files, f)
+			}
+		}
+		switch {
+		case strings.HasPrefix(key, "filter."):
+			filters = append(filters, fields[i+1])
+		case key == "core.sparsecheckout" || key == "extensions.worktreeconfig":
 			plainAdd = false
 		}
 	}
-	return g.filterGuard(dir, filters), plainAdd
+	return g.filterGuard(dir, filters), plainAdd, files
 }
 
 // filterGuard returns -c options that switch off each filter driver the

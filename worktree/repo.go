@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // Repo is one local git repository a factory works on. Its methods are safe
@@ -51,6 +52,10 @@ func OpenRepo(path string) (*Repo, error) {
 	if err != nil {
 		return nil, err
 	}
+	if r := cachedOpen(abs, g, inoOf(st)); r != nil {
+		return r, nil
+	}
+	start := time.Now()
 	// One process in the common case; --show-toplevel fails in a bare
 	// repository, which is then asked again without it.
 	out, err := g.run(gitCmd{dir: abs, args: []string{"rev-parse", "--is-bare-repository", "--absolute-git-dir", "--git-common-dir", "--show-toplevel"}})
@@ -79,7 +84,8 @@ func OpenRepo(path string) (*Repo, error) {
 		}
 		r.Path = lines[3]
 	}
-	g.guard, r.plainAdd = g.configFacts(r.workDir())
+	var files []string
+	g.guard, r.plainAdd, files = g.configFacts(r.workDir())
 	gg := goGitReader{path: r.workDir()}
 	if _, err := gg.open(); err != nil {
 		r.rd = binReader{g: g, dir: r.workDir()}
@@ -87,6 +93,7 @@ func OpenRepo(path string) (*Repo, error) {
 	} else {
 		r.rd = gg
 	}
+	keepOpen(abs, r, files, start, inoOf(st))
 	return r, nil
 }
 
