@@ -482,3 +482,31 @@ steps:
 	}
 	<-done
 }
+
+// A worker refuses a spec it cannot honour as asked (here another
+// version's) and says so: the attempt fails with its reason, naming the
+// fix, instead of waiting for a worker that never comes.
+func TestWorkerRefusalReported(t *testing.T) {
+	r := startServe(t, `version: 1
+repos:
+  app: {path: ./app}
+pipelines:
+  default: [s]
+steps:
+  s: {run: ["true"]}
+`, 5*time.Second)
+	r.startWorker(t, "w1")
+	ctx, cancel := context.WithTimeout(r.ctx, 30*time.Second)
+	defer cancel()
+	spec := &record.AttemptSpec{Version: record.SpecVersion + 1, ID: "r1/s/1", Run: "r1", Step: "s", Number: 1, Of: 1, Pool: "default"}
+	claimed := ""
+	res := r.d.Run(ctx, spec, record.RemoteJob{Dir: t.TempDir(), Repos: map[string]string{}, Emit: func(string, map[string]any) {},
+		Claimed: func(w string, _ uint64) { claimed = w }, Secret: func(string) (string, error) { return "", os.ErrNotExist }})
+	if ctx.Err() != nil {
+		t.Fatal("the attempt waited for a worker until the test's deadline")
+	}
+	if res.Record != nil || res.Worker != "w1" || claimed != "w1" || !strings.Contains(res.Message, "cannot run the attempt") ||
+		!strings.Contains(res.Message, "run the same kusaw version on serve and its workers") {
+		t.Fatalf("result %+v (claimed by %q)", res, claimed)
+	}
+}

@@ -27,8 +27,7 @@ func (w *Worker) take(ctx context.Context, msg jetstream.Msg) {
 	}
 	spec, err := record.ParseSpec(work.Spec)
 	if err != nil {
-		w.o.Logf("refused an attempt: %v", err)
-		_ = msg.Term()
+		w.refuse(ctx, msg, work.Spec, err)
 		return
 	}
 	token, err := w.h.Claim(ctx, spec.ID, w.id.Name)
@@ -73,6 +72,31 @@ func (w *Worker) take(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	w.o.Logf("attempt %s: reported (%s)", spec.ID, outcomeOf(res))
+}
+
+// refuse tells serve why this worker cannot run an attempt as asked (a
+// spec of another kusaw version, or with a part it does not know): it
+// claims the attempt and reports the reason, so the attempt fails saying
+// so instead of waiting for a worker that never comes.
+func (w *Worker) refuse(ctx context.Context, msg jetstream.Msg, raw []byte, why error) {
+	w.o.Logf("refused an attempt: %v", why)
+	defer func() { _ = msg.Term() }()
+	var head struct {
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(raw, &head) != nil || head.ID == "" {
+		return
+	}
+	token, err := w.h.Claim(ctx, head.ID, w.id.Name)
+	if err != nil {
+		return // another worker holds it
+	}
+	res := cluster.Result{Attempt: head.ID, Worker: w.id.Name, Token: token, Error: "cannot run the attempt: " + why.Error()}
+	b, _ := json.Marshal(res)
+	_, err = w.h.JS.Publish(ctx, cluster.ResultSubject(cluster.Key(head.ID), w.id.Name), b, jetstream.WithMsgID(fmt.Sprintf("%s/%d", head.ID, token)))
+	if err != nil {
+		w.o.Logf("attempt %s: cannot report the refusal: %v", head.ID, err)
+	}
 }
 
 func outcomeOf(r cluster.Result) string {
