@@ -250,8 +250,9 @@ func (r *Run) attemptOpt(step string, n int) attemptOpts {
 // runAgainIfLost runs an attempt of s numbered n and, while its worker
 // is lost (the infrastructure's failure, not the step's), runs it again
 // under the step's next number, at most MaxLost times: for the shapes'
-// single attempts (a candidate, a judge, a fixer, a resolve); runAttempts does the
-// same within its own loop. A nil from run (it could not start) ends it.
+// single attempts (a candidate, a judge, a fixer, a resolve); runAttempts
+// does the same within its own loop. A nil from run (it could not start)
+// ends it.
 func (e *Engine) runAgainIfLost(ctx context.Context, r *Run, s *config.Step, n int, run func(n int) *record.AttemptRecord) *record.AttemptRecord {
 	a := run(n)
 	for lost := 0; a != nil && a.Outcome == status.OutcomeLost && lost < MaxLost && ctx.Err() == nil; lost++ {
