@@ -74,6 +74,10 @@ type attemptRun struct {
 func (a *attemptRun) save() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.run.transient {
+		_ = writeJSONVolatile(filepath.Join(a.dir, record.AttemptFile), a.rec)
+		return
+	}
 	_ = writeJSON(filepath.Join(a.dir, record.AttemptFile), a.rec)
 }
 
@@ -101,7 +105,7 @@ func (e *Engine) attempt(ctx context.Context, r *Run, s *config.Step, n, of int)
 	if err != nil {
 		a := e.newAttempt(r, s, n, of, e.F)
 		if err := os.MkdirAll(a.dir, record.DirMode()); err == nil {
-			a.events = e.openSink(filepath.Join(a.dir, record.EventsFile), r.ID(), s.ID, n, r.redact)
+			a.events = e.attemptSink(r, filepath.Join(a.dir, record.EventsFile), s.ID, n)
 		} else {
 			a.events = &sink{run: r.ID(), step: s.ID, attempt: n, emit: e.opts.OnEvent}
 		}
@@ -156,7 +160,7 @@ func (e *Engine) runSpecOn(ctx context.Context, r *Run, spec *record.AttemptSpec
 			return a.finish()
 		}
 	}
-	a.events = e.openSink(filepath.Join(dir, record.EventsFile), r.ID(), s.ID, n, r.redact)
+	a.events = e.attemptSink(r, filepath.Join(dir, record.EventsFile), s.ID, n)
 	a.events.Emit(record.EvAttemptStarted, map[string]any{"attempt": n, "of": of, "kind": s.Kind(), "mode": a.rec.Mode, "mode_origin": a.rec.ModeOrigin, "network": a.rec.Network})
 
 	if b, err := spec.Marshal(); err == nil {

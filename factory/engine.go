@@ -168,6 +168,11 @@ type Run struct {
 	notes       *notifier              // the run's webhook deliveries (notify.go)
 	// limits are the pipeline's (pipelines.<name>.limits), for the run.
 	limits *config.Limits
+	// transient: a worker's run of another machine's attempt (RunForeign).
+	// Its folder goes when the attempt ends and at the worker's restart,
+	// and serve keeps the records that count: its files are written
+	// without fsync, which would only slow the step's start.
+	transient bool
 }
 
 // ID is the run's id.
@@ -469,9 +474,24 @@ func (r *Run) finish() {
 
 // openSink opens an events file.
 func (e *Engine) openSink(path, run, step string, attempt int, red *redactor) *sink {
+	return e.openSinkWith(path, red, logOptions(run, step, attempt, chainlog.KindEvents))
+}
+
+// attemptSink opens an attempt's events; a transient run's are sealed as
+// any, but fsynced only when closed.
+func (e *Engine) attemptSink(r *Run, path, step string, attempt int) *sink {
+	o := logOptions(r.ID(), step, attempt, chainlog.KindEvents)
+	if r.transient {
+		o.DeferOpenSync, o.SyncInterval = true, time.Hour
+	}
+	return e.openSinkWith(path, r.redact, o)
+}
+
+func (e *Engine) openSinkWith(path string, red *redactor, o chainlog.Options) *sink {
+	run, step, attempt := o.Binding.Run, o.Binding.Step, o.Binding.Attempt
 	s := &sink{run: run, step: step, attempt: attempt, emit: e.opts.OnEvent, redact: red}
 	// Open, not Create: a resumed run continues its run-level events file.
-	w, err := chainlog.Open(path, e.opts.Key, logOptions(run, step, attempt, chainlog.KindEvents))
+	w, err := chainlog.Open(path, e.opts.Key, o)
 	if err != nil {
 		s.err = err
 		return s

@@ -138,7 +138,7 @@ func (e *Engine) RunForeign(ctx context.Context, spec *record.AttemptSpec, repos
 		return nil, "", err
 	}
 	r := &Run{Record: &record.RunRecord{ID: spec.Run, Pipeline: "(remote)", State: status.RunRunning, Created: time.Now().UTC()},
-		Dir: e.State.RunDir(spec.Run), e: e, redact: &redactor{}, params: spec.Params, skipSetup: len(spec.Setup) == 0}
+		Dir: e.State.RunDir(spec.Run), e: e, redact: &redactor{}, params: spec.Params, skipSetup: len(spec.Setup) == 0, transient: true}
 	if err := os.MkdirAll(filepath.Join(r.Dir, record.StepsDir), record.DirMode()); err != nil {
 		return nil, "", err
 	}

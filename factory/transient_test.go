@@ -1,0 +1,75 @@
+package factory
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kusaw/kusaw/chainlog"
+	"github.com/kusaw/kusaw/internal/testkit"
+	"github.com/kusaw/kusaw/record"
+	"github.com/kusaw/kusaw/status"
+)
+
+const foreignYAML = `version: 1
+repos:
+  app: {path: ./app}
+pipelines:
+  default: [s]
+steps:
+  s: {run: [sh, -c, 'echo hi > out.txt']}
+`
+
+// A worker's run of another machine's attempt writes its records without
+// fsync (they go with the attempt): they are whole all the same, the
+// events sealed and closed, attempt.json the attempt's final record, and
+// no temporary file is left beside them.
+func TestRunForeignRecordsWhole(t *testing.T) {
+	f := testkit.Factory(t, foreignYAML, "app")
+	fr := &shapeRemote{t: t, specs: map[string]*record.AttemptSpec{}}
+	e, err := New(f, Options{Kusaw: "/bin/false", Remote: fr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	r, err := e.Run(context.Background(), "")
+	if err != nil || r.Record.State != status.RunSucceeded {
+		t.Fatalf("run: %v %+v", err, r.Record)
+	}
+	spec := fr.specs[record.AttemptID(r.ID(), "s", 1)]
+	if spec == nil {
+		t.Fatalf("no spec dispatched: %v", fr.specs)
+	}
+	wf := testkit.Factory(t, foreignYAML, "app")
+	w, err := New(wf, Options{Kusaw: "/bin/false"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	// The worker's own repository, holding serve's commits.
+	cache := filepath.Join(wf.Dir, "app")
+	testkit.GitRun(t, cache, "fetch", "-q", filepath.Join(f.Dir, "app"), "main")
+	rec, dir, err := w.RunForeign(context.Background(), spec, map[string]string{"app": cache})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Outcome != status.OutcomePassed || len(rec.Worktrees) != 1 || !rec.Worktrees[0].Changed {
+		t.Fatalf("foreign attempt: %s %s %+v", rec.Outcome, rec.Message, rec.Worktrees)
+	}
+	var saved record.AttemptRecord
+	if err := readJSON(filepath.Join(dir, record.AttemptFile), &saved); err != nil || saved.Outcome != rec.Outcome || saved.Finished == nil {
+		t.Errorf("attempt.json: %+v (%v)", saved, err)
+	}
+	res, err := chainlog.VerifyFile(filepath.Join(dir, record.EventsFile), w.PublicKey(), chainlog.Binding{Run: spec.Run, Step: spec.Step, Attempt: spec.Number, Kind: chainlog.KindEvents})
+	if err != nil || !res.Final {
+		t.Errorf("events: %+v %v", res, err)
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, en := range entries {
+		if strings.Contains(en.Name(), ".tmp-") {
+			t.Errorf("left behind: %s", en.Name())
+		}
+	}
+}
