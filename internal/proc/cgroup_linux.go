@@ -382,12 +382,18 @@ func hold(cmd *exec.Cmd) (release func(), err error) {
 	}
 	fd := 3 + len(cmd.ExtraFiles)
 	cmd.ExtraFiles = append(cmd.ExtraFiles, r)
-	args := append([]string{"/bin/sh", "-c", fmt.Sprintf(`read _ <&%d || exit 126; exec "$@" %d<&-`, fd, fd), "kusaw-hold", prog}, cmd.Args[1:]...)
-	cmd.Path, cmd.Args = "/bin/sh", args
-	return func() {
+	release = func() {
 		_, _ = w.Write([]byte("go\n"))
 		w.Close()
-	}, nil
+	}
+	if isReaped(cmd) {
+		// The reaper holds itself (reapHeldArg): no shell in between.
+		cmd.Args = append([]string{cmd.Args[0], reapHeldArg, strconv.Itoa(fd)}, cmd.Args[2:]...)
+		return release, nil
+	}
+	args := append([]string{"/bin/sh", "-c", fmt.Sprintf(`read _ <&%d || exit 126; exec "$@" %d<&-`, fd, fd), "kusaw-hold", prog}, cmd.Args[1:]...)
+	cmd.Path, cmd.Args = "/bin/sh", args
+	return release, nil
 }
 
 // ReapStaleGroups ends what a kusaw that died (kill -9) left in the child

@@ -25,6 +25,19 @@ import (
 // ReapArg is the argument a binary's main passes to MaybeReap.
 const ReapArg = "__kusaw_reap"
 
+// reapHeldArg starts the reaper held (hold): it reads one line from the
+// file descriptor after it before it starts the process. The reaper is
+// the whole kusaw binary, whose start takes milliseconds: held, it makes
+// that start while kusaw places it into its cgroup, instead of after a
+// /bin/sh that holds it.
+const reapHeldArg = "__kusaw_reap_held"
+
+// isReaped reports whether cmd runs under the reaper (Reaped).
+func isReaped(cmd *exec.Cmd) bool {
+	p, _ := reaperPath.Load().(string)
+	return p != "" && cmd.Path == p && len(cmd.Args) >= 3 && cmd.Args[1] == ReapArg
+}
+
 // reapDeathSignal is the reaper's parent-death signal: one kusaw never
 // sends to a group, so the reaper knows what it means.
 const reapDeathSignal = syscall.SIGUSR2
@@ -57,13 +70,22 @@ func Reaped(cmd *exec.Cmd) {
 // MaybeReap runs the reaper when args (os.Args) ask for it, and then never
 // returns.
 func MaybeReap(args []string) {
+	if len(args) >= 5 && args[1] == reapHeldArg {
+		fd, err := strconv.Atoi(args[2])
+		if err != nil || fd < 3 {
+			os.Exit(126)
+		}
+		os.Exit(reap(args[3], args[4:], os.NewFile(uintptr(fd), "hold")))
+	}
 	if len(args) < 4 || args[1] != ReapArg {
 		return
 	}
-	os.Exit(reap(args[2], args[3:]))
+	os.Exit(reap(args[2], args[3:], nil))
 }
 
-func reap(path string, argv []string) int {
+// reap runs the process at path and reaps what it leaves; with held, only
+// once a line comes on it (kusaw placed the reaper by then).
+func reap(path string, argv []string, held *os.File) int {
 	// Signals first: kusaw may die at any moment from here on.
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, reapDeathSignal, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT)
@@ -74,6 +96,16 @@ func reap(path string, argv []string) int {
 	}
 	if parent == 1 {
 		return 137 // kusaw is already gone
+	}
+	if held != nil {
+		// End of file: kusaw gave up on the start (or died); the line's
+		// content does not matter.
+		var b [1]byte
+		n, _ := held.Read(b[:])
+		held.Close()
+		if n == 0 {
+			return 126
+		}
 	}
 	child, err := os.StartProcess(path, argv, &os.ProcAttr{Files: []*os.File{os.Stdin, os.Stdout, os.Stderr}})
 	if err != nil {
