@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kusaw/kusaw/cluster"
+	"github.com/kusaw/kusaw/internal/proc"
 	"github.com/kusaw/kusaw/record"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -30,6 +31,10 @@ func (w *Worker) take(ctx context.Context, msg jetstream.Msg) {
 		w.refuse(ctx, msg, work.Spec, err)
 		return
 	}
+	// A step starts here soon, in a cgroup (every step has kusaw's
+	// default limits): the kernel's wait before its placement is taken
+	// from now on, beside the claim and the git work.
+	proc.Prewarm(proc.Defaults(proc.Limits{}))
 	token, err := w.h.Claim(ctx, spec.ID, w.id.Name)
 	if err != nil {
 		// Another worker holds it (a redelivery), or the bucket failed:

@@ -198,6 +198,7 @@ func (g *group) add(pid int) error {
 		done[dir] = true
 		errs = append(errs, os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644))
 	}
+	placed()
 	return errors.Join(errs...)
 }
 

@@ -30,15 +30,21 @@ const (
 // prewarmWrites counts kusaw's moves of itself, for the tests.
 var prewarmWrites atomic.Int64
 
+// placements counts processes placed into a group: a Prewarm ends at the
+// first placement after it started (that one found the lock warm).
+var placements atomic.Int64
+
 // Prewarm readies the kernel for placing a process under limits l into
-// its cgroup soon; call stop once it is placed (stop may be called more
-// than once). Without a cgroup to place into, it does nothing.
+// its cgroup soon. It ends by itself once a process is placed, or when
+// stop is called (stop may be called more than once). Without a cgroup
+// to place into, it does nothing.
 func Prewarm(l Limits) (stop func()) {
 	procs := ownProcsFile(wanted(l))
 	if procs == "" {
 		return func() {}
 	}
 	self := []byte(strconv.Itoa(os.Getpid()))
+	gen := placements.Load()
 	done := make(chan struct{})
 	go func() {
 		tick := time.NewTicker(prewarmEvery)
@@ -56,6 +62,9 @@ func Prewarm(l Limits) (stop func()) {
 				return
 			}
 			prewarmWrites.Add(1)
+			if placements.Load() != gen {
+				return
+			}
 			select {
 			case <-done:
 				return
@@ -91,3 +100,6 @@ func ownProcsFile(ctls []string) string {
 	}
 	return ""
 }
+
+// placed tells running Prewarms that a process was placed.
+func placed() { placements.Add(1) }

@@ -111,3 +111,30 @@ func BenchmarkPlaceAfterPause(b *testing.B) {
 	b.ReportMetric(float64(tCold.Microseconds())/n/1000, "cold-ms/op")
 	b.ReportMetric(float64(tCold)/float64(tWarm), "x_faster")
 }
+
+// A Prewarm nobody stops ends at the next placement of a process.
+func TestPrewarmEndsAtPlacement(t *testing.T) {
+	lim := Limits{Pids: 64}
+	needOwnGroup(t, lim)
+	if !cgroupEnforces(LimitPids) {
+		t.Fatalf("kusaw can write its own group but makes no pids group: %s", Enforcement()[LimitPids])
+	}
+	start := prewarmWrites.Load()
+	Prewarm(lim)
+	deadline := time.Now().Add(5 * time.Second)
+	for prewarmWrites.Load() < start+2 {
+		if time.Now().After(deadline) {
+			t.Fatal("Prewarm did not start")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if res := Run(context.Background(), exec.Command("true"), Options{Limits: lim}); res.Exit != 0 {
+		t.Fatalf("%+v", res)
+	}
+	time.Sleep(5 * prewarmEvery)
+	n := prewarmWrites.Load()
+	time.Sleep(20 * prewarmEvery)
+	if m := prewarmWrites.Load(); m != n {
+		t.Errorf("Prewarm went on after a placement: %d more writes", m-n)
+	}
+}
