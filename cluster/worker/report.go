@@ -58,6 +58,75 @@ func (w *Worker) put(what, name, path string) (obj, sum string, err error) {
 	return obj, sum, err
 }
 
+// connLost marks the connection dropped: what runs over it (connected)
+// starts again once it is back.
+func (w *Worker) connLost() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	close(w.lost)
+	w.lost = make(chan struct{})
+}
+
+// connected runs fn with a context that also ends when the connection to
+// serve drops, and runs it again (a few times) when it failed because the
+// connection dropped meanwhile: an object being fetched or a request in
+// flight when serve restarted is lost with the old connection and would
+// otherwise wait for its timeout, or for ever.
+func (w *Worker) connected(ctx context.Context, what string, fn func(context.Context) error) error {
+	first := time.Now()
+	for try := 1; ; try++ {
+		w.mu.Lock()
+		lost := w.lost
+		w.mu.Unlock()
+		cctx, cancel := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-lost:
+				cancel()
+			case <-cctx.Done():
+			}
+		}()
+		err := fn(cctx)
+		cancel()
+		dropped := false
+		select {
+		case <-lost:
+			dropped = true
+		default:
+		}
+		// No responders: serve is back but has not re-attached to the
+		// attempt yet (or has not decided to end it: a cancel then stops
+		// this through ctx).
+		if err != nil && errors.Is(err, nats.ErrNoResponders) && ctx.Err() == nil && time.Since(first) < reportPatience {
+			select {
+			case <-ctx.Done():
+				return err
+			case <-w.stopping():
+				return err
+			case <-time.After(250 * time.Millisecond):
+			}
+			try--
+			continue
+		}
+		if err == nil || !dropped || ctx.Err() != nil || try >= 5 {
+			return err
+		}
+		w.o.Logf("%s: the connection to serve dropped (%v); trying again when it is back", what, err)
+		deadline := time.Now().Add(reportPatience)
+		for !w.nc.IsConnected() {
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return err
+			}
+			select {
+			case <-ctx.Done():
+			case <-w.stopping():
+				return err
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+}
+
 // unreachable reports whether err means serve (or its NATS server) could
 // not be reached, rather than refusing what was asked.
 func (w *Worker) unreachable(err error) bool {

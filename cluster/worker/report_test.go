@@ -22,7 +22,14 @@ import (
 // away past one try: the finished attempt's uploads and result are tried
 // again, and reach the stream once a server is back on the same address
 // and store (what a restarted serve re-attaches to).
-func TestReportWaitsForServe(t *testing.T) {
+func TestReportWaitsForServe(t *testing.T) { serverGoesAway(t, true) }
+
+// The server goes away right after the claim, while the worker fetches
+// the attempt's code: the fetch lost with the old connection starts again
+// once a server is back, instead of waiting for ever, and the attempt runs.
+func TestFetchSurvivesServeRestart(t *testing.T) { serverGoesAway(t, false) }
+
+func serverGoesAway(t *testing.T, afterStart bool) {
 	f := testkit.Factory(t, `version: 1
 repos:
   app: {path: ./app}
@@ -67,7 +74,13 @@ steps:
 	defer e.Close()
 	r := &rig{srv: srv, d: d, e: e, ctx: ctx}
 	var logs logLines
-	w, _ := r.startWorkerWith(t, "w1", Options{TryTimeout: 300 * time.Millisecond, MaxParallel: 1, Logf: logs.logf}, nil)
+	fetching, resume := make(chan struct{}), make(chan struct{})
+	prep := func(w *Worker) {
+		if !afterStart {
+			w.h.Objects = heldGet{ObjectStore: w.h.Objects, fetching: fetching, resume: resume}
+		}
+	}
+	w, _ := r.startWorkerWith(t, "w1", Options{TryTimeout: 300 * time.Millisecond, MaxParallel: 1, Logf: logs.logf}, prep)
 	rctx, rcancel := context.WithCancel(ctx)
 	defer rcancel()
 	go func() { _, _ = e.Run(rctx, "") }()
@@ -83,13 +96,20 @@ steps:
 	// The step's process runs on the worker (its code and secrets were
 	// fetched): now serve goes, and the step goes on.
 	run, _, _ := strings.Cut(id, "/")
+	if !afterStart {
+		<-fetching // the code's fetch is under way
+	}
 	waitUntil(t, "the step's process to start", func() bool {
+		if !afterStart {
+			return true
+		}
 		var a record.AttemptRecord
 		b, err := os.ReadFile(filepath.Join(w.eng.State.RunDir(run), record.StepsDir, "nap", "1", record.AttemptFile))
 		return err == nil && json.Unmarshal(b, &a) == nil && len(a.Processes) > 0 && a.Processes[0].PID > 0
 	})
 	nc.Close()
 	srv.Shutdown()
+	close(resume)
 	waitUntil(t, "the worker to try again", func() bool { return len(logs.with("trying again")) > 0 }, &logs)
 
 	srv2, err := cluster.StartServer(cluster.ServerOptions{Dir: dir, Listen: addr})
@@ -113,7 +133,7 @@ steps:
 		return err == nil && json.Unmarshal(m.Data, &res) == nil
 	})
 	if res.Error != "" || res.Bundles["app"] == "" || len(res.Digests) == 0 {
-		t.Fatalf("the report after the outage: %+v", res)
+		t.Fatalf("the report after the outage: %+v (worker: %q)", res, logs.with(""))
 	}
 	o, err := cluster.Open(ctx, nc2)
 	if err != nil {
@@ -136,4 +156,23 @@ func waitUntil(t *testing.T, what string, ok func() bool, logs ...*logLines) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// heldGet holds the first object fetch open, once it has begun, until
+// resume: serve's server goes away in the middle of it.
+type heldGet struct {
+	jetstream.ObjectStore
+	fetching, resume chan struct{}
+}
+
+func (h heldGet) Get(ctx context.Context, name string, opts ...jetstream.GetObjectOpt) (jetstream.ObjectResult, error) {
+	res, err := h.ObjectStore.Get(ctx, name, opts...)
+	select {
+	case <-h.fetching:
+		return res, err // only the first
+	default:
+	}
+	close(h.fetching)
+	<-h.resume
+	return res, err
 }

@@ -250,9 +250,13 @@ func hasFiles(dir string) bool {
 // worker's curve key; they are opened here, in memory only.
 func (w *Worker) fetchSecrets(ctx context.Context, id string, token uint64) (map[string]string, error) {
 	b, _ := json.Marshal(cluster.SecretsRequest{Attempt: id, Worker: w.id.Name, Token: token})
-	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	m, err := w.nc.RequestWithContext(rctx, cluster.SecretsSubject(cluster.Key(id), w.id.Name), b)
+	var m *nats.Msg
+	err := w.connected(ctx, "attempt "+id+": secrets", func(c context.Context) (err error) {
+		rctx, cancel := context.WithTimeout(c, 30*time.Second)
+		defer cancel()
+		m, err = w.nc.RequestWithContext(rctx, cluster.SecretsSubject(cluster.Key(id), w.id.Name), b)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -333,9 +337,13 @@ func (w *Worker) leaveRun(run, dir string) {
 func (w *Worker) importBundle(ctx context.Context, repo, obj, p, want string) error {
 	// Bounded: a serve that dies during the fetch must not hold the slot
 	// for ever (serve re-dispatches what it no longer waits for).
-	gctx, cancel := context.WithTimeout(ctx, fetchTimeout)
-	defer cancel()
-	if _, err := w.h.GetFile(gctx, obj, p); err != nil {
+	err := w.connected(ctx, "fetch "+obj, func(c context.Context) error {
+		gctx, cancel := context.WithTimeout(c, fetchTimeout)
+		defer cancel()
+		_, err := w.h.GetFile(gctx, obj, p)
+		return err
+	})
+	if err != nil {
 		return err
 	}
 	name := filepath.Base(repo)
@@ -352,9 +360,13 @@ func (w *Worker) importBundle(ctx context.Context, repo, obj, p, want string) er
 // when commit is "").
 func (w *Worker) fullBundle(ctx context.Context, id string, token uint64, repo, commit string) (string, error) {
 	b, _ := json.Marshal(cluster.BundleRequest{Attempt: id, Worker: w.id.Name, Token: token, Repo: repo, Commit: commit})
-	rctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	m, err := w.nc.RequestWithContext(rctx, cluster.BundleSubject(cluster.Key(id), w.id.Name), b)
+	var m *nats.Msg
+	err := w.connected(ctx, "attempt "+id+": full bundle", func(c context.Context) (err error) {
+		rctx, cancel := context.WithTimeout(c, time.Minute)
+		defer cancel()
+		m, err = w.nc.RequestWithContext(rctx, cluster.BundleSubject(cluster.Key(id), w.id.Name), b)
+		return err
+	})
 	if err != nil {
 		return "", err
 	}

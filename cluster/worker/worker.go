@@ -68,6 +68,7 @@ type Worker struct {
 	have    map[string][]string // repo → commits the cache holds, latest first
 	repoMu  map[string]*sync.Mutex
 	stop    context.Context // Run's: ends when the worker stops
+	lost    chan struct{}   // closed when the connection drops (connLost makes a new one)
 }
 
 type attempt struct {
@@ -130,7 +131,8 @@ func New(ctx context.Context, o Options) (*Worker, error) {
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
 	}
-	w := &Worker{o: o, id: id, started: time.Now().UTC(), running: map[string]*attempt{}, runs: map[string]int{}, have: map[string][]string{}, repoMu: map[string]*sync.Mutex{}}
+	w := &Worker{o: o, id: id, started: time.Now().UTC(), running: map[string]*attempt{}, runs: map[string]int{}, have: map[string][]string{}, repoMu: map[string]*sync.Mutex{},
+		lost: make(chan struct{})}
 	w.cleanLeftovers()
 	f := &config.Factory{Version: 1, StateDir: filepath.Join(o.StateDir, engineDir), Repos: map[string]*config.Repo{},
 		Steps: map[string]*config.Step{}, Pipelines: map[string]*config.Pipeline{}}
@@ -140,7 +142,10 @@ func New(ctx context.Context, o Options) (*Worker, error) {
 		return nil, err
 	}
 	w.nc, err = cluster.Dial(id, "kusaw worker "+id.Name,
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { o.Logf("disconnected from serve: %v", err) }),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			o.Logf("disconnected from serve: %v", err)
+			w.connLost()
+		}),
 		nats.ReconnectHandler(func(*nats.Conn) { o.Logf("reconnected to serve") }))
 	if err != nil {
 		return nil, err
