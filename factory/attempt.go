@@ -241,7 +241,7 @@ func (a *attemptRun) createWorktrees() error {
 		if b := a.opt.from[w.Repo]; b != "" {
 			from = b
 		}
-		wt, err := repo.AddAttempt(from, w.Branch, w.Path)
+		wt, err := a.addAttempt(repo, w.Repo, from, w.Branch, w.Path)
 		if err != nil {
 			return fmt.Errorf("repo %s: %v", w.Repo, err)
 		}
@@ -250,6 +250,27 @@ func (a *attemptRun) createWorktrees() error {
 		a.events.Emit(record.EvWorktreeCreated, map[string]any{"repo": w.Repo, "path": w.Path, "branch": w.Branch, "base": w.BaseSHA})
 	}
 	return nil
+}
+
+// addAttempt adds the attempt's worktree of repo name from branch from;
+// a run branch RunForeign left unmade is made first, with the attempt's
+// own branch when the attempt starts from it.
+func (a *attemptRun) addAttempt(repo *worktree.Repo, name, from, branch, path string) (*worktree.Worktree, error) {
+	a.run.mu.Lock()
+	unmade := a.run.unmade[name]
+	delete(a.run.unmade, name)
+	a.run.mu.Unlock()
+	if !unmade {
+		return repo.AddAttempt(from, branch, path)
+	}
+	rr := a.run.repo(name)
+	if from == rr.Branch {
+		return repo.AddAttemptNewRun(from, rr.HeadSHA, branch, path)
+	}
+	if err := repo.SetBranch(rr.Branch, "", rr.HeadSHA); err != nil {
+		return nil, err
+	}
+	return repo.AddAttempt(from, branch, path)
 }
 
 // setup runs the factory's setup commands in each new worktree, with the

@@ -173,6 +173,9 @@ type Run struct {
 	// and serve keeps the records that count: its files are written
 	// without fsync, which would only slow the step's start.
 	transient bool
+	// unmade: repos whose run branch RunForeign left to be made together
+	// with the attempt's worktree (one git process for both branches).
+	unmade map[string]bool
 }
 
 // ID is the run's id.

@@ -138,22 +138,19 @@ func (e *Engine) RunForeign(ctx context.Context, spec *record.AttemptSpec, repos
 		return nil, "", err
 	}
 	r := &Run{Record: &record.RunRecord{ID: spec.Run, Pipeline: "(remote)", State: status.RunRunning, Created: time.Now().UTC()},
-		Dir: e.State.RunDir(spec.Run), e: e, redact: &redactor{}, params: spec.Params, skipSetup: len(spec.Setup) == 0, transient: true}
+		Dir: e.State.RunDir(spec.Run), e: e, redact: &redactor{}, params: spec.Params, skipSetup: len(spec.Setup) == 0, transient: true, unmade: map[string]bool{}}
 	if err := os.MkdirAll(filepath.Join(r.Dir, record.StepsDir), record.DirMode()); err != nil {
 		return nil, "", err
 	}
 	for _, sr := range spec.Repos {
 		path := repos[sr.Name]
-		repo, err := r.openRepo(sr.Name, path)
-		if err != nil {
+		if _, err := r.openRepo(sr.Name, path); err != nil {
 			return nil, "", err
 		}
 		// A branch per attempt: attempts of one run may run here at once
 		// from different bases.
 		branch := worktree.RunBranch(spec.Run + "." + spec.Step + "." + strconv.Itoa(spec.Number))
-		if err := repo.SetBranch(branch, "", sr.Base); err != nil {
-			return nil, "", err
-		}
+		r.unmade[sr.Name] = true // made at sr.Base with the worktree (createWorktrees)
 		// The run's starting commit, not the attempt's base: setup runs
 		// outside the sandbox only on the former (setupPlace).
 		r.Record.Repos = append(r.Record.Repos, record.RunRepo{Name: sr.Name, Path: path, BaseSHA: sr.RunBase, Branch: branch, HeadSHA: sr.Base})

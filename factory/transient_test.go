@@ -58,6 +58,11 @@ func TestRunForeignRecordsWhole(t *testing.T) {
 	if rec.Outcome != status.OutcomePassed || len(rec.Worktrees) != 1 || !rec.Worktrees[0].Changed {
 		t.Fatalf("foreign attempt: %s %s %+v", rec.Outcome, rec.Message, rec.Worktrees)
 	}
+	// Its own run branch, made with the worktree, moved to the commit.
+	runBranch := "kusaw/" + spec.Run + "." + spec.Step + ".1"
+	if got := strings.TrimSpace(testkit.GitRun(t, cache, "rev-parse", runBranch)); got != rec.Worktrees[0].HeadSHA {
+		t.Errorf("%s at %s, want %s", runBranch, got, rec.Worktrees[0].HeadSHA)
+	}
 	var saved record.AttemptRecord
 	if err := readJSON(filepath.Join(dir, record.AttemptFile), &saved); err != nil || saved.Outcome != rec.Outcome || saved.Finished == nil {
 		t.Errorf("attempt.json: %+v (%v)", saved, err)

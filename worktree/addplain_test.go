@@ -197,3 +197,42 @@ func tgitStdin(dir, stdin string, args ...string) (string, error) {
 	out, err := cmd.Output()
 	return string(out), err
 }
+
+// A worker's attempt makes its run branch and its attempt branch in one
+// go: both at the base; a run branch that exists already is refused and
+// then nothing is made. The same holds where git's own add is used.
+func TestAddAttemptNewRun(t *testing.T) {
+	isolateHome(t)
+	for _, sparse := range []bool{false, true} {
+		dir := newRepo(t)
+		if sparse {
+			tgit(t, dir, "config", "core.sparseCheckout", "false")
+		}
+		r := open(t, dir)
+		base := tgit(t, dir, "rev-parse", "HEAD")
+		run, att := RunBranch("w.s.1"), AttemptBranch("w", "s", 1)
+		w, err := r.AddAttemptNewRun(run, base, att, filepath.Join(t.TempDir(), "app"))
+		if err != nil {
+			t.Fatalf("sparse=%v: %v", sparse, err)
+		}
+		for _, b := range []string{run, att} {
+			if got := tgit(t, dir, "rev-parse", "refs/heads/"+b); got != base {
+				t.Errorf("sparse=%v: %s at %q, want %s", sparse, b, got, base)
+			}
+		}
+		if w.BaseSHA != base {
+			t.Errorf("base %s", w.BaseSHA)
+		}
+		// Again on the same run branch: refused, no second attempt branch.
+		att2 := AttemptBranch("w", "s", 2)
+		if _, err := r.AddAttemptNewRun(run, base, att2, filepath.Join(t.TempDir(), "app")); err == nil {
+			t.Errorf("sparse=%v: an existing run branch was taken", sparse)
+		}
+		if _, err := tgitErr(dir, "rev-parse", "--verify", "-q", "refs/heads/"+att2); err == nil {
+			t.Errorf("sparse=%v: %s was made though its run branch was refused", sparse, att2)
+		}
+		if _, err := r.AddAttemptNewRun(RunBranch("w.s.3"), "HEAD", AttemptBranch("w", "s", 3), filepath.Join(t.TempDir(), "app")); err == nil {
+			t.Errorf("sparse=%v: a base that is not a hash was taken", sparse)
+		}
+	}
+}

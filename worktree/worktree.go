@@ -29,6 +29,35 @@ type Worktree struct {
 // AddAttempt creates branch attemptBranch at the current head of runBranch
 // and a linked worktree for it at dir (which must not exist or be empty).
 func (r *Repo) AddAttempt(runBranch, attemptBranch, dir string) (*Worktree, error) {
+	return r.addAttempt(runBranch, attemptBranch, dir, "")
+}
+
+// AddAttemptNewRun is AddAttempt on a run branch that does not exist yet:
+// runBranch is created at base together with attemptBranch (a worker's
+// branch of one attempt), in the same git process when the worktree is
+// made plainly. A run branch that exists already is refused.
+func (r *Repo) AddAttemptNewRun(runBranch, base, attemptBranch, dir string) (*Worktree, error) {
+	if !isHash(base) {
+		return nil, fmt.Errorf("add worktree: base %q is not a full commit hash", base)
+	}
+	return r.addAttempt(runBranch, attemptBranch, dir, base)
+}
+
+func isHash(s string) bool {
+	if len(s) != 40 && len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// addAttempt makes the worktree; newRun, when set, is the commit at which
+// runBranch is created first.
+func (r *Repo) addAttempt(runBranch, attemptBranch, dir, newRun string) (*Worktree, error) {
 	if err := checkBranch(runBranch); err != nil {
 		return nil, err
 	}
@@ -42,9 +71,11 @@ func (r *Repo) AddAttempt(runBranch, attemptBranch, dir string) (*Worktree, erro
 	if entries, err := os.ReadDir(abs); err == nil && len(entries) > 0 {
 		return nil, fmt.Errorf("worktree %s already exists and is not empty (fix: remove it, or use a new attempt directory)", abs)
 	}
-	head, err := r.Head(runBranch)
-	if err != nil {
-		return nil, fmt.Errorf("add worktree: run %v", err)
+	head := newRun
+	if newRun == "" {
+		if head, err = r.Head(runBranch); err != nil {
+			return nil, fmt.Errorf("add worktree: run %v", err)
+		}
 	}
 	if _, ok, err := r.rd.ref("refs/heads/" + attemptBranch); err != nil {
 		return nil, fmt.Errorf("add worktree: %v", err)
@@ -57,10 +88,19 @@ func (r *Repo) AddAttempt(runBranch, attemptBranch, dir string) (*Worktree, erro
 	// The hash, not the branch name, is the start point, so BaseSHA is
 	// exactly what was checked out even if the run branch moves meanwhile.
 	if r.plainAdd && plainName(filepath.Base(abs)) {
-		if err := r.addPlain(abs, attemptBranch, head); err != nil {
+		newRunBranch := ""
+		if newRun != "" {
+			newRunBranch = runBranch
+		}
+		if err := r.addPlain(abs, attemptBranch, head, newRunBranch); err != nil {
 			return nil, fmt.Errorf("add worktree %s in %s: %v", abs, r, err)
 		}
 	} else {
+		if newRun != "" {
+			if err := r.createRef(runBranch, newRun, "kusaw: run branch of an attempt"); err != nil {
+				return nil, err
+			}
+		}
 		unlock := r.lockWorktrees()
 		_, err = r.git.run(gitCmd{dir: r.workDir(), args: []string{"worktree", "add", "--quiet", "-b", attemptBranch, "--", abs, head}})
 		unlock()
@@ -89,9 +129,17 @@ func (r *Repo) AddAttempt(runBranch, attemptBranch, dir string) (*Worktree, erro
 // with the repository's own git folder named explicitly. The folder is
 // marked locked while it is made, as git does, so a prune meanwhile
 // leaves it alone.
-func (r *Repo) addPlain(abs, branch, head string) error {
-	zero := strings.Repeat("0", len(head))
-	if _, err := r.git.run(gitCmd{dir: r.workDir(), args: []string{"update-ref", "-m", "branch: Created from " + head, "refs/heads/" + branch, head, zero}}); err != nil {
+//
+// runBranch, when set, is created at head in the same update-ref
+// transaction (both or neither), and stays if the worktree then fails.
+func (r *Repo) addPlain(abs, branch, head, runBranch string) error {
+	var stdin strings.Builder
+	for _, b := range []string{runBranch, branch} {
+		if b != "" {
+			fmt.Fprintf(&stdin, "create refs/heads/%s %s\n", b, head)
+		}
+	}
+	if _, err := r.git.run(gitCmd{dir: r.workDir(), stdin: strings.NewReader(stdin.String()), args: []string{"update-ref", "-m", "branch: Created from " + head, "--stdin"}}); err != nil {
 		return err
 	}
 	admin, made, err := r.makeAdmin(abs, branch)
