@@ -121,7 +121,7 @@ func (e *Engine) newAttempt(r *Run, s *config.Step, n, of int, f *config.Factory
 	a := &attemptRun{e: e, f: f, run: r, step: s, n: n, dir: record.AttemptDir(r.Dir, s.ID, n), wts: map[string]*worktree.Worktree{}, repos: map[string]*worktree.Repo{},
 		opt: r.attemptOpt(s.ID, n)}
 	a.rec = &record.AttemptRecord{Run: r.ID(), Step: s.ID, Number: n, Of: of, Kind: s.Kind(), Builtin: s.Builtin,
-		Setup: f.Setup, Started: time.Now().UTC(), Worktrees: []record.WorktreeRecord{}, Processes: []record.ProcessRecord{}}
+		Setup: f.Setup, Started: time.Now().UTC(), Worktrees: []record.WorktreeRecord{}, Processes: []record.ProcessRecord{}, Role: a.opt.role}
 	if s.Kind() == config.KindAgent {
 		a.rec.Provider = s.Provider
 	}
@@ -161,7 +161,12 @@ func (e *Engine) runSpecOn(ctx context.Context, r *Run, spec *record.AttemptSpec
 		}
 	}
 	a.events = e.attemptSink(r, filepath.Join(dir, record.EventsFile), s.ID, n)
-	a.events.Emit(record.EvAttemptStarted, map[string]any{"attempt": n, "of": of, "kind": s.Kind(), "mode": a.rec.Mode, "mode_origin": a.rec.ModeOrigin, "network": a.rec.Network})
+	started := map[string]any{"attempt": n, "of": of, "kind": s.Kind(), "mode": a.rec.Mode, "mode_origin": a.rec.ModeOrigin, "network": a.rec.Network}
+	if a.rec.Role != nil {
+		// The sealed events say what a helper's attempt was for too.
+		started["role"] = a.rec.Role
+	}
+	a.events.Emit(record.EvAttemptStarted, started)
 
 	if b, err := spec.Marshal(); err == nil {
 		_ = os.WriteFile(filepath.Join(dir, record.SpecFile), b, record.FileMode())

@@ -36,6 +36,8 @@ type attemptOpts struct {
 	// candidates are a judge's: the passing candidates' commits, which
 	// the attempt exports where it runs (exportCandidates).
 	candidates []record.SpecCandidate
+	// role is a helper's part in the shape (fixer, judge, resolve).
+	role *record.AttemptRole
 }
 
 // item is one pipeline item: the indexes of its steps in r.steps.
@@ -340,7 +342,7 @@ func (e *Engine) runFixer(ctx context.Context, r *Run, s *config.Step, failed *r
 		return nil
 	}
 	n := r.takeAttempt(fs.ID)
-	opt := attemptOpts{from: map[string]string{}, keep: true}
+	opt := attemptOpts{from: map[string]string{}, keep: true, role: record.FixerRole(s.ID, failed.Number)}
 	for _, w := range failed.Worktrees {
 		if w.HeadSHA != "" {
 			opt.from[w.Repo] = w.Branch
@@ -641,7 +643,7 @@ func (e *Engine) mergeGroup(ctx context.Context, r *Run, it item, ends []stepEnd
 					return nil, itemEnd{reason: status.ReasonMergeConflict, msg: fmt.Sprintf("parallel group %d: step %s's commit conflicts with the group's work in repo %s, in %s; every member's branch is kept (%s)",
 						it.group, s.ID, rr.Name, strings.Join(ce.Files, ", "), strings.Join(branches, ", "))}
 				}
-				merged, err = e.resolveMerge(ctx, r, it, rr.Name, heads[rr.Name], theirs, ce.Files)
+				merged, err = e.resolveMerge(ctx, r, it, s.ID, rr.Name, heads[rr.Name], theirs, ce.Files)
 				if err != nil {
 					return nil, itemEnd{reason: status.ReasonMergeConflict, msg: fmt.Sprintf("parallel group %d: step %s's commit conflicts in repo %s, in %s, and resolve step %s did not complete the merge: %v",
 						it.group, s.ID, rr.Name, strings.Join(ce.Files, ", "), resolve, err)}
@@ -660,7 +662,7 @@ const maxNamedFiles = 50
 
 // resolveMerge runs the resolve step in a worktree holding the conflicted
 // merge of theirs into ours; its commit (with both parents) is the merge.
-func (e *Engine) resolveMerge(ctx context.Context, r *Run, it item, repoName, ours, theirs string, files []string) (string, error) {
+func (e *Engine) resolveMerge(ctx context.Context, r *Run, it item, member, repoName, ours, theirs string, files []string) (string, error) {
 	rs := e.F.Steps[r.steps[it.idx[0]].Resolve]
 	if rs == nil {
 		return "", errors.New("the resolve step is not defined")
@@ -682,7 +684,7 @@ func (e *Engine) resolveMerge(ctx context.Context, r *Run, it item, repoName, ou
 			return nil
 		}
 		opt := attemptOpts{keep: true, from: map[string]string{repoName: base}, merge: map[string]string{repoName: theirs},
-			env: map[string]string{record.EnvMergeConflicts: strings.Join(files, "\n")}}
+			env: map[string]string{record.EnvMergeConflicts: strings.Join(files, "\n")}, role: record.ResolveRole(it.group, member, repoName)}
 		return e.runAttempt(ctx, r, rs, n, n, opt)
 	})
 	if berr != nil {
@@ -900,7 +902,7 @@ func (e *Engine) runJudge(ctx context.Context, r *Run, s *config.Step, recs []*r
 	if js == nil {
 		return 0, "judge step " + s.Judge + " is not defined"
 	}
-	opt := attemptOpts{keep: true}
+	opt := attemptOpts{keep: true, role: record.JudgeRole(s.ID)}
 	var passing []string
 	for k, a := range recs {
 		if !states[k].Passed {

@@ -120,7 +120,8 @@ func (e *Engine) closeUnadopted(r *Run) {
 	if len(left) == 0 {
 		return
 	}
-	atts, _ := e.State.Attempts(r.Record)
+	// A helper's attempt (a fixer, a judge, a resolve) may be left too.
+	atts, _ := e.State.AllAttempts(r.Record)
 	for _, a := range atts {
 		if Detached(a) && left[a.Step] == a.Number {
 			e.closeDetached(r.Record, a, "the run ended before it re-attached to this attempt")

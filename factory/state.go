@@ -147,8 +147,9 @@ func (s *State) resolveID(id string) (string, error) {
 	return "", fmt.Errorf("%w %q (list runs with: kusaw runs)", record.ErrNoRun, id)
 }
 
-// Attempts reads every attempt record of a run, in pipeline order of the
-// run's steps, then attempt number.
+// Attempts reads the attempt records of the pipeline's own steps, in
+// pipeline order of the run's steps, then attempt number: what decides a
+// step's outcome and the run's exit code. Helpers are not among them.
 func (s *State) Attempts(r *record.RunRecord) ([]*record.AttemptRecord, error) {
 	var out []*record.AttemptRecord
 	seen := map[string]bool{}
@@ -157,9 +158,41 @@ func (s *State) Attempts(r *record.RunRecord) ([]*record.AttemptRecord, error) {
 			continue // a step listed twice: its attempts are read once
 		}
 		seen[st.ID] = true
-		out = append(out, s.stepAttempts(r.ID, st.ID)...)
+		for _, a := range s.stepAttempts(r.ID, st.ID) {
+			if a.Role == nil {
+				out = append(out, a)
+			}
+		}
 	}
 	return out, nil
+}
+
+// Helpers reads the attempts of the helpers the run's shapes ran
+// (fixers, judges, resolve steps), in the order they started. A helper's
+// attempt is one with a role, or any attempt of a step with no line in
+// run.json of its own (a record from before roles were recorded).
+func (s *State) Helpers(r *record.RunRecord) ([]*record.AttemptRecord, error) {
+	listed := map[string]bool{}
+	for _, st := range r.Steps {
+		listed[st.ID] = true
+	}
+	entries, err := os.ReadDir(filepath.Join(s.RunDir(r.ID), record.StepsDir))
+	if errors.Is(err, os.ErrNotExist) {
+		err = nil
+	}
+	var out []*record.AttemptRecord
+	for _, en := range entries {
+		if !en.IsDir() {
+			continue
+		}
+		for _, a := range s.stepAttempts(r.ID, en.Name()) {
+			if a.Role != nil || !listed[en.Name()] {
+				out = append(out, a)
+			}
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Started.Before(out[j].Started) })
+	return out, err
 }
 
 // stepAttempts reads the attempts of one step of a run, in number order.
@@ -231,24 +264,13 @@ func (l *RunLock) Unlock() {
 	}
 }
 
-// AllAttempts is Attempts and then the attempts of the helpers the run's
-// shapes ran (fixers, judges, resolve steps: steps with no line in
-// run.json of their own), by step name: what recovery and a resume must
-// see, since a helper's attempt may still run on a worker too.
+// AllAttempts is Attempts and then Helpers: every attempt of the run, as
+// recovery and a resume must see them (a helper's attempt may still run
+// on a worker too), and as the views show them.
 func (s *State) AllAttempts(r *record.RunRecord) ([]*record.AttemptRecord, error) {
 	out, err := s.Attempts(r)
-	listed := map[string]bool{}
-	for _, st := range r.Steps {
-		listed[st.ID] = true
-	}
-	entries, _ := os.ReadDir(filepath.Join(s.RunDir(r.ID), record.StepsDir))
-	for _, en := range entries {
-		if !en.IsDir() || listed[en.Name()] {
-			continue
-		}
-		out = append(out, s.stepAttempts(r.ID, en.Name())...)
-	}
-	return out, err
+	h, herr := s.Helpers(r)
+	return append(out, h...), errors.Join(err, herr)
 }
 
 // recover marks every active run whose owner is gone as interrupted.

@@ -2,6 +2,7 @@ package record
 
 import (
 	"encoding/json"
+	"fmt"
 	"sort"
 	"time"
 
@@ -175,6 +176,50 @@ type AttemptRecord struct {
 	// itself); Token is its claim's fencing token.
 	Worker string `json:"worker,omitempty"`
 	Token  uint64 `json:"token,omitempty"`
+	// Role is the part a helper's attempt played in a pipeline shape (a
+	// fixer, a judge, a resolve); absent for the pipeline's own steps.
+	Role *AttemptRole `json:"role,omitempty"`
+}
+
+// Kinds of helper attempts: steps a pipeline does not list that its
+// shapes run.
+const (
+	RoleFixer   = "fixer"   // on_failure: runs on a failed attempt's branch
+	RoleJudge   = "judge"   // select: judge:STEP chooses among candidates
+	RoleResolve = "resolve" // finishes a parallel group's conflicted merge
+)
+
+// AttemptRole is what a helper's attempt did, and for which pipeline step.
+type AttemptRole struct {
+	Kind string `json:"kind"`
+	// For is the pipeline step served: the failed step (fixer), the step
+	// whose candidates are judged (judge), the member whose commit
+	// conflicted (resolve).
+	For string `json:"for"`
+	// After is the failed attempt of For a fixer ran after.
+	After int `json:"after_attempt,omitempty"`
+	// Group and Repo name a resolve's parallel group and conflicted repo.
+	Group int    `json:"group,omitempty"`
+	Repo  string `json:"repo,omitempty"`
+	// Label says all of it in a line, for views.
+	Label string `json:"label"`
+}
+
+// FixerRole is the role of a fixer run after step's failed attempt n.
+func FixerRole(step string, n int) *AttemptRole {
+	return &AttemptRole{Kind: RoleFixer, For: step, After: n, Label: fmt.Sprintf("fixer for step %s after its attempt %d", step, n)}
+}
+
+// JudgeRole is the role of the judge of step's candidates.
+func JudgeRole(step string) *AttemptRole {
+	return &AttemptRole{Kind: RoleJudge, For: step, Label: fmt.Sprintf("judge of step %s's candidates", step)}
+}
+
+// ResolveRole is the role of the resolve of group's conflicted merge of
+// step's commit in repo.
+func ResolveRole(group int, step, repo string) *AttemptRole {
+	return &AttemptRole{Kind: RoleResolve, For: step, Group: group, Repo: repo,
+		Label: fmt.Sprintf("resolve of group %d (step %s's merge in repo %s)", group, step, repo)}
 }
 
 // EgressTotals sums an attempt's egress summaries (one per process).

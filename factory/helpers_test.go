@@ -1,0 +1,113 @@
+package factory
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/kusaw/kusaw/record"
+	"github.com/kusaw/kusaw/status"
+)
+
+// allShapes is a pipeline with each helper-running shape: a fix loop, a
+// judge of candidates and a parallel group whose merge a resolve finishes.
+const allShapes = `version: 1
+repos:
+  app: {path: ./app}
+pipelines:
+  default: [check, try, [one, two]]
+steps:
+  check:
+    attempts: 2
+    on_failure: fixer
+    run: [sh, -c, "test -f fixed.txt || { echo missing fixed.txt; exit 1; }"]
+  fixer:
+    run: [sh, -c, "echo fixing; echo yes > fixed.txt"]
+  try:
+    candidates: 2
+    select: judge:pick
+    run: [sh, -c, "echo $KUSAW_CANDIDATE > pick.txt"]
+  pick:
+    run: [sh, -c, "echo 2 > $KUSAW_ARTIFACTS/choice"]
+  one: {run: [sh, -c, "echo one > README"], resolve: merger}
+  two: {run: [sh, -c, "echo two > README"]}
+  merger: {run: [sh, -c, "echo both > README"]}
+`
+
+// TestHelpersLabelled: the attempts of a fixer, a judge and a resolve are
+// the run's helpers, in the order they ran, each with the role it played
+// (in attempt.json and in its sealed attempt.started event); Attempts
+// stays the pipeline's own steps, which decide the outcome.
+func TestHelpersLabelled(t *testing.T) {
+	r, _, _ := shapeRun(t, allShapes)
+	if r.Record.State != status.RunSucceeded {
+		t.Fatalf("run %s %s: %s", r.Record.State, r.Record.Reason, r.Record.Message)
+	}
+	st := r.e.State
+	own, _ := st.Attempts(r.Record)
+	if len(own) != 6 {
+		t.Fatalf("the pipeline's own attempts: %d, want 6 (check 2, try 2, one, two)", len(own))
+	}
+	for _, a := range own {
+		if a.Role != nil || a.Step == "fixer" || a.Step == "pick" || a.Step == "merger" {
+			t.Errorf("a helper among the pipeline's attempts: %s %d %+v", a.Step, a.Number, a.Role)
+		}
+	}
+	helpers, err := st.Helpers(r.Record)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		step, kind, label string
+	}{
+		{"fixer", record.RoleFixer, "fixer for step check after its attempt 1"},
+		{"pick", record.RoleJudge, "judge of step try's candidates"},
+		{"merger", record.RoleResolve, "resolve of group 1 (step two's merge in repo app)"},
+	}
+	if len(helpers) != len(want) {
+		t.Fatalf("helpers: %d, want %d", len(helpers), len(want))
+	}
+	for i, w := range want {
+		h := helpers[i]
+		if h.Step != w.step || h.Role == nil || h.Role.Kind != w.kind || h.Role.Label != w.label {
+			t.Fatalf("helper %d: %s %+v, want %s %q", i, h.Step, h.Role, w.step, w.label)
+		}
+		if i > 0 && h.Started.Before(helpers[i-1].Started) {
+			t.Errorf("helpers out of the order they ran: %s before %s", helpers[i-1].Step, h.Step)
+		}
+		// The sealed events of the attempt carry its role too.
+		f, err := os.Open(filepath.Join(st.AttemptDir(r.ID(), h.Step, h.Number), record.EventsFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			var ev struct {
+				Type string `json:"type"`
+				Data struct {
+					Role *record.AttemptRole `json:"role"`
+				} `json:"data"`
+			}
+			if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Type == record.EvAttemptStarted && ev.Data.Role != nil && ev.Data.Role.Label == w.label {
+				found = true
+			}
+		}
+		f.Close()
+		if !found {
+			t.Errorf("%s's attempt.started event has no role %q", h.Step, w.label)
+		}
+	}
+	if h := helpers[0]; h.Role.For != "check" || h.Role.After != 1 {
+		t.Errorf("fixer role: %+v", h.Role)
+	}
+	if h := helpers[2]; h.Role.Group != 1 || h.Role.Repo != "app" {
+		t.Errorf("resolve role: %+v", h.Role)
+	}
+	all, _ := st.AllAttempts(r.Record)
+	if len(all) != len(own)+len(helpers) {
+		t.Fatalf("AllAttempts: %d, want %d", len(all), len(own)+len(helpers))
+	}
+}
