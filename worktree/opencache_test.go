@@ -3,6 +3,7 @@ package worktree
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -86,5 +87,34 @@ func TestOpenRepoCache(t *testing.T) {
 	opens(t, dir)
 	if _, n := opens(t, dir); n == 0 {
 		t.Error("a config written just now was served from the cache")
+	}
+}
+
+// HasCommit answers for full commit hashes only, with go-git and with the
+// git binary alike.
+func TestHasCommit(t *testing.T) {
+	isolateHome(t)
+	for _, binary := range []bool{false, true} {
+		dir := newRepo(t)
+		if binary {
+			// go-git does not open repositories with this extension.
+			tgit(t, dir, "config", "extensions.worktreeConfig", "true")
+		}
+		r, _ := opens(t, dir)
+		if name, _ := r.ReadBackend(); (name == "git") != binary {
+			t.Fatalf("binary=%v: read backend %s", binary, name)
+		}
+		head := tgit(t, dir, "rev-parse", "HEAD")
+		blob := tgit(t, dir, "rev-parse", "HEAD:README")
+		tgit(t, dir, "tag", "-a", "-m", "t", "v1")
+		tag := tgit(t, dir, "rev-parse", "v1")
+		if !r.HasCommit(head) {
+			t.Errorf("binary=%v: HEAD %s not held", binary, head)
+		}
+		for _, no := range []string{strings.Repeat("1", 40), head[:12], "HEAD", blob, tag, "main", ""} {
+			if r.HasCommit(no) {
+				t.Errorf("binary=%v: HasCommit(%q) is true", binary, no)
+			}
+		}
 	}
 }

@@ -173,6 +173,17 @@ func (r *Repo) ResolveBase(base string) (string, error) {
 	return "", fmt.Errorf("base %q is not a branch, tag or commit in %s (fix: set the repo's base to an existing branch, tag or commit)", base, r)
 }
 
+// HasCommit reports whether the repository holds commit sha (a full
+// hash): in-process when go-git reads the repository, else one git
+// process.
+func (r *Repo) HasCommit(sha string) bool {
+	if !isHash(sha) {
+		return false
+	}
+	got, err := r.rd.resolve(sha)
+	return err == nil && got == sha
+}
+
 // Head returns the commit a branch (without refs/heads/) points at.
 func (r *Repo) Head(branch string) (string, error) {
 	sha, ok, err := r.rd.ref("refs/heads/" + branch)

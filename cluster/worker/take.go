@@ -146,7 +146,7 @@ func (w *Worker) run(ctx context.Context, spec *record.AttemptSpec, work *cluste
 			return fail("cache repo %s: %v", n.Repo, err)
 		}
 		repos[n.Repo] = path
-		if cluster.HasCommit(ctx, path, n.Commit) {
+		if holdsCommit(ctx, path, n.Commit) {
 			w.holds(n.Repo, n.Commit)
 			continue
 		}
