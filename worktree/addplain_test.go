@@ -225,8 +225,15 @@ func TestAddAttemptNewRun(t *testing.T) {
 		}
 		// Again on the same run branch: refused, no second attempt branch.
 		att2 := AttemptBranch("w", "s", 2)
-		if _, err := r.AddAttemptNewRun(run, base, att2, filepath.Join(t.TempDir(), "app")); err == nil {
+		p2 := filepath.Join(t.TempDir(), "app")
+		if _, err := r.AddAttemptNewRun(run, base, att2, p2); err == nil {
 			t.Errorf("sparse=%v: an existing run branch was taken", sparse)
+		}
+		if _, err := os.Stat(p2); err == nil {
+			t.Errorf("sparse=%v: the refused attempt's worktree was left", sparse)
+		}
+		if list := tgit(t, dir, "worktree", "list", "--porcelain"); strings.Contains(list, p2) {
+			t.Errorf("sparse=%v: the refused attempt's worktree is registered:\n%s", sparse, list)
 		}
 		if _, err := tgitErr(dir, "rev-parse", "--verify", "-q", "refs/heads/"+att2); err == nil {
 			t.Errorf("sparse=%v: %s was made though its run branch was refused", sparse, att2)

@@ -139,25 +139,33 @@ func (r *Repo) addPlain(abs, branch, head, runBranch string) error {
 			fmt.Fprintf(&stdin, "create refs/heads/%s %s\n", b, head)
 		}
 	}
-	if _, err := r.git.run(gitCmd{dir: r.workDir(), stdin: strings.NewReader(stdin.String()), args: []string{"update-ref", "-m", "branch: Created from " + head, "--stdin"}}); err != nil {
-		return err
-	}
+	// The branches and the checkout are independent (read-tree is given
+	// the commit, not HEAD): git makes both at once.
+	refs := make(chan error, 1)
+	go func() {
+		_, err := r.git.run(gitCmd{dir: r.workDir(), stdin: strings.NewReader(stdin.String()), args: []string{"update-ref", "-m", "branch: Created from " + head, "--stdin"}})
+		refs <- err
+	}()
 	admin, made, err := r.makeAdmin(abs, branch)
 	if err == nil {
 		env := []string{"GIT_DIR=" + admin, "GIT_WORK_TREE=" + abs}
 		_, err = r.git.run(gitCmd{dir: abs, env: env, args: []string{"read-tree", "--reset", "-u", head}})
 	}
-	if err != nil {
-		if admin != "" {
-			_ = os.RemoveAll(admin)
-		}
-		if made {
-			_ = os.RemoveAll(abs)
-		}
-		_, _ = r.git.run(gitCmd{dir: r.workDir(), args: []string{"update-ref", "--no-deref", "-d", "refs/heads/" + branch, head}})
-		return err
+	refErr := <-refs
+	if err == nil && refErr == nil {
+		return os.Remove(filepath.Join(admin, "locked"))
 	}
-	return os.Remove(filepath.Join(admin, "locked"))
+	if admin != "" {
+		_ = os.RemoveAll(admin)
+	}
+	if made {
+		_ = os.RemoveAll(abs)
+	}
+	if refErr != nil {
+		return refErr // the transaction made no branch: none to delete
+	}
+	_, _ = r.git.run(gitCmd{dir: r.workDir(), args: []string{"update-ref", "--no-deref", "-d", "refs/heads/" + branch, head}})
+	return err
 }
 
 // makeAdmin registers worktree abs on branch: a new administrative folder
