@@ -286,7 +286,13 @@ func (s *Server) detail(id string) (*client.RunDetail, error) {
 	if atts == nil {
 		atts = []*record.AttemptRecord{}
 	}
-	return &client.RunDetail{Run: rec, Attempts: atts, ExitCode: record.RunExitCode(rec, atts)}, nil
+	helpers, _ := s.E.State.Helpers(rec)
+	if helpers == nil {
+		helpers = []*record.AttemptRecord{}
+	}
+	// The exit code is the pipeline's own steps': a helper's failure
+	// shows in the step it served.
+	return &client.RunDetail{Run: rec, Attempts: atts, Helpers: helpers, ExitCode: record.RunExitCode(rec, atts)}, nil
 }
 
 func (s *Server) apiRun(w http.ResponseWriter, r *http.Request) {

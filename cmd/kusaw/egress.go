@@ -150,7 +150,8 @@ func newEgressSuggestCmd(a *app) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "suggest RUN [--step S] [--json]",
 		Short: "the allow entries a network: audit run needed, ready to paste, with each host's bytes",
-		Long: `Reads the egress.log of each attempt of RUN (or of step S) and prints
+		Long: `Reads the egress.log of each attempt of RUN (or of step S), its
+helpers' (fixers, judges, resolve steps) too, and prints
 the allow entries of every host that audit mode admitted although the
 allowlist lacked it (logged would_refuse), with the connections and the
 bytes sent and received. Paste them under sandbox.egress.allow (or the
@@ -169,6 +170,13 @@ step's), then switch network: audit to allowlist.`,
 			if err != nil {
 				return exitf(status.ExitInternal, "%v", err)
 			}
+			// A fixer, a judge or a resolve step connects out too: its
+			// hosts belong in the allowlist as much as the steps'.
+			helpers, err := st.Helpers(r)
+			if err != nil {
+				return exitf(status.ExitInternal, "%v", err)
+			}
+			atts = append(atts, helpers...)
 			var logs [][]byte
 			found := step == ""
 			for _, at := range atts {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/status"
 )
 
@@ -94,6 +95,12 @@ func newLogsCmd(a *app) *cobra.Command {
 				for _, s := range r.Steps {
 					found = found || s.ID == step
 				}
+				// A helper's step (a fixer, a judge, a resolve) has logs
+				// too.
+				helpers, _ := st.Helpers(r)
+				for _, h := range helpers {
+					found = found || h.Step == step
+				}
 				if !found {
 					return exitf(status.ExitNotFound, "run %s has no step %q", r.ID, step)
 				}
@@ -110,7 +117,9 @@ func newLogsCmd(a *app) *cobra.Command {
 				if events {
 					l.copy(filepath.Join(st.RunDir(r.ID), "events.jsonl"), "")
 				}
-				atts, _ := st.Attempts(r)
+				own, _ := st.Attempts(r)
+				helpers, _ := st.Helpers(r)
+				atts := runOrder(r, own, helpers)
 				matched := false
 				for _, at := range atts {
 					if (step != "" && at.Step != step) || (attempt > 0 && at.Number != attempt) {
@@ -119,6 +128,9 @@ func newLogsCmd(a *app) *cobra.Command {
 					matched = true
 					dir := st.AttemptDir(r.ID, at.Step, at.Number)
 					head := fmt.Sprintf("== %s attempt %d", at.Step, at.Number)
+					if at.Role != nil || !inRun(r, at.Step) {
+						head += " (" + helperLabel(at) + ")"
+					}
 					if events {
 						l.copy(filepath.Join(dir, "events.jsonl"), head+" events ==")
 						continue
@@ -153,12 +165,24 @@ func newLogsCmd(a *app) *cobra.Command {
 	cmd.SetHelpTemplate(`Usage: kusaw logs RUN [--step S] [--attempt N] [-f|--follow] [--events] [--raw] [--file FACTORY]
 
 Prints the output of a run's attempts (setup.log, stdout.log, stderr.log), each
-file under a header. --step and --attempt narrow it; -f keeps printing new
+file under a header; the attempts of the helpers the pipeline's shapes ran (a
+fixer, a judge, a resolve step) too, after the attempt they served, their
+header naming their role. --step and --attempt narrow it; -f keeps printing new
 output until the run ends; --events prints the events files instead. On a
 terminal, control characters a step wrote (escape sequences) are shown as
 ^[ and the like; --raw prints the bytes as they are.
 `)
 	return cmd
+}
+
+// inRun reports whether step is one of the run's pipeline steps.
+func inRun(r *record.RunRecord, step string) bool {
+	for _, s := range r.Steps {
+		if s.ID == step {
+			return true
+		}
+	}
+	return false
 }
 
 func stepSuffix(step string) string {

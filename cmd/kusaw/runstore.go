@@ -12,6 +12,7 @@ type RunStore interface {
 	Runs() ([]*record.RunRecord, error)
 	LoadRun(id string) (*record.RunRecord, error)
 	Attempts(r *record.RunRecord) ([]*record.AttemptRecord, error)
+	Helpers(r *record.RunRecord) ([]*record.AttemptRecord, error)
 	RunDir(id string) string
 	AttemptDir(run, step string, n int) string
 	RequestCancel(id string) (*record.RunRecord, error)

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/kusaw/kusaw/record"
@@ -28,8 +29,14 @@ func newShowCmd(a *app) *cobra.Command {
 				return err
 			}
 			attempts, _ := st.Attempts(r)
+			helpers, _ := st.Helpers(r)
 			if jsonOut {
-				b, _ := json.MarshalIndent(map[string]any{"run": r, "attempts": attempts}, "", "  ")
+				// helpers is a key of its own: "attempts" stays the
+				// pipeline's steps' attempts, as before.
+				if helpers == nil {
+					helpers = []*record.AttemptRecord{}
+				}
+				b, _ := json.MarshalIndent(map[string]any{"run": r, "attempts": attempts, "helpers": helpers}, "", "  ")
 				fmt.Fprintf(a.stdout, "%s\n", b)
 				return nil
 			}
@@ -76,9 +83,13 @@ func newShowCmd(a *app) *cobra.Command {
 					fmt.Fprintf(w, "    rejects at %s if undecided\n", g.Deadline.Local().Format("15:04:05"))
 				}
 			}
-			inSteps := map[string]bool{}
+			places := placeHelpers(r, attempts, helpers)
+			showHelpers := func(hs []*record.AttemptRecord, indent string) {
+				for _, h := range hs {
+					printAttempt(w, h, indent+"↳ "+helperLabel(h)+": step "+h.Step+" ", indent+"  ")
+				}
+			}
 			for i, s := range r.Steps {
-				inSteps[s.ID] = true
 				if s.Group > 0 && (i == 0 || r.Steps[i-1].Group != s.Group) {
 					fmt.Fprintf(w, "parallel group %d:%s\n", s.Group, sideBySide(r.Steps[i:], s.Group))
 				}
@@ -116,70 +127,25 @@ func newShowCmd(a *app) *cobra.Command {
 					if at.Step != s.ID || (s.Attempts > 0 && (at.Number < first || at.Number >= first+s.Attempts)) {
 						continue
 					}
-					oc := string(at.Outcome)
-					if oc == "" {
-						oc = "running"
-					}
-					exit := ""
-					if at.ExitCode != nil {
-						exit = fmt.Sprintf(" exit %d", *at.ExitCode)
-					}
 					label := ""
+					kept := false
 					if s.Candidates > 0 {
 						label = fmt.Sprintf("candidate %d, ", at.Number-first+1)
-						if at.Number == s.Chosen {
-							exit += "  ← kept"
-						}
+						kept = at.Number == s.Chosen
 					}
-					fmt.Fprintf(w, "  %sattempt %d/%d: %s%s  %s  sandbox %s (%s)\n", label, at.Number, at.Of, oc, exit, fmtDur(at.Duration()), at.Mode, at.ModeOrigin)
-					if at.Reason != "" {
-						fmt.Fprintf(w, "    reason: %s: %s\n", at.Reason, at.Message)
-						if at.Fix != "" {
-							fmt.Fprintf(w, "    fix: %s\n", at.Fix)
-						}
-					}
-					if at.Usage != nil {
-						fmt.Fprintf(w, "    usage: %s\n", usageLine(at.Usage))
-						for _, m := range at.Usage.ModelNames() {
-							mu := at.Usage.Models[m]
-							mc := "-"
-							if mu.CostUSD != nil {
-								mc = fmt.Sprintf("$%.4f", *mu.CostUSD)
-							}
-							fmt.Fprintf(w, "      %s: %s, input %s, output %s\n", m, mc, fmtTokens(mu.InputTokens), fmtTokens(mu.OutputTokens))
-						}
-					}
-					if at.Egress != nil {
-						fmt.Fprintf(w, "    egress: %d connection(s), %d B up, %d B down, %d refused (egress.log)\n", at.Egress.Connections, at.Egress.BytesUp, at.Egress.BytesDown, at.Egress.Refusals)
-					}
-					for _, wt := range at.Worktrees {
-						ch := ""
-						if wt.Changed {
-							ch = " (changed)"
-						}
-						fmt.Fprintf(w, "    %s: %s at %s%s\n", wt.Repo, wt.Branch, short(wt.HeadSHA), ch)
-					}
-					for _, p := range at.Processes {
-						if len(p.Argv) > 0 {
-							fmt.Fprintf(w, "    argv: %s\n", clip(strings.Join(p.Argv, " "), 100))
-						}
-					}
+					printAttemptKept(w, at, "  "+label, "  ", kept)
+					showHelpers(take(places.afterAttempt, attemptKey(at.Step, at.Number)), "  ")
+				}
+				showHelpers(take(places.afterStep, s.ID), "  ")
+				if s.Group > 0 && (i == len(r.Steps)-1 || r.Steps[i+1].Group != s.Group) {
+					showHelpers(take(places.afterGroup, s.Group), "")
 				}
 			}
-			// Fixers, judges and resolves run as attempts of steps the
-			// pipeline does not list.
-			for _, at := range attempts {
-				if !inSteps[at.Step] {
-					fmt.Fprintf(w, "helper %s attempt %d: %s  %s\n", at.Step, at.Number, orPending(string(at.Outcome)), fmtDur(at.Duration()))
-					for _, wt := range at.Worktrees {
-						fmt.Fprintf(w, "    %s: %s at %s\n", wt.Repo, wt.Branch, short(wt.HeadSHA))
-					}
-				}
-			}
+			showHelpers(places.leftover(), "")
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&jsonOut, "json", false, "print the run and attempt records as JSON")
+	cmd.Flags().BoolVar(&jsonOut, "json", false, "print the run, its attempts and its helpers' attempts as JSON")
 	return cmd
 }
 
@@ -225,4 +191,61 @@ func orPending(s string) string {
 		return "pending"
 	}
 	return s
+}
+
+// printAttempt prints one attempt: head starts its first line, indent
+// the lines of its details.
+func printAttempt(w io.Writer, at *record.AttemptRecord, head, indent string) {
+	printAttemptKept(w, at, head, indent, false)
+}
+
+func printAttemptKept(w io.Writer, at *record.AttemptRecord, head, indent string, kept bool) {
+	oc := string(at.Outcome)
+	if oc == "" {
+		oc = "running"
+	}
+	exit := ""
+	if at.ExitCode != nil {
+		exit = fmt.Sprintf(" exit %d", *at.ExitCode)
+	}
+	if kept {
+		exit += "  ← kept"
+	}
+	where := ""
+	if at.Worker != "" {
+		where = "  on worker " + at.Worker
+	}
+	fmt.Fprintf(w, "%sattempt %d/%d: %s%s  %s  sandbox %s (%s)%s\n", head, at.Number, at.Of, oc, exit, fmtDur(at.Duration()), at.Mode, at.ModeOrigin, where)
+	if at.Reason != "" {
+		fmt.Fprintf(w, indent+"  reason: %s: %s\n", at.Reason, at.Message)
+		if at.Fix != "" {
+			fmt.Fprintf(w, indent+"  fix: %s\n", at.Fix)
+		}
+	}
+	if at.Usage != nil {
+		fmt.Fprintf(w, indent+"  usage: %s\n", usageLine(at.Usage))
+		for _, m := range at.Usage.ModelNames() {
+			mu := at.Usage.Models[m]
+			mc := "-"
+			if mu.CostUSD != nil {
+				mc = fmt.Sprintf("$%.4f", *mu.CostUSD)
+			}
+			fmt.Fprintf(w, indent+"    %s: %s, input %s, output %s\n", m, mc, fmtTokens(mu.InputTokens), fmtTokens(mu.OutputTokens))
+		}
+	}
+	if at.Egress != nil {
+		fmt.Fprintf(w, indent+"  egress: %d connection(s), %d B up, %d B down, %d refused (egress.log)\n", at.Egress.Connections, at.Egress.BytesUp, at.Egress.BytesDown, at.Egress.Refusals)
+	}
+	for _, wt := range at.Worktrees {
+		ch := ""
+		if wt.Changed {
+			ch = " (changed)"
+		}
+		fmt.Fprintf(w, indent+"  %s: %s at %s%s\n", wt.Repo, wt.Branch, short(wt.HeadSHA), ch)
+	}
+	for _, p := range at.Processes {
+		if len(p.Argv) > 0 {
+			fmt.Fprintf(w, indent+"  argv: %s\n", clip(strings.Join(p.Argv, " "), 100))
+		}
+	}
 }

@@ -259,6 +259,17 @@ func (c *Client) Attempts(r *record.RunRecord) ([]*record.AttemptRecord, error) 
 	return d.Attempts, nil
 }
 
+// Helpers reads the attempts of a run's helpers (fixers, judges, resolve
+// steps), in the order they ran; a serve from before helpers were listed
+// gives none.
+func (c *Client) Helpers(r *record.RunRecord) ([]*record.AttemptRecord, error) {
+	d, err := c.Detail(context.Background(), r.ID)
+	if err != nil {
+		return nil, err
+	}
+	return d.Helpers, nil
+}
+
 // RunDir is the run's folder (on this machine's state directory).
 func (c *Client) RunDir(id string) string { return record.RunDir(c.stateDir, id) }
 

@@ -18,8 +18,14 @@ type APIErrorBody struct {
 
 // RunDetail is GET /v1/runs/{id}.
 type RunDetail struct {
-	Run      *record.RunRecord       `json:"run"`
+	Run *record.RunRecord `json:"run"`
+	// Attempts are the pipeline's own steps' attempts (what decides the
+	// run's outcome and ExitCode).
 	Attempts []*record.AttemptRecord `json:"attempts"`
+	// Helpers are the attempts of the steps a pipeline's shapes ran
+	// beside them (fixers, judges, resolve steps), in the order they ran,
+	// each with its role; always present, [] when none.
+	Helpers  []*record.AttemptRecord `json:"helpers"`
 	ExitCode status.ExitCode         `json:"exit_code"`
 }
 
