@@ -89,5 +89,22 @@ func TestClusterShapesOnWorkers(t *testing.T) {
 	if parents := strings.Fields(git(t, app, "rev-list", "--parents", "-n1", br.Branch)); len(parents) != 3 {
 		t.Errorf("the run branch does not end at the resolved merge: %v", parents)
 	}
+	// The judge and the resolve are the run's helpers, in the order they
+	// ran, each with its role and the worker that ran it: in the API's
+	// detail and in kusaw show.
+	if len(d.Helpers) != 2 {
+		t.Fatalf("the run's helpers: %d, want the judge and the resolve", len(d.Helpers))
+	}
+	judge, res := d.Helpers[0], d.Helpers[1]
+	if judge.Step != "pick" || judge.Role == nil || judge.Role.Label != "judge of step tryj's candidates" || judge.Worker == "" ||
+		res.Step != "fix" || res.Role == nil || res.Role.Kind != record.RoleResolve || res.Role.Group != 1 || res.Worker == "" {
+		t.Errorf("helpers: %s %+v on %q, %s %+v on %q", judge.Step, judge.Role, judge.Worker, res.Step, res.Role, res.Worker)
+	}
+	show := runKusaw(t, r.dir, "show", id)
+	for _, want := range []string{"↳ judge of step tryj's candidates: step pick attempt 1/1: passed", "on worker " + judge.Worker, "↳ " + res.Role.Label + ": step fix attempt 1/1: passed"} {
+		if !strings.Contains(show.stdout, want) {
+			t.Errorf("kusaw show lacks %q:\n%s", want, show.stdout)
+		}
+	}
 	verifyRecords(t, os.Geteuid(), r.dir)
 }

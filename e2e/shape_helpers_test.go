@@ -1,17 +1,22 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kusaw/kusaw/record"
+	"github.com/kusaw/kusaw/serve"
+	"github.com/kusaw/kusaw/serve/client"
 	"github.com/kusaw/kusaw/status"
 )
 
@@ -186,4 +191,86 @@ func TestShapeHelpersShown(t *testing.T) {
 	if v := runKusaw(t, dir, "log", "verify", judgeEv); v.code != int(status.ExitVerifyFailed) {
 		t.Fatalf("an edited judge's events verified: %d\n%s%s", v.code, v.stdout, v.stderr)
 	}
+}
+
+// TestBrowserHelpers: the run's page in headless Chromium shows the
+// helpers' attempts (fixer, judge, resolve) in the attempts table with
+// their roles, after the pipeline's own, and in the timeline, and opens a
+// helper's output; the API's run detail lists them apart from the
+// pipeline's attempts, whose exit code it keeps.
+func TestBrowserHelpers(t *testing.T) {
+	need(t, "git")
+	bin := needChromium(t)
+	dir := factoryDir(t, shapesYAML("serve:\n  listen: 127.0.0.1:0\n", `    run: [sh, -c, "echo fixing; echo yes > fixed.txt"]`), "app")
+	token := "browser-helpers-token-0123456789"
+	set := exec.Command(kusawBin, "config", "set", serve.TokenSecretKey, "--secret")
+	set.Dir, set.Env, set.Stdin = dir, testEnv(t, dir), strings.NewReader(token)
+	if out, err := set.CombinedOutput(); err != nil {
+		t.Fatalf("storing the token: %v\n%s", err, out)
+	}
+	p := &viewsPage{sp: startServe(t, dir)}
+	var info client.ServeInfo
+	b, err := os.ReadFile(filepath.Join(dir, ".kusaw", record.ServeInfoFile))
+	if err != nil || json.Unmarshal(b, &info) != nil || info.Listen == "" {
+		t.Fatalf("serve.json: %v %s", err, b)
+	}
+	p.base = "http://" + info.Listen
+	rec, err := p.sp.client.Submit(context.Background(), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := waitDetail(t, p.sp.client, rec.ID, 90*time.Second)
+	if d.Run.State != status.RunSucceeded {
+		t.Fatalf("run %s: %s %s", rec.ID, d.Run.State, d.Run.Message)
+	}
+	// The API: helpers apart, in the order they ran; attempts and the
+	// exit code the pipeline's own.
+	var labels []string
+	for _, h := range d.Helpers {
+		if h.Role == nil {
+			t.Fatalf("helper %s %d without a role", h.Step, h.Number)
+		}
+		labels = append(labels, h.Step+": "+h.Role.Label)
+	}
+	if got, want := strings.Join(labels, "; "), "fixer: "+fixerLabel+"; pick: "+judgeLabel+"; merger: "+resolveLabel; got != want || len(d.Attempts) != 6 || d.ExitCode != status.ExitOK {
+		t.Fatalf("run detail: helpers %s (want %s), %d attempts, exit %d", got, want, len(d.Attempts), d.ExitCode)
+	}
+
+	p.c = startChromium(t, bin)
+	if err := p.c.call("Emulation.setDeviceMetricsOverride", map[string]any{"width": 1280, "height": 1400, "deviceScaleFactor": 1, "mobile": false}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.c.call("Page.addScriptToEvaluateOnNewDocument", map[string]any{"source": `window.__errors = [];
+		addEventListener("error", e => __errors.push(String(e.message)));
+		addEventListener("unhandledrejection", e => __errors.push(String(e.reason && e.reason.stack || e.reason)));`}, nil); err != nil {
+		t.Fatal(err)
+	}
+	p.open(t, "?token="+token)
+	p.until(t, "the runs list", `document.body.dataset.page === "runs"`)
+	p.open(t, "#/runs/"+rec.ID)
+	p.until(t, "the helpers in the attempts table", `document.body.dataset.state === "succeeded" && document.querySelectorAll("#attempts tbody tr.helper").length === 3`)
+	rows := fmt.Sprint(p.js(t, `[...document.querySelectorAll("#attempts tbody tr")].map(tr => tr.children[0].textContent + (tr.classList.contains("helper") ? " " + tr.querySelector("td.role").textContent : "")).join("|")`))
+	if want := "check|check|try|try|one|two|fixer ↳ " + fixerLabel + "|pick ↳ " + judgeLabel + "|merger ↳ " + resolveLabel; rows != want {
+		t.Errorf("attempts table:\n got %s\nwant %s", rows, want)
+	}
+	if v := p.js(t, `[...document.querySelectorAll("#attempts thead th")].map(th => th.textContent).slice(0, 3).join(",")`); v != "step,role,attempt" {
+		t.Errorf("attempts table head: %v", v)
+	}
+	tl := fmt.Sprint(p.js(t, `[...document.querySelectorAll("#timeline .tl-helper .tl-label")].map(e => e.textContent).join("|")`))
+	if want := "↳ " + fixerLabel + ": fixer|↳ " + judgeLabel + ": pick|↳ " + resolveLabel + ": merger"; tl != want {
+		t.Errorf("timeline helper rows:\n got %s\nwant %s", tl, want)
+	}
+	if v := p.js(t, `document.querySelectorAll("#timeline .tl-helper .tl-bar.s-passed").length`); v != float64(3) {
+		t.Errorf("helper bars on the timeline: %v", v)
+	}
+	// A helper's own output, under its role.
+	p.open(t, "#/runs/"+rec.ID+"/fixer/1/output")
+	p.until(t, "the fixer's output", `document.getElementById("output-stdout") !== null && document.getElementById("output-stdout").textContent.includes("fixing")`)
+	if v := fmt.Sprint(p.js(t, `document.querySelector("#attempt-panel h2").textContent`)); !strings.Contains(v, "fixer attempt 1 ("+fixerLabel+")") {
+		t.Errorf("the helper's panel heading: %s", v)
+	}
+	if v := p.js(t, `JSON.stringify(window.__errors || [])`); v != "[]" {
+		t.Errorf("script errors: %v", v)
+	}
+	screenshot(t, p.c, "view-helpers.png")
 }

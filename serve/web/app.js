@@ -141,18 +141,23 @@ async function workersSection() {
 
 // ---- a run ----
 
-function timeline(run, attempts) {
+// helperLabel names the part a helper's attempt played.
+function helperLabel(a) {
+  return a.role ? a.role.label : "helper step " + a.step;
+}
+
+function timeline(run, attempts, helpers) {
   const t0 = Date.parse(run.started || run.created);
   let t1 = run.finished ? Date.parse(run.finished) : Date.now();
-  for (const a of attempts) t1 = Math.max(t1, a.finished ? Date.parse(a.finished) : Date.now());
+  for (const a of attempts.concat(helpers)) t1 = Math.max(t1, a.finished ? Date.parse(a.finished) : Date.now());
   const span = Math.max(t1 - t0, 1);
-  // Helpers a shape ran (fixers, judges, resolves) get rows of their own.
-  const listed = new Set(run.steps.map(s => s.id));
-  const helpers = [...new Set(attempts.filter(a => !listed.has(a.step)).map(a => a.step))].map(id => ({ id, helper: true }));
-  const rows = run.steps.concat(helpers).map(s => {
+  // Each helper's attempt a shape ran (a fixer, a judge, a resolve) gets a
+  // row of its own, named by its role, in the order they ran.
+  const rows = run.steps.concat(helpers.map(h => ({ id: h.step, helper: h }))).map(s => {
     const track = el("div", { class: "tl-track" });
     const first = s.first_attempt || 1;
-    for (const a of attempts.filter(a => a.step === s.id && (!s.candidates || (a.attempt >= first && a.attempt < first + s.candidates)) )) {
+    const mine = s.helper ? [s.helper] : attempts.filter(a => a.step === s.id && (!s.candidates || (a.attempt >= first && a.attempt < first + s.candidates)));
+    for (const a of mine) {
       const start = Date.parse(a.started), end = a.finished ? Date.parse(a.finished) : Date.now();
       const outcome = a.outcome || "running";
       const bar = el("div", { class: "tl-bar s-" + outcome, title: `${s.id} attempt ${a.attempt}: ${outcome} in ${fmtDur(end - start)}${a.reason ? " (" + a.reason + ")" : ""}`,
@@ -172,18 +177,23 @@ function timeline(run, attempts) {
     let label = s.id;
     if (s.group) label = "‖" + s.group + " " + s.id;
     if (s.candidates) label += " ×" + s.candidates;
-    if (s.helper) label = "↳ " + s.id;
-    return el("div", { class: "tl-row" + (s.group ? " tl-group" : ""), title: s.group ? "parallel group " + s.group : "" }, el("div", { class: "tl-label", text: label }), track);
+    if (s.helper) label = "↳ " + helperLabel(s.helper) + ": " + s.id;
+    return el("div", { class: "tl-row" + (s.group ? " tl-group" : "") + (s.helper ? " tl-helper" : ""), title: s.group ? "parallel group " + s.group : (s.helper ? label : "") }, el("div", { class: "tl-label", text: label }), track);
   });
   const ticks = [0, 0.25, 0.5, 0.75, 1].map(f => el("span", { text: fmtDur(span * f) }));
   return el("div", { class: "timeline", id: "timeline" }, ...rows, el("div", { class: "tl-axis" }, ...ticks));
 }
 
-function attemptsTable(runId, attempts) {
-  // The worker column only when a cluster worker ran any attempt.
-  const workers = attempts.some(a => a.worker);
-  const rows = attempts.map(a => el("tr", {},
+function attemptsTable(runId, attempts, helpers) {
+  // The worker column only when a cluster worker ran any attempt; the
+  // role column only when a shape ran helpers, listed after the
+  // pipeline's own attempts in the order they ran.
+  const all = attempts.concat(helpers);
+  const workers = all.some(a => a.worker);
+  const roles = helpers.length > 0;
+  const rows = all.map(a => el("tr", { class: helpers.includes(a) ? "helper" : "" },
     el("td", {}, el("a", { href: `#/runs/${encodeURIComponent(runId)}/${encodeURIComponent(a.step)}/${a.attempt}`, text: a.step })),
+    roles ? el("td", { class: "role", text: helpers.includes(a) ? "↳ " + helperLabel(a) : "" }) : null,
     el("td", { class: "num", text: a.attempt + "/" + a.of }),
     el("td", {}, badge(a.outcome || "running")),
     el("td", { class: "mono", text: a.reason || "" }),
@@ -195,7 +205,7 @@ function attemptsTable(runId, attempts) {
     el("td", { class: "num", text: fmtCost(a.usage) }),
     workers ? el("td", { class: "mono", text: a.worker || "serve" }) : null));
   return el("table", { id: "attempts" },
-    el("thead", {}, el("tr", {}, ...["step", "attempt", "outcome", "reason", "message", "sandbox", "exit", "duration", "tokens", "cost"].concat(workers ? ["worker"] : []).map(h => el("th", { text: h })))),
+    el("thead", {}, el("tr", {}, ...["step"].concat(roles ? ["role"] : [], ["attempt", "outcome", "reason", "message", "sandbox", "exit", "duration", "tokens", "cost"], workers ? ["worker"] : []).map(h => el("th", { text: h })))),
     el("tbody", {}, ...rows));
 }
 
@@ -238,8 +248,9 @@ async function showRun(id, want) {
     try { d = await api("/v1/runs/" + encodeURIComponent(id)); } catch (e) { top.replaceChildren(el("p", { class: "reason", text: String(e) })); setPage("run", "error"); return; }
     const r = d.run;
     // A run just queued may not have its repos and steps written yet.
-    r.repos = r.repos || []; r.steps = r.steps || []; d.attempts = d.attempts || [];
-    for (const a of d.attempts) { a.processes = a.processes || []; a.worktrees = a.worktrees || []; }
+    r.repos = r.repos || []; r.steps = r.steps || []; d.attempts = d.attempts || []; d.helpers = d.helpers || [];
+    for (const a of d.attempts.concat(d.helpers)) { a.processes = a.processes || []; a.worktrees = a.worktrees || []; }
+    const all = d.attempts.concat(d.helpers);
     top.replaceChildren(...[
       el("p", {}, el("a", { href: "#/", text: "← runs" })),
       el("h1", { class: "mono", text: "run " + r.id }),
@@ -251,16 +262,16 @@ async function showRun(id, want) {
       r.reason ? el("div", { class: "reason" }, el("b", { class: "mono", text: r.reason + ": " }), r.message || "", r.fix ? el("div", { class: "muted", text: "fix: " + r.fix }) : null) : null,
       gateBlock(r, render),
       deliveryBlock(r.delivery)].filter(Boolean));
-    tl.replaceChildren(timeline(r, d.attempts));
-    table.replaceChildren(attemptsTable(r.id, d.attempts));
+    tl.replaceChildren(timeline(r, d.attempts, d.helpers));
+    table.replaceChildren(attemptsTable(r.id, d.attempts, d.helpers));
     steps.replaceChildren(stepsTable(r));
-    panel.update(d.attempts);
+    panel.update(all, d.attempts);
     if (diffStale) {
       diffStale = false;
       await diff.refresh(r);
     }
     const charts = [];
-    for (const a of d.attempts.filter(a => a.finished && a.network === "allowlist")) {
+    for (const a of all.filter(a => a.finished && a.network === "allowlist")) {
       try {
         const rep = await api(`/v1/runs/${encodeURIComponent(r.id)}/attempts/${encodeURIComponent(a.step)}/${a.attempt}/egress`);
         if (rep.hosts.length) charts.push(egressChart(a, rep));

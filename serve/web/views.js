@@ -398,14 +398,17 @@ function attemptPanel(runId, want) {
   const picker = el("div", { class: "picker" }), tabs = el("div", { class: "tabs" }), body = el("div", { class: "tab-body" });
   node.append(picker, tabs, body);
   let view = null, key = "";
-  function update(attempts) {
+  // attempts are all of the run's, helpers' too; own are the pipeline's
+  // steps', whose last is shown when the address names none.
+  function update(attempts, own) {
     if (!attempts.length) { body.replaceChildren(el("p", { class: "muted", text: "No attempts yet." })); return; }
-    let a = want.step ? attempts.find(x => x.step === want.step && x.attempt === want.n) : attempts[attempts.length - 1];
+    own = own && own.length ? own : attempts;
+    let a = want.step ? attempts.find(x => x.step === want.step && x.attempt === want.n) : own[own.length - 1];
     if (!a) { body.replaceChildren(el("p", { class: "reason", text: `This run has no attempt ${want.n} of step ${want.step}.` })); return; }
     const tab = TABS.includes(want.tab) ? want.tab : (a.kind === "agent" ? "transcript" : "output");
     const href = (x, t) => `#/runs/${encodeURIComponent(runId)}/${encodeURIComponent(x.step)}/${x.attempt}/${t}`;
     picker.replaceChildren(el("span", { class: "muted", text: "attempt: " }), ...attempts.map(x =>
-      el("a", { href: href(x, tab), class: "pick" + (x === a ? " on" : "") + " s-" + (x.outcome || "running"), text: `${x.step} #${x.attempt}` })));
+      el("a", { href: href(x, tab), class: "pick" + (x === a ? " on" : "") + " s-" + (x.outcome || "running"), text: `${x.step} #${x.attempt}`, title: x.role ? x.role.label : "" })));
     tabs.replaceChildren(...TABS.map(t => el("a", { href: href(a, t), class: "tab" + (t === tab ? " on" : ""), id: "tab-" + t, text: t })));
     // The output view is drawn again once the attempt's processes are
     // known (per_repo: one pair of logs per repo).
@@ -414,7 +417,7 @@ function attemptPanel(runId, want) {
       if (view && view.stop) view.stop();
       key = k;
       view = VIEWS[tab](runId, a);
-      body.replaceChildren(el("h2", { text: `${a.step} attempt ${a.attempt}: ${tab}` }), view.node);
+      body.replaceChildren(el("h2", { text: `${a.step} attempt ${a.attempt}${a.role ? " (" + a.role.label + ")" : ""}: ${tab}` }), view.node);
       node.dataset.attempt = `${a.step}/${a.attempt}`;
       node.dataset.tab = tab;
     }
