@@ -2,12 +2,15 @@ package factory
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/kusaw/kusaw/internal/testkit"
 	"github.com/kusaw/kusaw/record"
+	"github.com/kusaw/kusaw/sandbox"
 	"github.com/kusaw/kusaw/status"
 )
 
@@ -109,5 +112,52 @@ func TestHelpersLabelled(t *testing.T) {
 	all, _ := st.AllAttempts(r.Record)
 	if len(all) != len(own)+len(helpers) {
 		t.Fatalf("AllAttempts: %d, want %d", len(all), len(own)+len(helpers))
+	}
+}
+
+// TestHelperRefusalExitCode: a judge the sandbox refuses fails the step
+// whose candidates it judged, and the run exits 4 (sandbox unavailable),
+// as a step's own refusal would; the exit code read from the records
+// (what serve's run detail gives kusaw run) agrees once the helpers are
+// among the attempts it reads, and not from the pipeline's alone.
+func TestHelperRefusalExitCode(t *testing.T) {
+	f := testkit.Factory(t, `version: 1
+repos:
+  app: {path: ./app}
+pipelines:
+  default: [try]
+steps:
+  try:
+    candidates: 2
+    select: judge:pick
+    run: [sh, -c, "echo $KUSAW_CANDIDATE > pick.txt"]
+  pick:
+    sandbox: required
+    run: [sh, -c, "echo 1 > $KUSAW_ARTIFACTS/choice"]
+`, "app")
+	e, err := New(f, Options{Kusaw: "/bin/false", SandboxCheck: func() sandbox.CheckResult {
+		return sandbox.CheckResult{Backend: "bubblewrap", Reason: status.ReasonSandboxNoUserNS, Msg: "no user namespaces here", Fix: "allow them"}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.Run(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Record.State != status.RunFailed || r.ExitCode() != status.ExitSandboxUnavailable {
+		t.Fatalf("run %s, exit %d: %s", r.Record.State, r.ExitCode(), r.Record.Message)
+	}
+	own, _ := e.State.Attempts(r.Record)
+	helpers, _ := e.State.Helpers(r.Record)
+	if len(own) != 2 || len(helpers) != 1 || helpers[0].Outcome != status.OutcomeRefused || helpers[0].Role == nil || helpers[0].Role.Kind != record.RoleJudge {
+		t.Fatalf("attempts %d, helpers %+v", len(own), helpers)
+	}
+	all, _ := e.State.AllAttempts(r.Record)
+	if got := record.RunExitCode(r.Record, all); got != r.ExitCode() {
+		t.Errorf("exit code from the records with the helpers: %d, the run's %d", got, r.ExitCode())
+	}
+	if got := record.RunExitCode(r.Record, own); got != status.ExitRunFailed {
+		t.Errorf("from the pipeline's attempts alone: %d (the judge's refusal is not among them)", got)
 	}
 }

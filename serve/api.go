@@ -290,9 +290,10 @@ func (s *Server) detail(id string) (*client.RunDetail, error) {
 	if helpers == nil {
 		helpers = []*record.AttemptRecord{}
 	}
-	// The exit code is the pipeline's own steps': a helper's failure
-	// shows in the step it served.
-	return &client.RunDetail{Run: rec, Attempts: atts, Helpers: helpers, ExitCode: record.RunExitCode(rec, atts)}, nil
+	// The exit code reads the helpers' attempts too: a judge the sandbox
+	// refused makes kusaw run exit 4 in-process, and through serve alike.
+	all := append(append([]*record.AttemptRecord{}, atts...), helpers...)
+	return &client.RunDetail{Run: rec, Attempts: atts, Helpers: helpers, ExitCode: record.RunExitCode(rec, all)}, nil
 }
 
 func (s *Server) apiRun(w http.ResponseWriter, r *http.Request) {
