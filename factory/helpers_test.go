@@ -161,3 +161,37 @@ steps:
 		t.Errorf("from the pipeline's attempts alone: %d (the judge's refusal is not among them)", got)
 	}
 }
+
+// TestHelperAlsoInPipeline: a step that is both a fixer and a pipeline
+// step has its fixer attempt among the helpers and its own run among the
+// pipeline's attempts, never both.
+func TestHelperAlsoInPipeline(t *testing.T) {
+	r, _, _ := shapeRun(t, `version: 1
+repos:
+  app: {path: ./app}
+pipelines:
+  default: [check, fixer]
+steps:
+  check:
+    attempts: 2
+    on_failure: fixer
+    run: [sh, -c, "test -f fixed.txt || exit 1"]
+  fixer:
+    run: [sh, -c, "echo yes > fixed.txt"]
+`)
+	if r.Record.State != status.RunSucceeded {
+		t.Fatalf("run %s: %s", r.Record.State, r.Record.Message)
+	}
+	own, _ := r.e.State.Attempts(r.Record)
+	helpers, _ := r.e.State.Helpers(r.Record)
+	var got []string
+	for _, a := range own {
+		got = append(got, a.Step+"/"+string(rune('0'+a.Number)))
+	}
+	if len(helpers) != 1 || helpers[0].Step != "fixer" || helpers[0].Number != 1 || helpers[0].Role == nil || helpers[0].Role.After != 1 {
+		t.Fatalf("helpers: %+v", helpers)
+	}
+	if len(own) != 3 || own[2].Step != "fixer" || own[2].Number != 2 || own[2].Role != nil {
+		t.Fatalf("the pipeline's attempts: %v", got)
+	}
+}
