@@ -79,7 +79,8 @@ async function health() {
 
 async function showRuns(filter) {
   setPage("runs");
-  let timer = null, pipes = "";
+  let timer = null, pipes = "", live = true;
+  stopPage = () => { live = false; clearInterval(timer); };
   const bar = el("div", {}), list = el("div", {}), workers = el("div", {});
   app.replaceChildren(el("h1", { text: "Runs" }), bar, list, workers);
   const render = async () => {
@@ -115,8 +116,7 @@ async function showRuns(filter) {
     health();
   };
   await render();
-  timer = setInterval(render, 2000);
-  stopPage = () => clearInterval(timer);
+  if (live) timer = setInterval(render, 2000);
 }
 
 // The cluster's workers (docs/cluster.md); nothing without a cluster.
@@ -235,6 +235,10 @@ async function showRun(id, want) {
   // ended): each request runs git in every repo.
   let diffStale = true;
   let es = null, timer = null, pending = false, ended = false;
+  // Off once the reader went to another page: a redraw still due (soon's
+  // timer, a request in flight) must not mark the body as this page.
+  let live = true;
+  stopPage = () => { live = false; if (es) es.close(); clearInterval(timer); panel.stop(); };
   const evBox = el("div", { class: "events", id: "events" });
   const problem = el("p", { class: "reason-text", id: "problem" });
   const top = el("div", {}), tl = el("div", {}), table = el("div", {}), egress = el("div", { id: "egress" });
@@ -245,7 +249,9 @@ async function showRun(id, want) {
   const render = async () => {
     pending = false;
     let d;
-    try { d = await api("/v1/runs/" + encodeURIComponent(id)); } catch (e) { top.replaceChildren(el("p", { class: "reason", text: String(e) })); setPage("run", "error"); return; }
+    if (!live) return;
+    try { d = await api("/v1/runs/" + encodeURIComponent(id)); } catch (e) { if (live) { top.replaceChildren(el("p", { class: "reason", text: String(e) })); setPage("run", "error"); } return; }
+    if (!live) return;
     const r = d.run;
     // A run just queued may not have its repos and steps written yet.
     r.repos = r.repos || []; r.steps = r.steps || []; d.attempts = d.attempts || []; d.helpers = d.helpers || [];
@@ -282,7 +288,7 @@ async function showRun(id, want) {
     // The state goes on the body last, once everything above is drawn:
     // a test waiting for a final state sees the whole page.
     problem.textContent = "";
-    setPage("run", r.state);
+    if (live) setPage("run", r.state);
   };
   // A chatty agent writes many events a second: redraw at most about
   // twice a second (each redraw may read the attempt's transcript).
@@ -291,6 +297,7 @@ async function showRun(id, want) {
   // A failed drawing is shown, and the page keeps following the run.
   const draw = () => render().catch(e => { problem.textContent = "This page failed to draw: " + e; });
   await draw();
+  if (!live) return; // the reader left during the first drawing
   // An address that names an attempt shows its views, below the diff.
   if (want.step) panel.node.scrollIntoView();
   es = new EventSource("/v1/runs/" + encodeURIComponent(id) + "/events");
@@ -311,7 +318,6 @@ async function showRun(id, want) {
   es.onmessage = onEvent;
   es.addEventListener("end", () => { ended = true; diffStale = true; es.close(); draw(); });
   timer = setInterval(() => { if (!ended) draw(); }, 3000);
-  stopPage = () => { if (es) es.close(); clearInterval(timer); panel.stop(); };
 }
 
 function route() {
