@@ -110,11 +110,39 @@ func relTo(root, p string) string {
 // newGroup makes a child group named name below kusaw's own group for
 // each controller a limit needs and can have, and writes the limits. The
 // controllers it could not use are returned, for rlimits to stand in.
-func newGroup(name string, l Limits) (*group, []string) {
+//
+// With spare set it may take a group Prewarm made ahead instead (its own
+// name then): making one waits for the kernel's cgroup lock, which a
+// Prewarm may hold through a grace period.
+func newGroup(name string, l Limits, spare bool) (*group, []string) {
 	ctls := wanted(l)
 	if len(ctls) == 0 {
 		return nil, nil
 	}
+	var g *group
+	var missing []string
+	if spare {
+		g, missing = takeSpare(ctls)
+	}
+	if g == nil {
+		g, missing = makeGroup(name, ctls)
+	}
+	for c, dir := range g.dirs {
+		if err := g.write(c, dir, l); err != nil {
+			g.removeDir(dir)
+			delete(g.dirs, c)
+			missing = append(missing, c)
+		}
+	}
+	if len(g.dirs) == 0 {
+		return nil, missing
+	}
+	return g, missing
+}
+
+// makeGroup makes the folders of a group for controllers ctls; missing
+// are those it could not make.
+func makeGroup(name string, ctls []string) (*group, []string) {
 	v1, v2, v2ctl := cgroupRoots()
 	g := &group{dirs: map[string]string{}}
 	var missing []string
@@ -147,16 +175,6 @@ func newGroup(name string, l Limits) (*group, []string) {
 			continue
 		}
 		g.dirs[c] = dir
-	}
-	for c, dir := range g.dirs {
-		if err := g.write(c, dir, l); err != nil {
-			g.removeDir(dir)
-			delete(g.dirs, c)
-			missing = append(missing, c)
-		}
-	}
-	if len(g.dirs) == 0 {
-		return nil, missing
 	}
 	return g, missing
 }
@@ -314,7 +332,7 @@ func Enforcement() map[string]string {
 		LimitDisk:   "counted by kusaw every 2s over the attempt's tmp and worktrees (and RLIMIT_FSIZE per file)",
 	}
 	probe := Limits{Pids: 1 << 20, Memory: 1 << 50, CPU: 1024}
-	g, missing := newGroup(fmt.Sprintf("kusaw-probe-%d", os.Getpid()), probe)
+	g, missing := newGroup(fmt.Sprintf("kusaw-probe-%d", os.Getpid()), probe, false)
 	if g != nil {
 		for c, dir := range g.dirs {
 			kind := "cgroup v1 " + c + " controller"

@@ -7,10 +7,10 @@ import "os/exec"
 // group: cgroups are Linux's; elsewhere only kusaw's own counting applies.
 type group struct{}
 
-func newGroup(_ string, l Limits) (*group, []string) { return nil, wanted(l) }
-func (g *group) add(int) error                       { return nil }
-func (g *group) hit() string                         { return "" }
-func (g *group) close()                              {}
+func newGroup(_ string, l Limits, _ bool) (*group, []string) { return nil, wanted(l) }
+func (g *group) add(int) error                               { return nil }
+func (g *group) hit() string                                 { return "" }
+func (g *group) close()                                      {}
 
 func rlimitsFor(int, Limits, []string) {}
 

@@ -2,10 +2,12 @@ package proc
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,7 +22,10 @@ import (
 // start. Prewarm takes it early instead, while git works: kusaw moves
 // itself into the group it already runs in (which changes nothing but
 // takes the same lock), and keeps doing so every few milliseconds until
-// the process is placed, so the lock stays in its fast state.
+// the process is placed, so the lock stays in its fast state. The kernel
+// holds its cgroup mutex through that wait, so making a group meanwhile
+// would wait too: Prewarm makes the process's group first, a spare that
+// the next placement takes.
 
 const (
 	prewarmEvery = 2 * time.Millisecond
@@ -47,6 +52,10 @@ func Prewarm(l Limits) (stop func()) {
 	gen := placements.Load()
 	done := make(chan struct{})
 	go func() {
+		// The group first: made once the move below holds the cgroup
+		// lock, it would wait for the grace period too.
+		spare := makeSpare(wanted(l))
+		defer dropSpare(spare)
 		tick := time.NewTicker(prewarmEvery)
 		defer tick.Stop()
 		limit := time.After(prewarmMax)
@@ -103,3 +112,63 @@ func ownProcsFile(ctls []string) string {
 
 // placed tells running Prewarms that a process was placed.
 func placed() { placements.Add(1) }
+
+// spares are groups a Prewarm made before its first move: newGroup takes
+// one (limits written then) instead of making its own.
+var spares struct {
+	sync.Mutex
+	list []spareGroup
+}
+
+type spareGroup struct {
+	key     string // the controllers, joined
+	g       *group
+	missing []string
+}
+
+func makeSpare(ctls []string) *group {
+	g, missing := makeGroup(fmt.Sprintf("kusaw-%d-%d", os.Getpid(), groupSeq.Add(1)), ctls)
+	if len(g.dirs) == 0 {
+		return nil
+	}
+	spares.Lock()
+	spares.list = append(spares.list, spareGroup{key: strings.Join(ctls, ","), g: g, missing: missing})
+	spares.Unlock()
+	return g
+}
+
+// takeSpare hands out a spare group for controllers ctls, if there is one.
+func takeSpare(ctls []string) (*group, []string) {
+	key := strings.Join(ctls, ",")
+	spares.Lock()
+	defer spares.Unlock()
+	for i, s := range spares.list {
+		if s.key == key {
+			spares.list = append(spares.list[:i], spares.list[i+1:]...)
+			return s.g, s.missing
+		}
+	}
+	return nil, nil
+}
+
+// dropSpare removes g's folders unless a process took it.
+func dropSpare(g *group) {
+	if g == nil {
+		return
+	}
+	spares.Lock()
+	found := false
+	for i, s := range spares.list {
+		if s.g == g {
+			spares.list = append(spares.list[:i], spares.list[i+1:]...)
+			found = true
+			break
+		}
+	}
+	spares.Unlock()
+	if found {
+		for _, d := range g.dirs {
+			g.removeDir(d)
+		}
+	}
+}

@@ -3,9 +3,12 @@
 package proc
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -136,5 +139,62 @@ func TestPrewarmEndsAtPlacement(t *testing.T) {
 	time.Sleep(20 * prewarmEvery)
 	if m := prewarmWrites.Load(); m != n {
 		t.Errorf("Prewarm went on after a placement: %d more writes", m-n)
+	}
+}
+
+// Prewarm makes a group before it moves anything; the next limited
+// process is placed into that group (limits written then), and a spare
+// nobody took is removed when its Prewarm stops.
+func TestPrewarmSpareGroup(t *testing.T) {
+	lim := Limits{Pids: 64}
+	needOwnGroup(t, lim)
+	if !cgroupEnforces(LimitPids) {
+		t.Fatalf("kusaw can write its own group but makes no pids group: %s", Enforcement()[LimitPids])
+	}
+	spareDir := func() string {
+		spares.Lock()
+		defer spares.Unlock()
+		for _, s := range spares.list {
+			return s.g.dirs["pids"]
+		}
+		return ""
+	}
+	waitSpare := func() string {
+		deadline := time.Now().Add(5 * time.Second)
+		for spareDir() == "" {
+			if time.Now().After(deadline) {
+				t.Fatal("Prewarm made no spare group")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		return spareDir()
+	}
+	Prewarm(lim)
+	dir := waitSpare()
+	var out bytes.Buffer
+	res := Run(context.Background(), exec.Command("sh", "-c", "cat /proc/self/cgroup; cat "+dir+"/pids.max"), Options{Limits: lim, Stdout: &out})
+	if res.Exit != 0 {
+		t.Fatalf("%+v", res)
+	}
+	if !strings.Contains(out.String(), "pids:/"+filepath.Base(dir)+"\n") || !strings.Contains(out.String(), "\n64\n") {
+		t.Errorf("not placed into the spare %s with its limit:\n%s", dir, out.String())
+	}
+	if _, err := os.Stat(dir); err == nil {
+		t.Errorf("the spare %s outlived its process", dir)
+	}
+
+	// Twin: a Prewarm stopped before any placement leaves nothing.
+	stop := Prewarm(lim)
+	dir = waitSpare()
+	stop()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, err := os.Stat(dir); err != nil && spareDir() == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the unused spare %s was not removed", dir)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

@@ -107,7 +107,7 @@ func Run(ctx context.Context, cmd *exec.Cmd, o Options) Result {
 	var missing []string
 	release := func() {}
 	if o.Limits.hasAny() {
-		g, missing = newGroup(o.groupName(), o.Limits)
+		g, missing = newGroup(o.groupName(), o.Limits, o.Name == "")
 		if o.Limits.Pids > 0 || o.Limits.Memory > 0 || o.Limits.CPU > 0 || o.Limits.Disk > 0 {
 			if rel, herr := hold(cmd); herr == nil {
 				release = rel
