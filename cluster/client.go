@@ -45,8 +45,9 @@ func isAuthErr(err error) bool {
 // token's secret (the server lets such a client only ask to enroll), sends
 // the identity's public keys, and records serve's address, pin and curve
 // key in the identity (on an existing NATS cluster, also the JWT serve
-// issued for it).
-func Enroll(ctx context.Context, tok Token, id *Identity, version string) error {
+// issued for it). pools are those the worker means to offer: serve refuses
+// the enrollment when its token does not allow one.
+func Enroll(ctx context.Context, tok Token, id *Identity, version string, pools []string) error {
 	where, url := tok.Addr, "tls://"+tok.Addr
 	opts := []nats.Option{nats.Name("kusaw worker " + id.Name + " (joining)"), nats.MaxReconnects(0), nats.Timeout(10 * time.Second)}
 	if tok.JWT != "" {
@@ -70,7 +71,7 @@ func Enroll(ctx context.Context, tok Token, id *Identity, version string) error 
 		return fmt.Errorf("cannot reach serve at %s: %v", where, err)
 	}
 	defer nc.Close()
-	b, _ := json.Marshal(EnrollRequest{Secret: tok.Secret, Name: id.Name, NKey: id.NKey(), XKey: id.XKey(), Version: version})
+	b, _ := json.Marshal(EnrollRequest{Secret: tok.Secret, Name: id.Name, NKey: id.NKey(), XKey: id.XKey(), Version: version, Pools: pools})
 	m, err := nc.RequestWithContext(ctx, SubjEnroll, b)
 	if err != nil {
 		return fmt.Errorf("enrollment: %v", err)
@@ -86,7 +87,7 @@ func Enroll(ctx context.Context, tok Token, id *Identity, version string) error 
 		return fmt.Errorf("enrollment: serve sent no credential for the NATS cluster")
 	}
 	id.Server, id.CAPin, id.ServeXKey = where, tok.CA, rep.ServeXKey
-	id.CAPEM, id.JWT = tok.CAPEM, rep.JWT
+	id.CAPEM, id.JWT, id.Grant = tok.CAPEM, rep.JWT, rep.Grant
 	return nil
 }
 

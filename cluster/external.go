@@ -20,7 +20,7 @@ import (
 // holds a signing key of the account it works in and issues user JWTs,
 // which the cluster's servers check against the account's JWT. Serve's own
 // JWT has every permission in the account; a worker's carries exactly
-// workerPerms(name); a join token carries a short-lived bearer JWT that
+// workerPerms(name, grant); a join token carries a short-lived bearer JWT that
 // may only ask to enroll (enrollPerms). The same two functions make the
 // embedded server's permissions, so both ways in allow the same subjects.
 
@@ -129,8 +129,8 @@ func (x *External) userJWT(nkey, name string, perms *server.Permissions, expires
 // WorkerJWT is the credential an enrolled worker connects with: its nkey,
 // exactly workerPerms(name), no expiry (revoke it on the account to shut
 // the worker out).
-func (x *External) WorkerJWT(name, nkey string) (string, error) {
-	return x.userJWT(nkey, "kusaw worker "+name, workerPerms(name), time.Time{}, false)
+func (x *External) WorkerJWT(name, nkey string, g Grant) (string, error) {
+	return x.userJWT(nkey, "kusaw worker "+name, workerPerms(name, g), time.Time{}, false)
 }
 
 // servePerms: serve may do anything in the account. Written out rather
@@ -167,12 +167,12 @@ func (x *External) Connect(name string, opts ...nats.Option) (*nats.Conn, error)
 // replaces nats_url when workers reach it by other names), its CA bundle
 // or SystemRoots, the secret, and a bearer JWT that expires with the
 // token and may only ask to enroll.
-func (x *External) NewToken(urls string) (Token, error) {
+func (x *External) NewToken(urls string, g Grant) (Token, error) {
 	if urls == "" {
 		urls = x.URLs
 	}
 	urls = withScheme(urls)
-	tok, expires, err := x.Tokens.newSecret()
+	tok, expires, err := x.Tokens.newSecret(g)
 	if err != nil {
 		return Token{}, err
 	}

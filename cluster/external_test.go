@@ -43,7 +43,7 @@ func TestWorkerJWT(t *testing.T) {
 	account, seed, signer := newAccountSigner(t)
 	x := testExternal(t, account, seed, nil, "tls://nats.example:4222")
 	w, _ := NewIdentity("gpu1")
-	tok, err := x.WorkerJWT("gpu1", w.NKey())
+	tok, err := x.WorkerJWT("gpu1", w.NKey(), Grant{Pools: []string{"default"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func TestWorkerJWT(t *testing.T) {
 	if uc.Subject != w.NKey() || uc.Issuer != signer || uc.IssuerAccount != account || uc.BearerToken || uc.Expires != 0 {
 		t.Fatalf("claims: sub %s iss %s account %s bearer %v exp %d", uc.Subject, uc.Issuer, uc.IssuerAccount, uc.BearerToken, uc.Expires)
 	}
-	want := workerPerms("gpu1")
+	want := workerPerms("gpu1", Grant{Pools: []string{"default"}})
 	if !reflect.DeepEqual([]string(uc.Pub.Allow), want.Publish.Allow) || !reflect.DeepEqual([]string(uc.Pub.Deny), want.Publish.Deny) ||
 		!reflect.DeepEqual([]string(uc.Sub.Allow), want.Subscribe.Allow) || !reflect.DeepEqual([]string(uc.Sub.Deny), want.Subscribe.Deny) {
 		t.Fatalf("permissions %+v, want those of workerPerms %+v %+v", uc.Permissions, want.Publish, want.Subscribe)
@@ -72,7 +72,7 @@ func TestWorkerJWT(t *testing.T) {
 	accPub, _ := accKP.PublicKey()
 	accSeed, _ := accKP.Seed()
 	own := testExternal(t, accPub, string(accSeed), nil, "tls://nats.example:4222")
-	tok, _ = own.WorkerJWT("gpu1", w.NKey())
+	tok, _ = own.WorkerJWT("gpu1", w.NKey(), Grant{Pools: []string{"default"}})
 	if uc, _ := jwt.DecodeUserClaims(tok); uc.IssuerAccount != "" || uc.Issuer != accPub {
 		t.Fatalf("own-key claims: %+v", uc)
 	}
@@ -86,7 +86,7 @@ func TestExternalToken(t *testing.T) {
 	c := natstest.Start(t, t.TempDir())
 	c.Server.Shutdown() // only its CA is used here
 	x := testExternal(t, account, seed, c.CAPEM, "tls://n1:4222,tls://n2:4222")
-	tok, err := x.NewToken("")
+	tok, err := x.NewToken("", Grant{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,15 +110,15 @@ func TestExternalToken(t *testing.T) {
 		len(uc.Pub.Allow) != 1 || len(uc.Sub.Allow) != 1 || uc.Sub.Allow[0] != "_INBOX_ENROLL."+uc.Subject+".>" {
 		t.Fatalf("enrollment permissions %+v", uc.Permissions)
 	}
-	if got, _ := x.NewToken("tls://other:4222"); got.URLs != "tls://other:4222" {
+	if got, _ := x.NewToken("tls://other:4222", Grant{}); got.URLs != "tls://other:4222" {
 		t.Fatalf("urls override: %q", got.URLs)
 	}
-	if got, _ := x.NewToken("o1:4222, nats://o2:4222"); got.URLs != "tls://o1:4222,nats://o2:4222" {
+	if got, _ := x.NewToken("o1:4222, nats://o2:4222", Grant{}); got.URLs != "tls://o1:4222,nats://o2:4222" {
 		t.Fatalf("--addr without a scheme: %q", got.URLs)
 	}
 	// Without a CA bundle: the system-roots marker.
 	sys := testExternal(t, account, seed, nil, "tls://n1:4222")
-	st, _ := sys.NewToken("")
+	st, _ := sys.NewToken("", Grant{})
 	if got, err := ParseToken(st.String()); err != nil || got.CA != SystemRoots || got.CAPEM != "" {
 		t.Fatalf("system roots token %+v %v", got, err)
 	}
@@ -192,12 +192,12 @@ func (r *externalRig) received(t *testing.T, subject string) func() []string {
 // bearer JWT beyond asking to enroll.
 func TestExternalEnrollAndConnect(t *testing.T) {
 	r := startExternal(t)
-	tok, err := r.x.NewToken("")
+	tok, err := r.x.NewToken("", Grant{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	id, _ := NewIdentity("w1")
-	if err := Enroll(context.Background(), tok, id, "test"); err != nil {
+	if err := Enroll(context.Background(), tok, id, "test", nil); err != nil {
 		t.Fatal(err)
 	}
 	if id.JWT == "" || id.Server != r.c.URL || id.CAPEM != string(r.c.CAPEM) || id.CAPin != pemFingerprint(r.c.CAPEM) || id.ServeXKey != r.x.Identity.XKey() {
@@ -242,7 +242,7 @@ func TestExternalEnrollAndConnect(t *testing.T) {
 	}
 	// The token is spent.
 	id2, _ := NewIdentity("w2")
-	if err := Enroll(context.Background(), tok, id2, "test"); err == nil || !strings.Contains(err.Error(), "used already") {
+	if err := Enroll(context.Background(), tok, id2, "test", nil); err == nil || !strings.Contains(err.Error(), "used already") {
 		t.Fatalf("a token used twice: %v", err)
 	}
 	if r.x.Registry.Get("w2") != nil {
@@ -292,7 +292,7 @@ func TestExternalEnrollAndConnect(t *testing.T) {
 	// enroll: work published with it, subscriptions beyond its own inbox
 	// (here: kusaw's subjects, and every inbox, where others' replies
 	// go) are refused.
-	tok2, _ := r.x.NewToken("")
+	tok2, _ := r.x.NewToken("", Grant{})
 	tls, _ := ClusterTLS(r.c.CAPEM)
 	eerr := make(chan error, 4)
 	ec, err := nats.Connect(tok2.URLs, nats.Secure(tls), nats.UserJWT(func() (string, error) { return tok2.JWT, nil }, func([]byte) ([]byte, error) { return nil, nil }),

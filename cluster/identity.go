@@ -32,6 +32,9 @@ type Identity struct {
 	ServeXKey string `json:"serve_xkey,omitempty"`
 	CAPEM     string `json:"ca_pem,omitempty"`
 	JWT       string `json:"jwt,omitempty"`
+	// Grant is what serve recorded this worker may take (its join
+	// token's); nil for a worker an earlier kusaw enrolled.
+	Grant *Grant `json:"grant,omitempty"`
 
 	user, curve nkeys.KeyPair
 }

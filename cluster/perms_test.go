@@ -204,7 +204,7 @@ func TestWorkerCannotReadOthersReplies(t *testing.T) {
 	}
 	defer mnc.Close()
 	var ev violations
-	tok, _ := s.NewToken("")
+	tok, _ := s.NewToken("", Grant{})
 	enc, err := nats.Connect(s.URL(), nats.UserInfo(EnrollUser, tok.Secret), nats.Secure(PinnedTLS(tok.CA)), nats.ErrorHandler(ev.handler))
 	if err != nil {
 		t.Fatal(err)
@@ -270,5 +270,143 @@ func TestWorkerCannotReadOthersReplies(t *testing.T) {
 	}
 	if !ev.saw("_INBOX.>") {
 		t.Error("the server reported no permissions violation for the token holder's _INBOX.> subscription")
+	}
+}
+
+// Attacker's side: a worker enrolled for pool default tries every
+// JetStream way to take or read pool release's work: making the
+// pool-release consumer (the named create with and without the filter in
+// the subject, its own consumer's name with release's filter, the legacy
+// ephemeral and durable creates), pulling from the pool-release consumer
+// serve made, acknowledging its message, getting the message from the
+// stream. Each is refused by the server (a permissions violation) and
+// the release message stays in its queue. The legitimate twin: a worker
+// enrolled for release makes the pool-release consumer and pulls the
+// message; the default worker still makes its own.
+func TestWorkerTakesOnlyItsPools(t *testing.T) {
+	s := startTestServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	serve, err := s.ConnectInProcess("serve")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer serve.Close()
+	sjs, _ := jetstream.New(serve)
+	const marker = "release-attempt-spec-5521"
+	if _, err := sjs.Publish(ctx, WorkSubject("release"), []byte(`{"spec":{"id":"`+marker+`"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	// The release pool's consumer exists already, as once a release
+	// worker has started.
+	relCons, err := sjs.CreateOrUpdateConsumer(ctx, WorkStream, jetstream.ConsumerConfig{Durable: WorkConsumer("release"),
+		FilterSubject: WorkSubject("release"), AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	mallory := joinedFor(t, s, "mallory", Grant{})
+	var v violations
+	nc, err := Dial(mallory, "mallory", nats.ErrorHandler(v.handler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	cfg := func(name, filter string) string {
+		return `{"stream_name":"` + WorkStream + `","config":{"durable_name":"` + name + `","filter_subject":"` + filter + `","deliver_policy":"all","ack_policy":"explicit"}}`
+	}
+	rel := WorkSubject("release")
+	attacks := []struct{ subject, body string }{
+		{"$JS.API.CONSUMER.CREATE." + WorkStream + ".pool-release." + rel, cfg("pool-release", rel)},
+		{"$JS.API.CONSUMER.CREATE." + WorkStream + ".pool-release", cfg("pool-release", rel)},
+		{"$JS.API.CONSUMER.CREATE." + WorkStream + ".pool-default." + rel, cfg("pool-default", rel)},
+		{"$JS.API.CONSUMER.CREATE." + WorkStream + ".pool-default", cfg("pool-default", rel)},
+		{"$JS.API.CONSUMER.CREATE." + WorkStream + ".sneak." + rel, cfg("sneak", rel)},
+		{"$JS.API.CONSUMER.CREATE." + WorkStream, `{"stream_name":"` + WorkStream + `","config":{"filter_subject":"` + rel + `","ack_policy":"none","deliver_subject":"` + WorkerInbox("mallory") + `.x"}}`},
+		{"$JS.API.CONSUMER.DURABLE.CREATE." + WorkStream + ".pool-release", cfg("pool-release", rel)},
+		{"$JS.API.CONSUMER.MSG.NEXT." + WorkStream + ".pool-release", `{"batch":1,"expires":500000000}`},
+		{"$JS.API.CONSUMER.INFO." + WorkStream + ".pool-release", ``},
+		{"$JS.API.CONSUMER.DELETE." + WorkStream + ".pool-release", ``},
+		{"$JS.API.STREAM.MSG.GET." + WorkStream, `{"seq":1}`},
+		{"$JS.API.DIRECT.GET." + WorkStream, `{"seq":1}`},
+		{"$JS.API.STREAM.INFO." + WorkStream, `{"subjects_filter":">"}`},
+	}
+	var wg sync.WaitGroup
+	for _, a := range attacks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rep, err := nc.Request(a.subject, []byte(a.body), time.Second)
+			if err == nil && (strings.Contains(string(rep.Data), marker) || !strings.Contains(string(rep.Data), `"error"`)) {
+				t.Errorf("%s answered: %s", a.subject, rep.Data)
+			}
+		}()
+	}
+	wg.Wait()
+	// Acknowledging (terminating) release's first delivery, in both
+	// reply forms.
+	for _, subj := range []string{"$JS.ACK." + WorkStream + ".pool-release.1.1.1.0.0", "$JS.ACK._.hash." + WorkStream + ".pool-release.1.1.1.0.0"} {
+		_ = nc.Publish(subj, []byte("+TERM"))
+	}
+	_ = nc.Flush()
+	time.Sleep(200 * time.Millisecond)
+	for _, a := range attacks {
+		if !v.saw(a.subject) {
+			t.Errorf("%s: the server reported no permissions violation", a.subject)
+		}
+	}
+	for _, subj := range []string{"$JS.ACK." + WorkStream + ".pool-release.1.1.1.0.0", "$JS.ACK._.hash." + WorkStream + ".pool-release.1.1.1.0.0"} {
+		if !v.saw(subj) {
+			t.Errorf("%s: the server reported no permissions violation", subj)
+		}
+	}
+	// Through the client library too.
+	mjs, _ := jetstream.New(nc)
+	cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
+	if _, err := mjs.CreateOrUpdateConsumer(cctx, WorkStream, jetstream.ConsumerConfig{Durable: WorkConsumer("release"),
+		FilterSubject: rel, AckPolicy: jetstream.AckExplicitPolicy}); err == nil {
+		t.Error("mallory made the pool-release consumer")
+	}
+	ccancel()
+	if info, err := relCons.Info(ctx); err != nil || info.NumPending != 1 || info.NumAckPending != 0 {
+		t.Fatalf("release's queue after the attacks: %+v %v", info, err)
+	}
+	// mallory's own pool still works.
+	if _, err := mjs.CreateOrUpdateConsumer(ctx, WorkStream, jetstream.ConsumerConfig{Durable: WorkConsumer("default"),
+		FilterSubject: WorkSubject("default"), AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+		t.Fatalf("a default worker cannot make its own pool's consumer: %v", err)
+	}
+
+	// The twin: a release worker takes the message and acknowledges it.
+	relID := joinedFor(t, s, "rel", Grant{Pools: []string{"release"}})
+	rnc, err := Dial(relID, "rel")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rnc.Close()
+	rjs, _ := jetstream.New(rnc)
+	c, err := rjs.CreateOrUpdateConsumer(ctx, WorkStream, jetstream.ConsumerConfig{Durable: WorkConsumer("release"),
+		FilterSubject: rel, AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatalf("a release worker cannot make its pool's consumer: %v", err)
+	}
+	m, err := c.Next(jetstream.FetchMaxWait(5 * time.Second))
+	if err != nil || !strings.Contains(string(m.Data()), marker) {
+		t.Fatalf("the release worker did not get the release message: %v", err)
+	}
+	if err := m.DoubleAck(ctx); err != nil {
+		t.Fatalf("the release worker cannot acknowledge its message: %v", err)
+	}
+	// And with a grant of every pool, any pool's consumer.
+	anyID := joinedFor(t, s, "any", Grant{AnyPool: true})
+	anc, err := Dial(anyID, "any")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer anc.Close()
+	ajs, _ := jetstream.New(anc)
+	if _, err := ajs.CreateOrUpdateConsumer(ctx, WorkStream, jetstream.ConsumerConfig{Durable: WorkConsumer("gpu"),
+		FilterSubject: WorkSubject("gpu"), AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+		t.Fatalf("an any-pool worker cannot make pool gpu's consumer: %v", err)
 	}
 }

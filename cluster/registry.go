@@ -7,6 +7,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/kusaw/kusaw/config"
 )
 
 const workersFile = "workers.json"
@@ -17,9 +19,30 @@ type Enrolled struct {
 	NKey     string    `json:"nkey"`
 	XKey     string    `json:"xkey"`
 	Enrolled time.Time `json:"enrolled"`
-	// Pools are every pool the worker has offered (validate warns about a
-	// step whose pool nobody ever offered).
+	// Allowed are the pools its join token lets it take; AnyPool: every
+	// pool (a token made with --any-pool). Serve enforces them (the
+	// worker's NATS permissions, secrets, bundles and results).
+	Allowed []string `json:"allowed_pools,omitempty"`
+	AnyPool bool     `json:"any_pool,omitempty"`
+	// Pools are every allowed pool the worker has offered (validate warns
+	// about a step whose pool nobody ever offered).
 	Pools []string `json:"pools,omitempty"`
+}
+
+// Grant is what the worker may take.
+func (e *Enrolled) Grant() Grant { return Grant{Pools: e.Allowed, AnyPool: e.AnyPool} }
+
+// upgrade gives a worker an earlier kusaw enrolled, before tokens named
+// pools, the pools it has offered so far (pool default when it offered
+// none): what it took then, and no more.
+func (e *Enrolled) upgrade() {
+	if e.AnyPool || len(e.Allowed) > 0 {
+		return
+	}
+	e.Allowed = append([]string(nil), e.Pools...)
+	if len(e.Allowed) == 0 {
+		e.Allowed = []string{config.DefaultPool}
+	}
 }
 
 // Registry is serve's list of enrolled workers (state_dir/cluster/workers.json).
@@ -36,6 +59,7 @@ func OpenRegistry(dir string) *Registry {
 		var list []*Enrolled
 		if json.Unmarshal(b, &list) == nil {
 			for _, e := range list {
+				e.upgrade()
 				r.m[e.Name] = e
 			}
 		}
@@ -74,11 +98,13 @@ func (r *Registry) Add(e Enrolled) bool {
 	if old := r.m[e.Name]; old != nil && old.NKey != e.NKey {
 		return false
 	}
+	e.upgrade()
 	r.m[e.Name] = &e
 	return r.saveLocked() == nil
 }
 
-// Offered notes the pools a worker offers.
+// Offered notes the pools a worker offers; one it may not take is not
+// noted (its NATS permissions refuse it that pool's queue).
 func (r *Registry) Offered(name string, pools []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -88,6 +114,9 @@ func (r *Registry) Offered(name string, pools []string) {
 	}
 	changed := false
 	for _, p := range pools {
+		if !e.Grant().Allows(p) {
+			continue
+		}
 		found := false
 		for _, q := range e.Pools {
 			found = found || q == p
@@ -115,16 +144,37 @@ func (r *Registry) List() []Enrolled {
 	return out
 }
 
-// EverOffered reads the pools any worker enrolled in dir has offered.
+// EverOffered reads the pools any worker enrolled in dir has offered and
+// may take.
 func EverOffered(dir string) map[string]bool {
 	out := map[string]bool{}
 	for _, e := range OpenRegistry(dir).List() {
 		for _, p := range e.Pools {
+			if e.Grant().Allows(p) {
+				out[p] = true
+			}
+		}
+	}
+	return out
+}
+
+// AllowedPools reads the pools some worker enrolled in dir may take;
+// AnyPool ("*") when one may take every pool.
+func AllowedPools(dir string) map[string]bool {
+	out := map[string]bool{}
+	for _, e := range OpenRegistry(dir).List() {
+		if e.AnyPool {
+			out[AnyPool] = true
+		}
+		for _, p := range e.Allowed {
 			out[p] = true
 		}
 	}
 	return out
 }
+
+// AnyPool marks, in AllowedPools, a worker that may take every pool.
+const AnyPool = "*"
 
 func (r *Registry) saveLocked() error {
 	var list []*Enrolled

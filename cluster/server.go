@@ -112,39 +112,65 @@ func (s *Server) ConnectInProcess(name string) (*nats.Conn, error) {
 		nats.MaxReconnects(-1))
 }
 
-// NewToken makes a one-time join token for this server; addr is the
-// address workers reach it by (default: the listen address).
-func (s *Server) NewToken(addr string) (Token, error) {
+// NewToken makes a one-time join token for this server allowing g; addr
+// is the address workers reach it by (default: the listen address).
+func (s *Server) NewToken(addr string, g Grant) (Token, error) {
 	if addr == "" {
 		addr = s.addr
 	}
 	if addr == "" {
 		return Token{}, fmt.Errorf("serve's cluster does not listen: set serve.cluster.listen")
 	}
-	return s.Tokens.New(addr, s.CA.Fingerprint())
+	return s.Tokens.New(addr, s.CA.Fingerprint(), g)
 }
 
 // auth is the server's only way in.
 type auth struct{ s *Server }
 
-// Permissions: serve may do anything; a worker may use JetStream and send
-// events, results and secrets requests under its own name only (serve
-// reads the sender from the subject), but never publish work, change or
-// empty a stream, nor read the events stream (every attempt's events and
-// results: a worker only ever publishes there); a joining worker may only
-// ask to enroll.
-func workerPerms(name string) *server.Permissions {
+// workerPerms are an enrolled worker's permissions, on the embedded
+// server and in its JWT on an existing cluster alike. It may publish
+// events, results, secrets and bundle requests under its own name only
+// (serve reads the sender from the subject), write the claims bucket, its
+// own heartbeat key and the object store, and use only the JetStream API
+// of the buckets and the object store, plus its pools' work consumers:
+// creating one only as pool-<P> filtered on P's subject (the server
+// checks the body's filter against the subject's), pulling from it and
+// acknowledging its messages. So it can never read, take or acknowledge
+// another pool's attempts; nor publish work, change or empty a stream, or
+// read the events stream (every attempt's events and results: a worker
+// only ever publishes there). A grant of every pool (--any-pool) allows
+// any pool's consumer.
+func workerPerms(name string, g Grant) *server.Permissions {
 	deny := []string{"$JS.API.STREAM.CREATE.>", "$JS.API.STREAM.UPDATE.>", "$JS.API.STREAM.DELETE.>",
 		"$JS.API.STREAM.PURGE.>", "$JS.API.STREAM.MSG.DELETE.>",
 		// A snapshot reads a whole stream; a restore makes one.
 		"$JS.API.STREAM.SNAPSHOT.>", "$JS.API.STREAM.RESTORE.>"}
+	allow := []string{"$JS.API.INFO", "$JS.FC.>", "$KV." + ClaimsBucket + ".>",
+		"$KV." + WorkersBucket + "." + name, "$O." + ObjectsBucket + ".>",
+		EventsSubject("*", name), ResultSubject("*", name), SecretsSubject("*", name), BundleSubject("*", name)}
+	for _, st := range []string{"KV_" + ClaimsBucket, "KV_" + WorkersBucket, "OBJ_" + ObjectsBucket} {
+		allow = append(allow, "$JS.API.STREAM.INFO."+st, "$JS.API.STREAM.MSG.GET."+st,
+			"$JS.API.DIRECT.GET."+st, "$JS.API.DIRECT.GET."+st+".>",
+			"$JS.API.CONSUMER.*."+st, "$JS.API.CONSUMER.*."+st+".>", "$JS.API.CONSUMER.MSG.NEXT."+st+".>")
+	}
+	pools := g.Pools
+	if g.AnyPool {
+		pools = []string{"*"}
+	}
+	for _, p := range pools {
+		cons := WorkConsumer(p)
+		if p == "*" {
+			cons = "*"
+		}
+		allow = append(allow,
+			"$JS.API.CONSUMER.CREATE."+WorkStream+"."+cons+"."+WorkSubject(p),
+			"$JS.API.CONSUMER.MSG.NEXT."+WorkStream+"."+cons,
+			"$JS.API.CONSUMER.INFO."+WorkStream+"."+cons,
+			// Acknowledgements, in both of the server's reply forms.
+			"$JS.ACK."+WorkStream+"."+cons+".>", "$JS.ACK.*.*."+WorkStream+"."+cons+".>")
+	}
 	return &server.Permissions{
-		Publish: &server.SubjectPermission{
-			Allow: []string{"$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "$KV." + ClaimsBucket + ".>",
-				"$KV." + WorkersBucket + "." + name, "$O." + ObjectsBucket + ".>",
-				EventsSubject("*", name), ResultSubject("*", name), SecretsSubject("*", name), BundleSubject("*", name)},
-			Deny: append(deny, streamReaders(EventsStream)...),
-		},
+		Publish: &server.SubjectPermission{Allow: allow, Deny: append(deny, streamReaders(EventsStream)...)},
 		// Replies only under its own inbox: whoever may subscribe to every
 		// inbox reads every reply (serve's pulls of the events stream,
 		// other workers' reads).
@@ -211,7 +237,7 @@ func (a *auth) Check(c server.ClientAuthentication) bool {
 		if w == nil {
 			return false
 		}
-		c.RegisterUser(&server.User{Username: w.Name, Permissions: workerPerms(w.Name)})
+		c.RegisterUser(&server.User{Username: w.Name, Permissions: workerPerms(w.Name, w.Grant())})
 		return true
 	case o.Username == EnrollUser && a.s.Tokens.Valid(o.Password):
 		c.RegisterUser(&server.User{Username: EnrollUser, Permissions: enrollPerms(secretInbox(o.Password)), ConnectionDeadline: time.Now().Add(time.Minute)})
@@ -247,6 +273,8 @@ type EnrollRequest struct {
 	NKey    string `json:"nkey"`
 	XKey    string `json:"xkey"`
 	Version string `json:"version,omitempty"`
+	// Pools the worker means to offer: each must be one its token allows.
+	Pools []string `json:"pools,omitempty"`
 }
 
 // EnrollReply is serve's answer; on an existing NATS cluster it carries
@@ -255,6 +283,8 @@ type EnrollReply struct {
 	Error     string `json:"error,omitempty"`
 	ServeXKey string `json:"serve_xkey,omitempty"`
 	JWT       string `json:"jwt,omitempty"`
+	// Grant is what serve recorded the worker may take: its token's.
+	Grant *Grant `json:"grant,omitempty"`
 }
 
 // ServeEnrollments answers enrollment requests on nc until ctx ends.
@@ -270,7 +300,7 @@ type Enroller struct {
 	Tokens   *Tokens
 	Registry *Registry
 	Identity *Identity // serve's
-	Issue    func(name, nkey string) (string, error)
+	Issue    func(name, nkey string, g Grant) (string, error)
 }
 
 // Serve answers on nc until ctx ends.
@@ -298,21 +328,28 @@ func (e *Enroller) answer(data []byte) EnrollReply {
 		return EnrollReply{Error: "bad worker keys"}
 	case e.Registry.Get(req.Name) != nil && e.Registry.Get(req.Name).NKey != req.NKey:
 		return EnrollReply{Error: fmt.Sprintf("a worker named %s is already enrolled with another key: pick another --name", req.Name)}
-	case !e.Tokens.Valid(req.Secret):
+	}
+	g, ok := e.Tokens.Grant(req.Secret)
+	if !ok {
 		return EnrollReply{Error: "the join token was used already or has expired: make a new one with kusaw cluster token"}
 	}
-	rep := EnrollReply{ServeXKey: e.Identity.XKey()}
+	for _, p := range req.Pools {
+		if !g.Allows(p) {
+			return EnrollReply{Error: fmt.Sprintf("the join token allows pools %s, not %s: make a token for it with kusaw cluster token --pool %s", g, p, p)}
+		}
+	}
+	rep := EnrollReply{ServeXKey: e.Identity.XKey(), Grant: &g}
 	// Issued before the secret is spent: a failure leaves the token usable.
 	if e.Issue != nil {
 		var err error
-		if rep.JWT, err = e.Issue(req.Name, req.NKey); err != nil {
+		if rep.JWT, err = e.Issue(req.Name, req.NKey, g); err != nil {
 			return EnrollReply{Error: "cannot issue the worker's credential"}
 		}
 	}
 	switch {
 	case !e.Tokens.Use(req.Secret):
 		return EnrollReply{Error: "the join token was used already or has expired: make a new one with kusaw cluster token"}
-	case !e.Registry.Add(Enrolled{Name: req.Name, NKey: req.NKey, XKey: req.XKey, Enrolled: time.Now().UTC()}):
+	case !e.Registry.Add(Enrolled{Name: req.Name, NKey: req.NKey, XKey: req.XKey, Enrolled: time.Now().UTC(), Allowed: g.Pools, AnyPool: g.AnyPool}):
 		return EnrollReply{Error: "cannot record the enrollment"}
 	}
 	return rep

@@ -37,7 +37,13 @@ func startTestServer(t *testing.T) *Server {
 
 func joined(t *testing.T, s *Server, name string) *Identity {
 	t.Helper()
-	tok, err := s.NewToken("")
+	return joinedFor(t, s, name, Grant{})
+}
+
+// joinedFor enrolls a worker whose token allows g.
+func joinedFor(t *testing.T, s *Server, name string, g Grant) *Identity {
+	t.Helper()
+	tok, err := s.NewToken("", g)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +55,7 @@ func joined(t *testing.T, s *Server, name string) *Identity {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := Enroll(context.Background(), parsed, id, "test"); err != nil {
+	if err := Enroll(context.Background(), parsed, id, "test", nil); err != nil {
 		t.Fatal(err)
 	}
 	return id
@@ -59,9 +65,9 @@ func joined(t *testing.T, s *Server, name string) *Identity {
 // and can use the cluster's buckets; the token does not work twice.
 func TestEnrollThenConnect(t *testing.T) {
 	s := startTestServer(t)
-	tok, _ := s.NewToken("")
+	tok, _ := s.NewToken("", Grant{})
 	id, _ := NewIdentity("w1")
-	if err := Enroll(context.Background(), tok, id, "test"); err != nil {
+	if err := Enroll(context.Background(), tok, id, "test", nil); err != nil {
 		t.Fatal(err)
 	}
 	if id.Server != s.Addr() || id.CAPin != s.CA.Fingerprint() || id.ServeXKey != s.Identity.XKey() {
@@ -93,7 +99,7 @@ func TestEnrollThenConnect(t *testing.T) {
 	}
 	// The same token again: refused.
 	other, _ := NewIdentity("w2")
-	if err := Enroll(context.Background(), tok, other, "test"); err == nil {
+	if err := Enroll(context.Background(), tok, other, "test", nil); err == nil {
 		t.Fatal("a used token enrolled a second worker")
 	}
 }
@@ -170,5 +176,94 @@ func TestTokenParse(t *testing.T) {
 		if _, err := ParseToken(bad); err == nil {
 			t.Errorf("token %q accepted", bad)
 		}
+	}
+}
+
+// A join token fixes the pools its worker may take: a worker asking for a
+// pool its token does not allow is refused (the token stays usable), and
+// editing the token's own copy of its pools gains nothing, since serve
+// enrolls by the grant it kept with the secret's hash. The twin: the same
+// token enrolls a worker for its own pool, and serve records the grant.
+func TestTokenPools(t *testing.T) {
+	s := startTestServer(t)
+	tok, err := s.NewToken("", Grant{Pools: []string{"gpu"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := NewIdentity("w1")
+	err = Enroll(context.Background(), tok, id, "test", []string{"release"})
+	if err == nil || !strings.Contains(err.Error(), "allows pools gpu, not release") || !strings.Contains(err.Error(), "--pool release") {
+		t.Fatalf("a gpu token enrolled pool release: %v", err)
+	}
+	// The holder rewrites the token's pools: serve still says gpu.
+	forged := tok
+	forged.Pools, forged.AnyPool = []string{"release"}, true
+	parsed, err := ParseToken(forged.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Enroll(context.Background(), parsed, id, "test", []string{"release"}); err == nil {
+		t.Fatal("an edited token enrolled pool release")
+	}
+	if e := s.Registry.Get("w1"); e != nil {
+		t.Fatalf("a refused enrollment was recorded: %+v", e)
+	}
+	// The twin: the same token, its own pool.
+	if err := Enroll(context.Background(), parsed, id, "test", []string{"gpu"}); err != nil {
+		t.Fatal(err)
+	}
+	e := s.Registry.Get("w1")
+	if e == nil || e.AnyPool || strings.Join(e.Allowed, ",") != "gpu" || id.Grant == nil || id.Grant.String() != "gpu" {
+		t.Fatalf("registry %+v, identity's grant %+v", e, id.Grant)
+	}
+	// No --pool on the token: pool default only; --any-pool: every pool.
+	def, _ := s.NewToken("", Grant{})
+	id2, _ := NewIdentity("w2")
+	if err := Enroll(context.Background(), def, id2, "test", []string{"gpu"}); err == nil {
+		t.Fatal("a token without pools enrolled pool gpu")
+	}
+	if err := Enroll(context.Background(), def, id2, "test", nil); err != nil || id2.Grant.String() != "default" {
+		t.Fatalf("a token without pools: %v %+v", err, id2.Grant)
+	}
+	anyTok, _ := s.NewToken("", Grant{AnyPool: true})
+	id3, _ := NewIdentity("w3")
+	if err := Enroll(context.Background(), anyTok, id3, "test", []string{"gpu", "release"}); err != nil || !s.Registry.Get("w3").AnyPool {
+		t.Fatalf("an any-pool token: %v", err)
+	}
+	if _, err := s.NewToken("", Grant{AnyPool: true, Pools: []string{"gpu"}}); err == nil {
+		t.Fatal("--any-pool with --pool made a token")
+	}
+	if _, err := s.NewToken("", Grant{Pools: []string{"a.b"}}); err == nil {
+		t.Fatal("a pool name with a dot made a token")
+	}
+}
+
+// Serve's files from an earlier kusaw: an outstanding token (an expiry
+// alone) allows pool default only; an enrolled worker (offered pools, no
+// grant) keeps its entry and may take the pools it offered so far, and a
+// pool it offers later that it may not take is not noted.
+func TestPoolsUpgrade(t *testing.T) {
+	dir := t.TempDir()
+	exp := time.Now().Add(time.Hour).UTC().Format(time.RFC3339Nano)
+	os.WriteFile(filepath.Join(dir, tokensFile), []byte(`{"`+hashSecret("old-secret")+`":"`+exp+`"}`), 0o600)
+	os.WriteFile(filepath.Join(dir, workersFile), []byte(`[{"name":"old","nkey":"UX","xkey":"XX","enrolled":"2026-01-01T00:00:00Z","pools":["default","gpu"]},
+{"name":"idle","nkey":"UY","xkey":"XY","enrolled":"2026-01-01T00:00:00Z"}]`), 0o600)
+	g, ok := OpenTokens(dir).Grant("old-secret")
+	if !ok || g.String() != "default" {
+		t.Fatalf("an earlier token: %v %+v", ok, g)
+	}
+	r := OpenRegistry(dir)
+	if e := r.Get("old"); e == nil || strings.Join(e.Allowed, ",") != "default,gpu" || e.NKey != "UX" {
+		t.Fatalf("an earlier worker: %+v", e)
+	}
+	if e := r.Get("idle"); e == nil || strings.Join(e.Allowed, ",") != "default" {
+		t.Fatalf("an earlier worker that offered nothing: %+v", e)
+	}
+	r.Offered("old", []string{"release", "gpu"})
+	if e := r.Get("old"); strings.Join(e.Pools, ",") != "default,gpu" || e.Grant().Allows("release") {
+		t.Fatalf("a pool it may not take was noted: %+v", e)
+	}
+	if EverOffered(dir)["release"] || !AllowedPools(dir)["gpu"] || AllowedPools(dir)["release"] {
+		t.Fatalf("offered %v allowed %v", EverOffered(dir), AllowedPools(dir))
 	}
 }

@@ -37,6 +37,10 @@ func SecretsSubject(key, worker string) string { return subjSecrets + key + "." 
 func CancelSubject(key string) string          { return subjCancel + key }
 func BundleSubject(key, worker string) string  { return subjBundle + key + "." + worker }
 
+// WorkConsumer is the durable consumer the workers of a pool share on the
+// work queue.
+func WorkConsumer(pool string) string { return "pool-" + pool }
+
 // AnyWorker stands for the worker token in a subscription.
 const AnyWorker = "*"
 

@@ -11,9 +11,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/kusaw/kusaw/config"
 )
 
 // TokenPrefix starts every join token, so a pasted token is recognisable.
@@ -34,6 +38,60 @@ type Token struct {
 	URLs   string `json:"urls,omitempty"`
 	CAPEM  string `json:"ca_pem,omitempty"`
 	JWT    string `json:"jwt,omitempty"`
+	// Pools are the pools the token lets its worker take, for the worker
+	// to offer and check against: serve keeps its own copy with the
+	// secret's hash and enrolls by that one, so editing them here gains
+	// nothing.
+	Pools   []string `json:"pools,omitempty"`
+	AnyPool bool     `json:"any_pool,omitempty"`
+}
+
+// Grant is what a join token allows its worker: the pools it may take
+// (default: pool default only), or every pool (kusaw cluster token
+// --any-pool).
+type Grant struct {
+	Pools   []string `json:"pools,omitempty"`
+	AnyPool bool     `json:"any_pool,omitempty"`
+}
+
+// Normal checks a grant and gives it its default: no pool and not any
+// pool is pool default alone.
+func (g Grant) Normal() (Grant, error) {
+	if g.AnyPool {
+		if len(g.Pools) > 0 {
+			return Grant{}, fmt.Errorf("--any-pool and --pool exclude each other: name the pools, or allow every pool")
+		}
+		return g, nil
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, p := range g.Pools {
+		if !ValidName(p) {
+			return Grant{}, fmt.Errorf("pool %q: use letters, digits, - and _ (at most 64)", p)
+		}
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	if len(out) == 0 {
+		out = []string{config.DefaultPool}
+	}
+	sort.Strings(out)
+	return Grant{Pools: out}, nil
+}
+
+// Allows reports whether the grant lets its worker take pool.
+func (g Grant) Allows(pool string) bool {
+	return g.AnyPool || slices.Contains(g.Pools, pool)
+}
+
+// String is the grant for people: "a,b" or "any".
+func (g Grant) String() string {
+	if g.AnyPool {
+		return "any"
+	}
+	return strings.Join(g.Pools, ",")
 }
 
 // String encodes the token.
@@ -92,14 +150,34 @@ const tokensFile = "tokens.json"
 type Tokens struct {
 	mu   sync.Mutex
 	path string
-	m    map[string]time.Time // sha256(secret) → expiry
+	m    map[string]tokenEntry // sha256(secret) → expiry and grant
 }
 
-// OpenTokens reads dir's outstanding tokens.
+type tokenEntry struct {
+	Expires time.Time `json:"expires"`
+	Grant   Grant     `json:"grant"`
+}
+
+// OpenTokens reads dir's outstanding tokens. A token an earlier kusaw
+// made (an expiry alone) allows pool default only.
 func OpenTokens(dir string) *Tokens {
-	t := &Tokens{path: filepath.Join(dir, tokensFile), m: map[string]time.Time{}}
-	if b, err := os.ReadFile(t.path); err == nil {
-		_ = json.Unmarshal(b, &t.m)
+	t := &Tokens{path: filepath.Join(dir, tokensFile), m: map[string]tokenEntry{}}
+	b, err := os.ReadFile(t.path)
+	if err != nil {
+		return t
+	}
+	var raw map[string]json.RawMessage
+	_ = json.Unmarshal(b, &raw)
+	for k, v := range raw {
+		var e tokenEntry
+		if json.Unmarshal(v, &e) != nil || e.Expires.IsZero() {
+			if json.Unmarshal(v, &e.Expires) != nil {
+				continue
+			}
+		}
+		if e.Grant, err = e.Grant.Normal(); err == nil {
+			t.m[k] = e
+		}
 	}
 	return t
 }
@@ -109,15 +187,19 @@ func hashSecret(s string) string {
 	return hex.EncodeToString(h[:])
 }
 
-// New makes a token for serve at addr with CA fingerprint ca.
-func (t *Tokens) New(addr, ca string) (Token, error) {
-	tok, _, err := t.newSecret()
+// New makes a token for serve at addr with CA fingerprint ca, allowing g.
+func (t *Tokens) New(addr, ca string, g Grant) (Token, error) {
+	tok, _, err := t.newSecret(g)
 	tok.Addr, tok.CA = addr, ca
 	return tok, err
 }
 
-// newSecret records a fresh secret and says when it expires.
-func (t *Tokens) newSecret() (Token, time.Time, error) {
+// newSecret records a fresh secret allowing g and says when it expires.
+func (t *Tokens) newSecret(g Grant) (Token, time.Time, error) {
+	g, err := g.Normal()
+	if err != nil {
+		return Token{}, time.Time{}, err
+	}
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {
 		return Token{}, time.Time{}, err
@@ -126,15 +208,26 @@ func (t *Tokens) newSecret() (Token, time.Time, error) {
 	expires := time.Now().Add(TokenTTL)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.m[hashSecret(secret)] = expires
-	return Token{Secret: secret}, expires, t.saveLocked()
+	t.m[hashSecret(secret)] = tokenEntry{Expires: expires, Grant: g}
+	return Token{Secret: secret, Pools: g.Pools, AnyPool: g.AnyPool}, expires, t.saveLocked()
 }
 
 // Valid reports whether secret is an unused, unexpired token's.
 func (t *Tokens) Valid(secret string) bool {
+	_, ok := t.Grant(secret)
+	return ok
+}
+
+// Grant is what an unused, unexpired token's secret allows (serve's own
+// record, not the token's copy).
+func (t *Tokens) Grant(secret string) (Grant, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.findLocked(secret) != ""
+	k := t.findLocked(secret)
+	if k == "" {
+		return Grant{}, false
+	}
+	return t.m[k].Grant, true
 }
 
 // Use spends a secret: true once, false ever after.
@@ -155,8 +248,8 @@ func (t *Tokens) findLocked(secret string) string {
 		return ""
 	}
 	h := hashSecret(secret)
-	for k, exp := range t.m {
-		if subtle.ConstantTimeCompare([]byte(k), []byte(h)) == 1 && time.Now().Before(exp) {
+	for k, e := range t.m {
+		if subtle.ConstantTimeCompare([]byte(k), []byte(h)) == 1 && time.Now().Before(e.Expires) {
 			return k
 		}
 	}
@@ -164,8 +257,8 @@ func (t *Tokens) findLocked(secret string) string {
 }
 
 func (t *Tokens) saveLocked() error {
-	for k, exp := range t.m {
-		if time.Now().After(exp) {
+	for k, e := range t.m {
+		if time.Now().After(e.Expires) {
 			delete(t.m, k)
 		}
 	}

@@ -144,7 +144,7 @@ var CodeInfo = []struct{ Code, Meaning string }{
 	{WCodeResolveUnused, "resolve on a step that runs alone: there is nothing to merge"},
 	{WCodeUnsandboxedAfter, "a step that runs outside the sandbox comes after a sandboxed step: it runs, on the host, code the sandboxed step may have written"},
 	{WCodeCacheUnsandboxed, "a cache a sandboxed step writes is used by a step outside the sandbox: that step runs, on the host, what the sandboxed one left in it"},
-	{WCodePoolNeverOffered, "a step's pool that no worker has ever offered (or a pool without serve.cluster): its attempts would wait"},
+	{WCodePoolNeverOffered, "a step's pool that no worker has ever offered, or that no worker's join token allows (or a pool without serve.cluster): its attempts would wait"},
 }
 
 // Findings is a list of findings with helpers.

@@ -436,6 +436,38 @@ func TestClusterEnrollmentRefused(t *testing.T) {
 	if second.code != int(status.ExitNotEnrolled) {
 		t.Fatalf("a token used twice: exit %d %s", second.code, second.stderr)
 	}
+	// A token for pool release does not enroll a worker for pool gpu; it
+	// does for release, and kusaw workers shows what each may take.
+	rel := strings.TrimSpace(runKusaw(t, r.dir, "cluster", "token", "--pool", "release").stdout)
+	wrong := runKusaw(t, state, "worker", "--state-dir", filepath.Join(state, "c"), "--name", "c", "--join", rel, "--pool", "gpu")
+	if wrong.code != int(status.ExitNotEnrolled) || !strings.Contains(wrong.stderr, "allows pools release, not gpu") {
+		t.Fatalf("a release token for pool gpu: exit %d %s", wrong.code, wrong.stderr)
+	}
+	right := runKusawTimeout(t, state, 3*time.Second, "worker", "--state-dir", filepath.Join(state, "c"), "--name", "c", "--join", rel)
+	if !strings.Contains(right.stderr, "ready (pools release,") {
+		t.Fatalf("a release token without --pool: %d %s", right.code, right.stderr)
+	}
+	if bad := runKusaw(t, r.dir, "cluster", "token", "--pool", "a", "--any-pool"); bad.code != int(status.ExitUsage) {
+		t.Fatalf("--pool with --any-pool: exit %d %s", bad.code, bad.stderr)
+	}
+	ls := runKusaw(t, r.dir, "workers", "--json")
+	var listed struct {
+		Workers []struct {
+			Name    string   `json:"name"`
+			Allowed []string `json:"allowed_pools"`
+		} `json:"workers"`
+	}
+	json.Unmarshal([]byte(ls.stdout), &listed)
+	allowed := map[string]string{}
+	for _, w := range listed.Workers {
+		allowed[w.Name] = strings.Join(w.Allowed, ",")
+	}
+	if allowed["good"] != "default" || allowed["c"] != "release" {
+		t.Fatalf("kusaw workers --json: %s", ls.stdout)
+	}
+	if table := runKusaw(t, r.dir, "workers").stdout; !strings.Contains(table, "ALLOWED") {
+		t.Fatalf("kusaw workers: %s", table)
+	}
 }
 
 // runKusawTimeout runs kusaw until it exits or limit passes (then SIGTERM).

@@ -45,4 +45,26 @@ steps:
 	if n != 2 {
 		t.Fatalf("without serve's local worker, pool default needs a worker too: %d warnings", n)
 	}
+	// Allowed pools: a pool no join token allows says so; one a token
+	// allows (or a token of every pool) but nobody offered yet says that.
+	f.Serve.Cluster.LocalWorker = true
+	for _, c := range []struct {
+		allowed map[string]bool
+		want    string
+	}{
+		{map[string]bool{"mac": true}, "steps.a.pool: no enrolled worker may take pool gpu"},
+		{map[string]bool{"mac": true, "gpu": true}, "steps.a.pool: no worker has ever offered pool gpu"},
+		{map[string]bool{"*": true}, "steps.a.pool: no worker has ever offered pool gpu"},
+	} {
+		v.PoolsAllowed = func() map[string]bool { return c.allowed }
+		got = nil
+		for _, w := range v.Validate(f, nil).Warnings {
+			if w.Code == config.WCodePoolNeverOffered {
+				got = append(got, w.Path+": "+w.Message+" | "+w.Fix)
+			}
+		}
+		if len(got) != 1 || !strings.HasPrefix(got[0], c.want) {
+			t.Fatalf("allowed %v: W13 findings %q", c.allowed, got)
+		}
+	}
 }

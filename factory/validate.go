@@ -83,9 +83,12 @@ type Validator struct {
 	// Getenv reads kusaw's own environment (W7: a proxy the factory
 	// does not set); nil reads nothing.
 	Getenv func(string) string
-	// PoolsOffered reads the pools serve's workers have ever offered (the
-	// cluster's registry); nil knows of none.
+	// PoolsOffered reads the pools serve's workers have ever offered and
+	// may take (the cluster's registry); nil knows of none.
 	PoolsOffered func() map[string]bool
+	// PoolsAllowed reads the pools some enrolled worker's join token
+	// allows ("*": one allows every pool); nil does not tell.
+	PoolsAllowed func() map[string]bool
 }
 
 // NewValidator uses the real secret store, backend check and OS.
@@ -629,14 +632,17 @@ func cacheSharedChecks(f *config.Factory) config.Findings {
 }
 
 // poolChecks warns about a step whose pool no worker has ever offered
-// (W13): its attempts would wait in the queue for a worker that may not
-// exist. Pool default is served by serve itself unless local_worker is
-// false.
+// (W13), naming the case where no worker's join token even allows it:
+// its attempts would wait in the queue for a worker that may not exist.
+// Pool default is served by serve itself unless local_worker is false.
 func (v *Validator) poolChecks(f *config.Factory) config.Findings {
 	var out config.Findings
-	var offered map[string]bool
+	var offered, allowed map[string]bool
 	if v.PoolsOffered != nil {
 		offered = v.PoolsOffered()
+	}
+	if v.PoolsAllowed != nil {
+		allowed = v.PoolsAllowed()
 	}
 	c := f.Serve.Cluster
 	for _, id := range f.StepOrder {
@@ -652,8 +658,11 @@ func (v *Validator) poolChecks(f *config.Factory) config.Findings {
 			msg, fix = fmt.Sprintf("step %s names pool %s but the factory has no serve.cluster: serve runs it itself", id, pool), "add serve.cluster (docs/cluster.md), or remove the pool"
 		case c == nil || pool == config.DefaultPool && c.LocalWorker || offered[pool]:
 			continue
+		case allowed != nil && !allowed[pool] && !allowed["*"]:
+			msg, fix = fmt.Sprintf("no enrolled worker may take pool %s (no join token allowed it): step %s's attempts would wait for one", pool, id),
+				"make a token with kusaw cluster token --pool "+pool+" and join a worker with it (docs/cluster.md)"
 		default:
-			msg, fix = fmt.Sprintf("no worker has ever offered pool %s: step %s's attempts would wait for one", pool, id), "start a worker with kusaw worker --pool "+pool+" (see kusaw workers)"
+			msg, fix = fmt.Sprintf("no worker has ever offered pool %s: step %s's attempts would wait for one", pool, id), "start a worker allowed pool "+pool+" with kusaw worker --pool "+pool+" (kusaw workers shows each worker's allowed pools)"
 		}
 		if s.Pool == "" {
 			path = "steps." + id

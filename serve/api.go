@@ -39,7 +39,7 @@ import (
 //	GET  /v1/runs/{id}/log?path=P&offset=N           bytes of one of the run's logs from N
 //	GET  /v1/runs/{id}/attempts/{step}/{n}/egress    an attempt's egress per host
 //	GET  /v1/runs/{id}/diff?repo=NAME, .../transcript, .../artifacts[/PATH]  (api_views.go)
-//	POST /v1/cluster/token[?addr=HOST:PORT]          a one-time join token (cluster.go)
+//	POST /v1/cluster/token[?addr=HOST:PORT][&pool=P...] a one-time join token (cluster.go)
 //	GET  /v1/workers                                 the cluster's workers and heartbeats
 //	GET  /metrics                                    Prometheus text: queue and cluster
 //

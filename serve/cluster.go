@@ -33,7 +33,7 @@ type serveCluster struct {
 	// addr is where workers reach the cluster (the embedded server's
 	// address, or nats_url).
 	addr     string
-	newToken func(addr string) (cluster.Token, error)
+	newToken func(addr string, g cluster.Grant) (cluster.Token, error)
 	shutdown func()
 }
 
@@ -130,7 +130,7 @@ func (c *serveCluster) close() {
 
 // clusterRoutes adds the cluster's endpoints:
 //
-//	POST /v1/cluster/token   a one-time join token
+//	POST /v1/cluster/token   a one-time join token (?pool=P... or ?any_pool=true)
 //	GET  /v1/workers         enrolled workers and their heartbeats
 //	GET  /metrics            Prometheus metrics (cluster and queue)
 func (s *Server) clusterRoutes(mux *http.ServeMux) {
@@ -152,7 +152,12 @@ func (s *Server) apiClusterToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	addr := r.URL.Query().Get("addr")
-	tok, err := s.cl.newToken(addr)
+	g, err := cluster.Grant{Pools: r.URL.Query()["pool"], AnyPool: r.URL.Query().Get("any_pool") == "true"}.Normal()
+	if err != nil {
+		apiError(w, http.StatusBadRequest, "bad_pool", err.Error(), "name pools with letters, digits, - and _; --any-pool alone")
+		return
+	}
+	tok, err := s.cl.newToken(addr, g)
 	if err != nil {
 		apiError(w, http.StatusConflict, "no_listener", err.Error(), "set serve.cluster.listen")
 		return
@@ -161,7 +166,8 @@ func (s *Server) apiClusterToken(w http.ResponseWriter, r *http.Request) {
 	if where == "" {
 		where = tok.URLs
 	}
-	writeJSONResponse(w, http.StatusCreated, client.ClusterToken{Token: tok.String(), Addr: where, CA: tok.CA, Expires: cluster.TokenTTL.String()})
+	writeJSONResponse(w, http.StatusCreated, client.ClusterToken{Token: tok.String(), Addr: where, CA: tok.CA, Expires: cluster.TokenTTL.String(),
+		Pools: g.Pools, AnyPool: g.AnyPool})
 }
 
 func (s *Server) apiWorkers(w http.ResponseWriter, r *http.Request) {
@@ -170,7 +176,7 @@ func (s *Server) apiWorkers(w http.ResponseWriter, r *http.Request) {
 	}
 	out := []client.Worker{}
 	for _, ws := range s.cl.d.Workers() {
-		out = append(out, client.Worker{Name: ws.Name, Pools: ws.Pools, Running: ws.Running, MaxParallel: ws.MaxParallel,
+		out = append(out, client.Worker{Name: ws.Name, Pools: ws.Pools, AllowedPools: ws.Allowed, Running: ws.Running, MaxParallel: ws.MaxParallel,
 			Version: ws.Version, LastHeartbeat: ws.LastSeen, Lost: ws.Lost, Enrolled: ws.Enrolled})
 	}
 	writeJSONResponse(w, http.StatusOK, map[string]any{"workers": out})

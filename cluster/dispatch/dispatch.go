@@ -116,6 +116,7 @@ func (d *Dispatcher) watchHeartbeats(ctx context.Context, ch <-chan jetstreamEnt
 type WorkerStatus struct {
 	Name        string     `json:"name"`
 	Pools       []string   `json:"pools"`
+	Allowed     []string   `json:"allowed_pools"` // cluster.AnyPool: every pool
 	Running     int        `json:"running"`
 	MaxParallel int        `json:"max_parallel"`
 	Version     string     `json:"version,omitempty"`
@@ -130,7 +131,10 @@ func (d *Dispatcher) Workers() []WorkerStatus {
 	defer d.mu.Unlock()
 	var out []WorkerStatus
 	for _, e := range d.o.Registry.List() {
-		ws := WorkerStatus{Name: e.Name, Pools: e.Pools, Enrolled: e.Enrolled, Lost: true}
+		ws := WorkerStatus{Name: e.Name, Pools: e.Pools, Allowed: e.Allowed, Enrolled: e.Enrolled, Lost: true}
+		if e.AnyPool {
+			ws.Allowed = []string{cluster.AnyPool}
+		}
 		if hb, ok := d.hb[e.Name]; ok {
 			t := d.seen[e.Name].UTC()
 			ws.Pools, ws.Running, ws.MaxParallel, ws.Version, ws.LastSeen = hb.Pools, len(hb.Running), hb.MaxParallel, hb.Version, &t
@@ -138,6 +142,9 @@ func (d *Dispatcher) Workers() []WorkerStatus {
 		}
 		if ws.Pools == nil {
 			ws.Pools = []string{}
+		}
+		if ws.Allowed == nil {
+			ws.Allowed = []string{}
 		}
 		out = append(out, ws)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kusaw/kusaw/cluster"
+	"github.com/kusaw/kusaw/config"
 	"github.com/kusaw/kusaw/record"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -67,7 +68,8 @@ func (d *Dispatcher) Run(ctx context.Context, spec *record.AttemptSpec, job reco
 	if err != nil {
 		return record.RemoteResult{Message: "cannot publish the attempt: " + err.Error()}
 	}
-	defer d.dropWork(ctx, ack.Sequence)
+	a.work, a.workSeq = work, ack.Sequence
+	defer func() { d.dropWork(ctx, a.workSeq) }()
 	d.o.Metrics.queued(spec.Pool, 1)
 	a.queued = true
 	job.Emit("cluster.dispatched", map[string]any{"pool": spec.Pool})
@@ -86,7 +88,7 @@ func (d *Dispatcher) Reattach(ctx context.Context, spec *record.AttemptSpec, job
 	}
 	defer a.end()
 	c, cur, err := d.o.H.Holder(ctx, spec.ID)
-	if err != nil || cur != token || c.Worker != worker {
+	if err != nil || cur != token || c.Worker != worker || !a.mayTake(worker) {
 		d.o.Metrics.lost()
 		return record.RemoteResult{Lost: true, Worker: worker, Token: token, Message: fmt.Sprintf("serve restarted and worker %s no longer holds the attempt", worker)}
 	}
@@ -133,6 +135,40 @@ type waiting struct {
 	token   uint64
 	started bool // the worker's process.started was seen
 	claimed bool
+	// work is the attempt's work message and workSeq its sequence in
+	// the work stream (none when re-attached): offered again when a
+	// worker that may not take the pool claimed it.
+	work    []byte
+	workSeq uint64
+}
+
+// mayTake reports whether worker's enrollment allows the attempt's pool.
+func (a *waiting) mayTake(worker string) bool {
+	pool := a.spec.Pool
+	if pool == "" {
+		pool = config.DefaultPool
+	}
+	e := a.d.o.Registry.Get(worker)
+	return e != nil && e.Grant().Allows(pool)
+}
+
+// refuseClaim undoes a claim by a worker whose join token does not allow
+// the attempt's pool (any worker can write the claims bucket): it is
+// recorded as fenced, the claim goes (only that revision: a rightful
+// claim made since stays) and the work is offered again, since a
+// rightful worker that met the claim dropped its message.
+func (a *waiting) refuseClaim(worker string, tok uint64) {
+	ctx := context.WithoutCancel(a.ctx)
+	why := fmt.Sprintf("worker %s may not take pool %s (its join token does not allow it)", worker, a.spec.Pool)
+	a.d.recordFenced(cluster.Result{Attempt: a.spec.ID, Worker: worker, Token: tok}, why)
+	a.job.Emit("cluster.fenced", map[string]any{"worker": worker, "token": tok, "error": why})
+	if a.d.o.H.Claims.Purge(ctx, cluster.ClaimKey(a.spec.ID), jetstream.LastRevision(tok)) != nil || a.work == nil {
+		return
+	}
+	a.d.dropWork(ctx, a.workSeq)
+	if ack, err := a.d.o.H.JS.Publish(ctx, cluster.WorkSubject(a.spec.Pool), a.work); err == nil {
+		a.workSeq = ack.Sequence
+	}
 }
 
 // begin registers the attempt and reads its events and results from the
@@ -228,6 +264,10 @@ func (a *waiting) stale(worker string, tok uint64) bool {
 	if a.d.o.H.Fenced(context.WithoutCancel(a.ctx), a.spec.ID, worker, tok) {
 		return true
 	}
+	if !a.mayTake(worker) {
+		a.refuseClaim(worker, tok)
+		return true
+	}
 	a.pin(cluster.Claim{Worker: worker, Attempt: a.spec.ID, At: time.Now()}, tok)
 	return false
 }
@@ -266,6 +306,10 @@ func (a *waiting) wait() record.RemoteResult {
 			if a.token == 0 {
 				c, tok, err := d.o.H.Holder(ctx, spec.ID)
 				if err != nil || tok == 0 {
+					continue
+				}
+				if !a.mayTake(c.Worker) {
+					a.refuseClaim(c.Worker, tok)
 					continue
 				}
 				a.pin(c, tok)
@@ -316,7 +360,11 @@ func (a *waiting) result(m jetstream.Msg) (record.RemoteResult, bool) {
 		return record.RemoteResult{}, false
 	}
 	if a.stale(r.Worker, r.Token) {
-		a.d.recordFenced(r, "stale fencing token")
+		why := "stale fencing token"
+		if !a.mayTake(r.Worker) {
+			why = fmt.Sprintf("worker %s may not take pool %s", r.Worker, a.spec.Pool)
+		}
+		a.d.recordFenced(r, why)
 		a.job.Emit("cluster.fenced", map[string]any{"worker": r.Worker, "token": r.Token})
 		return record.RemoteResult{}, false
 	}

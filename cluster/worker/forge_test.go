@@ -38,11 +38,11 @@ func TestForgedWorkerMessages(t *testing.T) {
 	r.startWorker(t, "w1")
 
 	// mallory enrolls like any worker but runs her own client.
-	tok, err := r.srv.NewToken("")
+	tok, err := r.srv.NewToken("", cluster.Grant{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := Join(r.ctx, t.TempDir(), tok.String(), "mallory", "test")
+	id, err := Join(r.ctx, t.TempDir(), tok.String(), "mallory", "test", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

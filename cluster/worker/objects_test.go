@@ -25,11 +25,11 @@ import (
 // malicious worker with its own connection and permissions.
 func (r *rig) enrolled(t *testing.T, name string) (*cluster.Identity, *nats.Conn, *cluster.Handles) {
 	t.Helper()
-	tok, err := r.srv.NewToken("")
+	tok, err := r.srv.NewToken("", cluster.Grant{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := Join(r.ctx, t.TempDir(), tok.String(), name, "test")
+	id, err := Join(r.ctx, t.TempDir(), tok.String(), name, "test", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,15 +45,16 @@ func (r *rig) enrolled(t *testing.T, name string) (*cluster.Identity, *nats.Conn
 	return id, nc, h
 }
 
-// startWorkerWith starts a worker like startWorker, after prep has seen it.
+// startWorkerWith starts a worker like startWorker, after prep has seen
+// it; its join token allows o.Pools and default.
 func (r *rig) startWorkerWith(t *testing.T, name string, o Options, prep func(*Worker)) (*Worker, context.CancelFunc) {
 	t.Helper()
 	dir := t.TempDir()
-	tok, err := r.srv.NewToken("")
+	tok, err := r.srv.NewToken("", cluster.Grant{Pools: append([]string{"default"}, o.Pools...)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Join(r.ctx, dir, tok.String(), name, "test"); err != nil {
+	if _, err := Join(r.ctx, dir, tok.String(), name, "test", nil); err != nil {
 		t.Fatal(err)
 	}
 	o.StateDir, o.Kusaw, o.Version = dir, "/bin/false", "test"

@@ -79,8 +79,10 @@ type attempt struct {
 }
 
 // Join enrolls a new worker with a token and saves its identity in
-// stateDir; a worker that has joined already keeps its identity.
-func Join(ctx context.Context, stateDir, token, name, version string) (*cluster.Identity, error) {
+// stateDir; a worker that has joined already keeps its identity. pools
+// are those it means to offer (none: the token's): serve refuses a pool
+// the token does not allow.
+func Join(ctx context.Context, stateDir, token, name, version string, pools []string) (*cluster.Identity, error) {
 	if id, err := cluster.LoadIdentity(stateDir); err == nil && id.Server != "" {
 		return id, nil
 	}
@@ -95,7 +97,7 @@ func Join(ctx context.Context, stateDir, token, name, version string) (*cluster.
 	if err != nil {
 		return nil, err
 	}
-	if err := cluster.Enroll(ctx, tok, id, version); err != nil {
+	if err := cluster.Enroll(ctx, tok, id, version, pools); err != nil {
 		return nil, err
 	}
 	return id, id.Save(stateDir)
@@ -114,12 +116,20 @@ func New(ctx context.Context, o Options) (*Worker, error) {
 	if o.MaxParallel <= 0 {
 		o.MaxParallel = 1
 	}
+	// Without --pool a worker offers the pools its token allows (an
+	// earlier kusaw's enrollment, or a token of every pool: default).
 	if len(o.Pools) == 0 {
 		o.Pools = []string{config.DefaultPool}
+		if g := id.Grant; g != nil && !g.AnyPool && len(g.Pools) > 0 {
+			o.Pools = append([]string(nil), g.Pools...)
+		}
 	}
 	for _, p := range o.Pools {
 		if !cluster.ValidName(p) {
 			return nil, fmt.Errorf("pool %q: use letters, digits, - and _ (at most 64)", p)
+		}
+		if g := id.Grant; g != nil && !g.Allows(p) {
+			return nil, fmt.Errorf("pool %s: this worker's join token allows pools %s only: make a token with kusaw cluster token --pool %s and join with it from a new --state-dir", p, g, p)
 		}
 	}
 	if o.AckWait <= 0 {
@@ -159,6 +169,9 @@ func New(ctx context.Context, o Options) (*Worker, error) {
 
 // Name is the worker's enrolled name.
 func (w *Worker) Name() string { return w.id.Name }
+
+// Pools are the pools the worker offers.
+func (w *Worker) Pools() []string { return w.o.Pools }
 
 // Close ends the connection.
 func (w *Worker) Close() {
@@ -228,10 +241,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	slots := make(chan struct{}, w.o.MaxParallel)
 	var wg sync.WaitGroup
 	for _, pool := range w.o.Pools {
-		cons, err := w.h.JS.CreateOrUpdateConsumer(ctx, cluster.WorkStream, jetstream.ConsumerConfig{Durable: "pool-" + pool,
+		cons, err := w.h.JS.CreateOrUpdateConsumer(ctx, cluster.WorkStream, jetstream.ConsumerConfig{Durable: cluster.WorkConsumer(pool),
 			FilterSubject: cluster.WorkSubject(pool), AckPolicy: jetstream.AckExplicitPolicy, AckWait: w.o.AckWait})
 		if err != nil {
-			return fmt.Errorf("pool %s: %v", pool, err)
+			return fmt.Errorf("pool %s: %v (a worker takes only the pools its join token allows: make a token with kusaw cluster token --pool %s)", pool, err, pool)
 		}
 		wg.Add(1)
 		go func() {

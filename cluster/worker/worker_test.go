@@ -75,11 +75,11 @@ func startServe(t *testing.T, yaml string, lostAfter time.Duration) *rig {
 func (r *rig) startWorker(t *testing.T, name string) (*Worker, context.CancelFunc) {
 	t.Helper()
 	dir := t.TempDir()
-	tok, err := r.srv.NewToken("")
+	tok, err := r.srv.NewToken("", cluster.Grant{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Join(r.ctx, dir, tok.String(), name, "test"); err != nil {
+	if _, err := Join(r.ctx, dir, tok.String(), name, "test", nil); err != nil {
 		t.Fatal(err)
 	}
 	w, err := New(r.ctx, Options{StateDir: dir, Kusaw: "/bin/false", MaxParallel: 2, Version: "test"})

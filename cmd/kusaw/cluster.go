@@ -43,16 +43,20 @@ func (a *app) serveOnly() (*client.Client, error) {
 func newClusterCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{Use: "cluster", Short: "serve's cluster of workers (docs/cluster.md)"}
 	var addr string
+	var g cluster.Grant
 	tok := &cobra.Command{
 		Use:   "token",
-		Short: "print a one-time join token for kusaw worker --join (where the cluster is, how to check its certificate, a secret; valid 24h)",
+		Short: "print a one-time join token for kusaw worker --join (where the cluster is, how to check its certificate, a secret, the pools its worker may take; valid 24h)",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, args []string) error {
+			if _, err := g.Normal(); err != nil {
+				return exitf(status.ExitUsage, "%v", err)
+			}
 			cl, err := a.serveOnly()
 			if err != nil {
 				return err
 			}
-			t, err := cl.ClusterToken(c.Context(), addr)
+			t, err := cl.ClusterToken(c.Context(), addr, g.Pools, g.AnyPool)
 			if err != nil {
 				return exitf(status.ExitServeUnavailable, "%v", err)
 			}
@@ -61,6 +65,8 @@ func newClusterCmd(a *app) *cobra.Command {
 		},
 	}
 	tok.Flags().StringVar(&addr, "addr", "", "the host:port workers reach serve's cluster by (default: serve.cluster.listen); with serve.cluster.nats_url, the cluster's URLs as workers reach them (default: nats_url)")
+	tok.Flags().StringArrayVar(&g.Pools, "pool", nil, "a pool the worker may take attempts of (repeatable; default: pool default only)")
+	tok.Flags().BoolVar(&g.AnyPool, "any-pool", false, "let the worker take attempts of every pool, present and future (not with --pool)")
 	cmd.AddCommand(tok)
 	return cmd
 }
@@ -69,7 +75,7 @@ func newWorkersCmd(a *app) *cobra.Command {
 	var jsonOut bool
 	cmd := &cobra.Command{
 		Use:   "workers",
-		Short: "list the cluster's workers: name, pools, attempts running, last heartbeat, version",
+		Short: "list the cluster's workers: name, pools offered, pools allowed by its join token, attempts running, last heartbeat, version",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, args []string) error {
 			cl, err := a.serveOnly()
@@ -86,7 +92,7 @@ func newWorkersCmd(a *app) *cobra.Command {
 				return enc.Encode(map[string]any{"workers": ws})
 			}
 			tw := tabwriter.NewWriter(a.stdout, 0, 2, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tPOOLS\tRUNNING\tLAST HEARTBEAT\tVERSION")
+			fmt.Fprintln(tw, "NAME\tPOOLS\tALLOWED\tRUNNING\tLAST HEARTBEAT\tVERSION")
 			for _, w := range ws {
 				last := "never"
 				if w.LastHeartbeat != nil {
@@ -95,7 +101,11 @@ func newWorkersCmd(a *app) *cobra.Command {
 				if w.Lost {
 					last += " (lost)"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%s\n", termSafe(w.Name), termSafe(strings.Join(w.Pools, ",")), w.Running, w.MaxParallel, last, termSafe(w.Version))
+				allowed := strings.Join(w.AllowedPools, ",")
+				if allowed == cluster.AnyPool {
+					allowed = "any"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\n", termSafe(w.Name), termSafe(strings.Join(w.Pools, ",")), termSafe(allowed), w.Running, w.MaxParallel, last, termSafe(w.Version))
 			}
 			return tw.Flush()
 		},
@@ -132,7 +142,7 @@ func newWorkerCmd(a *app) *cobra.Command {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			if join != "" {
-				id, err := worker.Join(ctx, stateDir, join, name, versionInfo().Version)
+				id, err := worker.Join(ctx, stateDir, join, name, versionInfo().Version, pools)
 				if err != nil {
 					return exitf(status.ExitNotEnrolled, "%v", err)
 				}
@@ -148,21 +158,14 @@ func newWorkerCmd(a *app) *cobra.Command {
 				return exitf(status.ExitServeUnavailable, "%v", err)
 			}
 			defer w.Close()
-			fmt.Fprintf(a.stderr, "kusaw worker %s: ready (pools %s, %d at once)\n", w.Name(), strings.Join(poolsOr(pools), ","), max(1, maxParallel))
+			fmt.Fprintf(a.stderr, "kusaw worker %s: ready (pools %s, %d at once)\n", w.Name(), strings.Join(w.Pools(), ","), max(1, maxParallel))
 			return w.Run(ctx)
 		},
 	}
 	cmd.Flags().StringVar(&join, "join", "", "enroll with a token from kusaw cluster token (once; the identity stays in --state-dir)")
 	cmd.Flags().StringVar(&name, "name", "", "the worker's name (default: the host name)")
-	cmd.Flags().StringArrayVar(&pools, "pool", nil, "a pool to take attempts from (repeatable; default: default)")
+	cmd.Flags().StringArrayVar(&pools, "pool", nil, "a pool to take attempts from, one its join token allows (repeatable; default: every pool the token allows)")
 	cmd.Flags().IntVar(&maxParallel, "max-parallel", 1, "attempts at once")
 	cmd.Flags().StringVar(&stateDir, "state-dir", "", "the worker's folder: identity, cache repositories, attempts (default ~/.local/state/kusaw-worker)")
 	return cmd
-}
-
-func poolsOr(p []string) []string {
-	if len(p) == 0 {
-		return []string{"default"}
-	}
-	return p
 }

@@ -43,6 +43,7 @@ Exit codes: 0 valid (warnings allowed), 3 invalid, 2 usage.`,
 			}
 			v := factory.NewValidator()
 			v.PoolsOffered = func() map[string]bool { return cluster.EverOffered(filepath.Join(f.StateDir, record.ClusterDir)) }
+			v.PoolsAllowed = func() map[string]bool { return cluster.AllowedPools(filepath.Join(f.StateDir, record.ClusterDir)) }
 			r := v.Validate(f, fs)
 			r.File = relPath(r.File)
 			for _, l := range [][]config.Finding{r.Errors, r.Warnings} {

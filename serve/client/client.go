@@ -296,12 +296,23 @@ func (c *Client) ReadLog(runID, rel string, offset, max int64) ([]byte, error) {
 
 // ClusterToken asks serve for a one-time join token; addr, when set, is
 // the address workers reach serve's cluster by (default: its listen
-// address).
-func (c *Client) ClusterToken(ctx context.Context, addr string) (*ClusterToken, error) {
+// address). pools are the pools its worker may take (none: default);
+// anyPool lets it take every pool.
+func (c *Client) ClusterToken(ctx context.Context, addr string, pools []string, anyPool bool) (*ClusterToken, error) {
 	var out ClusterToken
-	p := "/v1/cluster/token"
+	q := url.Values{}
 	if addr != "" {
-		p += "?addr=" + url.QueryEscape(addr)
+		q.Set("addr", addr)
+	}
+	for _, p := range pools {
+		q.Add("pool", p)
+	}
+	if anyPool {
+		q.Set("any_pool", "true")
+	}
+	p := "/v1/cluster/token"
+	if len(q) > 0 {
+		p += "?" + q.Encode()
 	}
 	return &out, c.getJSON(ctx, http.MethodPost, p, nil, &out)
 }

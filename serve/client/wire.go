@@ -75,12 +75,18 @@ type ClusterToken struct {
 	Addr    string `json:"addr"`
 	CA      string `json:"ca_sha256"`
 	Expires string `json:"expires_in"`
+	// Pools its worker may take; AnyPool: every pool.
+	Pools   []string `json:"pools,omitempty"`
+	AnyPool bool     `json:"any_pool,omitempty"`
 }
 
 // Worker is one line of GET /v1/workers.
 type Worker struct {
-	Name          string     `json:"name"`
-	Pools         []string   `json:"pools"`
+	Name  string   `json:"name"`
+	Pools []string `json:"pools"`
+	// AllowedPools are the pools its join token lets it take ("*": every
+	// pool).
+	AllowedPools  []string   `json:"allowed_pools"`
 	Running       int        `json:"running"`
 	MaxParallel   int        `json:"max_parallel"`
 	Version       string     `json:"version,omitempty"`
