@@ -99,15 +99,52 @@ type Handles struct {
 	Objects jetstream.ObjectStore
 }
 
+// What workers write lands on serve's disk (or the NATS cluster's), so
+// the two places they write most are bounded (docs/cluster.md):
+//   - the events stream keeps at most EventsMaxBytes, dropping its oldest
+//     events first: serve writes each event into the attempt's sealed
+//     record as it arrives, so what goes is what serve already holds;
+//   - the object store holds at most ObjectsMaxBytes and refuses an
+//     upload that does not fit (the attempt then fails saying so); serve
+//     deletes an attempt's objects when it stops waiting for it, and an
+//     object older than ObjectsMaxAge (a refused upload's partial chunks,
+//     which a worker may not purge) expires.
+const (
+	EventsMaxBytes  int64 = 1 << 30 // 1 GiB
+	ObjectsMaxBytes int64 = 8 << 30 // 8 GiB: several attempts' artifacts (at most 1 GiB each) at once
+	ObjectsMaxAge         = 7 * 24 * time.Hour
+)
+
+// SetupOptions size what Setup creates; zero values take the defaults.
+type SetupOptions struct {
+	// Replicas: how many JetStream servers keep each stream, bucket and
+	// the object store (an existing NATS cluster's serve.cluster.replicas).
+	Replicas        int
+	EventsMaxBytes  int64
+	ObjectsMaxBytes int64
+}
+
 // Setup creates (serve, at start) the streams, buckets and object store,
 // and empties the work queue.
-func Setup(ctx context.Context, nc *nats.Conn) (*Handles, error) { return SetupReplicas(ctx, nc, 1) }
+func Setup(ctx context.Context, nc *nats.Conn) (*Handles, error) {
+	return SetupWith(ctx, nc, SetupOptions{})
+}
 
 // SetupReplicas is Setup with every stream, bucket and the object store
-// kept on that many JetStream servers (an existing NATS cluster's
-// serve.cluster.replicas).
+// kept on that many JetStream servers.
 func SetupReplicas(ctx context.Context, nc *nats.Conn, replicas int) (*Handles, error) {
-	replicas = max(replicas, 1)
+	return SetupWith(ctx, nc, SetupOptions{Replicas: replicas})
+}
+
+// SetupWith is Setup as o says.
+func SetupWith(ctx context.Context, nc *nats.Conn, o SetupOptions) (*Handles, error) {
+	replicas := max(o.Replicas, 1)
+	if o.EventsMaxBytes <= 0 {
+		o.EventsMaxBytes = EventsMaxBytes
+	}
+	if o.ObjectsMaxBytes <= 0 {
+		o.ObjectsMaxBytes = ObjectsMaxBytes
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
@@ -127,7 +164,8 @@ func SetupReplicas(ctx context.Context, nc *nats.Conn, replicas int) (*Handles, 
 		return nil, fmt.Errorf("stream %s: %v", WorkStream, err)
 	}
 	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: EventsStream, Subjects: []string{subjEvents + ">", subjResult + ">"},
-		Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage, MaxAge: 7 * 24 * time.Hour, Replicas: replicas}); err != nil {
+		Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage, MaxAge: 7 * 24 * time.Hour, Replicas: replicas,
+		MaxBytes: o.EventsMaxBytes, Discard: jetstream.DiscardOld}); err != nil {
 		return nil, fmt.Errorf("stream %s: %v", EventsStream, err)
 	}
 	h := &Handles{JS: js}
@@ -137,7 +175,8 @@ func SetupReplicas(ctx context.Context, nc *nats.Conn, replicas int) (*Handles, 
 	if h.Workers, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: WorkersBucket, History: 1, Storage: jetstream.FileStorage, Replicas: replicas}); err != nil {
 		return nil, fmt.Errorf("bucket %s: %v", WorkersBucket, err)
 	}
-	if h.Objects, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: ObjectsBucket, Storage: jetstream.FileStorage, Replicas: replicas}); err != nil {
+	if h.Objects, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: ObjectsBucket, Storage: jetstream.FileStorage, Replicas: replicas,
+		MaxBytes: o.ObjectsMaxBytes, TTL: ObjectsMaxAge}); err != nil {
 		return nil, fmt.Errorf("object store %s: %v", ObjectsBucket, err)
 	}
 	// A previous serve's claims and objects stay: a resumed run

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -161,12 +162,46 @@ func (h *Handles) PutFileSum(ctx context.Context, name, path string) (int64, str
 		return 0, "", err
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, "", err
+	}
+	// A store that cannot take the file refuses it before any chunk goes
+	// up: a worker may not purge the chunks of an upload cut short.
+	if st, err := h.Objects.Status(ctx); err == nil {
+		if bs, ok := st.(*jetstream.ObjectBucketStatus); ok {
+			if limit := bs.StreamInfo().Config.MaxBytes; limit > 0 && int64(bs.Size())+fi.Size() > limit {
+				return 0, "", objectsFull(name, fi.Size(), limit)
+			}
+		}
+	}
 	sum := sha256.New()
 	info, err := h.Objects.Put(ctx, jetstream.ObjectMeta{Name: name}, io.TeeReader(f, sum))
+	var api *jetstream.APIError
+	if errors.As(err, &api) && api.ErrorCode == errCodeMaxBytes {
+		limit := int64(0)
+		if st, serr := h.Objects.Status(ctx); serr == nil {
+			if bs, ok := st.(*jetstream.ObjectBucketStatus); ok {
+				limit = bs.StreamInfo().Config.MaxBytes
+			}
+		}
+		return 0, "", objectsFull(name, fi.Size(), limit)
+	}
 	if err != nil {
 		return 0, "", err
 	}
 	return int64(info.Size), hex.EncodeToString(sum.Sum(nil)), nil
+}
+
+// ErrObjectsFull is a refused upload: the object store holds all it may
+// (ObjectsMaxBytes).
+var ErrObjectsFull = errors.New("the cluster's object store is full")
+
+// errCodeMaxBytes is JetStream's "maximum bytes exceeded".
+const errCodeMaxBytes = 10077
+
+func objectsFull(name string, size, limit int64) error {
+	return fmt.Errorf("%w: %s (%d bytes) does not fit in its %d bytes (%s); serve frees an attempt's objects when the attempt ends", ErrObjectsFull, name, size, limit, ObjectsBucket)
 }
 
 // GetFile writes an object to a local file (mode 0600).

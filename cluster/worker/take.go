@@ -225,19 +225,25 @@ func (w *Worker) run(ctx context.Context, spec *record.AttemptSpec, work *cluste
 	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	var full error // a full object store fails the attempt: what it made would not all come back
 	for obj, path := range uploads {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			name, sum, err := w.put("attempt "+spec.ID+": "+obj, cluster.ObjectName(spec.ID, a.token, obj), path)
+			mu.Lock()
+			defer mu.Unlock()
 			if err == nil {
-				mu.Lock()
 				res.Files[obj], res.Digests[name] = name, sum
-				mu.Unlock()
+			} else if errors.Is(err, cluster.ErrObjectsFull) {
+				full = err
 			}
 		}()
 	}
 	wg.Wait()
+	if full != nil {
+		return fail("cannot store the attempt's results: %v", full)
+	}
 	return res
 }
 
