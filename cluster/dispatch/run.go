@@ -513,6 +513,11 @@ func (d *Dispatcher) held(pool, repo string) []string {
 		if time.Since(d.seen[name]) > d.o.LostAfter || !offers(hb.Pools, pool) {
 			continue
 		}
+		// A worker that may not take the pool says nothing about what
+		// the pool's workers hold, whatever its heartbeat claims.
+		if e := d.o.Registry.Get(name); e == nil || !e.Grant().Allows(pool) {
+			continue
+		}
 		mine := map[string]bool{}
 		for _, c := range hb.Have[repo] {
 			mine[c] = true
