@@ -44,17 +44,22 @@ var placements atomic.Int64
 // stop is called (stop may be called more than once). Without a cgroup
 // to place into, it does nothing.
 func Prewarm(l Limits) (stop func()) {
-	procs := ownProcsFile(wanted(l))
-	if procs == "" {
+	ctls := wanted(l)
+	if len(ctls) == 0 {
 		return func() {}
 	}
 	self := []byte(strconv.Itoa(os.Getpid()))
 	gen := placements.Load()
 	done := make(chan struct{})
+	// All of it beside the caller: finding the groups reads /proc too.
 	go func() {
+		procs := ownProcsFile(ctls)
+		if procs == "" {
+			return
+		}
 		// The group first: made once the move below holds the cgroup
 		// lock, it would wait for the grace period too.
-		spare := makeSpare(wanted(l))
+		spare := makeSpare(ctls)
 		defer dropSpare(spare)
 		tick := time.NewTicker(prewarmEvery)
 		defer tick.Stop()
