@@ -447,6 +447,10 @@ func TestClusterEnrollmentRefused(t *testing.T) {
 	if !strings.Contains(right.stderr, "ready (pools release,") {
 		t.Fatalf("a release token without --pool: %d %s", right.code, right.stderr)
 	}
+	again := runKusaw(t, state, "worker", "--state-dir", filepath.Join(state, "c"), "--pool", "gpu")
+	if again.code != int(status.ExitNotEnrolled) || !strings.Contains(again.stderr, "allows pools release only") {
+		t.Fatalf("an enrolled release worker asked for pool gpu: exit %d %s", again.code, again.stderr)
+	}
 	if bad := runKusaw(t, r.dir, "cluster", "token", "--pool", "a", "--any-pool"); bad.code != int(status.ExitUsage) {
 		t.Fatalf("--pool with --any-pool: exit %d %s", bad.code, bad.stderr)
 	}

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -150,7 +151,7 @@ func TestWorkerOffersOnlyAllowedPools(t *testing.T) {
 	if _, err := Join(r.ctx, dir, tok.String(), "w", "test", []string{"gpu"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(r.ctx, Options{StateDir: dir, Kusaw: "/bin/false", Pools: []string{"big"}}); err == nil || !strings.Contains(err.Error(), "allows pools gpu,release only") {
+	if _, err := New(r.ctx, Options{StateDir: dir, Kusaw: "/bin/false", Pools: []string{"big"}}); !errors.Is(err, ErrPoolNotAllowed) || !strings.Contains(err.Error(), "allows pools gpu,release only") {
 		t.Fatalf("a worker offered a pool its token does not allow: %v", err)
 	}
 	w, err := New(r.ctx, Options{StateDir: dir, Kusaw: "/bin/false"})

@@ -47,6 +47,10 @@ type Options struct {
 	AckWait time.Duration
 }
 
+// ErrPoolNotAllowed: the worker was asked to offer a pool its join token
+// does not allow.
+var ErrPoolNotAllowed = errors.New("not allowed")
+
 // Folders of a worker's state.
 const (
 	cacheDir  = "cache" // cache/<repo>: one repository per factory repo
@@ -129,7 +133,7 @@ func New(ctx context.Context, o Options) (*Worker, error) {
 			return nil, fmt.Errorf("pool %q: use letters, digits, - and _ (at most 64)", p)
 		}
 		if g := id.Grant; g != nil && !g.Allows(p) {
-			return nil, fmt.Errorf("pool %s: this worker's join token allows pools %s only: make a token with kusaw cluster token --pool %s and join with it from a new --state-dir", p, g, p)
+			return nil, fmt.Errorf("%w: pool %s: this worker's join token allows pools %s only: make a token with kusaw cluster token --pool %s and join with it from a new --state-dir", ErrPoolNotAllowed, p, g, p)
 		}
 	}
 	if o.AckWait <= 0 {
