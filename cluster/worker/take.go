@@ -34,7 +34,9 @@ func (w *Worker) take(ctx context.Context, msg jetstream.Msg) {
 	// A step starts here soon, in a cgroup (every step has kusaw's
 	// default limits): the kernel's wait before its placement is taken
 	// from now on, beside the claim and the git work.
-	proc.Prewarm(proc.Defaults(proc.Limits{}))
+	// It ends at the step's placement, or here when none comes.
+	unwarm := proc.Prewarm(proc.Defaults(proc.Limits{}))
+	defer unwarm()
 	token, err := w.h.Claim(ctx, spec.ID, w.id.Name)
 	if err != nil {
 		// Another worker holds it (a redelivery), or the bucket failed:
