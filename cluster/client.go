@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -71,7 +72,12 @@ func Enroll(ctx context.Context, tok Token, id *Identity, version string, pools 
 		return fmt.Errorf("cannot reach serve at %s: %v", where, err)
 	}
 	defer nc.Close()
-	b, _ := json.Marshal(EnrollRequest{Secret: tok.Secret, Name: id.Name, NKey: id.NKey(), XKey: id.XKey(), Version: version, Pools: pools})
+	sig, err := id.Sign([]byte(tok.Secret))
+	if err != nil {
+		return err
+	}
+	b, _ := json.Marshal(EnrollRequest{Secret: tok.Secret, Name: id.Name, NKey: id.NKey(), XKey: id.XKey(), Version: version, Pools: pools,
+		Sig: base64.RawURLEncoding.EncodeToString(sig)})
 	m, err := nc.RequestWithContext(ctx, SubjEnroll, b)
 	if err != nil {
 		return fmt.Errorf("enrollment: %v", err)
@@ -88,6 +94,7 @@ func Enroll(ctx context.Context, tok Token, id *Identity, version string, pools 
 	}
 	id.Server, id.CAPin, id.ServeXKey = where, tok.CA, rep.ServeXKey
 	id.CAPEM, id.JWT, id.Grant = tok.CAPEM, rep.JWT, rep.Grant
+	id.Joined = TokenID(tok)
 	return nil
 }
 

@@ -35,6 +35,9 @@ type Identity struct {
 	// Grant is what serve recorded this worker may take (its join
 	// token's); nil for a worker an earlier kusaw enrolled.
 	Grant *Grant `json:"grant,omitempty"`
+	// Joined identifies the token it last joined with (TokenID): the same
+	// token again is no new enrollment.
+	Joined string `json:"joined,omitempty"`
 
 	user, curve nkeys.KeyPair
 }

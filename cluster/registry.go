@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -99,6 +100,15 @@ func (r *Registry) Add(e Enrolled) bool {
 		return false
 	}
 	e.upgrade()
+	if old := r.m[e.Name]; old != nil {
+		// Joined again: the pools it offered that it may still take stay.
+		for _, p := range old.Pools {
+			if e.Grant().Allows(p) && !slices.Contains(e.Pools, p) {
+				e.Pools = append(e.Pools, p)
+			}
+		}
+		sort.Strings(e.Pools)
+	}
 	r.m[e.Name] = &e
 	return r.saveLocked() == nil
 }

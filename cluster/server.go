@@ -275,6 +275,11 @@ type EnrollRequest struct {
 	Version string `json:"version,omitempty"`
 	// Pools the worker means to offer: each must be one its token allows.
 	Pools []string `json:"pools,omitempty"`
+	// Sig is the token's secret signed with the nkey: proof that the
+	// asker holds it. Serve requires it to join an enrolled worker again
+	// (new pools, a narrower JWT), so a token's holder cannot rewrite
+	// another worker's entry by naming its public key.
+	Sig string `json:"sig,omitempty"`
 }
 
 // EnrollReply is serve's answer; on an existing NATS cluster it carries
@@ -328,6 +333,8 @@ func (e *Enroller) answer(data []byte) EnrollReply {
 		return EnrollReply{Error: "bad worker keys"}
 	case e.Registry.Get(req.Name) != nil && e.Registry.Get(req.Name).NKey != req.NKey:
 		return EnrollReply{Error: fmt.Sprintf("a worker named %s is already enrolled with another key: pick another --name", req.Name)}
+	case (req.Sig != "" || e.Registry.Get(req.Name) != nil) && !verifyNonce(req.NKey, req.Sig, []byte(req.Secret)):
+		return EnrollReply{Error: fmt.Sprintf("the enrollment of %s is not signed by its key", req.Name)}
 	}
 	g, ok := e.Tokens.Grant(req.Secret)
 	if !ok {

@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -265,5 +267,65 @@ func TestPoolsUpgrade(t *testing.T) {
 	}
 	if EverOffered(dir)["release"] || !AllowedPools(dir)["gpu"] || AllowedPools(dir)["release"] {
 		t.Fatalf("offered %v allowed %v", EverOffered(dir), AllowedPools(dir))
+	}
+}
+
+// Attacker's side: the holder of a join token names an enrolled worker
+// (w1) and its public nkey, with a curve key of her own, to rewrite w1's
+// entry (its pools, the key its secrets are sealed to). She cannot sign
+// with w1's nkey, so serve refuses, w1's entry stays and the token stays
+// unspent. The twin: w1 itself joins again with a new token and takes
+// the new token's pools; the pools it offered that it may still take stay.
+func TestJoinAgain(t *testing.T) {
+	s := startTestServer(t)
+	w1 := joined(t, s, "w1")
+	s.Registry.Offered("w1", []string{"default"})
+	before := s.Registry.Get("w1")
+
+	tok, _ := s.NewToken("", Grant{Pools: []string{"gpu"}})
+	mallory, _ := NewIdentity("w1")
+	nc, err := nats.Connect(s.URL(), nats.UserInfo(EnrollUser, tok.Secret), nats.Secure(PinnedTLS(tok.CA)), nats.CustomInboxPrefix(secretInbox(tok.Secret)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	sig, _ := mallory.Sign([]byte(tok.Secret))
+	for _, body := range []EnrollRequest{
+		{Secret: tok.Secret, Name: "w1", NKey: w1.NKey(), XKey: mallory.XKey()},
+		{Secret: tok.Secret, Name: "w1", NKey: w1.NKey(), XKey: mallory.XKey(), Sig: base64.RawURLEncoding.EncodeToString(sig)},
+	} {
+		b, _ := json.Marshal(body)
+		m, err := nc.Request(SubjEnroll, b, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep EnrollReply
+		if json.Unmarshal(m.Data, &rep) != nil || rep.Error == "" || !strings.Contains(rep.Error, "not signed by its key") {
+			t.Fatalf("serve took a rewrite of w1's entry: %s", m.Data)
+		}
+	}
+	if after := s.Registry.Get("w1"); after.XKey != before.XKey || strings.Join(after.Allowed, ",") != "default" {
+		t.Fatalf("w1's entry changed: %+v", after)
+	}
+	if !s.Tokens.Valid(tok.Secret) {
+		t.Fatal("a refused rewrite spent the token")
+	}
+
+	// The twin: w1 joins again with the token.
+	if err := Enroll(context.Background(), tok, w1, "test", nil); err != nil {
+		t.Fatal(err)
+	}
+	e := s.Registry.Get("w1")
+	if e.XKey != before.XKey || strings.Join(e.Allowed, ",") != "gpu" || len(e.Pools) != 0 || w1.Grant.String() != "gpu" || w1.Joined != TokenID(tok) {
+		t.Fatalf("w1 joined again: %+v, identity grant %v", e, w1.Grant)
+	}
+	// Joined again for default and gpu, after offering gpu: gpu stays.
+	s.Registry.Offered("w1", []string{"gpu"})
+	tok2, _ := s.NewToken("", Grant{Pools: []string{"default", "gpu"}})
+	if err := Enroll(context.Background(), tok2, w1, "test", nil); err != nil {
+		t.Fatal(err)
+	}
+	if e := s.Registry.Get("w1"); strings.Join(e.Pools, ",") != "gpu" || strings.Join(e.Allowed, ",") != "default,gpu" {
+		t.Fatalf("w1 joined a third time: %+v", e)
 	}
 }

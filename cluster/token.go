@@ -143,6 +143,9 @@ func pemFingerprint(b []byte) string {
 	return Fingerprint(blk.Bytes)
 }
 
+// TokenID names a token without its secret (a hash of it).
+func TokenID(t Token) string { return hashSecret(t.Secret)[:32] }
+
 // tokensFile keeps the hashes of unused secrets (never the secrets).
 const tokensFile = "tokens.json"
 

@@ -163,3 +163,46 @@ func TestWorkerOffersOnlyAllowedPools(t *testing.T) {
 		t.Fatalf("pools %v", w.Pools())
 	}
 }
+
+// kusaw worker --join on a worker that joined already: the token it
+// joined with again changes nothing (a service started with --join); a
+// new token joins it again with the new token's pools, same keys and
+// name; an earlier kusaw's worker (no token noted) started again with
+// its spent token keeps its enrollment.
+func TestJoinAgainWithNewToken(t *testing.T) {
+	r := startServe(t, releaseStep, 30*time.Second)
+	dir := t.TempDir()
+	tok, _ := r.srv.NewToken("", cluster.Grant{})
+	id, err := Join(r.ctx, dir, tok.String(), "w", "test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := Join(r.ctx, dir, tok.String(), "w", "test", nil)
+	if err != nil || again.NKey() != id.NKey() {
+		t.Fatalf("the same token again: %v", err)
+	}
+	rel, _ := r.srv.NewToken("", cluster.Grant{Pools: []string{"release"}})
+	moved, err := Join(r.ctx, dir, rel.String(), "other-name", "test", nil)
+	if err != nil || moved.NKey() != id.NKey() || moved.Name != "w" || moved.Grant.String() != "release" {
+		t.Fatalf("a new token: %v %+v", err, moved)
+	}
+	if e := r.srv.Registry.Get("w"); e == nil || strings.Join(e.Allowed, ",") != "release" {
+		t.Fatalf("registry after joining again: %+v", e)
+	}
+	loaded, _ := cluster.LoadIdentity(dir)
+	if loaded.Grant.String() != "release" {
+		t.Fatalf("the saved identity's grant: %v", loaded.Grant)
+	}
+	// An earlier kusaw's identity: nothing noted of its token.
+	loaded.Joined = ""
+	loaded.Save(dir)
+	if kept, err := Join(r.ctx, dir, rel.String(), "w", "test", nil); err != nil || kept.NKey() != id.NKey() {
+		t.Fatalf("an earlier worker with its spent token: %v", err)
+	}
+	// A spent token on a worker that noted another: refused.
+	loaded.Joined = "something-else"
+	loaded.Save(dir)
+	if _, err := Join(r.ctx, dir, tok.String(), "w", "test", nil); err == nil || !strings.Contains(err.Error(), "used already") {
+		t.Fatalf("a spent token: %v", err)
+	}
+}

@@ -83,14 +83,29 @@ type attempt struct {
 }
 
 // Join enrolls a new worker with a token and saves its identity in
-// stateDir; a worker that has joined already keeps its identity. pools
-// are those it means to offer (none: the token's): serve refuses a pool
-// the token does not allow.
+// stateDir. pools are those it means to offer (none: the token's): serve
+// refuses a pool the token does not allow. A worker that has joined
+// already keeps its identity (keys and name): the token it joined with
+// again changes nothing (a service started with --join), and a new one
+// enrolls it again, with the new token's pools (and, on an existing NATS
+// cluster, a new JWT).
 func Join(ctx context.Context, stateDir, token, name, version string, pools []string) (*cluster.Identity, error) {
-	if id, err := cluster.LoadIdentity(stateDir); err == nil && id.Server != "" {
-		return id, nil
-	}
 	tok, err := cluster.ParseToken(token)
+	if id, lerr := cluster.LoadIdentity(stateDir); lerr == nil && id.Server != "" {
+		if err != nil || id.Joined == cluster.TokenID(tok) {
+			return id, nil
+		}
+		first := id.Joined == ""
+		if err := cluster.Enroll(ctx, tok, id, version, pools); err != nil {
+			// An earlier kusaw's worker started again with the token it
+			// joined with, spent since: it keeps its enrollment.
+			if first && strings.Contains(err.Error(), "used already or has expired") {
+				return id, nil
+			}
+			return nil, err
+		}
+		return id, id.Save(stateDir)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -162,7 +162,7 @@ func newWorkerCmd(a *app) *cobra.Command {
 			return w.Run(ctx)
 		},
 	}
-	cmd.Flags().StringVar(&join, "join", "", "enroll with a token from kusaw cluster token (once; the identity stays in --state-dir)")
+	cmd.Flags().StringVar(&join, "join", "", "enroll with a token from kusaw cluster token (the identity stays in --state-dir; a new token joins it again with that token's pools)")
 	cmd.Flags().StringVar(&name, "name", "", "the worker's name (default: the host name)")
 	cmd.Flags().StringArrayVar(&pools, "pool", nil, "a pool to take attempts from, one its join token allows (repeatable; default: every pool the token allows)")
 	cmd.Flags().IntVar(&maxParallel, "max-parallel", 1, "attempts at once")
