@@ -622,6 +622,10 @@ func TestClusterWebPageAndMetrics(t *testing.T) {
 		v, _ := c.eval(`[...document.querySelectorAll("#workers tbody td")].some(td => td.textContent === "webw")`)
 		return v == true
 	})
+	// Each worker's allowed pools (its join token's).
+	if v, _ := c.eval(`[...document.querySelectorAll("#workers tbody td.allowed")].map(td => td.textContent).join("|")`); v != "default" {
+		t.Errorf("the workers table's allowed pools: %v", v)
+	}
 	if err := c.call("Page.navigate", map[string]any{"url": base + "/#/runs/" + ids[0]}, nil); err != nil {
 		t.Fatal(err)
 	}

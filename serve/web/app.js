@@ -129,13 +129,14 @@ async function workersSection() {
   const rows = data.workers.map(w => el("tr", {},
     el("td", { class: "mono", text: w.name }),
     el("td", { text: (w.pools || []).join(", ") }),
+    el("td", { class: "allowed", text: (w.allowed_pools || []).join(", ").replace(/^\*$/, "any") }),
     el("td", { class: "num", text: w.running + "/" + w.max_parallel }),
     el("td", { text: w.last_heartbeat ? fmtDur(Date.now() - Date.parse(w.last_heartbeat)) + " ago" : "never" }),
     el("td", {}, badge(w.lost ? "lost" : "running")),
     el("td", { class: "mono", text: w.version || "" })));
   return el("div", {}, el("h2", { text: "Workers" }),
     el("table", { id: "workers" },
-      el("thead", {}, el("tr", {}, ...["worker", "pools", "attempts", "last heartbeat", "state", "version"].map(h => el("th", { text: h })))),
+      el("thead", {}, el("tr", {}, ...["worker", "pools", "allowed pools", "attempts", "last heartbeat", "state", "version"].map(h => el("th", { text: h })))),
       el("tbody", {}, ...rows)));
 }
 
