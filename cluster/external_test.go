@@ -473,3 +473,52 @@ func TestExternalNarrowAccountDefaults(t *testing.T) {
 		t.Fatal("a JWT without permissions reached the JetStream API: the account's defaults did not apply, so this test proves nothing")
 	}
 }
+
+// On an operator-mode NATS server the worker's JWT holds it to its pools:
+// a worker enrolled for pool default cannot make pool release's work
+// consumer (the server refuses what its JWT does not allow). The twin: a
+// worker enrolled for release makes it and takes release's work.
+func TestExternalWorkerTakesOnlyItsPools(t *testing.T) {
+	r := startExternal(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sjs, _ := jetstream.New(r.nc)
+	if _, err := sjs.Publish(ctx, WorkSubject("release"), []byte(`{"spec":{}}`)); err != nil {
+		t.Fatal(err)
+	}
+	join := func(name string, g Grant) *nats.Conn {
+		tok, err := r.x.NewToken("", g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, _ := NewIdentity(name)
+		if err := Enroll(ctx, tok, id, "test", nil); err != nil {
+			t.Fatal(err)
+		}
+		nc, err := Dial(id, name, nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	cfg := jetstream.ConsumerConfig{Durable: WorkConsumer("release"), FilterSubject: WorkSubject("release"), AckPolicy: jetstream.AckExplicitPolicy}
+	mjs, _ := jetstream.New(join("mallory", Grant{}))
+	cctx, ccancel := context.WithTimeout(ctx, 3*time.Second)
+	if _, err := mjs.CreateOrUpdateConsumer(cctx, WorkStream, cfg); err == nil {
+		t.Fatal("a default worker's JWT made pool release's consumer")
+	}
+	ccancel()
+	rjs, _ := jetstream.New(join("rel", Grant{Pools: []string{"release"}}))
+	c, err := rjs.CreateOrUpdateConsumer(ctx, WorkStream, cfg)
+	if err != nil {
+		t.Fatalf("a release worker's JWT cannot make its pool's consumer: %v", err)
+	}
+	m, err := c.Next(jetstream.FetchMaxWait(5 * time.Second))
+	if err != nil {
+		t.Fatalf("the release worker took no work: %v", err)
+	}
+	if err := m.DoubleAck(ctx); err != nil {
+		t.Fatalf("the release worker cannot acknowledge its work: %v", err)
+	}
+}
