@@ -112,8 +112,9 @@ func relTo(root, p string) string {
 // controllers it could not use are returned, for rlimits to stand in.
 //
 // With spare set it may take a group Prewarm made ahead instead (its own
-// name then): making one waits for the kernel's cgroup lock, which a
-// Prewarm may hold through a grace period.
+// name then, and its limits when they are the same): making one, or
+// writing its limits, waits for the kernel's cgroup lock, which a Prewarm
+// may hold through a grace period.
 func newGroup(name string, l Limits, spare bool) (*group, []string) {
 	ctls := wanted(l)
 	if len(ctls) == 0 {
@@ -121,11 +122,15 @@ func newGroup(name string, l Limits, spare bool) (*group, []string) {
 	}
 	var g *group
 	var missing []string
+	written := false
 	if spare {
-		g, missing = takeSpare(ctls)
+		g, missing, written = takeSpare(ctls, l)
 	}
 	if g == nil {
 		g, missing = makeGroup(name, ctls)
+	}
+	if written {
+		return g, missing
 	}
 	for c, dir := range g.dirs {
 		if err := g.write(c, dir, l); err != nil {

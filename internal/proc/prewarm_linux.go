@@ -59,7 +59,7 @@ func Prewarm(l Limits) (stop func()) {
 		}
 		// The group first: made once the move below holds the cgroup
 		// lock, it would wait for the grace period too.
-		spare := makeSpare(ctls)
+		spare := makeSpare(ctls, l)
 		defer dropSpare(spare)
 		tick := time.NewTicker(prewarmEvery)
 		defer tick.Stop()
@@ -129,31 +129,41 @@ type spareGroup struct {
 	key     string // the controllers, joined
 	g       *group
 	missing []string
+	// written: the group's limits are those of lim already (writing
+	// them waits for the grace period too).
+	written bool
+	lim     Limits
 }
 
-func makeSpare(ctls []string) *group {
+func makeSpare(ctls []string, l Limits) *group {
 	g, missing := makeGroup(fmt.Sprintf("kusaw-%d-%d", os.Getpid(), groupSeq.Add(1)), ctls)
 	if len(g.dirs) == 0 {
 		return nil
 	}
+	written := true
+	for c, dir := range g.dirs {
+		written = written && g.write(c, dir, l) == nil
+	}
 	spares.Lock()
-	spares.list = append(spares.list, spareGroup{key: strings.Join(ctls, ","), g: g, missing: missing})
+	spares.list = append(spares.list, spareGroup{key: strings.Join(ctls, ","), g: g, missing: missing, written: written, lim: l})
 	spares.Unlock()
 	return g
 }
 
-// takeSpare hands out a spare group for controllers ctls, if there is one.
-func takeSpare(ctls []string) (*group, []string) {
+// takeSpare hands out a spare group for controllers ctls, if there is
+// one; written reports that its limits are l's already.
+func takeSpare(ctls []string, l Limits) (g *group, missing []string, written bool) {
 	key := strings.Join(ctls, ",")
 	spares.Lock()
 	defer spares.Unlock()
 	for i, s := range spares.list {
 		if s.key == key {
 			spares.list = append(spares.list[:i], spares.list[i+1:]...)
-			return s.g, s.missing
+			same := s.lim.Pids == l.Pids && s.lim.Memory == l.Memory && s.lim.CPU == l.CPU
+			return s.g, s.missing, s.written && same
 		}
 	}
-	return nil, nil
+	return nil, nil, false
 }
 
 // dropSpare removes g's folders unless a process took it.

@@ -183,6 +183,15 @@ func TestPrewarmSpareGroup(t *testing.T) {
 		t.Errorf("the spare %s outlived its process", dir)
 	}
 
+	// A spare made for other limits gets the process's own.
+	Prewarm(lim)
+	dir = waitSpare()
+	out.Reset()
+	res = Run(context.Background(), exec.Command("sh", "-c", "cat "+dir+"/pids.max"), Options{Limits: Limits{Pids: 32}, Stdout: &out})
+	if res.Exit != 0 || strings.TrimSpace(out.String()) != "32" {
+		t.Errorf("a spare made for pids 64, taken for 32: %q %+v", out.String(), res)
+	}
+
 	// Twin: a Prewarm stopped before any placement leaves nothing.
 	stop := Prewarm(lim)
 	dir = waitSpare()
