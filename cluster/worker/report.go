@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -19,10 +20,15 @@ const reportPatience = 15 * time.Minute
 // reached, for at most reportPatience or until the worker stops. Any
 // other error ends it at once.
 func (w *Worker) persist(what string, fn func(context.Context) error) error {
+	return w.persistFor(what, w.o.TryTimeout, fn)
+}
+
+// persistFor is persist with each try bounded by try.
+func (w *Worker) persistFor(what string, try time.Duration, fn func(context.Context) error) error {
 	deadline := time.Now().Add(reportPatience)
 	wait := 250 * time.Millisecond
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), w.o.TryTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), try)
 		err := fn(ctx)
 		cancel()
 		if err == nil || !w.unreachable(err) || time.Now().After(deadline) {
@@ -44,8 +50,14 @@ func (w *Worker) persist(what string, fn func(context.Context) error) error {
 // own (name.2, name.3): a worker may not purge the chunks a cut-off try
 // left, which storing over the same name would have to.
 func (w *Worker) put(what, name, path string) (obj, sum string, err error) {
+	// A try may take its bound plus a second per MiB: a large artifacts
+	// tar on a slow link must not be cut off and sent again for ever.
+	bound := w.o.TryTimeout
+	if fi, err := os.Stat(path); err == nil {
+		bound += time.Duration(fi.Size()>>20) * time.Second
+	}
 	try := 0
-	err = w.persist(what, func(c context.Context) error {
+	err = w.persistFor(what, bound, func(c context.Context) error {
 		try++
 		obj = name
 		if try > 1 {

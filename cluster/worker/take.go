@@ -343,12 +343,11 @@ func (w *Worker) leaveRun(run, dir string) {
 // importBundle fetches object obj and imports it into the cache repo,
 // checking it carries commit want.
 func (w *Worker) importBundle(ctx context.Context, repo, obj, p, want string) error {
-	// Bounded: a serve that dies during the fetch must not hold the slot
-	// for ever (serve re-dispatches what it no longer waits for).
+	// Not bounded by a time (a first bundle of a large repository on a
+	// slow link takes what it takes): a fetch lost with the connection
+	// starts again, and one that cannot is given up (connected).
 	err := w.connected(ctx, "fetch "+obj, func(c context.Context) error {
-		gctx, cancel := context.WithTimeout(c, fetchTimeout)
-		defer cancel()
-		_, err := w.h.GetFile(gctx, obj, p)
+		_, err := w.h.GetFile(c, obj, p)
 		return err
 	})
 	if err != nil {
@@ -387,9 +386,6 @@ func (w *Worker) fullBundle(ctx context.Context, id string, token uint64, repo, 
 	}
 	return rep.Object, nil
 }
-
-// fetchTimeout bounds fetching one input bundle.
-const fetchTimeout = 10 * time.Minute
 
 // maxHave bounds the commits a heartbeat names per repo.
 const maxHave = 32
