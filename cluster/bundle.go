@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // Bundles carry code between serve and a worker (docs/cluster.md): the
@@ -23,7 +24,8 @@ const bundleHeader = "# v2 git bundle\n"
 // bundleRef is the one ref a kusaw bundle names.
 const bundleRef = "refs/kusaw/bundle"
 
-var shaRe = regexp.MustCompile(`^[0-9a-f]{40}([0-9a-f]{24})?$`)
+// Compiled on first use: only cluster work needs it, not every start.
+var shaRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9a-f]{40}([0-9a-f]{24})?$`) })
 
 func git(ctx context.Context, dir string, stdin io.Reader, stdout io.Writer, args ...string) error {
 	cmd := exec.CommandContext(ctx, "git", append([]string{"-C", dir}, args...)...)
@@ -45,7 +47,7 @@ func gitOut(ctx context.Context, dir string, args ...string) (string, error) {
 
 // HasCommit reports whether repo holds commit sha.
 func HasCommit(ctx context.Context, repo, sha string) bool {
-	return shaRe.MatchString(sha) && git(ctx, repo, nil, io.Discard, "cat-file", "-e", sha+"^{commit}") == nil
+	return shaRe().MatchString(sha) && git(ctx, repo, nil, io.Discard, "cat-file", "-e", sha+"^{commit}") == nil
 }
 
 // MakeBundle writes to out a bundle of tip without what the commits in
@@ -71,7 +73,7 @@ func MakeBundle(ctx context.Context, repo, out, tip string, have []string) (int6
 		return 0, err
 	}
 	for _, l := range strings.Split(bound.String(), "\n") {
-		if b, ok := strings.CutPrefix(l, "-"); ok && shaRe.MatchString(b) {
+		if b, ok := strings.CutPrefix(l, "-"); ok && shaRe().MatchString(b) {
 			prereqs = append(prereqs, b)
 		}
 	}
@@ -152,7 +154,7 @@ func ImportBundle(ctx context.Context, repo, file string) (string, error) {
 			continue
 		}
 		sha, ref, ok := strings.Cut(line, " ")
-		if !ok || ref != bundleRef || !shaRe.MatchString(sha) || tip != "" {
+		if !ok || ref != bundleRef || !shaRe().MatchString(sha) || tip != "" {
 			return "", fmt.Errorf("bundle: unexpected header line %q", line)
 		}
 		tip = sha
@@ -205,7 +207,7 @@ func knownCommits(ctx context.Context, repo string, shas []string) []string {
 	var in strings.Builder
 	var asked []string
 	for _, h := range shas {
-		if shaRe.MatchString(h) {
+		if shaRe().MatchString(h) {
 			in.WriteString(h + "\n")
 			asked = append(asked, h)
 		}

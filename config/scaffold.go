@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // ScaffoldRepo is one repository kusaw init found.
@@ -119,11 +120,12 @@ func Scaffold(in ScaffoldInput) []byte {
 	return []byte(b.String())
 }
 
-var plainScalar = regexp.MustCompile(`^[A-Za-z0-9_./][A-Za-z0-9_./:-]*$`)
+// Compiled on first use (only kusaw init needs it), not at every start.
+var plainScalar = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_./][A-Za-z0-9_./:-]*$`) })
 
 // yamlScalar writes s plainly when YAML reads it back as the same string.
 func yamlScalar(s string) string {
-	if plainScalar.MatchString(s) && !contains([]string{"true", "false", "null", "yes", "no", "on", "off", "~"}, strings.ToLower(s)) {
+	if plainScalar().MatchString(s) && !contains([]string{"true", "false", "null", "yes", "no", "on", "off", "~"}, strings.ToLower(s)) {
 		return s
 	}
 	q, _ := json.Marshal(s) // a JSON string is a YAML double-quoted scalar

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // Agent and editor settings are read-only inside the sandbox, but the
@@ -117,7 +118,8 @@ func readJSON(path string, v any) bool {
 	return json.Unmarshal(stripJSONC(b), v) == nil
 }
 
-var trailingComma = regexp.MustCompile(`,(\s*[}\]])`)
+// Compiled on first use: every start of kusaw would pay for it otherwise.
+var trailingComma = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`,(\s*[}\]])`) })
 
 // stripJSONC removes // and /* */ comments outside strings, and trailing
 // commas.
@@ -154,7 +156,7 @@ func stripJSONC(b []byte) []byte {
 			out = append(out, c)
 		}
 	}
-	return trailingComma.ReplaceAll(out, []byte("$1"))
+	return trailingComma().ReplaceAll(out, []byte("$1"))
 }
 
 // shellWords splits a command line as a shell would, closely enough to
@@ -190,7 +192,9 @@ func shellWords(s string) []string {
 	return out
 }
 
-var scriptExt = regexp.MustCompile(`\.(sh|bash|zsh|js|mjs|cjs|ts|mts|py|rb|pl|php|ps1|lua|jar)$`)
+var scriptExt = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`\.(sh|bash|zsh|js|mjs|cjs|ts|mts|py|rb|pl|php|ps1|lua|jar)$`)
+})
 
 // scriptPath turns a word of a command into a file of the worktree when it
 // names one: a path (with a slash, or a script's extension), relative to
@@ -205,7 +209,7 @@ func scriptPath(wt, w string) (string, bool) {
 	if w == "" || strings.HasPrefix(w, "-") || strings.HasPrefix(w, "@") || strings.Contains(w, "=") || strings.Contains(w, "://") || strings.ContainsAny(w, "$*?") {
 		return "", false
 	}
-	if !strings.Contains(w, "/") && !scriptExt.MatchString(w) {
+	if !strings.Contains(w, "/") && !scriptExt().MatchString(w) {
 		return "", false
 	}
 	p := w

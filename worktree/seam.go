@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -45,7 +46,7 @@ func kindOf(m fs.FileMode) string {
 	return "irregular file"
 }
 
-var oidForm = regexp.MustCompile(`^([0-9a-f]{40}|[0-9a-f]{64})\n?$`)
+var oidForm = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^([0-9a-f]{40}|[0-9a-f]{64})\n?$`) })
 
 // maxRefSize: a loose ref is an object id and a newline.
 const maxRefSize = 128
@@ -81,7 +82,7 @@ func readRefFile(path string) (sha string, ok bool, err error) {
 	if err != nil {
 		return "", false, err
 	}
-	if !oidForm.Match(b) {
+	if !oidForm().Match(b) {
 		what := "file that is not one object id"
 		if strings.HasPrefix(string(b), "ref:") {
 			what = "symbolic ref"
