@@ -28,7 +28,7 @@ func runMain(m *testing.M) int {
 	_, self, _, _ := runtime.Caller(0)
 	root := filepath.Dir(filepath.Dir(self))
 	// As make build does: kusaw and, beside it, kusaw-bridge, statically
-	// linked unless CGO_ENABLED says otherwise. KUSAW_E2E_NO_BRIDGE=1
+	// linked unless CGO_ENABLED says otherwise, without symbol tables. KUSAW_E2E_NO_BRIDGE=1
 	// leaves the bridge out (kusaw then runs as its own bridge), to
 	// measure the difference (docs/benchmarks.md).
 	bins := []string{"kusaw", "kusaw-bridge"}
@@ -36,7 +36,8 @@ func runMain(m *testing.M) int {
 		bins = bins[:1]
 	}
 	for _, c := range bins {
-		build := exec.Command("go", "build", "-o", filepath.Join(dir, c), "./cmd/"+c)
+		// -s -w as make build: the start-up benchmarks measure what users run.
+		build := exec.Command("go", "build", "-ldflags=-s -w", "-o", filepath.Join(dir, c), "./cmd/"+c)
 		build.Dir = root
 		build.Env = append(os.Environ(), "GOFLAGS=-buildvcs=false")
 		if os.Getenv("CGO_ENABLED") == "" {
