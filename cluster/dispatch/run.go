@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -42,7 +43,7 @@ func (d *Dispatcher) Run(ctx context.Context, spec *record.AttemptSpec, job reco
 		have := d.held(spec.Pool, n.Repo)
 		earlier := before[n.Repo]
 		before[n.Repo] = append(earlier, n.Commit)
-		if offers(have, n.Commit) {
+		if slices.Contains(have, n.Commit) {
 			continue // every worker that may take it holds it already
 		}
 		base := isBase(spec, n)
@@ -510,7 +511,7 @@ func (d *Dispatcher) held(pool, repo string) []string {
 	defer d.mu.Unlock()
 	var common map[string]bool
 	for name, hb := range d.hb {
-		if time.Since(d.seen[name]) > d.o.LostAfter || !offers(hb.Pools, pool) {
+		if time.Since(d.seen[name]) > d.o.LostAfter || !slices.Contains(hb.Pools, pool) {
 			continue
 		}
 		// A worker that may not take the pool says nothing about what
@@ -537,15 +538,6 @@ func (d *Dispatcher) held(pool, repo string) []string {
 		out = append(out, c)
 	}
 	return out
-}
-
-func offers(pools []string, pool string) bool {
-	for _, p := range pools {
-		if p == pool {
-			return true
-		}
-	}
-	return false
 }
 
 // answerBundle gives the attempt's holder a full bundle of a repo's base:
