@@ -3,6 +3,7 @@ module github.com/kusaw/kusaw
 go 1.26.0
 
 require (
+	github.com/adhocore/gronx v1.20.4
 	github.com/go-git/go-git/v5 v5.19.3
 	github.com/nats-io/jwt/v2 v2.8.3
 	github.com/nats-io/nats-server/v2 v2.15.3

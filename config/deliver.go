@@ -123,6 +123,16 @@ func (d *decoder) pullRequest(f *Factory, n *yaml.Node, path string) *DeliverPul
 			pr.BodyFile = f.abs(d.str(fl.value, kp))
 		}
 	}
+	// forges.<name> holds a forge's API and token once for delivery and
+	// intake; what the pull request writes itself wins.
+	if fg := f.Forges[pr.Forge]; fg != nil {
+		if pr.APIURL == "" {
+			pr.APIURL = fg.APIURL
+		}
+		if pr.Token == nil {
+			pr.Token = fg.Token
+		}
+	}
 	if pr.APIURL == "" {
 		pr.APIURL = defaultAPI[pr.Forge]
 	}

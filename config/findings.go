@@ -79,6 +79,8 @@ const (
 	ECodeShape           = "E080"
 	ECodeRetry           = "E081"
 	ECodeGate            = "E082"
+	ECodeTrigger         = "E090"
+	ECodeForge           = "E091"
 
 	WCodeProxyIgnored     = "W1"
 	WCodeNoRestriction    = "W2"
@@ -133,6 +135,8 @@ var CodeInfo = []struct{ Code, Meaning string }{
 	{ECodeShape, "a pipeline shape that cannot run as written: select without candidates, on_failure or resolve naming the step itself, candidates with on_failure, resolve off a group's first step"},
 	{ECodeRetry, "a retry.on entry that is not an outcome kusaw retries on, or an exit code outside 1 to 255"},
 	{ECodeGate, "a gate without a message, or on a step with per_repo, candidates, or in a parallel group"},
+	{ECodeTrigger, "a trigger that cannot fire or names what does not exist: no on:, an unknown pipeline, a schedule that is not cron, a template field no event has, a GitLab or Gitea trigger without allow:"},
+	{ECodeForge, "an unknown forge, a forge without api_url, or a trigger on a forge whose webhook_secret is not set"},
 	{WCodeProxyIgnored, "allowlist mode with a tool known to ignore HTTP(S)_PROXY: it will fail closed"},
 	{WCodeNoRestriction, "network: allowlist on an attempt whose sandbox is off: nothing is restricted"},
 	{WCodeHandshake, "a provider's handshake hosts (login, telemetry) are not in the allowlist"},

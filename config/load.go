@@ -93,8 +93,8 @@ func Parse(data []byte, file string) (*Factory, Findings) {
 		return f, d.findings
 	}
 	root := doc.Content[0]
-	top := d.fields(root, "", []string{"version", "state_dir", "state_dir_mode", "repos", "providers", "setup", "sandbox", "serve", "caches", "pipelines", "steps", "notify"})
-	var stepsN, pipesN, cachesN *yaml.Node
+	top := d.fields(root, "", []string{"version", "state_dir", "state_dir_mode", "repos", "providers", "setup", "sandbox", "serve", "caches", "pipelines", "steps", "notify", "forges", "triggers"})
+	var stepsN, pipesN, cachesN, trigN *yaml.Node
 	haveVersion := false
 	for _, fl := range top {
 		switch fl.key {
@@ -129,6 +129,10 @@ func Parse(data []byte, file string) (*Factory, Findings) {
 			stepsN = fl.value
 		case "notify":
 			f.Notify = d.notifyList(fl.value, "notify")
+		case "forges":
+			d.forges(f, fl.value)
+		case "triggers":
+			trigN = fl.value
 		}
 	}
 	// After the loop: a cache's default folder is under state_dir.
@@ -147,8 +151,12 @@ func Parse(data []byte, file string) (*Factory, Findings) {
 	if root.Kind == yaml.MappingNode && len(f.PipelineOrder) == 0 && pipesN == nil {
 		d.errf(ECodeNoPipelines, root, "pipelines", "add pipelines: {default: [step, ...]}", "no pipelines are defined")
 	}
+	if trigN != nil {
+		d.triggers(f, trigN)
+	}
 	d.crossChecks(f)
 	d.shapeChecks(f)
+	d.intakeChecks(f)
 	d.findings.Sort()
 	return f, d.findings
 }

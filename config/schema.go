@@ -305,6 +305,8 @@ func factorySchema() *schemaNode {
 		p("pipelines", mapOf("named pipelines", idPatternText, pipeline)),
 		p("steps", mapOf("the steps, by id", idPatternText, step)),
 		p("notify", notifyNode("webhooks for every pipeline's runs")),
+		p("forges", forgesNode()),
+		p("triggers", mapOf("what starts runs besides kusaw run: a forge's event or a schedule (docs/intake.md)", idPatternText, triggerNode())),
 	)
 	root.required = []string{"version", "pipelines"}
 	return root
@@ -501,14 +503,14 @@ func deliverNode() *schemaNode {
 	push.required = []string{"remote"}
 	pr := object("open, or update, one pull request per run through the forge's REST API",
 		p("forge", enum("the forge's API dialect", forges...)),
-		p("api_url", text("the forge's API address (default for github: https://api.github.com)")),
+		p("api_url", text("the forge's API address (default: forges.FORGE.api_url, for github https://api.github.com)")),
 		p("repo", text("OWNER/NAME on the forge (GitLab: the project's path)")),
 		p("base", text("the branch the pull request targets")),
-		p("token", secretRefNode("the forge token, from the secret store")),
+		p("token", secretRefNode("the forge token, from the secret store (default: forges.FORGE.token)")),
 		p("title", text("the pull request's title (default: kusaw: PIPELINE run RUN)")),
 		p("body_file", text("a file holding the body, relative to the factory file (default: the run's summary)")),
 	)
-	pr.required = []string{"forge", "repo", "base", "token"}
+	pr.required = []string{"forge", "repo", "base"}
 	return object("where a successful run's work goes, outside the sandbox: merge, push, pull request (kusaw deliver RUN does it again)",
 		p("repo", text("the factory repo to deliver (required when there are several)")),
 		p("merge", merge),

@@ -353,6 +353,11 @@ func TestSchemaValidatesExamples(t *testing.T) {
 // the schema must accept them, so this list stays honest: when the schema
 // learns to catch one, move it out.
 var beyondSchema = map[string]string{
+	"trigger_bad_field":           "a template naming a field no event has: a rule inside a text",
+	"trigger_bad_schedule":        "a schedule that is not cron: a rule inside a text",
+	"trigger_gitlab_no_allow":     "a GitLab trigger without allow: a rule across keys",
+	"trigger_no_webhook_secret":   "a trigger on a forge without webhook_secret: a rule across keys",
+	"trigger_unknown_pipeline":    "a trigger naming a pipeline that pipelines lacks: a reference",
 	"gate_candidates":             "a gate with candidates: a rule across keys",
 	"gate_in_group":               "a gate on a group's member: a rule across the pipeline and the step",
 	"gate_per_repo":               "a gate with per_repo: a rule across keys",

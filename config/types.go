@@ -79,6 +79,12 @@ type Factory struct {
 	PipelineOrder []string
 	Notify        []Notify // webhooks for every pipeline
 
+	// Forges are the forges kusaw talks to (forges:), by name; Triggers
+	// start runs from their events and from schedules (triggers:).
+	Forges       map[string]*Forge
+	Triggers     map[string]*Trigger
+	TriggerOrder []string
+
 	Steps     map[string]*Step
 	StepOrder []string
 
