@@ -269,7 +269,6 @@ func ExpandTemplate(tmpl string, vals map[string]string) string {
 	})
 }
 
-
 func forgesNode() *schemaNode {
 	forge := object("one forge: its API, the token kusaw comments and opens pull requests with, the secret webhooks are checked against",
 		p("api_url", text("the forge's API address (github: https://api.github.com by default; GitLab and Gitea: theirs, e.g. https://gitlab.example.com/api/v4)")),
