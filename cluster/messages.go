@@ -3,6 +3,8 @@ package cluster
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/kusaw/kusaw/record"
 )
 
 // Work is the message on kusaw.work.<pool>: data only, never a path of
@@ -106,7 +108,7 @@ type SecretsReply struct {
 // Files a result carries besides bundles.
 const (
 	ArtifactsTar = "artifacts.tar"
-	WorkerEvents = "worker-events.jsonl" // the worker's own sealed copy
+	WorkerEvents = record.WorkerEventsFile // the worker's own sealed copy
 )
 
 // BundleRequest asks serve for a full bundle of a repo's base, or of

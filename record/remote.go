@@ -34,3 +34,27 @@ type RemoteResult struct {
 	// serve's repositories (imported and re-hashed).
 	Heads map[string]string
 }
+
+// WorkerEventsFile is the worker's own sealed copy of a remote attempt's
+// events, kept beside serve's events.jsonl (never in its place).
+const WorkerEventsFile = "worker-events.jsonl"
+
+// ResultFile reports whether a worker's result may bring a file of that
+// name into a remote attempt's folder: its stdout and stderr (one pair
+// per repo of a step run once in each, repos), the set-up log, its own
+// copy of the events and the egress log (which serve keeps only once it
+// verifies). An allow list: every record serve writes there
+// (events.jsonl, attempt.json, spec.json and whatever comes later) is
+// refused because it is not named here, as is any path.
+func ResultFile(name string, repos []string) bool {
+	switch name {
+	case StdoutFile, StderrFile, SetupLogFile, EgressLogFile, WorkerEventsFile:
+		return true
+	}
+	for _, r := range repos {
+		if ValidName(r) && (name == "stdout-"+r+".log" || name == "stderr-"+r+".log") {
+			return true
+		}
+	}
+	return false
+}

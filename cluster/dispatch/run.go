@@ -3,7 +3,9 @@ package dispatch
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -602,8 +604,9 @@ func (d *Dispatcher) fetchFile(ctx context.Context, spec *record.AttemptSpec, jo
 		}
 		return nil
 	}
-	if !record.ValidLogPath(record.StepsDir+"/s/1/"+name) && name != cluster.WorkerEvents {
-		return nil // only the attempt's own log names
+	if !record.ResultFile(name, specRepos(spec)) {
+		refused(fmt.Errorf("%q is not a file a result may carry (its logs, its events, the egress log and artifacts)", name))
+		return nil
 	}
 	// Beside its place, and there only once its digest matched.
 	dst := filepath.Join(job.Dir, name)
@@ -611,10 +614,36 @@ func (d *Dispatcher) fetchFile(ctx context.Context, spec *record.AttemptSpec, jo
 		refused(err)
 		return nil
 	}
-	if err := os.Rename(dst+".part", dst); err != nil {
+	if err := placeNew(dst+".part", dst); err != nil {
 		refused(err)
 		return nil
 	}
-	_ = os.Chmod(dst, 0o644)
+	return nil
+}
+
+// specRepos are the names of an attempt's repos.
+func specRepos(spec *record.AttemptSpec) []string {
+	var out []string
+	for _, r := range spec.Repos {
+		out = append(out, r.Name)
+	}
+	return out
+}
+
+// placeNew moves a fetched file to its place in the attempt's folder, and
+// only where nothing is yet: a link fails on an existing name where a
+// rename would replace it, so no object of a worker ever takes the place
+// of a file serve wrote. The file ends readable (0644) like serve's own.
+func placeNew(part, dst string) error {
+	defer os.Remove(part)
+	if err := os.Chmod(part, 0o644); err != nil {
+		return err
+	}
+	if err := os.Link(part, dst); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("%s is in the attempt's folder already: a worker's file never replaces one", filepath.Base(dst))
+		}
+		return err
+	}
 	return nil
 }

@@ -66,9 +66,9 @@ func (d *Dispatcher) takeEgress(ctx context.Context, spec *record.AttemptSpec, j
 	}
 	if err == nil {
 		if err = d.verifyEgress(dst+".part", r.Worker, spec); err != nil {
-			_ = os.Rename(dst+".part", dst+refusedSuffix)
-		} else if err = os.Rename(dst+".part", dst); err == nil {
-			_ = os.Chmod(dst, 0o644)
+			_ = placeNew(dst+".part", dst+refusedSuffix)
+		} else {
+			err = placeNew(dst+".part", dst)
 		}
 	}
 	data := map[string]any{"worker": r.Worker, "verified": err == nil}

@@ -1,6 +1,8 @@
 package dispatch
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/kusaw/kusaw/cluster"
@@ -21,5 +23,32 @@ func TestDigestMatches(t *testing.T) {
 	}
 	if err := digestMatches(r, "a/1/stdout.log", sum); err != nil {
 		t.Errorf("the right digest: %v", err)
+	}
+}
+
+// A fetched file never takes the place of one in the attempt's folder
+// (serve's records): placeNew refuses an existing name and leaves it
+// whole; a new name is placed readable.
+func TestPlaceNewNeverReplaces(t *testing.T) {
+	dir := t.TempDir()
+	own, part := filepath.Join(dir, "events.jsonl"), filepath.Join(dir, "x.part")
+	os.WriteFile(own, []byte("serve's"), 0o644)
+	os.WriteFile(part, []byte("worker's"), 0o600)
+	if err := placeNew(part, own); err == nil {
+		t.Fatal("placed over an existing file")
+	}
+	if b, _ := os.ReadFile(own); string(b) != "serve's" {
+		t.Fatalf("the existing file is now %q", b)
+	}
+	os.WriteFile(part, []byte("worker's"), 0o600)
+	dst := filepath.Join(dir, "stdout.log")
+	if err := placeNew(part, dst); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(dst); err != nil || fi.Mode().Perm() != 0o644 {
+		t.Fatalf("placed file: %v %v", fi, err)
+	}
+	if _, err := os.Stat(part); err == nil {
+		t.Error("the part file stayed")
 	}
 }
