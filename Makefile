@@ -68,6 +68,7 @@ docs:
 	$(GO) test ./config -run 'TestValidationPageFresh|TestSchemaPageFresh' -update >/dev/null
 	$(GO) test ./cmd/kusaw -run TestCLIPageFresh -update >/dev/null
 	$(GO) test ./providers -run TestCapabilitiesPageFresh -update >/dev/null
+	$(GO) test ./record -run TestEventTypesPageFresh -update >/dev/null
 
 clean:
 	rm -rf bin

@@ -111,19 +111,20 @@ type RunRequest struct {
 	MaxBudgetUSD float64
 }
 
-// Event types emitted while parsing a stream.
+// Event types emitted while parsing a stream: record's (its event table
+// says what each carries and who may write it).
 const (
-	EventInit   = "provider.init"
-	EventTool   = "provider.tool"
-	EventText   = "provider.text"
-	EventResult = "provider.result"
-	EventRetry  = "provider.retry" // the CLI retries a failed API call
+	EventInit   = record.EvProviderInit
+	EventTool   = record.EvProviderTool
+	EventText   = record.EvProviderText
+	EventResult = record.EvProviderResult
+	EventRetry  = record.EvProviderRetry // the CLI retries a failed API call
 	// EventUsage carries the running totals while the agent works (per
 	// message, before the result): what limits are checked against.
-	EventUsage = "provider.usage"
+	EventUsage = record.EvProviderUsage
 	// EventThinking is one finished thinking phase (Cursor), its deltas
 	// folded into one text.
-	EventThinking = "provider.thinking"
+	EventThinking = record.EvProviderThinking
 )
 
 // Event is one parsed stream event, ready to be written as an attempt event.

@@ -1,8 +1,12 @@
 package record
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
-// Event types (docs/architecture.md, "The life of an attempt").
+// Event types (docs/architecture.md, "The life of an attempt"). Each has a
+// row in EventTypes (eventtypes.go): who may write it, whether it seals.
 const (
 	EvRunStarted      = "run.started"
 	EvRunFinished     = "run.finished"
@@ -84,18 +88,48 @@ type Event struct {
 	Data    map[string]any `json:"data,omitempty"`
 }
 
-// Checkpoint reports whether an event of this type changes a run's or an
-// attempt's state: its log is sealed at once after it, rather than within
-// chainlog's seal interval, so the state a record claims is never unsigned.
-// The frequent events (provider output, egress refusals) wait for the
-// interval.
-func Checkpoint(typ string) bool {
-	switch typ {
-	case EvRunStarted, EvRunFinished, EvStepStarted, EvStepFinished, EvAttemptStarted, EvAttemptFinished,
-		EvProcessStarted, EvProcessExited, EvCommitted, EvBranchAdvanced, EvCancelRequested, EvEgressSummary,
-		EvHeadsMoved, EvGroupMerged, EvCandidatesSelected, EvGateWaiting, EvGateApproved, EvGateRejected,
-		EvClusterClaimed, EvClusterReattached:
-		return true
+// Readers take an event's data through these rather than by type
+// assertion: a number is an int or int64 in the process that emitted the
+// event and a float64 (or json.Number) once it went through JSON, so an
+// assertion such as Data["of"].(int) fails silently on one of the paths.
+
+// Str is data key k as a string: "" when absent or not a string.
+func (ev Event) Str(k string) string {
+	s, _ := ev.Data[k].(string)
+	return s
+}
+
+// Int is data key k as an integer, whichever way it arrived; ok is false
+// when it is absent or not a number.
+func (ev Event) Int(k string) (int64, bool) { return number(ev.Data[k]) }
+
+// Bool is data key k as a bool: false when absent or not a bool.
+func (ev Event) Bool(k string) bool {
+	b, _ := ev.Data[k].(bool)
+	return b
+}
+
+// number reads a JSON or Go number as an int64.
+func number(v any) (int64, bool) {
+	switch x := v.(type) {
+	case int:
+		return int64(x), true
+	case int64:
+		return x, true
+	case int32:
+		return int64(x), true
+	case uint64:
+		return int64(x), true
+	case uint32:
+		return int64(x), true
+	case float64:
+		return int64(x), true
+	case json.Number:
+		if n, err := x.Int64(); err == nil {
+			return n, true
+		}
+		f, err := x.Float64()
+		return int64(f), err == nil
 	}
-	return false
+	return 0, false
 }

@@ -169,14 +169,8 @@ func field(m map[string]any, key string) any {
 }
 
 func num(v any) int64 {
-	switch x := v.(type) {
-	case float64:
-		return int64(x)
-	case json.Number:
-		n, _ := x.Int64()
-		return n
-	}
-	return 0
+	n, _ := number(v)
+	return n
 }
 
 // IsSandboxReason reports the refusals that mean "this machine cannot run

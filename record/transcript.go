@@ -10,7 +10,7 @@ import (
 )
 
 // Provider event types: an agent's stream as the providers package writes
-// it into the attempt's events (providers.Event* carry the same names).
+// it into the attempt's events (providers.Event* are these).
 const (
 	EvProviderInit     = "provider.init"
 	EvProviderText     = "provider.text"

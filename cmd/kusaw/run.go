@@ -254,8 +254,8 @@ func (p *progress) event(ev record.Event) {
 		p.pipeline = fmt.Sprint(ev.Data["pipeline"])
 	case record.EvAttemptStarted:
 		p.step, p.attempt, p.astart = ev.Step, ev.Attempt, time.Now()
-		if of, ok := ev.Data["of"].(int); ok {
-			p.of = of
+		if of, ok := ev.Int("of"); ok {
+			p.of = int(of)
 		}
 	}
 	p.latest = ev.Type + latestDetail(ev)
@@ -266,7 +266,7 @@ func (p *progress) event(ev record.Event) {
 	case record.EvAttemptStarted:
 		line = fmt.Sprintf("%s: attempt %d/%v started (sandbox %v)", ev.Step, ev.Attempt, ev.Data["of"], ev.Data["mode"])
 	case record.EvAttemptFinished:
-		line = fmt.Sprintf("%s: attempt %d %s in %s", ev.Step, ev.Attempt, p.paint(ev.Data["outcome"]), msDur(ev.Data["duration_ms"]))
+		line = fmt.Sprintf("%s: attempt %d %s in %s", ev.Step, ev.Attempt, p.paint(ev.Data["outcome"]), msDur(ev))
 		if r, ok := ev.Data["reason"]; ok {
 			line += fmt.Sprintf(" (%v: %v)", r, ev.Data["message"])
 		}
@@ -331,14 +331,12 @@ func latestDetail(ev record.Event) string {
 	return b.String()
 }
 
-func msDur(v any) string {
-	switch x := v.(type) {
-	case int64:
-		return fmtDur(time.Duration(x) * time.Millisecond)
-	case float64:
-		return fmtDur(time.Duration(x) * time.Millisecond)
+// msDur is an event's duration_ms as a duration.
+func msDur(ev record.Event) string {
+	if ms, ok := ev.Int("duration_ms"); ok {
+		return fmtDur(time.Duration(ms) * time.Millisecond)
 	}
-	return fmt.Sprint(v)
+	return fmt.Sprint(ev.Data["duration_ms"])
 }
 
 // summary renders an event's data as a few key=value pairs.

@@ -51,3 +51,30 @@ func TestProgressPlainAndJSON(t *testing.T) {
 		}
 	}
 }
+
+// An event's numbers are ints in the process that emitted it and float64
+// once they went through JSON (kusaw run following serve): progress reads
+// both the same.
+func TestProgressNumbersEitherWay(t *testing.T) {
+	evs := []record.Event{
+		{Seq: 1, TS: time.Now(), Run: "r1", Step: "a", Attempt: 2, Type: record.EvAttemptStarted, Data: map[string]any{"attempt": 2, "of": 3, "mode": "off"}},
+		{Seq: 2, TS: time.Now(), Run: "r1", Step: "a", Attempt: 2, Type: record.EvAttemptFinished, Data: map[string]any{"outcome": "passed", "duration_ms": 1500}},
+	}
+	for _, viaJSON := range []bool{false, true} {
+		var out bytes.Buffer
+		p := newProgress(&out, false)
+		for _, ev := range evs {
+			if viaJSON {
+				b, _ := json.Marshal(ev)
+				ev = record.Event{}
+				if err := json.Unmarshal(b, &ev); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p.event(ev)
+		}
+		if p.of != 3 || !strings.Contains(out.String(), "a: attempt 2 passed in 1.5s") {
+			t.Errorf("through JSON %v: of %d, output:\n%s", viaJSON, p.of, out.String())
+		}
+	}
+}

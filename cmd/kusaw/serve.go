@@ -248,7 +248,7 @@ func addRefusal(lines []string, ev record.Event) []string {
 	if len(lines) >= 20 {
 		return lines
 	}
-	detail, _ := ev.Data["detail"].(string)
+	detail := ev.Str("detail")
 	if detail == "" {
 		detail = fmt.Sprint(ev.Data["reason"])
 	}
@@ -258,13 +258,10 @@ func addRefusal(lines []string, ev record.Event) []string {
 // normalizeEvent turns JSON numbers that were ints in-process back into
 // ints, so the progress lines read the same either way.
 func normalizeEvent(ev record.Event) record.Event {
-	for _, k := range []string{"of", "attempts", "attempt", "exit_code", "port", "pid"} {
-		if f, ok := ev.Data[k].(float64); ok {
-			ev.Data[k] = int(f)
+	for _, k := range []string{"of", "attempts", "attempt", "exit_code", "port", "pid", "duration_ms"} {
+		if n, ok := ev.Int(k); ok {
+			ev.Data[k] = n
 		}
-	}
-	if f, ok := ev.Data["duration_ms"].(float64); ok {
-		ev.Data["duration_ms"] = int64(f)
 	}
 	return ev
 }

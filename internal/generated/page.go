@@ -4,6 +4,7 @@ package generated
 
 import (
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -22,5 +23,34 @@ func CheckPage(t testing.TB, path, want string, update bool) {
 	}
 	if string(got) != want {
 		t.Fatalf("%s is stale: run make docs", path)
+	}
+}
+
+// CheckSection is CheckPage for a generated part of a hand-written page:
+// the lines between "<!-- begin NAME -->" and "<!-- end NAME -->" in the
+// file at path must be want; with update they are rewritten first.
+func CheckSection(t testing.TB, path, name, want string, update bool) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	begin, end := "<!-- begin "+name+" -->\n", "<!-- end "+name+" -->"
+	page := string(b)
+	i := strings.Index(page, begin)
+	j := strings.Index(page, end)
+	if i < 0 || j < i {
+		t.Fatalf("%s: no %q ... %q markers around the generated %s", path, strings.TrimSpace(begin), end, name)
+	}
+	i += len(begin)
+	if update {
+		page = page[:i] + want + page[j:]
+		j = i + len(want)
+		if err := os.WriteFile(path, []byte(page), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if page[i:j] != want {
+		t.Fatalf("%s: its %s are stale: run make docs", path, name)
 	}
 }
