@@ -75,7 +75,7 @@ func (d *Dispatcher) Run(ctx context.Context, spec *record.AttemptSpec, job reco
 	defer func() { d.dropWork(ctx, a.workSeq) }()
 	d.o.Metrics.queued(spec.Pool, 1)
 	a.queued = true
-	job.Emit("cluster.dispatched", map[string]any{"pool": spec.Pool})
+	job.Emit(record.EvClusterDispatched, map[string]any{"pool": spec.Pool})
 	return a.wait()
 }
 
@@ -138,6 +138,7 @@ type waiting struct {
 	token   uint64
 	started bool // the worker's process.started was seen
 	claimed bool
+	refused map[string]bool // event types of the worker's refused (fromWorker)
 	// work is the attempt's work message and workSeq its sequence in
 	// the work stream (none when re-attached): offered again when a
 	// worker that may not take the pool claimed it.
@@ -164,7 +165,7 @@ func (a *waiting) refuseClaim(worker string, tok uint64) {
 	ctx := context.WithoutCancel(a.ctx)
 	why := fmt.Sprintf("worker %s may not take pool %s (its join token does not allow it)", worker, a.spec.Pool)
 	a.d.recordFenced(cluster.Result{Attempt: a.spec.ID, Worker: worker, Token: tok}, why)
-	a.job.Emit("cluster.fenced", map[string]any{"worker": worker, "token": tok, "error": why})
+	a.job.Emit(record.EvClusterFenced, map[string]any{"worker": worker, "token": tok, "error": why})
 	if a.d.o.H.Claims.Purge(ctx, cluster.ClaimKey(a.spec.ID), jetstream.LastRevision(tok)) != nil || a.work == nil {
 		return
 	}
@@ -321,7 +322,7 @@ func (a *waiting) wait() record.RemoteResult {
 				_ = d.o.H.Revoke(context.WithoutCancel(ctx), spec.ID)
 				d.o.Metrics.lost()
 				msg := fmt.Sprintf("worker %s stopped answering for more than %s", a.holder.Worker, d.o.LostAfter)
-				job.Emit("cluster.lost", map[string]any{"worker": a.holder.Worker, "token": a.token})
+				job.Emit(record.EvClusterLost, map[string]any{"worker": a.holder.Worker, "token": a.token})
 				return record.RemoteResult{Lost: true, Worker: a.holder.Worker, Token: a.token, Message: msg}
 			}
 		}
@@ -338,7 +339,11 @@ func (a *waiting) event(m jetstream.Msg) {
 	if a.stale(ev.Worker, ev.Token) {
 		return // a stale holder's event: never written
 	}
-	if serveOnly(ev.Type) {
+	var streamSeq uint64
+	if meta, err := m.Metadata(); err == nil {
+		streamSeq = meta.Sequence.Stream
+	}
+	if !a.fromWorker(ev, streamSeq) {
 		return // serve writes its own, about its own branches and verdicts
 	}
 	if ev.Type == record.EvProcessStarted && !a.started && !a.published.IsZero() {
@@ -350,8 +355,8 @@ func (a *waiting) event(m jetstream.Msg) {
 		data = map[string]any{}
 	}
 	data["worker"] = ev.Worker
-	if meta, err := m.Metadata(); err == nil {
-		data["stream_seq"] = meta.Sequence.Stream
+	if streamSeq > 0 {
+		data["stream_seq"] = streamSeq
 	}
 	a.job.Emit(ev.Type, data)
 }
@@ -368,7 +373,7 @@ func (a *waiting) result(m jetstream.Msg) (record.RemoteResult, bool) {
 			why = fmt.Sprintf("worker %s may not take pool %s", r.Worker, a.spec.Pool)
 		}
 		a.d.recordFenced(r, why)
-		a.job.Emit("cluster.fenced", map[string]any{"worker": r.Worker, "token": r.Token})
+		a.job.Emit(record.EvClusterFenced, map[string]any{"worker": r.Worker, "token": r.Token})
 		return record.RemoteResult{}, false
 	}
 	ctx := context.WithoutCancel(a.ctx)
@@ -502,7 +507,7 @@ func (d *Dispatcher) putBundle(ctx context.Context, spec *record.AttemptSpec, jo
 		return "", fmt.Errorf("repo %s: cannot store its bundle: %v", n.Repo, err)
 	}
 	d.o.Metrics.bundle("out", size)
-	job.Emit("cluster.bundle", map[string]any{"repo": n.Repo, "commit": n.Commit, "bytes": size, "against": len(have), "full": len(have) == 0})
+	job.Emit(record.EvClusterBundle, map[string]any{"repo": n.Repo, "commit": n.Commit, "bytes": size, "against": len(have), "full": len(have) == 0})
 	return name, nil
 }
 
@@ -600,7 +605,7 @@ func (d *Dispatcher) fetchFile(ctx context.Context, spec *record.AttemptSpec, jo
 			f.Close()
 		}
 		if err != nil {
-			job.Emit("cluster.artifacts_refused", map[string]any{"worker": r.Worker, "error": err.Error()})
+			job.Emit(record.EvClusterArtifactsRefused, map[string]any{"worker": r.Worker, "error": err.Error()})
 		}
 		return nil
 	}

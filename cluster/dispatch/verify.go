@@ -101,22 +101,43 @@ func Proxied(spec *record.AttemptSpec) bool {
 	return spec.Mode == config.ModeRequired && spec.Network.Proxied()
 }
 
-// serveOnly reports whether an event type is serve's to write into a
-// remote attempt's sealed log, never a worker's: the attempt's start and
-// end, commits and branches on serve's repositories, serve's verdicts on
-// the cluster (claimed, lost, fenced, egress log verified, object
-// refused), and what belongs to the run (steps, gates, groups, fixes,
-// candidates, delivery, notices). A worker that sent one would put words
-// in serve's mouth in a record serve signs.
-func serveOnly(typ string) bool {
-	switch typ {
-	case record.EvAttemptStarted, record.EvAttemptFinished, record.EvCommitted:
+// maxRefusedTypes bounds the event types refused from one attempt's
+// worker that serve records (one event each): a worker that sends many
+// cannot fill serve's record with refusals.
+const maxRefusedTypes = 20
+
+// fromWorker decides whether serve writes an event a worker sent into the
+// remote attempt's sealed log: only the types the event table marks as a
+// worker's to send (record.WorkerMaySend), an allow list. Anything else
+// (the attempt's start and end, commits and branches on serve's
+// repositories, serve's verdicts on the cluster, what belongs to the run,
+// a type kusaw does not know) would put words in serve's mouth in a
+// record serve signs: it is not written, and the first time a type is
+// refused serve records that it was (cluster.event_refused), up to
+// maxRefusedTypes types per attempt.
+func (a *waiting) fromWorker(ev cluster.Event, streamSeq uint64) bool {
+	if record.WorkerMaySend(ev.Type) {
 		return true
 	}
-	for _, p := range []string{"cluster.", "run.", "step.", "branch.", "gate.", "group.", "fix.", "candidates.", "deliver.", "notify."} {
-		if strings.HasPrefix(typ, p) {
-			return true
-		}
+	if a.refused == nil {
+		a.refused = map[string]bool{}
 	}
+	typ := ev.Type
+	if len(typ) > 64 {
+		typ = typ[:64] + "…"
+	}
+	if a.refused[typ] || len(a.refused) >= maxRefusedTypes {
+		return false
+	}
+	a.refused[typ] = true
+	why := "serve's own"
+	if _, known := record.LookupEventType(ev.Type); !known {
+		why = "unknown"
+	}
+	data := map[string]any{"worker": ev.Worker, "type": typ, "why": why}
+	if streamSeq > 0 {
+		data["stream_seq"] = streamSeq // a re-attaching serve goes on after it
+	}
+	a.job.Emit(record.EvClusterEventRefused, data)
 	return false
 }

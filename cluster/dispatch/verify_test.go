@@ -1,11 +1,13 @@
 package dispatch
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/kusaw/kusaw/cluster"
+	"github.com/kusaw/kusaw/record"
 )
 
 // A result without a digest for an object it names is a mismatch, like a
@@ -50,5 +52,35 @@ func TestPlaceNewNeverReplaces(t *testing.T) {
 	}
 	if _, err := os.Stat(part); err == nil {
 		t.Error("the part file stayed")
+	}
+}
+
+// A worker that sends many types serve refuses gets each recorded once,
+// up to maxRefusedTypes, and none written; its own types pass.
+func TestFromWorkerRefusals(t *testing.T) {
+	var emitted []string
+	a := &waiting{job: record.RemoteJob{Emit: func(typ string, data map[string]any) {
+		if typ != record.EvClusterEventRefused || data["worker"] != "mallory" {
+			t.Errorf("emitted %s %v", typ, data)
+		}
+		emitted = append(emitted, data["type"].(string))
+	}}}
+	for i := 0; i < 3; i++ {
+		if a.fromWorker(cluster.Event{Worker: "mallory", Type: record.EvRunFinished}, 7) {
+			t.Error("run.finished from a worker written")
+		}
+	}
+	for i := 0; i < 2*maxRefusedTypes; i++ {
+		if a.fromWorker(cluster.Event{Worker: "mallory", Type: fmt.Sprintf("zzz.new%d", i)}, 8) {
+			t.Errorf("zzz.new%d from a worker written", i)
+		}
+	}
+	if len(emitted) != maxRefusedTypes || emitted[0] != record.EvRunFinished {
+		t.Errorf("refusals recorded: %v", emitted)
+	}
+	for _, typ := range []string{record.EvProcessStarted, record.EvProviderTool, record.EvEgressBlocked} {
+		if !a.fromWorker(cluster.Event{Worker: "mallory", Type: typ}, 9) {
+			t.Errorf("%s from a worker refused", typ)
+		}
 	}
 }

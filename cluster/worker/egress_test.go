@@ -240,10 +240,11 @@ func TestRemoteEgressLogMustVerify(t *testing.T) {
 
 // Attacker's side: the holder of an attempt streams events of the kinds
 // only serve writes (its verdict that an egress log verified, a claim, a
-// branch that moved, a gate approved, the step's end) into the attempt's
-// record, which serve seals with its own key. Serve writes none of them;
-// the twin: the same holder's process and provider events are written,
-// with its name.
+// branch that moved, a gate approved, the step's end) and of kinds kusaw
+// does not know into the attempt's record, which serve seals with its own
+// key. Serve writes none of them, and records each type it refused; the
+// twin: the same holder's process, provider and egress events are
+// written, with its name.
 func TestWorkerCannotForgeServeEvents(t *testing.T) {
 	r := startServe(t, madeArtifact, 30*time.Second)
 	m := r.scripted(t, "mallory")
@@ -265,14 +266,19 @@ func TestWorkerCannotForgeServeEvents(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	forged := []string{record.EvClusterEgressLog, record.EvClusterClaimed, record.EvClusterObjectRefused, "cluster.lost",
-		record.EvBranchAdvanced, record.EvHeadsMoved, record.EvGateApproved, record.EvStepFinished, record.EvRunFinished,
-		record.EvAttemptFinished, record.EvCommitted, record.EvDeliverPushed, record.EvFixFinished}
+	forged := []string{record.EvClusterEgressLog, record.EvClusterClaimed, record.EvClusterObjectRefused, record.EvClusterLost,
+		record.EvClusterEventRefused, record.EvBranchAdvanced, record.EvHeadsMoved, record.EvGateApproved, record.EvStepFinished,
+		record.EvRunFinished, record.EvAttemptFinished, record.EvCommitted, record.EvDeliverPushed, record.EvFixFinished,
+		// Types kusaw does not know, some in areas a worker writes.
+		"zzz.new", "cluster.claimed2", "process.exited_ok", "provider.verdict"}
 	for _, typ := range forged {
 		send(typ, map[string]any{"verified": true, "forged": "by-mallory"})
 	}
 	send(record.EvProcessStarted, map[string]any{"pid": 4242, "genuine": "yes"})
-	send("provider.text", map[string]any{"text": "working", "genuine": "yes"})
+	send(record.EvProviderText, map[string]any{"text": "working", "genuine": "yes"})
+	send(record.EvProviderTool, map[string]any{"name": "Bash", "genuine": "yes"})
+	send(record.EvEgressSummary, map[string]any{"hosts": []any{}, "genuine": "yes"})
+	send(record.EvProcessExited, map[string]any{"exit_code": 0, "genuine": "yes"})
 	res := cluster.Result{Heads: map[string]string{}, Bundles: map[string]string{}, Files: map[string]string{}, Digests: map[string]string{}}
 	m.report(ctx, spec, tok, res)
 	run := <-done
@@ -283,6 +289,25 @@ func TestWorkerCannotForgeServeEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	refused := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		var ev record.Event
+		if json.Unmarshal([]byte(line), &ev) == nil && ev.Type == record.EvClusterEventRefused && ev.Str("worker") == "mallory" {
+			refused[ev.Str("type")] = ev.Str("why")
+		}
+	}
+	for _, typ := range forged {
+		want := "serve's own"
+		if _, known := record.LookupEventType(typ); !known {
+			want = "unknown"
+		}
+		if refused[typ] != want {
+			t.Errorf("%s: refusal recorded as %q, want %q", typ, refused[typ], want)
+		}
+	}
+	if len(refused) != len(forged) {
+		t.Errorf("%d types recorded as refused, want %d: %v", len(refused), len(forged), refused)
+	}
 	genuine := 0
 	for _, line := range strings.Split(string(b), "\n") {
 		if strings.Contains(line, "by-mallory") {
@@ -292,7 +317,7 @@ func TestWorkerCannotForgeServeEvents(t *testing.T) {
 			genuine++
 		}
 	}
-	if genuine != 2 {
-		t.Errorf("%d of the holder's own events written, want 2:\n%s", genuine, b)
+	if genuine != 5 {
+		t.Errorf("%d of the holder's own events written, want 5:\n%s", genuine, b)
 	}
 }

@@ -235,9 +235,11 @@ func (w *Worker) Get(key string) (string, error) {
 	return "", fmt.Errorf("secret %s: not on this worker and not given by serve", key)
 }
 
-// forward streams an engine event of a running attempt to serve.
+// forward streams an engine event of a running attempt to serve: only
+// the types a worker may send (the attempt's start and end, its commit
+// and branch are serve's to write, on serve's side; serve refuses them).
 func (w *Worker) forward(ev record.Event) {
-	if ev.Step == "" {
+	if ev.Step == "" || !record.WorkerMaySend(ev.Type) {
 		return
 	}
 	id := record.AttemptID(ev.Run, ev.Step, ev.Attempt)

@@ -168,6 +168,10 @@ func TestRunOnWorker(t *testing.T) {
 			t.Errorf("events lack %s:\n%s", want, ev)
 		}
 	}
+	// An honest worker sends only what a worker may: serve refuses none.
+	if strings.Contains(string(ev), `"type":"`+record.EvClusterEventRefused+`"`) {
+		t.Errorf("serve refused events of an honest worker:\n%s", ev)
+	}
 	// The secret is never in clear in serve's records or JetStream's store.
 	for _, root := range []string{run.Dir, r.srv.Dir} {
 		filepath.Walk(root, func(p string, info os.FileInfo, err error) error {
