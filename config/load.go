@@ -248,11 +248,13 @@ func (d *decoder) providers(f *Factory, n *yaml.Node) {
 			continue
 		}
 		pc := &ProviderConfig{}
-		for _, pf := range d.fields(fl.value, p, []string{"command", "args", "base_url", "api_key", "exit_grace"}) {
+		for _, pf := range d.fields(fl.value, p, []string{"command", "args", "base_url", "api_key", "exit_grace", "model"}) {
 			kp := join(p, pf.key)
 			switch pf.key {
 			case "command":
 				pc.Command = d.str(pf.value, kp)
+			case "model":
+				pc.Model = d.str(pf.value, kp)
 			case "exit_grace":
 				pc.ExitGrace = d.duration(pf.value, kp)
 			case "args":

@@ -180,6 +180,7 @@ func factorySchema() *schemaNode {
 		p("base_url", text("the upstream inject forwards to (an API gateway may replace the provider's own)")),
 		p("api_key", secretRefNode("the provider's API key, from the secret store (never written in the file)")),
 		p("exit_grace", duration("how long the agent may take to exit by itself after its result before kusaw stops it (default 5s)")),
+		p("model", text("the model the CLI runs (its --model), unless args name one; e.g. gpt-5-codex, gemini-2.5-pro, sonnet")),
 	)
 	providers := mapOf("overrides of the built-in agent providers, by name", "", provider)
 	providers.values = ProviderNames

@@ -46,7 +46,7 @@ const (
 
 // Schema values that are part of the file format.
 var (
-	ProviderNames = []string{"claude-code", "cursor"}
+	ProviderNames = []string{"claude-code", "codex", "cursor", "gemini"}
 	BuiltinNames  = []string{"checks", "diff"}
 	Capabilities  = []string{"sandbox", "network", "inject", "stream_events", "resume", "cost_reporting"}
 )
@@ -121,6 +121,8 @@ type ProviderConfig struct {
 	ExitGrace time.Duration
 	BaseURL   string
 	APIKey    *SecretRef
+	// Model is the CLI's model (its --model flag) unless args name one.
+	Model string
 }
 
 // EnvValue is a step environment value: a literal, or a reference to the

@@ -19,13 +19,13 @@ func mustGet(t *testing.T, name string) Provider {
 }
 
 func TestNamesAndDefault(t *testing.T) {
-	if got := Names(); !reflect.DeepEqual(got, []string{"claude-code", "cursor"}) {
+	if got := Names(); !reflect.DeepEqual(got, []string{"claude-code", "codex", "cursor", "gemini"}) {
 		t.Fatalf("Names() = %v", got)
 	}
 	if _, ok := Get(Default); !ok {
 		t.Fatalf("default provider %q missing", Default)
 	}
-	if _, ok := Get("codex"); ok {
+	if _, ok := Get("aider"); ok {
 		t.Fatal("unknown provider found")
 	}
 }

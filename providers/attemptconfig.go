@@ -28,6 +28,9 @@ const CursorConfigFile = "cli-config.json"
 // some fields of its file as it runs: those writes land in the copy. The
 // project state stays where it was (CURSOR_DATA_DIR).
 func (cursor) attemptConfig(dir string, in PrepareInput, home string, getenv func(string) string) ([]string, error) {
+	if !in.Sandboxed {
+		return nil, nil // the user's own settings work outside kusaw's sandbox
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}

@@ -142,24 +142,18 @@ func CapabilitiesOf(provider string, m Mode) Matrix {
 		add(CapInject, Supported, fmt.Sprintf("the proxy adds %s; the step sees %s=<local endpoint> and %s=%s; API keys only, not subscription logins", spec.Inject.Header, spec.Inject.BaseURLEnv, spec.Inject.KeyEnv, PlaceholderKey))
 	}
 
-	switch spec.Name {
-	case "claude-code":
-		add(CapStreamEvents, Supported, "init, tool_use/tool_result, text, per-message usage, API retries and result (turns, duration, usage, cost)")
-	default:
-		add(CapStreamEvents, Supported, "init, thinking (one event per phase), tool_call started/completed (MCP calls by their tool's name), text and result (duration, token usage); --stream-partial-output is refused")
-	}
+	add(CapStreamEvents, Supported, spec.Stream)
 
-	if m.FreshHome {
+	switch {
+	case m.FreshHome:
 		add(CapResume, NotSupported, "session files live in the fresh HOME, removed with the attempt's temp folder")
-	} else {
-		add(CapResume, Supported, "session files stay in the CLI's login folders; the result records the session id")
+	case spec.Resume == "":
+		add(CapResume, NotSupported, "the CLI cannot continue a session headless")
+	default:
+		add(CapResume, Supported, "session files stay in the CLI's login folders; the result records the session id; continue_session: "+spec.Resume)
 	}
 
-	if spec.Name == "claude-code" {
-		add(CapCostReporting, Supported, "total_cost_usd, usage and modelUsage (per model) from the result; per-message usage while it runs")
-	} else {
-		add(CapCostReporting, Partial, "token usage (input, output, cache read and write) from the result; no cost in USD and nothing while it runs, so limits.cost_usd is refused")
-	}
+	add(CapCostReporting, spec.Cost, spec.CostNote)
 	return mx
 }
 

@@ -66,6 +66,10 @@ var claudeSpec = Spec{
 	SandboxOffArgs: []string{"--settings", `{"sandbox":{"enabled":false}}`},
 	Install:        "npm install -g @anthropic-ai/claude-code (or Anthropic's native installer), then `claude` once to sign in",
 	Recognize:      func(line string) bool { return strings.Contains(line, "Claude Code") },
+	Stream:         "init, tool_use/tool_result, text, per-message usage, API retries and result (turns, duration, usage, cost)",
+	Cost:           Supported,
+	CostNote:       "total_cost_usd, usage and modelUsage (per model) from the result; per-message usage while it runs",
+	Resume:         "--resume SESSION_ID (the previous attempt's session)",
 }
 
 func (claudeCode) Spec() Spec { return claudeSpec }
@@ -78,6 +82,7 @@ func (c claudeCode) Probe(ctx context.Context, command string) (Probe, error) {
 // because the stream could no longer be parsed.
 var claudeManaged = map[string]string{
 	"-p": "", "--print": "", "--output-format": "", "--input-format": "",
+	"--resume": "", "-r": "", "--continue": "", "-c": "",
 }
 
 // Claude Code's permission modes (claude --help, 2.1.x).
@@ -138,6 +143,12 @@ func (claudeCode) Argv(req RunRequest) ([]string, error) {
 	}
 	if settings != "" {
 		argv = append(argv, "--settings", settings)
+	}
+	if req.Model != "" && !hasFlag(user, "--model") {
+		argv = append(argv, "--model", req.Model)
+	}
+	if req.Resume != "" {
+		argv = append(argv, "--resume", req.Resume)
 	}
 	argv = append(argv, user...)
 	argv = append(argv, "--", req.Prompt)

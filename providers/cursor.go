@@ -70,6 +70,10 @@ var cursorSpec = Spec{
 	Install:        "install Cursor's CLI (`agent`; older releases call it cursor-agent) and run `agent login`, or create a Cursor API key",
 	// Cursor's CLI versions are dated builds: 2025.11.25-abc1234.
 	Recognize: func(s string) bool { return cursorVersionRE().MatchString(s) },
+	Stream:    "init, thinking (one event per phase), tool_call started/completed (MCP calls by their tool's name), text and result (duration, token usage); --stream-partial-output is refused",
+	Cost:      Partial,
+	CostNote:  "token usage (input, output, cache read and write) from the result; no cost in USD and nothing while it runs, so limits.cost_usd is refused",
+	Resume:    "--resume CHAT_ID",
 }
 
 // cursorDataDir is where the CLI keeps project state: CURSOR_DATA_DIR,
@@ -97,6 +101,7 @@ var cursorManaged = map[string]bool{
 	// Each chunk would become its own event and the text would be
 	// recorded twice (chunks, then the whole message).
 	"--stream-partial-output": true,
+	"--resume":                true, // continue_session decides
 }
 
 // Argv builds `agent -p --output-format stream-json --force --trust ...`.
@@ -139,6 +144,9 @@ func (cursor) Argv(req RunRequest) ([]string, error) {
 			continue
 		}
 		argv = append(argv, a)
+	}
+	if req.Resume != "" {
+		argv = append(argv, "--resume", req.Resume)
 	}
 	return append(argv, "--", req.Prompt), nil
 }

@@ -98,7 +98,7 @@ func TestFakeScenarios(t *testing.T) {
 	}
 	for _, prov := range []struct {
 		name, cmd, keyEnv string
-	}{{"claude-code", f.Claude, "ANTHROPIC_API_KEY=k"}, {"cursor", f.Cursor, "CURSOR_API_KEY=k"}} {
+	}{{"claude-code", f.Claude, "ANTHROPIC_API_KEY=k"}, {"cursor", f.Cursor, "CURSOR_API_KEY=k"}, {"codex", f.Codex, "OPENAI_API_KEY=k"}, {"gemini", f.Gemini, "GEMINI_API_KEY=k"}} {
 		p := mustGet(t, prov.name)
 		for _, sandboxed := range []bool{false, true} {
 			for _, tc := range tests {
@@ -108,6 +108,7 @@ func TestFakeScenarios(t *testing.T) {
 					t.Fatal(err)
 				}
 				env := append(p.Env(req), prov.keyEnv, "FAKE_AGENT_SCENARIO="+tc.scenario)
+				env = append(env, geminiKeySettings(t, p, req)...)
 				r := runAgent(t, p, argv, t.TempDir(), env...)
 				if r.code != tc.code {
 					t.Errorf("%s sandboxed=%v %s: exit %d, want %d; stderr %q", prov.name, sandboxed, tc.scenario, r.code, tc.code, r.stderr)
@@ -132,13 +133,14 @@ func TestFakeEditFile(t *testing.T) {
 	f := buildFakes(t)
 	for _, prov := range []struct {
 		name, cmd, keyEnv string
-	}{{"claude-code", f.Claude, "ANTHROPIC_API_KEY=k"}, {"cursor", f.Cursor, "CURSOR_API_KEY=k"}} {
+	}{{"claude-code", f.Claude, "ANTHROPIC_API_KEY=k"}, {"cursor", f.Cursor, "CURSOR_API_KEY=k"}, {"codex", f.Codex, "OPENAI_API_KEY=k"}, {"gemini", f.Gemini, "GEMINI_API_KEY=k"}} {
 		p := mustGet(t, prov.name)
 		for _, sandboxed := range []bool{false, true} {
 			dir := t.TempDir()
 			req := RunRequest{Command: prov.cmd, Prompt: "write the plan", Sandboxed: sandboxed}
 			argv, _ := p.Argv(req)
 			env := append(p.Env(req), prov.keyEnv, "FAKE_AGENT_SCENARIO=edit_file", "FAKE_AGENT_FILE=PLAN.md", "FAKE_AGENT_CONTENT=# plan\n")
+			env = append(env, geminiKeySettings(t, p, req)...)
 			r := runAgent(t, p, argv, dir, env...)
 			if o, reason := p.Outcome(r.res, r.code); o != status.OutcomePassed {
 				t.Fatalf("%s: %s %s; stderr %q", prov.name, o, reason, r.stderr)
@@ -147,7 +149,8 @@ func TestFakeEditFile(t *testing.T) {
 			if err != nil || string(b) != "# plan\n" {
 				t.Fatalf("%s sandboxed=%v: file not written: %q %v", prov.name, sandboxed, b, err)
 			}
-			want := map[string]string{"claude-code": "init,text,tool,tool,text,result", "cursor": "init,thinking,text,tool,tool,text,result"}[prov.name]
+			want := map[string]string{"claude-code": "init,text,tool,tool,text,result", "cursor": "init,thinking,text,tool,tool,text,result",
+				"codex": "init,tool,text,result", "gemini": "init,tool,tool,text,result"}[prov.name]
 			if r.res.Tools != 1 || types(r.events) != want {
 				t.Fatalf("%s: tools %d events %s", prov.name, r.res.Tools, types(r.events))
 			}
@@ -210,15 +213,22 @@ func TestFakesAcceptKusawArgv(t *testing.T) {
 	for _, name := range Names() {
 		p := mustGet(t, name)
 		for _, req := range reqs {
-			req.Command = map[string]string{"claude-code": f.Claude, "cursor": f.CursorAgent}[name]
-			if name == "cursor" {
+			req.Command = map[string]string{"claude-code": f.Claude, "cursor": f.CursorAgent, "codex": f.Codex, "gemini": f.Gemini}[name]
+			switch name {
+			case "cursor":
 				req.Args = nil
+			case "codex":
+				req.Args, req.UserSettings = []string{"-c", `model_reasoning_effort="high"`}, ""
+				req.Model, req.BaseURL = "gpt-fake-1", "http://127.0.0.1:9/v1"
+			case "gemini":
+				req.Args, req.UserSettings, req.Model = nil, "", "gemini-2.5-flash"
 			}
 			argv, err := p.Argv(req)
 			if err != nil {
 				t.Fatal(err)
 			}
-			env := append(p.Env(req), "ANTHROPIC_API_KEY=k", "CURSOR_API_KEY=k", "FAKE_AGENT_ARGV_FILE="+argvFile)
+			env := append(p.Env(req), "ANTHROPIC_API_KEY=k", "CURSOR_API_KEY=k", "OPENAI_API_KEY=k", "GEMINI_API_KEY=k", "FAKE_AGENT_ARGV_FILE="+argvFile)
+			env = append(env, geminiKeySettings(t, p, req)...)
 			r := runAgent(t, p, argv, t.TempDir(), env...)
 			if o, reason := p.Outcome(r.res, r.code); o != status.OutcomePassed {
 				t.Fatalf("%s rejected %q: %s %s: %s", name, argv, o, reason, r.stderr)
@@ -226,7 +236,7 @@ func TestFakesAcceptKusawArgv(t *testing.T) {
 			var got []string
 			b, _ := os.ReadFile(argvFile)
 			json.Unmarshal(b, &got)
-			if len(got) == 0 || got[len(got)-1] != req.Prompt {
+			if last := got[len(got)-1]; len(got) == 0 || last != req.Prompt && last != "--prompt="+req.Prompt {
 				t.Fatalf("%s: prompt not passed intact: %q", name, got)
 			}
 			if !strings.Contains(withoutUsage(r.events)[1].Data["text"].(string), strings.SplitN(req.Prompt, "\n", 2)[0]) && name == "claude-code" {
@@ -515,4 +525,19 @@ func TestFakeNewScenarios(t *testing.T) {
 	if n := strings.Count(types(r.events), "text"); n < 3 {
 		t.Errorf("the fake's partial output: %d text events", n)
 	}
+}
+
+// geminiKeySettings gives a gemini run the system settings kusaw writes
+// (the gemini-api-key auth type), as Prepare would; nothing for others.
+func geminiKeySettings(t *testing.T, p Provider, req RunRequest) []string {
+	t.Helper()
+	c, ok := p.(configurer)
+	if !ok || p.Name() != "gemini" {
+		return nil
+	}
+	env, err := c.attemptConfig(t.TempDir(), PrepareInput{Sandboxed: req.Sandboxed, StepEnv: []string{"GEMINI_API_KEY"}}, t.TempDir(), func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env
 }

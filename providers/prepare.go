@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 
 	"github.com/kusaw/kusaw/status"
 )
@@ -29,6 +31,19 @@ type PrepareInput struct {
 	// MaxTurns and MaxBudgetUSD: see RunRequest.
 	MaxTurns     int
 	MaxBudgetUSD float64
+	// Model is providers.<name>.model ("" = the CLI's default).
+	Model string
+	// BaseURL is providers.<name>.base_url (the inject upstream, or
+	// where the CLI goes when kusaw does not inject).
+	BaseURL string
+	// Resume is the session id continue_session carries from the run's
+	// previous attempt of the step ("" = a new session).
+	Resume string
+	// ExpandsArgv says the caller runs ExpandArgv on Prepared.Argv with
+	// the process's final env before it starts it. Without it a provider
+	// whose argv needs a value known only then (Codex's base URL under
+	// inject) is refused with a clear message.
+	ExpandsArgv bool
 }
 
 // Prepared is everything needed to start the process.
@@ -62,7 +77,7 @@ func Prepare(ctx context.Context, in PrepareInput) (Prepared, error) {
 	p, ok := Get(name)
 	if !ok {
 		return Prepared{}, &status.Error{Reason: status.ReasonProviderMissing,
-			Msg: fmt.Sprintf("step %s: unknown provider %q", stepName(in.Step), name), Fix: "use one of: claude-code, cursor"}
+			Msg: fmt.Sprintf("step %s: unknown provider %q", stepName(in.Step), name), Fix: "use one of: " + strings.Join(Names(), ", ")}
 	}
 	var out Prepared
 	out.Token = NeedsToken(name, in.Step, in.FreshHome, in.Inject)
@@ -75,7 +90,16 @@ func Prepare(ctx context.Context, in PrepareInput) (Prepared, error) {
 	}
 	out.Probe = pr
 	req := RunRequest{Command: pr.Path, Args: in.Args, Prompt: in.Prompt, ExtraDirs: in.ExtraDirs, Sandboxed: in.Sandboxed, Network: in.Network,
-		MaxTurns: in.MaxTurns, MaxBudgetUSD: in.MaxBudgetUSD}
+		MaxTurns: in.MaxTurns, MaxBudgetUSD: in.MaxBudgetUSD, Model: in.Model, Resume: in.Resume}
+	spec := p.Spec()
+	switch {
+	case in.Inject && spec.Inject != nil:
+		req.BaseURLFromEnv = true
+	case in.BaseURL != "":
+		req.BaseURL = in.BaseURL
+	case spec.Env.BaseURL != "" && setsEnv(in.StepEnv, spec.Env.BaseURL):
+		req.BaseURLFromEnv = true
+	}
 	if in.Sandboxed {
 		// The folder of a PATH symlink (~/.local/bin) may be hidden in the
 		// sandbox; the binary itself is in ReadPaths.
@@ -87,15 +111,22 @@ func Prepare(ctx context.Context, in PrepareInput) (Prepared, error) {
 		return Prepared{}, &status.Error{Reason: status.ReasonStepStartFailed, Msg: fmt.Sprintf("step %s: %v", stepName(in.Step), err),
 			Fix: fmt.Sprintf("fix steps.%s or providers.%s.args as the message says", stepName(in.Step), name)}
 	}
+	if !in.ExpandsArgv && slices.ContainsFunc(out.Argv, func(a string) bool { return strings.Contains(a, envRefOpen) }) {
+		return Prepared{}, &status.Error{Reason: status.ReasonStepStartFailed,
+			Msg: fmt.Sprintf("step %s: %s takes its base URL in its arguments, and this executor cannot pass the one known only at start (%s)", stepName(in.Step), name, spec.Env.BaseURL),
+			Fix: fmt.Sprintf("set providers.%s.base_url instead of %s in the step's env, or run without sandbox.egress.inject for this step", name, spec.Env.BaseURL)}
+	}
 	out.Env = p.Env(req)
-	if c, ok := p.(configurer); ok && in.Sandboxed && in.ConfigDir != "" {
+	if c, ok := p.(configurer); ok && in.ConfigDir != "" {
 		home, _ := os.UserHomeDir()
 		env, err := c.attemptConfig(in.ConfigDir, in, home, os.Getenv)
 		if err != nil {
 			return Prepared{}, &status.Error{Reason: status.ReasonStepStartFailed, Msg: fmt.Sprintf("step %s: %s settings: %v", stepName(in.Step), name, err),
 				Fix: "check that the state folder is writable"}
 		}
-		out.Env, out.ConfigDir = append(out.Env, env...), in.ConfigDir
+		if len(env) > 0 {
+			out.Env, out.ConfigDir = append(out.Env, env...), in.ConfigDir
+		}
 	}
 	if !in.FreshHome {
 		for _, lp := range pr.LoginPaths {
@@ -105,4 +136,14 @@ func Prepare(ctx context.Context, in PrepareInput) (Prepared, error) {
 		}
 	}
 	return out, nil
+}
+
+// setsEnv reports whether a step env list (NAME or NAME=value) sets name.
+func setsEnv(stepEnv []string, name string) bool {
+	for _, e := range stepEnv {
+		if n, _, _ := strings.Cut(e, "="); n == name {
+			return true
+		}
+	}
+	return false
 }

@@ -2,8 +2,10 @@ package providers
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"sort"
+	"strings"
 
 	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/status"
@@ -66,6 +68,15 @@ type Spec struct {
 	// Recognize tells this CLI's --version line from another program's
 	// of the same name (nil: any).
 	Recognize func(versionLine string) bool
+	// Stream says what its stream becomes (the capability page's
+	// stream_events note).
+	Stream string
+	// Cost is how far the result reports cost and usage, and what.
+	Cost     Level
+	CostNote string
+	// Resume says how the CLI continues a session (continue_session);
+	// empty when it cannot.
+	Resume string
 }
 
 // EnvNames are the environment variables a provider's CLI reads.
@@ -109,6 +120,77 @@ type RunRequest struct {
 	// --max-budget-usd); 0: none.
 	MaxTurns     int
 	MaxBudgetUSD float64
+	// Model is providers.<name>.model: the CLI's model flag, when set
+	// and the user's args name none.
+	Model string
+	// BaseURL is providers.<name>.base_url when the proxy does not
+	// inject: where a CLI that takes its base URL in argv (Codex) goes.
+	BaseURL string
+	// BaseURLFromEnv says the CLI's base URL is only known when the
+	// process starts: the proxy's inject endpoint, or the step's own env
+	// (Spec.Env.BaseURL). Argv then holds EnvRef markers that ExpandArgv
+	// fills in from the final environment.
+	BaseURLFromEnv bool
+	// Resume is the session id the run continues (continue_session);
+	// empty: a new session.
+	Resume string
+}
+
+// baseURL is the base URL a CLI that takes it in argv should use: a
+// marker for the env when it is only known at start, else BaseURL.
+func (req RunRequest) baseURL(envName string) string {
+	if req.BaseURLFromEnv && envName != "" {
+		return EnvRef(envName)
+	}
+	return req.BaseURL
+}
+
+// envRefOpen starts an EnvRef marker. A NUL byte cannot be part of a
+// real argument (checkPrompt and the args checks refuse it), so a marker
+// is never mistaken for text the user wrote.
+const envRefOpen = "\x00env:"
+
+// EnvRef is a marker in an argv element for the value of env var name at
+// the process's start.
+func EnvRef(name string) string { return envRefOpen + name + "\x00" }
+
+// ExpandArgv replaces the EnvRef markers in argv with values from lookup
+// (the process's final environment: the step's env and the egress
+// lease's). A marker whose variable is unset is an error naming it.
+func ExpandArgv(argv []string, lookup func(string) (string, bool)) ([]string, error) {
+	var out []string
+	for i, a := range argv {
+		if !strings.Contains(a, envRefOpen) {
+			continue
+		}
+		if out == nil {
+			out = append([]string(nil), argv...)
+		}
+		var b strings.Builder
+		rest := a
+		for {
+			before, after, ok := strings.Cut(rest, envRefOpen)
+			b.WriteString(before)
+			if !ok {
+				break
+			}
+			name, tail, ok := strings.Cut(after, "\x00")
+			if !ok {
+				return nil, fmt.Errorf("argument %d: an unterminated env marker", i)
+			}
+			v, set := lookup(name)
+			if !set || v == "" {
+				return nil, fmt.Errorf("the agent's base URL comes from %s, which is not set when it starts", name)
+			}
+			b.WriteString(v)
+			rest = tail
+		}
+		out[i] = b.String()
+	}
+	if out == nil {
+		return argv, nil
+	}
+	return out, nil
 }
 
 // Event types emitted while parsing a stream: record's (its event table

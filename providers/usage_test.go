@@ -110,8 +110,14 @@ func TestCursorStreamDetails(t *testing.T) {
 }
 
 func TestMultipleResults(t *testing.T) {
-	one := `{"type":"result","subtype":"success","is_error":false,"result":"x"}` + "\n"
+	ones := map[string]string{
+		"claude-code": `{"type":"result","subtype":"success","is_error":false,"result":"x"}`,
+		"cursor":      `{"type":"result","subtype":"success","is_error":false,"result":"x"}`,
+		"codex":       `{"type":"turn.completed","usage":{"input_tokens":1,"output_tokens":1}}`,
+		"gemini":      `{"type":"result","status":"success","stats":{"input_tokens":1}}`,
+	}
 	for _, name := range Names() {
+		one := ones[name] + "\n"
 		res, _ := parse(t, name, one+one)
 		if res.Results != 2 {
 			t.Fatalf("%s: results %d", name, res.Results)

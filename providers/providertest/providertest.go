@@ -1,8 +1,9 @@
 // Package providertest gives tests the fake agent CLIs and a fake
 // Anthropic Messages API on loopback.
 //
-// Build compiles providers/internal/fakeclaude and fakecursor into a folder
-// as `claude`, `agent` and `cursor-agent`; point providers.<name>.command
+// Build compiles providers/internal/fakeclaude, fakecursor, fakecodex and
+// fakegemini into a folder as `claude`, `agent`, `cursor-agent`, `codex`
+// and `gemini`; point providers.<name>.command
 // at them (or put the folder first on PATH). They are steered through env
 // (FAKE_AGENT_SCENARIO and friends, see providers/internal/fakecli).
 package providertest
@@ -44,6 +45,8 @@ type Fakes struct {
 	Claude      string // behaves like `claude`
 	Cursor      string // behaves like `agent`
 	CursorAgent string // the same program under Cursor's older name
+	Codex       string // behaves like `codex`
+	Gemini      string // behaves like `gemini`
 }
 
 const pkg = "github.com/kusaw/kusaw/providers/internal/"
@@ -55,8 +58,9 @@ func Build(dir string) (Fakes, error) {
 	if _, err := exec.LookPath(goTool); err != nil {
 		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
 	}
-	f := Fakes{Dir: dir, Claude: filepath.Join(dir, "claude"), Cursor: filepath.Join(dir, "agent"), CursorAgent: filepath.Join(dir, "cursor-agent")}
-	for _, b := range []struct{ out, pkg string }{{f.Claude, pkg + "fakeclaude"}, {f.Cursor, pkg + "fakecursor"}} {
+	f := Fakes{Dir: dir, Claude: filepath.Join(dir, "claude"), Cursor: filepath.Join(dir, "agent"), CursorAgent: filepath.Join(dir, "cursor-agent"),
+		Codex: filepath.Join(dir, "codex"), Gemini: filepath.Join(dir, "gemini")}
+	for _, b := range []struct{ out, pkg string }{{f.Claude, pkg + "fakeclaude"}, {f.Cursor, pkg + "fakecursor"}, {f.Codex, pkg + "fakecodex"}, {f.Gemini, pkg + "fakegemini"}} {
 		cmd := exec.Command(goTool, "build", "-o", b.out, b.pkg)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
