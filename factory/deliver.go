@@ -58,7 +58,9 @@ func (e *Engine) deliver(ctx context.Context, rec *record.RunRecord, dl *config.
 	if rr == nil {
 		return fail("merge", fmt.Errorf("run %s has no run branch in repo %s", rec.ID, repoName))
 	}
-	expand := strings.NewReplacer("{run}", rec.ID, "{pipeline}", rec.Pipeline)
+	// A follow-up run delivers under its chain's first run: the same
+	// pushed branch, the same pull request.
+	expand := strings.NewReplacer("{run}", threadID(rec), "{pipeline}", rec.Pipeline)
 	plan := deliver.Plan{RunID: rec.ID, RepoPath: rr.Path, RunBranch: rr.Branch, Identity: kusawIdentity()}
 	if m := dl.Merge; m != nil {
 		changed, err := e.configChanged(ctx, rr)
@@ -82,7 +84,7 @@ func (e *Engine) deliver(ctx context.Context, rec *record.RunRecord, dl *config.
 		}
 		title := p.Title
 		if title == "" {
-			title = fmt.Sprintf("kusaw: %s run %s", rec.Pipeline, rec.ID)
+			title = fmt.Sprintf("kusaw: %s run %s", rec.Pipeline, threadID(rec))
 		}
 		body, err := e.pullBody(ctx, rec, rr, p.BodyFile)
 		if err != nil {
@@ -115,6 +117,10 @@ func (e *Engine) deliver(ctx context.Context, rec *record.RunRecord, dl *config.
 	out.State = record.DeliveryDone
 	return out
 }
+
+// SecretValue reads a {secret: KEY} from the factory's secret store (serve
+// checks webhook signatures and comments on the forge with it).
+func (e *Engine) SecretValue(ref *config.SecretRef) (string, error) { return e.secretValue(ref) }
 
 // secretValue reads a {secret: KEY} from the secret store.
 func (e *Engine) secretValue(ref *config.SecretRef) (string, error) {

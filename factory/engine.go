@@ -354,6 +354,10 @@ func (e *Engine) watchCancel(ctx context.Context, r *Run, cancel context.CancelC
 // uses, from each repo's base.
 func (e *Engine) createRunBranches(r *Run) error {
 	seen := map[string]bool{}
+	bases, err := e.continuedBases(r.Record)
+	if err != nil {
+		return err
+	}
 	for _, s := range r.steps {
 		for _, name := range e.F.ActiveRepos(s) {
 			if seen[name] {
@@ -366,11 +370,15 @@ func (e *Engine) createRunBranches(r *Run) error {
 				return fmt.Errorf("repo %s: %v", name, err)
 			}
 			dirty, _ := repo.DirtyPaths()
-			branch, sha, err := createOrReuseRunBranch(repo, r.Record.ID, cr.Base)
+			base := cr.Base
+			if b := bases[name]; b != "" {
+				base = b // a follow-up starts from the run it continues
+			}
+			branch, sha, err := createOrReuseRunBranch(repo, r.Record.ID, base)
 			if err != nil {
 				return fmt.Errorf("repo %s: %v", name, err)
 			}
-			r.Record.Repos = append(r.Record.Repos, record.RunRepo{Name: name, Path: repo.String(), Base: cr.Base, BaseSHA: sha, Branch: branch, HeadSHA: sha, Dirty: dirty})
+			r.Record.Repos = append(r.Record.Repos, record.RunRepo{Name: name, Path: repo.String(), Base: base, BaseSHA: sha, Branch: branch, HeadSHA: sha, Dirty: dirty})
 			if len(dirty) > 0 {
 				// The main checkout is never read or written: the run starts
 				// from the committed base and leaves these changes alone.

@@ -98,6 +98,13 @@ type RunRecord struct {
 	Delivery *Delivery `json:"delivery,omitempty"`
 	// Usage sums every attempt's usage; absent when none reported any.
 	Usage *Usage `json:"usage,omitempty"`
+	// Trigger is the forge event or schedule that started the run.
+	Trigger *Trigger `json:"trigger,omitempty"`
+	// Continues is the run whose branches this one started from (a
+	// follow-up after a review); Thread is the first run of that chain,
+	// whose pushed branch and pull request every follow-up updates.
+	Continues string `json:"continues,omitempty"`
+	Thread    string `json:"thread,omitempty"`
 }
 
 // WorktreeRecord is one worktree of an attempt.
