@@ -566,7 +566,7 @@ func CheckUpstreamProxyURL(s string) (msg, fix string) {
 }
 
 func (d *decoder) serve(f *Factory, n *yaml.Node) {
-	for _, fl := range d.fields(n, "serve", []string{"max_parallel", "listen", "resume", "cluster"}) {
+	for _, fl := range d.fields(n, "serve", []string{"max_parallel", "listen", "resume", "public_url", "cluster"}) {
 		kp := join("serve", fl.key)
 		switch fl.key {
 		case "max_parallel":
@@ -581,6 +581,9 @@ func (d *decoder) serve(f *Factory, n *yaml.Node) {
 			}
 		case "resume":
 			f.Serve.Resume = d.boolean(fl.value, kp)
+		case "public_url":
+			f.Serve.PublicURL = d.str(fl.value, kp)
+			d.checkURL(fl.value, kp, f.Serve.PublicURL)
 		case "cluster":
 			f.Serve.Cluster = d.cluster(f, fl.value, kp)
 		}

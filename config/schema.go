@@ -225,6 +225,7 @@ func factorySchema() *schemaNode {
 		p("max_parallel", integer("attempts at once, across runs and within a run's parallel groups and candidates; 0: the number of cores", intp(0), nil)),
 		p("listen", text("an extra TCP address host:port for the API and the web page (with a bearer token)")),
 		p("resume", boolean("after a crash, queue interrupted runs again from their first step that did not pass")),
+		p("public_url", text("where people reach serve's web page, e.g. https://kusaw.example.com: forge comments link to a run's page there")),
 		p("cluster", object("run attempts on workers (kusaw worker) over NATS JetStream; absent: serve runs everything itself",
 			p("listen", text("host:port the embedded NATS server listens on for workers (TLS with serve's own CA, enrolled keys only)")),
 			p("nats_url", &schemaNode{kind: kindText, desc: "an existing NATS cluster (nats:// or tls://, several comma-separated; always TLS) instead of the embedded server; not with listen", pattern: `^(nats|tls)://[^/]+`}),

@@ -234,6 +234,9 @@ type Serve struct {
 	MaxParallel int // 0: the number of cores
 	Listen      string
 	Resume      bool
+	// PublicURL is where people reach serve's web page (its links in forge
+	// comments); "" means no links.
+	PublicURL string
 	// Cluster is nil when serve runs everything itself (no serve.cluster).
 	Cluster *Cluster
 }

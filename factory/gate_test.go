@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -136,6 +137,9 @@ func TestNotifications(t *testing.T) {
 	recv := make(chan got, 10)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
+		if r.Header.Get("webhook-id") == "" || r.Header.Get("webhook-timestamp") == "" || !strings.HasPrefix(r.Header.Get("webhook-signature"), "v1,") && r.Header.Get(SignatureHeader) != "" {
+			t.Errorf("a notification without Standard Webhooks headers: %v", r.Header)
+		}
 		recv <- got{r.Header.Get(SignatureHeader), b}
 	}))
 	defer srv.Close()
@@ -219,4 +223,37 @@ func readEvents(t *testing.T, path string) []record.Event {
 		}
 	}
 	return out
+}
+
+// TestStandardWebhookSignature: a notification carries webhook-id,
+// webhook-timestamp and a v1 signature over id.timestamp.body that a
+// Standard Webhooks receiver checks; a whsec_ secret signs with its
+// decoded bytes; a replay keeps the id (receivers refuse it) and a
+// changed body no longer verifies.
+func TestStandardWebhookSignature(t *testing.T) {
+	body := []byte(`{"event":"run.finished"}`)
+	key := standardKey("whsec_" + base64.StdEncoding.EncodeToString([]byte("k3y")))
+	if string(key) != "k3y" {
+		t.Fatalf("whsec_ key decoded to %q", key)
+	}
+	now := time.Unix(1700000000, 0)
+	h := standardHeaders("msg_1", key, now, body)
+	verify := func(h http.Header, body []byte) bool {
+		m := hmac.New(sha256.New, []byte("k3y"))
+		m.Write([]byte(h.Get("webhook-id") + "." + h.Get("webhook-timestamp") + "."))
+		m.Write(body)
+		return h.Get("webhook-signature") == "v1,"+base64.StdEncoding.EncodeToString(m.Sum(nil))
+	}
+	if h.Get("webhook-id") != "msg_1" || h.Get("webhook-timestamp") != "1700000000" || !verify(h, body) {
+		t.Fatalf("headers %v do not verify", h)
+	}
+	if verify(h, []byte(`{"event":"run.waiting"}`)) {
+		t.Fatal("a changed body verified")
+	}
+	if got := standardHeaders("msg_1", nil, now, body); got.Get("webhook-signature") != "" || got.Get("webhook-id") != "msg_1" {
+		t.Fatalf("without a secret: %v", got)
+	}
+	if a, b := newMessageID(), newMessageID(); a == b || !strings.HasPrefix(a, "msg_") {
+		t.Fatalf("message ids %q %q", a, b)
+	}
 }

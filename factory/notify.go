@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -12,6 +14,8 @@ import (
 	"net/url"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -127,6 +131,7 @@ func (e *Engine) sendHook(r *Run, nt *notifier, h config.Notify, event string, b
 	defer firstDone()
 	where := safeURL(h.URL)
 	var sig string
+	var signKey []byte
 	if h.Secret != nil {
 		src, err := e.secretSource()
 		var key string
@@ -141,7 +146,9 @@ func (e *Engine) sendHook(r *Run, nt *notifier, h config.Notify, event string, b
 		m := hmac.New(sha256.New, []byte(key))
 		m.Write(body)
 		sig = "sha256=" + hex.EncodeToString(m.Sum(nil))
+		signKey = standardKey(key)
 	}
+	msgID := newMessageID()
 	limit := e.opts.NotifyFor
 	if limit <= 0 {
 		limit = defaultNotifyFor
@@ -153,7 +160,7 @@ func (e *Engine) sendHook(r *Run, nt *notifier, h config.Notify, event string, b
 	}
 	client := &http.Client{Timeout: notifyTimeout, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	for try := 1; ; try++ {
-		code, err := post(e.closing, client, h.URL, event, sig, body)
+		code, err := post(e.closing, client, h.URL, event, sig, standardHeaders(msgID, signKey, time.Now(), body), body)
 		data := map[string]any{"event": event, "url": where, "try": try}
 		if err == nil && code >= 200 && code < 300 {
 			data["status"] = code
@@ -183,7 +190,45 @@ func (e *Engine) sendHook(r *Run, nt *notifier, h config.Notify, event string, b
 	}
 }
 
-func post(ctx context.Context, c *http.Client, u, event, sig string, body []byte) (int, error) {
+// Standard Webhooks (standardwebhooks.com): the message id is the same on
+// every try, so a receiver refuses a replay or a repeat; the signature
+// covers id, timestamp and body. The body-only X-Kusaw-Signature stays
+// beside it for a release.
+
+// standardKey is the signing key of a secret: the bytes of a "whsec_"
+// base64 secret, else the secret's own bytes.
+func standardKey(secret string) []byte {
+	if b64, ok := strings.CutPrefix(secret, "whsec_"); ok {
+		if k, err := base64.StdEncoding.DecodeString(b64); err == nil {
+			return k
+		}
+	}
+	return []byte(secret)
+}
+
+func newMessageID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return "msg_" + hex.EncodeToString(b[:])
+}
+
+// standardHeaders are webhook-id, webhook-timestamp and (with a key)
+// webhook-signature for one try.
+func standardHeaders(id string, key []byte, now time.Time, body []byte) http.Header {
+	h := http.Header{}
+	ts := strconv.FormatInt(now.Unix(), 10)
+	h.Set("webhook-id", id)
+	h.Set("webhook-timestamp", ts)
+	if key != nil {
+		m := hmac.New(sha256.New, key)
+		m.Write([]byte(id + "." + ts + "."))
+		m.Write(body)
+		h.Set("webhook-signature", "v1,"+base64.StdEncoding.EncodeToString(m.Sum(nil)))
+	}
+	return h
+}
+
+func post(ctx context.Context, c *http.Client, u, event, sig string, std http.Header, body []byte) (int, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
 	if err != nil {
 		return 0, err
@@ -191,6 +236,9 @@ func post(ctx context.Context, c *http.Client, u, event, sig string, body []byte
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "kusaw")
 	req.Header.Set("X-Kusaw-Event", event)
+	for k, v := range std {
+		req.Header[k] = v
+	}
 	if sig != "" {
 		req.Header.Set(SignatureHeader, sig)
 	}

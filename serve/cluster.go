@@ -187,6 +187,7 @@ func (s *Server) apiMetrics(w http.ResponseWriter, r *http.Request) {
 	q, running := s.Counts()
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kusaw_runs_queued", Help: "Runs waiting in serve's queue."}, func() float64 { return float64(q) }))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kusaw_runs_running", Help: "Runs serve is running."}, func() float64 { return float64(running) }))
+	reg.MustRegister(s.intake.hooks)
 	gs := prometheus.Gatherers{reg}
 	if s.cl != nil {
 		gs = append(gs, s.cl.reg)

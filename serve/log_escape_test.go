@@ -20,7 +20,7 @@ import (
 func TestRequestLogEscapesThePath(t *testing.T) {
 	var buf bytes.Buffer
 	s := &Server{log: zerolog.New(zerolog.ConsoleWriter{Out: &buf, NoColor: true}).Level(zerolog.DebugLevel)}
-	h := s.logRequests(recoverJSON(s, requireToken("secret-token", http.NotFoundHandler())), true)
+	h := s.logRequests(recoverJSON(s, requireToken("secret-token", http.NotFoundHandler(), http.NewServeMux())), true)
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	conn, err := net.Dial("tcp", srv.Listener.Addr().String())

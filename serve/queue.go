@@ -44,6 +44,11 @@ type ServeOptions struct {
 	Log zerolog.Logger
 	// Limits of the API's listeners; zero fields take DefaultLimits.
 	Limits Limits
+	// Now is serve's clock for schedules and rate limits (tests); nil:
+	// time.Now. ScheduleTick is how often schedules are looked at
+	// (default 15s).
+	Now          func() time.Time
+	ScheduleTick time.Duration
 }
 
 // Server is kusaw serve: a queue of runs executed on one engine, and the
@@ -76,6 +81,7 @@ type Server struct {
 	lock     *factory.RunLock
 	fileSum  [32]byte      // the factory file serve loaded
 	cl       *serveCluster // serve.cluster: the embedded NATS server and the dispatcher
+	intake   *intake       // webhooks and schedules (intake.go)
 }
 
 // ErrFactoryChanged is returned by Submit when the factory file on disk is
@@ -111,6 +117,7 @@ func NewServer(f *config.Factory, opts ServeOptions) (*Server, error) {
 	}
 	s := &Server{F: f, opts: opts, log: opts.Log, running: map[string]*activeRun{}, waiting: map[string]bool{}, started: time.Now().UTC(), lock: l, bus: newBus(), fileSum: fileSum(f.Path)}
 	s.cond = sync.NewCond(&s.mu)
+	s.intake = newIntake(f.StateDir, opts.Now)
 	s.max = opts.MaxParallel
 	if s.max <= 0 {
 		s.max = f.Serve.MaxParallel
@@ -239,6 +246,13 @@ var ErrQueueFull = errors.New("the run queue is full")
 // Submit queues a run of a pipeline. Params become KUSAW_PARAM_<NAME> in
 // the environment of the run's steps.
 func (s *Server) Submit(pipeline string, params map[string]string) (*record.RunRecord, error) {
+	return s.SubmitRequest(factory.RunRequest{Pipeline: pipeline, Params: params})
+}
+
+// SubmitRequest queues a run with what intake knows of it (its trigger,
+// the run it continues).
+func (s *Server) SubmitRequest(req factory.RunRequest) (*record.RunRecord, error) {
+	pipeline, params := req.Pipeline, req.Params
 	if err := factory.CheckParams(params); err != nil {
 		return nil, err
 	}
@@ -255,7 +269,7 @@ func (s *Server) Submit(pipeline string, params map[string]string) (*record.RunR
 		return nil, ErrQueueFull
 	}
 	s.mu.Unlock()
-	r, err := s.E.PrepareWithParams(pipeline, params)
+	r, err := s.E.PrepareRequest(factory.RunRequest{Pipeline: pipeline, Params: params, Trigger: req.Trigger, Continues: req.Continues})
 	if err != nil {
 		return nil, err
 	}
@@ -345,6 +359,7 @@ func (s *Server) dispatch(ctx context.Context) {
 			s.E.Execute(rctx, r)
 			cancel(nil)
 			s.log.Info().Str("run", id).Str("state", string(r.Record.State)).Dur("duration", time.Since(start)).Msg("run finished")
+			s.runEnded(r.Record)
 			s.mu.Lock()
 			delete(s.running, id)
 			delete(s.waiting, id)
