@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kusaw/kusaw/attempt"
 	"github.com/kusaw/kusaw/config"
 	"github.com/kusaw/kusaw/deliver"
 	"github.com/kusaw/kusaw/record"
@@ -204,7 +205,7 @@ func (e *Engine) Deliver(ctx context.Context, id string) (*record.Delivery, erro
 		return nil, fmt.Errorf("run %s is held by another kusaw; try again when it is done", rec.ID)
 	}
 	defer l.Unlock()
-	r := &Run{Record: rec, Dir: dir, e: e, lock: l, redact: &redactor{}}
+	r := &Run{Record: rec, Dir: dir, e: e, lock: l, redact: &attempt.Redactor{}}
 	r.events = e.openRunSink(r)
 	defer r.events.Close()
 	e.deliverRun(ctx, r)

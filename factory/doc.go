@@ -1,6 +1,8 @@
-// Package factory is the engine of one machine: runs, pipelines, attempts,
-// events and records, driven by kusaw run and by serve. It is the only
-// package that imports sandbox, egress, worktree and providers together.
+// Package factory is the engine of one machine: runs, pipelines,
+// scheduling, state, recovery, gates, notifications and delivery, driven
+// by kusaw run and by serve. Each attempt it resolves into a spec and
+// hands to an Executor: package attempt runs it here, the cluster's
+// dispatch (Options.Remote) on a worker.
 //
 // The engine:
 //

@@ -698,3 +698,19 @@ func writePlan(w io.Writer, raw json.RawMessage) {
 		fmt.Fprintf(w, "    note: %s\n", n)
 	}
 }
+
+func clip(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// providerNetwork is the network a provider plans for: audit is an
+// allowlist sandbox to it (the proxy is the only way out).
+func providerNetwork(n config.Network) string {
+	if n.Proxied() {
+		return string(config.NetworkAllowlist)
+	}
+	return string(n)
+}

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kusaw/kusaw/attempt"
 	"github.com/kusaw/kusaw/chainlog"
 	"github.com/kusaw/kusaw/internal/testkit"
 	"github.com/kusaw/kusaw/record"
@@ -186,8 +187,8 @@ steps:
 	}
 	adir := e.State.AttemptDir(r.ID(), "noisy", 1)
 	events, _ := os.ReadFile(filepath.Join(adir, record.EventsFile))
-	if n := strings.Count(string(events), `"type":"egress.blocked"`); n != maxBlockedEvents {
-		t.Errorf("%d egress.blocked events, want %d", n, maxBlockedEvents)
+	if n := strings.Count(string(events), `"type":"egress.blocked"`); n != attempt.MaxBlockedEvents {
+		t.Errorf("%d egress.blocked events, want %d", n, attempt.MaxBlockedEvents)
 	}
 	if !strings.Contains(string(events), `"blocked_not_shown":5`) {
 		t.Errorf("the summary does not count the refusals beyond the cap")

@@ -6,13 +6,13 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/kusaw/kusaw/attempt"
 	"github.com/kusaw/kusaw/chainlog"
 	"github.com/kusaw/kusaw/config"
 	"github.com/kusaw/kusaw/egress"
@@ -75,7 +75,7 @@ type Options struct {
 }
 
 // DefaultKillGrace is the time between SIGTERM and SIGKILL.
-const DefaultKillGrace = 10 * time.Second
+const DefaultKillGrace = attempt.DefaultKillGrace
 
 // Engine executes pipelines of one factory. It is safe for concurrent use:
 // serve runs several runs on one engine.
@@ -85,6 +85,8 @@ type Engine struct {
 	opts  Options
 
 	sbCheck     sandboxCheck
+	hostOnce    sync.Once
+	hostVal     *attempt.Host
 	proxyMu     sync.Mutex
 	ownProxy    *egress.Proxy
 	secretsOnce sync.Once
@@ -148,18 +150,15 @@ type Run struct {
 	e       *Engine
 	steps   []*config.Step
 	lock    *RunLock
-	events  *sink
-	redact  *redactor
+	events  *attempt.Sink
+	redact  *attempt.Redactor
 	mu      sync.Mutex
 	repos   map[string]*worktree.Repo
 	refused *status.Error // set when a required attempt was refused: sandbox unavailable
-	// tee also receives the processes' output (kusaw sandbox exec).
-	tee struct{ stdout, stderr io.Writer }
-	// extraAllow are allowlist entries of this run only (kusaw sandbox doctor).
-	extraAllow []config.AllowedHost
-	skipSetup  bool              // kusaw sandbox doctor's probe runs
-	resume     *resumePoint      // set by Engine.Resume: where a re-queued run continues
-	params     map[string]string // serve's submitted parameters: KUSAW_PARAM_<NAME> in each step
+	// exec is what kusaw sandbox exec or doctor asks of the run's attempt.
+	exec   execOptions
+	resume *resumePoint      // set by Engine.Resume: where a re-queued run continues
+	params map[string]string // serve's submitted parameters: KUSAW_PARAM_<NAME> in each step
 	// interrupted is set by Interrupt (serve shutting down): the canceled
 	// run and attempt are recorded interrupted, not canceled.
 	interrupted atomic.Bool
@@ -168,14 +167,6 @@ type Run struct {
 	notes       *notifier              // the run's webhook deliveries (notify.go)
 	// limits are the pipeline's (pipelines.<name>.limits), for the run.
 	limits *config.Limits
-	// transient: a worker's run of another machine's attempt (RunForeign).
-	// Its folder goes when the attempt ends and at the worker's restart,
-	// and serve keeps the records that count: its files are written
-	// without fsync, which would only slow the step's start.
-	transient bool
-	// unmade: repos whose run branch RunForeign left to be made together
-	// with the attempt's worktree (one git process for both branches).
-	unmade map[string]bool
 }
 
 // ID is the run's id.
@@ -257,7 +248,7 @@ func (e *Engine) prepareSteps(name string, steps []*config.Step) (*Run, error) {
 	for _, s := range steps {
 		rec.Steps = append(rec.Steps, record.StepResult{ID: s.ID})
 	}
-	r := &Run{Record: rec, Dir: dir, e: e, steps: steps, lock: l, redact: &redactor{}, limits: e.pipelineLimits(name)}
+	r := &Run{Record: rec, Dir: dir, e: e, steps: steps, lock: l, redact: &attempt.Redactor{}, limits: e.pipelineLimits(name)}
 	if err := writeJSON(filepath.Join(dir, record.RunFile), rec); err != nil {
 		l.Unlock()
 		return nil, err
@@ -472,8 +463,8 @@ func (r *Run) finish() {
 	}
 	r.closeNotes(notifyTimeout + time.Second)
 	if r.events != nil {
-		if r.events.Close() == nil && r.events.sealed.Line > 0 {
-			seal := r.events.sealed
+		if r.events.Close() == nil && r.events.Sealed().Line > 0 {
+			seal := r.events.Sealed()
 			r.Record.EventsSeal = &seal
 			r.save()
 		}
@@ -484,36 +475,13 @@ func (r *Run) finish() {
 }
 
 // openSink opens an events file.
-func (e *Engine) openSink(path, run, step string, attempt int, red *redactor) *sink {
-	return e.openSinkWith(path, red, logOptions(run, step, attempt, chainlog.KindEvents))
+func (e *Engine) openSink(path, run, step string, n int, red *attempt.Redactor) *attempt.Sink {
+	return attempt.OpenSink(path, e.opts.Key, attempt.LogOptions(run, step, n, chainlog.KindEvents), e.opts.OnEvent, red)
 }
 
-// attemptSink opens an attempt's events; a transient run's are sealed as
-// any, but fsynced only when closed.
-func (e *Engine) attemptSink(r *Run, path, step string, attempt int) *sink {
-	o := logOptions(r.ID(), step, attempt, chainlog.KindEvents)
-	if r.transient {
-		o.DeferOpenSync, o.SyncInterval = true, time.Hour
-	}
-	return e.openSinkWith(path, r.redact, o)
-}
-
-func (e *Engine) openSinkWith(path string, red *redactor, o chainlog.Options) *sink {
-	run, step, attempt := o.Binding.Run, o.Binding.Step, o.Binding.Attempt
-	s := &sink{run: run, step: step, attempt: attempt, emit: e.opts.OnEvent, redact: red}
-	// Open, not Create: a resumed run continues its run-level events file.
-	w, err := chainlog.Open(path, e.opts.Key, o)
-	if err != nil {
-		s.err = err
-		return s
-	}
-	s.log = w
-	return s
-}
-
-// logOptions are the options of a run's or an attempt's chained log.
-func logOptions(run, step string, attempt int, kind string) chainlog.Options {
-	return chainlog.Options{Binding: chainlog.Binding{Run: run, Step: step, Attempt: attempt, Kind: kind}, Perm: record.FileMode()}
+// continueSink opens an events file to go on writing it (attempt.ContinueSink).
+func (e *Engine) continueSink(path, run, step string, n int, red *attempt.Redactor) *attempt.Sink {
+	return attempt.ContinueSink(path, e.opts.Key, attempt.LogOptions(run, step, n, chainlog.KindEvents), e.opts.OnEvent, red)
 }
 
 func (e *Engine) secretSource() (SecretSource, error) {

@@ -4,17 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
-	"testing/iotest"
 	"time"
 
+	"github.com/kusaw/kusaw/attempt"
 	"github.com/kusaw/kusaw/internal/testkit"
 	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/sandbox"
@@ -114,7 +111,7 @@ steps:
 	if len(atts) != 2 || atts[0].ExitCode == nil || *atts[0].ExitCode != 4 {
 		t.Fatalf("the step did not get its secret: %+v", atts[0])
 	}
-	if atts[0].Processes[0].Env["TOKEN"] != secretRedacted || atts[0].Processes[0].Env["PLAIN"] != "visible" {
+	if atts[0].Processes[0].Env["TOKEN"] != attempt.SecretRedacted || atts[0].Processes[0].Env["PLAIN"] != "visible" {
 		t.Errorf("recorded env: %v", atts[0].Processes[0].Env)
 	}
 	out, _ := os.ReadFile(filepath.Join(e.State.AttemptDir(r.ID(), "leaky", 1), record.StdoutFile))
@@ -170,27 +167,6 @@ func grepTree(t *testing.T, dir, s string) []string {
 	return hits
 }
 
-func TestRedactorAcrossReads(t *testing.T) {
-	r := &redactor{}
-	r.Add("abcdefgh")
-	r.Add(`q"uote`)
-	r.Add("ab") // too short to redact: left alone
-	in := strings.Repeat("x", 100) + "abcdefgh" + strings.Repeat("y", 7) + `q"uote` + " ab abcdefg"
-	var out bytes.Buffer
-	// One byte per read: every possible split of a secret.
-	if err := r.copyRedacted(&out, iotest.OneByteReader(strings.NewReader(in))); err != nil {
-		t.Fatal(err)
-	}
-	want := strings.Repeat("x", 100) + "<secret>" + strings.Repeat("y", 7) + "<secret>" + " ab abcdefg"
-	if out.String() != want {
-		t.Errorf("got %q\nwant %q", out.String(), want)
-	}
-	// Inside JSON the escaped form is found too.
-	if got := r.String(`{"v":"q\"uote"}`); got != `{"v":"<secret>"}` {
-		t.Errorf("json form: %q", got)
-	}
-}
-
 func TestRunIDsSortByTime(t *testing.T) {
 	a := NewRunID(time.Date(2026, 11, 30, 3, 15, 0, 0, time.UTC))
 	b := NewRunID(time.Date(2026, 11, 30, 3, 15, 1, 0, time.UTC))
@@ -224,12 +200,20 @@ steps:
 	if err := e.createRunBranches(r); err != nil {
 		t.Fatal(err)
 	}
-	a := &attemptRun{e: e, f: e.F, run: r, step: r.steps[0], n: 1, dir: record.AttemptDir(r.Dir, "s", 1), wts: nil}
-	a.rec = &record.AttemptRecord{Run: r.ID(), Step: "s", Number: 1, Started: time.Now()}
-	a.wts, a.repos = map[string]*worktree.Worktree{}, map[string]*worktree.Repo{}
-	a.events = &sink{}
-	os.MkdirAll(a.dir, 0o755)
-	if err := a.createWorktrees(); err != nil {
+	// What the attempt records before it adds its worktree.
+	dir := record.AttemptDir(r.Dir, "s", 1)
+	rr := r.Record.Repos[0]
+	w := record.WorktreeRecord{Repo: "app", RepoPath: rr.Path, Path: filepath.Join(dir, record.WorktreesDir, "app"), Branch: worktree.AttemptBranch(r.ID(), "s", 1)}
+	repo, err := worktree.OpenRepo(rr.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wt, err := repo.AddAttempt(rr.Branch, w.Branch, w.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.GitDir, w.BaseSHA = wt.GitDir, wt.BaseSHA
+	if err := writeJSON(filepath.Join(dir, record.AttemptFile), &record.AttemptRecord{Run: r.ID(), Step: "s", Number: 1, Started: time.Now(), Worktrees: []record.WorktreeRecord{w}}); err != nil {
 		t.Fatal(err)
 	}
 	r.lock.Unlock()
@@ -254,25 +238,6 @@ steps:
 	}
 	if again, _ := OpenState(f.StateDir); len(again.Recovered) != 0 {
 		t.Errorf("recovered twice")
-	}
-}
-
-// The process group, signals and grace are tested in internal/proc; this
-// checks the engine hands its grace and redactor through.
-func TestRunProcessRedactsAndStops(t *testing.T) {
-	e := &Engine{opts: Options{KillGrace: 300 * time.Millisecond}}
-	red := &redactor{}
-	red.Add("s3cr3t-value")
-	var out, errb bytes.Buffer
-	res := e.runProcess(context.Background(), 0, exec.Command("sh", "-c", "echo token s3cr3t-value"), &out, &errb, nil, red)
-	if res.startErr != nil || res.exit != 0 || strings.Contains(out.String(), "s3cr3t") || !strings.Contains(out.String(), "token") {
-		t.Fatalf("result %+v, output %q", res, out.String())
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	res = e.runProcess(ctx, 0, exec.Command("sh", "-c", `trap "" TERM; while :; do sleep 0.05; done`), &out, &errb, nil, nil)
-	if res.signal != "killed" || !res.stopped {
-		t.Errorf("not killed after the engine's grace: %+v", res)
 	}
 }
 
@@ -368,57 +333,4 @@ steps:
 	if len(atts) != 1 || atts[0].Worktrees[0].BaseSHA != spec.Repos[0].Base {
 		t.Errorf("attempt did not start from the spec's base: %+v", atts)
 	}
-}
-
-// A complete line is passed on at once, not held back until EOF: an
-// agent's result line must reach the parser while the agent still runs.
-// A secret that spans lines is still caught across reads.
-func TestRedactorPassesCompleteLines(t *testing.T) {
-	r := &redactor{}
-	r.Add("a-long-secret-value-0123456789")
-	pr, pw := io.Pipe()
-	got := make(chan string, 1)
-	var out syncWriter
-	go func() { _ = r.copyRedacted(&out, pr); got <- out.String() }()
-	pw.Write([]byte(`{"type":"result","is_error":false}` + "\n"))
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.HasSuffix(out.String(), "}\n") && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if out.String() != `{"type":"result","is_error":false}`+"\n" {
-		t.Fatalf("the complete line was held back: %q", out.String())
-	}
-	pw.Write([]byte("a-long-secret-"))
-	pw.Write([]byte("value-0123456789 tail"))
-	pw.Close()
-	if s := <-got; strings.Contains(s, "0123456789") || !strings.HasSuffix(s, "<secret> tail") {
-		t.Fatalf("secret split across reads: %q", s)
-	}
-
-	m := &redactor{}
-	m.Add("line-one\nline-two")
-	var mo bytes.Buffer
-	if err := m.copyRedacted(&mo, iotest.OneByteReader(strings.NewReader("x line-one\nline-two y\n"))); err != nil {
-		t.Fatal(err)
-	}
-	if mo.String() != "x <secret> y\n" {
-		t.Fatalf("a secret spanning lines: %q", mo.String())
-	}
-}
-
-type syncWriter struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
 }

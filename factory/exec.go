@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kusaw/kusaw/attempt"
 	"github.com/kusaw/kusaw/config"
 	"github.com/kusaw/kusaw/internal/proc"
 	"github.com/kusaw/kusaw/record"
@@ -44,6 +45,13 @@ type ExecRequest struct {
 	// SkipSetup leaves the factory's setup commands out (doctor's probes
 	// need no npm ci).
 	SkipSetup bool
+}
+
+// execOptions are what kusaw sandbox exec and doctor ask of their run's
+// one attempt: the executor's options, and the setup left out.
+type execOptions struct {
+	attempt.Options
+	skipSetup bool
 }
 
 // ExecResult is how it ended.
@@ -91,8 +99,7 @@ func (e *Engine) Exec(ctx context.Context, req ExecRequest) (*ExecResult, error)
 	if err != nil {
 		return nil, err
 	}
-	r.tee.stdout, r.tee.stderr = req.Stdout, req.Stderr
-	r.extraAllow, r.skipSetup = req.ExtraAllow, req.SkipSetup
+	r.exec = execOptions{Options: attempt.Options{Stdout: req.Stdout, Stderr: req.Stderr, ExtraAllow: req.ExtraAllow}, skipSetup: req.SkipSetup}
 	e.Execute(ctx, r)
 	res.Run = r
 	var a record.AttemptRecord

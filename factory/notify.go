@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kusaw/kusaw/attempt"
 	"github.com/kusaw/kusaw/config"
 	"github.com/kusaw/kusaw/record"
 )
@@ -63,7 +64,7 @@ type notifier struct {
 	mu    sync.Mutex
 	first sync.WaitGroup // first tries, which the run's end waits for briefly
 	all   sync.WaitGroup // every delivery, before notify.jsonl is sealed
-	late  *sink          // notify.jsonl, opened on the first late outcome
+	late  *attempt.Sink  // notify.jsonl, opened on the first late outcome
 	open  bool           // the run's events take outcomes
 }
 

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kusaw/kusaw/attempt"
 	"github.com/kusaw/kusaw/config"
 	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/status"
@@ -24,21 +25,7 @@ import (
 // What to do next is decided in schedule.go; this file does it.
 
 // attemptOpts is what a shape asks of one attempt.
-type attemptOpts struct {
-	from     map[string]string // repo → branch the worktree starts from (default: the run branch)
-	keep     bool              // passing does not move the run branch (its work is merged or chosen later)
-	env      map[string]string // added to the process's environment and its record
-	readOnly []string          // paths the sandbox shows read-only
-	note     string            // added to an agent step's prompt
-	merge    map[string]string // repo → commit merged into the worktree before the step (resolve)
-	siblings []string          // branches of candidates running beside this one
-	handoff  string            // the previous attempt's handoff folder (in env, note and readOnly)
-	// candidates are a judge's: the passing candidates' commits, which
-	// the attempt exports where it runs (exportCandidates).
-	candidates []record.SpecCandidate
-	// role is a helper's part in the shape (fixer, judge, resolve).
-	role *record.AttemptRole
-}
+type attemptOpts = attempt.Shape
 
 // item is one pipeline item: the indexes of its steps in r.steps.
 type item struct {
@@ -282,7 +269,7 @@ func (e *Engine) runAttempts(ctx context.Context, r *Run, i int, keep bool) step
 		if k > 1 && r.runLimit() != nil {
 			break // the pipeline's limit: no further attempt (runItems says which)
 		}
-		opt := attemptOpts{from: from, keep: keep}
+		opt := attemptOpts{From: from, Keep: keep}
 		if prev != nil {
 			e.handoff(r, prev, &opt)
 		}
@@ -342,10 +329,10 @@ func (e *Engine) runFixer(ctx context.Context, r *Run, s *config.Step, failed *r
 		return nil
 	}
 	n := r.takeAttempt(fs.ID)
-	opt := attemptOpts{from: map[string]string{}, keep: true, role: record.FixerRole(s.ID, failed.Number)}
+	opt := attemptOpts{From: map[string]string{}, Keep: true, Role: record.FixerRole(s.ID, failed.Number)}
 	for _, w := range failed.Worktrees {
 		if w.HeadSHA != "" {
-			opt.from[w.Repo] = w.Branch
+			opt.From[w.Repo] = w.Branch
 		}
 	}
 	e.handoff(r, failed, &opt)
@@ -406,15 +393,15 @@ func (e *Engine) handoff(r *Run, prev *record.AttemptRecord, opt *attemptOpts) {
 		fmt.Fprintf(&summary, "%s=%s\n", strings.ToLower(k), facts[k])
 	}
 	_ = os.WriteFile(filepath.Join(dir, "outcome"), []byte(summary.String()), record.FileMode())
-	if opt.env == nil {
-		opt.env = map[string]string{}
+	if opt.Env == nil {
+		opt.Env = map[string]string{}
 	}
 	for k, v := range facts {
-		opt.env[envPrevious+k] = strings.ToValidUTF8(strings.ReplaceAll(v, "\x00", ""), "?")
+		opt.Env[envPrevious+k] = strings.ToValidUTF8(strings.ReplaceAll(v, "\x00", ""), "?")
 	}
-	opt.readOnly = append(opt.readOnly, dir)
-	opt.handoff = dir
-	opt.note = fmt.Sprintf("\n\n(kusaw: attempt %d of step %s ended %s: %s. Its outcome and the last lines of its output are in %s.)",
+	opt.ReadOnly = append(opt.ReadOnly, dir)
+	opt.Handoff = dir
+	opt.Note = fmt.Sprintf("\n\n(kusaw: attempt %d of step %s ended %s: %s. Its outcome and the last lines of its output are in %s.)",
 		prev.Number, prev.Step, describeFailure(prev), truncate(prev.Message, 500), dir)
 }
 
@@ -683,8 +670,8 @@ func (e *Engine) resolveMerge(ctx context.Context, r *Run, it item, member, repo
 		if berr = repo.SetBranch(base, "", ours); berr != nil {
 			return nil
 		}
-		opt := attemptOpts{keep: true, from: map[string]string{repoName: base}, merge: map[string]string{repoName: theirs},
-			env: map[string]string{record.EnvMergeConflicts: strings.Join(files, "\n")}, role: record.ResolveRole(it.group, member, repoName)}
+		opt := attemptOpts{Keep: true, From: map[string]string{repoName: base}, Merge: map[string]string{repoName: theirs},
+			Env: map[string]string{record.EnvMergeConflicts: strings.Join(files, "\n")}, Role: record.ResolveRole(it.group, member, repoName)}
 		return e.runAttempt(ctx, r, rs, n, n, opt)
 	})
 	if berr != nil {
@@ -700,78 +687,6 @@ func (e *Engine) resolveMerge(ctx context.Context, r *Run, it item, member, repo
 		}
 	}
 	return "", errors.New("the resolve step left no commit")
-}
-
-// startMerges merges the commits a resolve step is given into its
-// worktrees, leaving the conflicts for it to edit.
-func (a *attemptRun) startMerges() error {
-	for repo, theirs := range a.opt.merge {
-		wt := a.wts[repo]
-		if wt == nil {
-			return fmt.Errorf("step %s has no worktree of repo %s to resolve the merge in", a.step.ID, repo)
-		}
-		files, err := wt.StartMerge(theirs)
-		if err != nil {
-			return err
-		}
-		if len(files) > maxNamedFiles {
-			files = append(files[:maxNamedFiles:maxNamedFiles], fmt.Sprintf("… and %d more", len(files)-maxNamedFiles))
-		}
-		a.events.Emit(record.EvMergeConflict, map[string]any{"repo": repo, "merging": theirs, "files": files})
-	}
-	return nil
-}
-
-// Where a judge's attempt finds the candidates (its own folder).
-const (
-	candidatesDir = "candidates"
-	envCandidateN = "KUSAW_CANDIDATE_"
-	envCandidates = "KUSAW_CANDIDATES"
-)
-
-// exportCandidates writes each candidate a judge reads into a folder of
-// the attempt's own, from the repositories of the machine it runs on:
-// $KUSAW_CANDIDATE_<n> (a folder per repo when there are several),
-// readable only; KUSAW_CANDIDATES lists their numbers.
-func (a *attemptRun) exportCandidates() error {
-	if len(a.opt.candidates) == 0 {
-		return nil
-	}
-	env := map[string]string{}
-	for k, v := range a.opt.env {
-		env[k] = v
-	}
-	readOnly := slices.Clone(a.opt.readOnly)
-	var nums []string
-	for _, c := range a.opt.candidates {
-		d := filepath.Join(a.dir, candidatesDir, strconv.Itoa(c.Number))
-		if err := os.MkdirAll(d, record.DirMode()); err != nil {
-			return err
-		}
-		for repoName, head := range c.Heads {
-			rc := a.f.Repos[repoName]
-			if rc == nil {
-				return fmt.Errorf("candidate %d: repo %s is not on this machine", c.Number, repoName)
-			}
-			repo, err := a.run.openRepo(repoName, rc.Path)
-			if err != nil {
-				return fmt.Errorf("candidate %d: %v", c.Number, err)
-			}
-			out := d
-			if len(c.Heads) > 1 {
-				out = filepath.Join(d, repoName)
-			}
-			if err := repo.Export(head, out); err != nil {
-				return fmt.Errorf("candidate %d: %v", c.Number, err)
-			}
-		}
-		env[envCandidateN+strconv.Itoa(c.Number)] = d
-		readOnly = append(readOnly, d)
-		nums = append(nums, strconv.Itoa(c.Number))
-	}
-	env[envCandidates] = strings.Join(nums, " ")
-	a.opt.env, a.opt.readOnly = env, readOnly
-	return nil
 }
 
 // runCandidates runs a step's candidates at once from the same tip and
@@ -795,10 +710,10 @@ func (e *Engine) runCandidates(ctx context.Context, r *Run, i int) stepEnd {
 	for k := range nums {
 		go func() {
 			recs[k] = e.runAgainIfLost(cctx, r, s, nums[k], func(n int) *record.AttemptRecord {
-				opt := attemptOpts{keep: true, env: map[string]string{record.EnvCandidate: strconv.Itoa(k + 1)}}
+				opt := attemptOpts{Keep: true, Env: map[string]string{record.EnvCandidate: strconv.Itoa(k + 1)}}
 				for m := nums[0]; m <= last; m++ {
 					if m != n {
-						opt.siblings = append(opt.siblings, worktree.AttemptBranch(r.ID(), s.ID, m))
+						opt.Siblings = append(opt.Siblings, worktree.AttemptBranch(r.ID(), s.ID, m))
 					}
 				}
 				return e.runAttempt(cctx, r, s, n, max(n, nums[len(nums)-1]), opt)
@@ -902,13 +817,13 @@ func (e *Engine) runJudge(ctx context.Context, r *Run, s *config.Step, recs []*r
 	if js == nil {
 		return 0, "judge step " + s.Judge + " is not defined"
 	}
-	opt := attemptOpts{keep: true, role: record.JudgeRole(s.ID)}
+	opt := attemptOpts{Keep: true, Role: record.JudgeRole(s.ID)}
 	var passing []string
 	for k, a := range recs {
 		if !states[k].Passed {
 			continue
 		}
-		opt.candidates = append(opt.candidates, record.SpecCandidate{Number: k + 1, Heads: headsOf(a)})
+		opt.Candidates = append(opt.Candidates, record.SpecCandidate{Number: k + 1, Heads: headsOf(a)})
 		passing = append(passing, strconv.Itoa(k+1))
 	}
 	a := e.runAgainIfLost(ctx, r, js, r.takeAttempt(js.ID), func(n int) *record.AttemptRecord { return e.runAttempt(ctx, r, js, n, n, opt) })

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/kusaw/kusaw/attempt"
 	"github.com/kusaw/kusaw/config"
 	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/status"
@@ -74,29 +75,20 @@ func (e *Engine) reattach(ctx context.Context, r *Run, s *config.Step, n, of int
 	if err == nil && e.opts.Remote == nil {
 		err = errors.New("this serve runs no cluster")
 	}
+	job := e.job(r, s.ID, n)
 	if err != nil {
-		a := e.newAttempt(r, s, n, of, e.F)
-		a.rec.Worker, a.rec.Token = rec.Worker, rec.Token
-		a.events = e.continueSink(filepath.Join(dir, record.EventsFile), r.ID(), s.ID, n, r.redact)
+		a := attempt.Reopen(e.host(), e.partialSpec(r, s, n, of), job, nil)
+		a.Update(func(ar *record.AttemptRecord) { ar.Worker, ar.Token = rec.Worker, rec.Token })
 		// The infrastructure's failure, not the step's: it runs again.
-		a.setOutcome(status.OutcomeLost, status.ReasonLost, "serve restarted and cannot re-attach to the attempt: "+err.Error())
-		return a.finish()
+		a.SetOutcome(status.OutcomeLost, status.ReasonLost, "serve restarted and cannot re-attach to the attempt: "+err.Error())
+		return a.Finish()
 	}
-	f, st := spec.Factory(e.F.StateDir, e.hostRepos())
-	a := e.newAttempt(r, st, n, of, f)
-	a.spec = spec
-	if rec.Worktrees == nil {
-		rec.Worktrees = []record.WorktreeRecord{}
-	}
-	if rec.Processes == nil {
-		rec.Processes = []record.ProcessRecord{}
-	}
-	a.rec = &rec
-	a.events = e.continueSink(filepath.Join(dir, record.EventsFile), r.ID(), s.ID, n, r.redact)
-	a.events.Emit(record.EvClusterReattached, map[string]any{"worker": rec.Worker, "token": rec.Token})
-	return a.remote(ctx, func(job record.RemoteJob) record.RemoteResult {
+	a := attempt.Reopen(e.host(), spec, job, &rec)
+	a.Emit(record.EvClusterReattached, map[string]any{"worker": rec.Worker, "token": rec.Token})
+	x := &remoteExecutor{e: e, r: r, reattach: func(ctx context.Context, spec *record.AttemptSpec, job record.RemoteJob) record.RemoteResult {
 		return e.opts.Remote.Reattach(ctx, spec, job, rec.Worker, rec.Token)
-	})
+	}}
+	return x.Run(ctx, a)
 }
 
 // closeDetached ends a detached attempt nobody re-attaches to: its

@@ -1,7 +1,6 @@
 package factory
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kusaw/kusaw/chainlog"
+	"github.com/kusaw/kusaw/attempt"
 	"github.com/kusaw/kusaw/config"
 	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/status"
@@ -120,7 +119,7 @@ func (e *Engine) Resume(id string) (*Run, error) {
 	host, _ := os.Hostname()
 	rec.State, rec.Reason, rec.Message, rec.Fix, rec.Finished = status.RunQueued, "", "", "", nil
 	rec.Owner = &record.Owner{PID: os.Getpid(), Host: host, Start: processStart}
-	r := &Run{Record: rec, Dir: dir, e: e, steps: steps, lock: l, redact: &redactor{}, resume: p, params: loadParams(dir),
+	r := &Run{Record: rec, Dir: dir, e: e, steps: steps, lock: l, redact: &attempt.Redactor{}, resume: p, params: loadParams(dir),
 		limits: e.pipelineLimits(rec.Pipeline)}
 	if err := writeJSON(filepath.Join(dir, record.RunFile), rec); err != nil {
 		l.Unlock()
@@ -168,18 +167,6 @@ func (e *Engine) Abandon(r *Run, st status.RunState, msg string) {
 // it stops with runs still running. The caller then cancels the context.
 func (r *Run) Interrupt() { r.interrupted.Store(true) }
 
-// ParamEnvPrefix names a run's parameters in its steps' environment.
-const ParamEnvPrefix = "KUSAW_PARAM_"
-
-// paramEnv adds the run's parameters to a process's environment and its
-// record (parameters are not secrets).
-func (r *Run) paramEnv(env, recorded map[string]string) {
-	for k, v := range r.params {
-		env[ParamEnvPrefix+k] = v
-		recorded[ParamEnvPrefix+k] = v
-	}
-}
-
 // CheckParams refuses parameter names that are not environment names and
 // oversized values.
 func CheckParams(p map[string]string) error {
@@ -213,45 +200,16 @@ func loadParams(dir string) map[string]string {
 // openRunSink opens a run's events file: a new chained log, or, for a run
 // that already has one (resumed, or ended from the queue after a restart),
 // the same log continued, its events numbered after the last.
-func (e *Engine) openRunSink(r *Run) *sink {
+func (e *Engine) openRunSink(r *Run) *attempt.Sink {
 	return e.continueSink(filepath.Join(r.Dir, record.EventsFile), r.ID(), "", 0, r.redact)
 }
-
-// continueSink opens an events file to go on writing it: a new chained
-// log, or the one there continued, its events numbered after the last (a
-// resumed run's, a re-attached attempt's).
-func (e *Engine) continueSink(path, run, step string, attempt int, red *redactor) *sink {
-	if _, err := os.Stat(path); err != nil {
-		return e.openSink(path, run, step, attempt, red)
-	}
-	s := &sink{run: run, step: step, attempt: attempt, emit: e.opts.OnEvent, redact: red}
-	if b, err := os.ReadFile(path); err == nil {
-		for _, line := range bytes.Split(b, []byte{'\n'}) {
-			var ev record.Event
-			if json.Unmarshal(line, &ev) == nil && ev.Type != "" && ev.Seq > s.seq {
-				s.seq = ev.Seq
-			}
-		}
-	}
-	w, err := chainlog.Open(path, e.opts.Key, logOptions(run, step, attempt, chainlog.KindEvents))
-	if err != nil {
-		s.err = err
-		return s
-	}
-	s.log = w
-	return s
-}
-
-// leaseNoteFile names, in an attempt folder, the temp folder of its lease
-// socket when the attempt folder's path was too long for a socket.
-const leaseNoteFile = "lease.path"
 
 // removeLeaseDirs removes what a dead proxy's lease left for an attempt:
 // the lease folder beside it, and the temp folder its note names (only a
 // kusaw-lease-* folder directly in a temp directory).
 func removeLeaseDirs(attemptDir string) {
 	os.RemoveAll(filepath.Join(attemptDir, "lease"))
-	note := filepath.Join(attemptDir, leaseNoteFile)
+	note := filepath.Join(attemptDir, record.LeaseNoteFile)
 	if b, err := os.ReadFile(note); err == nil {
 		p := filepath.Clean(strings.TrimSpace(string(b)))
 		if filepath.IsAbs(p) && strings.HasPrefix(filepath.Base(p), "kusaw-lease-") {

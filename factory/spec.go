@@ -31,7 +31,7 @@ func (e *Engine) AttemptSpec(r *Run, s *config.Step, n, of int) (*record.Attempt
 		d := r.Record.Started.Add(r.limits.Duration).UTC()
 		sp.Deadline = &d
 	}
-	if r.skipSetup {
+	if r.exec.skipSetup {
 		sp.Setup = nil
 	}
 	if len(r.params) > 0 {
@@ -61,7 +61,7 @@ func (e *Engine) AttemptSpec(r *Run, s *config.Step, n, of int) (*record.Attempt
 		}
 		base, from := rr.HeadSHA, rr.Branch
 		// A shape may start the attempt from another branch (a fixer's).
-		if b := r.attemptOpt(s.ID, n).from[name]; b != "" {
+		if b := r.attemptOpt(s.ID, n).From[name]; b != "" {
 			from = b
 		}
 		if repo, err := r.openRepo(name, rr.Path); err == nil {
@@ -106,11 +106,11 @@ func (e *Engine) AttemptSpec(r *Run, s *config.Step, n, of int) (*record.Attempt
 // a resolve's merge and a judge's candidates. The run-branch moves (keep)
 // stay with serve.
 func shapeSpec(sp *record.AttemptSpec, opt attemptOpts) {
-	if opt.handoff != "" {
+	if opt.Handoff != "" {
 		sp.Handoff = handoffSpec(opt)
 	}
-	for k, v := range opt.env {
-		if opt.handoff != "" && strings.HasPrefix(k, envPrevious) {
+	for k, v := range opt.Env {
+		if opt.Handoff != "" && strings.HasPrefix(k, envPrevious) {
 			continue // in the handoff
 		}
 		if sp.Env == nil {
@@ -118,11 +118,11 @@ func shapeSpec(sp *record.AttemptSpec, opt attemptOpts) {
 		}
 		sp.Env[k] = v
 	}
-	sp.Siblings = slices.Clone(opt.siblings)
-	if len(opt.merge) > 0 {
-		sp.Merge = maps.Clone(opt.merge)
+	sp.Siblings = slices.Clone(opt.Siblings)
+	if len(opt.Merge) > 0 {
+		sp.Merge = maps.Clone(opt.Merge)
 	}
-	sp.Candidates = slices.Clone(opt.candidates)
+	sp.Candidates = slices.Clone(opt.Candidates)
 }
 
 // specSecrets lists the secret-store keys an attempt may read.
@@ -169,53 +169,19 @@ func (e *Engine) hostRepos() map[string]string {
 // env and note with the folder's path made a placeholder.
 func handoffSpec(opt attemptOpts) *record.SpecHandoff {
 	h := &record.SpecHandoff{Files: map[string]string{}, Env: map[string]string{},
-		Note: strings.ReplaceAll(opt.note, opt.handoff, record.HandoffPlaceholder)}
-	entries, _ := os.ReadDir(opt.handoff)
+		Note: strings.ReplaceAll(opt.Note, opt.Handoff, record.HandoffPlaceholder)}
+	entries, _ := os.ReadDir(opt.Handoff)
 	for _, e := range entries {
 		if e.Type().IsRegular() {
-			if b, err := os.ReadFile(filepath.Join(opt.handoff, e.Name())); err == nil {
+			if b, err := os.ReadFile(filepath.Join(opt.Handoff, e.Name())); err == nil {
 				h.Files[e.Name()] = string(b)
 			}
 		}
 	}
-	for k, v := range opt.env {
+	for k, v := range opt.Env {
 		if strings.HasPrefix(k, envPrevious) {
-			h.Env[k] = strings.ReplaceAll(v, opt.handoff, record.HandoffPlaceholder)
+			h.Env[k] = strings.ReplaceAll(v, opt.Handoff, record.HandoffPlaceholder)
 		}
 	}
 	return h
-}
-
-// foreignOpts is a worker's attempt options from its spec: the handoff's
-// files written under dir (which stands in for the placeholder), and the
-// shape's env, sibling branches, merges and candidates as they are.
-func foreignOpts(spec *record.AttemptSpec, dir string) (attemptOpts, error) {
-	opt := attemptOpts{siblings: spec.Siblings, merge: spec.Merge, candidates: spec.Candidates}
-	if len(spec.Env) > 0 {
-		opt.env = maps.Clone(spec.Env)
-	}
-	h := spec.Handoff
-	if h == nil {
-		return opt, nil
-	}
-	if err := os.MkdirAll(dir, record.DirMode()); err != nil {
-		return attemptOpts{}, err
-	}
-	for name, body := range h.Files {
-		if name != filepath.Base(name) || name == "." || name == ".." {
-			continue // a name, never a path
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), record.FileMode()); err != nil {
-			return attemptOpts{}, err
-		}
-	}
-	opt.readOnly, opt.handoff = []string{dir}, dir
-	opt.note = strings.ReplaceAll(h.Note, record.HandoffPlaceholder, dir)
-	if opt.env == nil {
-		opt.env = map[string]string{}
-	}
-	for k, v := range h.Env {
-		opt.env[k] = strings.ReplaceAll(v, record.HandoffPlaceholder, dir)
-	}
-	return opt, nil
 }

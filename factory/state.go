@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kusaw/kusaw/attempt"
 	"github.com/kusaw/kusaw/chainlog"
 	"github.com/kusaw/kusaw/internal/proc"
 	"github.com/kusaw/kusaw/record"
@@ -359,7 +360,7 @@ func (s *State) interrupt(id string) error {
 	r.Finished = &now
 	os.Remove(filepath.Join(runDir, record.CancelFile))
 	// The events first: run.json then names their final seal.
-	seal, err := appendFinal(filepath.Join(runDir, record.EventsFile), key, logOptions(r.ID, "", 0, chainlog.KindEvents), record.Event{TS: now, Run: r.ID, Type: record.EvRunFinished,
+	seal, err := appendFinal(filepath.Join(runDir, record.EventsFile), key, attempt.LogOptions(r.ID, "", 0, chainlog.KindEvents), record.Event{TS: now, Run: r.ID, Type: record.EvRunFinished,
 		Data: map[string]any{"state": r.State, "reason": r.Reason, "message": r.Message, "fix": r.Fix, "recovered": true}})
 	if err == nil {
 		r.EventsSeal = &seal
@@ -393,15 +394,15 @@ func (s *State) closeAttempt(r *record.RunRecord, a *record.AttemptRecord, now t
 	}
 	for i := range a.Worktrees {
 		w := &a.Worktrees[i]
-		if err := removeWorktree(w); err != nil {
+		if err := attempt.RemoveWorktree(w); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	dir := s.AttemptDir(r.ID, a.Step, a.Number)
 	os.RemoveAll(filepath.Join(dir, record.TmpDir))
-	_, _ = appendFinal(filepath.Join(dir, record.EventsFile), key, logOptions(r.ID, a.Step, a.Number, chainlog.KindEvents), record.Event{TS: now, Run: r.ID, Step: a.Step, Attempt: a.Number, Type: record.EvAttemptFinished,
+	_, _ = appendFinal(filepath.Join(dir, record.EventsFile), key, attempt.LogOptions(r.ID, a.Step, a.Number, chainlog.KindEvents), record.Event{TS: now, Run: r.ID, Step: a.Step, Attempt: a.Number, Type: record.EvAttemptFinished,
 		Data: map[string]any{"outcome": status.OutcomeInterrupted, "reason": status.ReasonRunInterrupted, "message": a.Message, "recovered": true}})
-	closeRecovered(filepath.Join(dir, record.EgressLogFile), key, logOptions(r.ID, a.Step, a.Number, chainlog.KindEgress))
+	closeRecovered(filepath.Join(dir, record.EgressLogFile), key, attempt.LogOptions(r.ID, a.Step, a.Number, chainlog.KindEgress))
 	os.Remove(filepath.Join(dir, record.WorktreesDir)) // empty once its worktrees are gone
 	removeLeaseDirs(dir)
 	if err := writeJSON(filepath.Join(dir, record.AttemptFile), a); err != nil {
@@ -421,23 +422,6 @@ func (s *State) closeAttempt(r *record.RunRecord, a *record.AttemptRecord, now t
 // serve that died: unfinished, with the worker and token of its claim.
 func Detached(a *record.AttemptRecord) bool {
 	return a.Finished == nil && a.Worker != "" && a.Token != 0
-}
-
-// removeWorktree removes an attempt's worktree from its repository; the
-// branch stays.
-func removeWorktree(w *record.WorktreeRecord) error {
-	if w.Removed || w.Path == "" {
-		return nil
-	}
-	repo, err := worktree.OpenRepo(w.RepoPath)
-	if err != nil {
-		return err
-	}
-	if err := repo.RemoveWorktree(&worktree.Worktree{Repo: repo.String(), Path: w.Path, GitDir: w.GitDir, Branch: w.Branch, CommonDir: repo.CommonDir}); err != nil {
-		return err
-	}
-	w.Removed = true
-	return nil
 }
 
 func within(dir, p string) bool {

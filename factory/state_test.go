@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kusaw/kusaw/attempt"
 	"github.com/kusaw/kusaw/chainlog"
 	"github.com/kusaw/kusaw/config"
 	"github.com/kusaw/kusaw/internal/proc"
@@ -123,7 +124,7 @@ func TestRecoveryClosesEgressLog(t *testing.T) {
 	if err := writeJSON(filepath.Join(dir, record.AttemptFile), &record.AttemptRecord{Run: r.ID(), Step: "a", Number: 1, Started: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	opts := logOptions(r.ID(), "a", 1, chainlog.KindEgress)
+	opts := attempt.LogOptions(r.ID(), "a", 1, chainlog.KindEgress)
 	opts.SealEvery, opts.SealInterval = -1, -1
 	w, err := chainlog.Create(filepath.Join(dir, record.EgressLogFile), r.e.opts.Key, opts)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kusaw/kusaw/attempt"
 	"github.com/kusaw/kusaw/chainlog"
 	"github.com/kusaw/kusaw/internal/testkit"
 	"github.com/kusaw/kusaw/record"
@@ -26,7 +27,7 @@ steps:
 // fsync (they go with the attempt): they are whole all the same, the
 // events sealed and closed, attempt.json the attempt's final record, and
 // no temporary file is left beside them.
-func TestRunForeignRecordsWhole(t *testing.T) {
+func TestForeignAttemptRecordsWhole(t *testing.T) {
 	f := testkit.Factory(t, foreignYAML, "app")
 	fr := &shapeRemote{t: t, specs: map[string]*record.AttemptSpec{}}
 	e, err := New(f, Options{Kusaw: "/bin/false", Remote: fr})
@@ -51,10 +52,14 @@ func TestRunForeignRecordsWhole(t *testing.T) {
 	// The worker's own repository, holding serve's commits.
 	cache := filepath.Join(wf.Dir, "app")
 	testkit.GitRun(t, cache, "fetch", "-q", filepath.Join(f.Dir, "app"), "main")
-	rec, dir, err := w.RunForeign(context.Background(), spec, map[string]string{"app": cache})
+	// As a worker runs it: the local executor, on a job of its own.
+	job, err := attempt.ForeignJob(spec, map[string]string{"app": cache}, w.State.RunDir(spec.Run))
 	if err != nil {
 		t.Fatal(err)
 	}
+	host := *w.host()
+	host.Repos = map[string]string{"app": cache}
+	rec, dir := attempt.Run(context.Background(), &host, spec, job), job.Dir
 	if rec.Outcome != status.OutcomePassed || len(rec.Worktrees) != 1 || !rec.Worktrees[0].Changed {
 		t.Fatalf("foreign attempt: %s %s %+v", rec.Outcome, rec.Message, rec.Worktrees)
 	}

@@ -19,8 +19,9 @@ const (
 	ArtifactsDir  = "artifacts"
 	TmpDir        = "tmp"
 	WorktreesDir  = "worktrees"
-	ObjectsDir    = "objects"  // objects/<process>: each sandbox's private git objects, imported at commit
-	RefStoreDir   = "refstore" // refstore/<repo>: the sandbox's private refs/ and logs/ (Linux), the attempt branch taken from it at commit
+	ObjectsDir    = "objects"    // objects/<process>: each sandbox's private git objects, imported at commit
+	RefStoreDir   = "refstore"   // refstore/<repo>: the sandbox's private refs/ and logs/ (Linux), the attempt branch taken from it at commit
+	LeaseNoteFile = "lease.path" // the temp folder of the lease socket, when the attempt folder's path is too long for a socket
 	LockFile      = "lock"
 	CancelFile    = "cancel"
 	StepsDir      = "steps"

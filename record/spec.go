@@ -29,7 +29,7 @@ const SpecFile = "spec.json"
 // run it, and nothing that names a path on the machine that made it. The
 // factory runs a local attempt from this spec exactly as a worker runs a
 // remote one (docs/architecture.md, "The life of an attempt"); the running
-// form (processes, leases, open files) lives in factory only.
+// form (processes, leases, open files) lives in package attempt only.
 //
 // Secrets are references: env values name a secret-store key, inject
 // entries name theirs. The values never travel in a spec.

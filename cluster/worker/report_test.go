@@ -104,7 +104,7 @@ steps:
 			return true
 		}
 		var a record.AttemptRecord
-		b, err := os.ReadFile(filepath.Join(w.eng.State.RunDir(run), record.StepsDir, "nap", "1", record.AttemptFile))
+		b, err := os.ReadFile(filepath.Join(w.runDir(run), record.StepsDir, "nap", "1", record.AttemptFile))
 		return err == nil && json.Unmarshal(b, &a) == nil && len(a.Processes) > 0 && a.Processes[0].PID > 0
 	})
 	nc.Close()

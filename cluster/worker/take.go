@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kusaw/kusaw/attempt"
 	"github.com/kusaw/kusaw/cluster"
 	"github.com/kusaw/kusaw/internal/proc"
 	"github.com/kusaw/kusaw/record"
@@ -47,7 +48,7 @@ func (w *Worker) take(ctx context.Context, msg jetstream.Msg) {
 	defer w.holdWork(msg)()
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	a := &attempt{id: spec.ID, token: token, cancel: cancel}
+	a := &claimed{id: spec.ID, token: token, cancel: cancel}
 	w.mu.Lock()
 	w.running[spec.ID] = a
 	w.mu.Unlock()
@@ -117,7 +118,7 @@ func outcomeOf(r cluster.Result) string {
 
 // run fetches the attempt's secrets and code, runs it through the engine
 // and stores what it made.
-func (w *Worker) run(ctx context.Context, spec *record.AttemptSpec, work *cluster.Work, a *attempt) cluster.Result {
+func (w *Worker) run(ctx context.Context, spec *record.AttemptSpec, work *cluster.Work, a *claimed) cluster.Result {
 	fail := func(format string, args ...any) cluster.Result {
 		return cluster.Result{Error: fmt.Sprintf(format, args...)}
 	}
@@ -170,11 +171,15 @@ func (w *Worker) run(ctx context.Context, spec *record.AttemptSpec, work *cluste
 		w.holds(n.Repo, n.Commit)
 	}
 	w.enterRun(spec.Run)
-	rec, dir, err := w.eng.RunForeign(ctx, spec, repos)
+	job, err := attempt.ForeignJob(spec, repos, w.runDir(spec.Run))
 	if err != nil {
 		w.leaveRun(spec.Run, "")
 		return fail("%v", err)
 	}
+	host := *w.host
+	host.Repos = repos
+	rec := attempt.Run(ctx, &host, spec, job)
+	dir := job.Dir
 	// This attempt's folder only: other attempts of the same run (a
 	// parallel group, a re-dispatch) may run here at once. The run's
 	// folders go with its last attempt here.
@@ -337,7 +342,7 @@ func (w *Worker) leaveRun(run, dir string) {
 		return
 	}
 	delete(w.runs, run)
-	_ = os.RemoveAll(w.eng.State.RunDir(run))
+	_ = os.RemoveAll(w.runDir(run))
 }
 
 // importBundle fetches object obj and imports it into the cache repo,

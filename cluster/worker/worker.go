@@ -18,9 +18,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kusaw/kusaw/attempt"
 	"github.com/kusaw/kusaw/cluster"
 	"github.com/kusaw/kusaw/config"
-	"github.com/kusaw/kusaw/factory"
+	"github.com/kusaw/kusaw/egress"
+	"github.com/kusaw/kusaw/internal/proc"
 	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/secretstore"
 	"github.com/nats-io/nats.go"
@@ -63,11 +65,14 @@ type Worker struct {
 	id      *cluster.Identity
 	nc      *nats.Conn
 	h       *cluster.Handles
-	eng     *factory.Engine
+	host    *attempt.Host // this machine, for the attempts it runs
 	started time.Time
 
+	proxyMu sync.Mutex
+	proxy   *egress.Proxy // started on the first attempt that needs one
+
 	mu      sync.Mutex
-	running map[string]*attempt // by attempt id
+	running map[string]*claimed // by attempt id
 	runs    map[string]int      // attempts running here, by run
 	have    map[string][]string // repo → commits the cache holds, latest first
 	repoMu  map[string]*sync.Mutex
@@ -75,7 +80,8 @@ type Worker struct {
 	lost    chan struct{}   // closed when the connection drops (connLost makes a new one)
 }
 
-type attempt struct {
+// claimed is an attempt this worker holds the claim of.
+type claimed struct {
 	id      string
 	token   uint64
 	secrets map[string]string
@@ -160,14 +166,10 @@ func New(ctx context.Context, o Options) (*Worker, error) {
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
 	}
-	w := &Worker{o: o, id: id, started: time.Now().UTC(), running: map[string]*attempt{}, runs: map[string]int{}, have: map[string][]string{}, repoMu: map[string]*sync.Mutex{},
+	w := &Worker{o: o, id: id, started: time.Now().UTC(), running: map[string]*claimed{}, runs: map[string]int{}, have: map[string][]string{}, repoMu: map[string]*sync.Mutex{},
 		lost: make(chan struct{})}
 	w.cleanLeftovers()
-	f := &config.Factory{Version: 1, StateDir: filepath.Join(o.StateDir, engineDir), Repos: map[string]*config.Repo{},
-		Steps: map[string]*config.Step{}, Pipelines: map[string]*config.Pipeline{}}
-	w.eng, err = factory.New(f, factory.Options{Kusaw: o.Kusaw, Key: id.SigningKey(), Secrets: w, OnEvent: w.forward,
-		Hide: []string{filepath.Join(o.StateDir, cluster.IdentityFile)}})
-	if w.eng == nil {
+	if w.host, err = w.newHost(); err != nil {
 		return nil, err
 	}
 	w.nc, err = cluster.Dial(id, "kusaw worker "+id.Name,
@@ -197,7 +199,60 @@ func (w *Worker) Close() {
 	if w.nc != nil {
 		w.nc.Close()
 	}
-	_ = w.eng.Close()
+	w.proxyMu.Lock()
+	defer w.proxyMu.Unlock()
+	if w.proxy != nil {
+		_ = w.proxy.Close()
+		w.proxy = nil
+	}
+}
+
+// newHost is the machine the worker's attempts run on: its own state
+// folder, its signing key, the secrets serve seals to it, a proxy of its
+// own, and its identity hidden from every sandbox.
+func (w *Worker) newHost() (*attempt.Host, error) {
+	// A worker killed with -9 left its attempts' cgroups, and whatever
+	// runs in them.
+	proc.ReapStaleGroups()
+	kusaw := w.o.Kusaw
+	if kusaw == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("cannot find the kusaw binary for built-in steps: %v", err)
+		}
+		kusaw = exe
+	}
+	state := filepath.Join(w.o.StateDir, engineDir)
+	for _, d := range []string{state, filepath.Join(state, record.RunsDir)} {
+		if err := os.MkdirAll(d, record.DirMode()); err != nil {
+			return nil, fmt.Errorf("cannot create the state directory %s: %v", d, err)
+		}
+		if err := os.Chmod(d, record.DirMode()); err != nil {
+			return nil, fmt.Errorf("cannot make %s private: %v", d, err)
+		}
+	}
+	return &attempt.Host{StateDir: state, Kusaw: kusaw, KillGrace: attempt.DefaultKillGrace, Key: w.id.SigningKey(),
+		Secrets: func() (attempt.SecretSource, error) { return w, nil }, Proxy: w.ownProxy, OnEvent: w.forward,
+		Hide: []string{filepath.Join(w.o.StateDir, cluster.IdentityFile)}}, nil
+}
+
+// ownProxy is the worker's egress proxy, started on first use.
+func (w *Worker) ownProxy() (*egress.Proxy, error) {
+	w.proxyMu.Lock()
+	defer w.proxyMu.Unlock()
+	if w.proxy == nil {
+		p, err := egress.NewProxy(egress.Options{})
+		if err != nil {
+			return nil, err
+		}
+		w.proxy = p
+	}
+	return w.proxy, nil
+}
+
+// runDir is the folder of a run's attempts here.
+func (w *Worker) runDir(run string) string {
+	return filepath.Join(w.o.StateDir, engineDir, record.RunsDir, run)
 }
 
 // cleanLeftovers removes what a previous run of the worker left: attempt

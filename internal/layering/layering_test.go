@@ -16,25 +16,30 @@ const mod = "github.com/kusaw/kusaw/"
 // unless a longer entry names the sub-package), the kusaw packages it must
 // not depend on, directly or through another package.
 var never = map[string][]string{
-	"config":             {"factory", "serve", "cluster", "sandbox", "egress", "worktree", "providers", "steps", "record", "deliver"},
-	"status":             {"config", "factory", "serve", "cluster", "record"},
-	"chainlog":           {"config", "factory", "serve", "cluster", "record"},
-	"secretstore":        {"factory", "serve", "cluster", "record"},
-	"record":             {"factory", "serve", "cluster", "sandbox", "egress", "worktree", "providers", "steps"},
-	"internal/proc":      {"config", "factory", "serve", "cluster", "sandbox", "egress", "worktree", "providers", "steps", "record"},
-	"internal/httpframe": {"config", "status", "chainlog", "factory", "serve", "cluster", "sandbox", "egress", "worktree", "providers", "steps", "record"},
-	"sandbox":            {"egress", "worktree", "providers", "factory", "serve", "cluster", "steps"},
-	"egress":             {"sandbox", "worktree", "providers", "factory", "serve", "cluster", "steps"},
-	"worktree":           {"sandbox", "egress", "providers", "factory", "serve", "cluster", "steps"},
-	"providers":          {"sandbox", "egress", "worktree", "factory", "serve", "cluster", "steps"},
-	"steps":              {"factory", "serve", "cluster"},
-	"deliver":            {"factory", "serve", "cluster", "sandbox", "egress"},
-	"factory":            {"serve", "cluster"},
-	"serve":              {"sandbox", "egress", "worktree", "providers", "cluster/worker"},
-	"serve/client":       {"serve", "factory", "cluster", "sandbox", "egress", "worktree", "providers", "steps"},
-	"cluster":            {"serve", "factory", "sandbox"},
-	"cluster/dispatch":   {"cluster/worker", "sandbox", "egress", "serve"},
-	"cluster/worker":     {"serve", "cluster/dispatch"},
+	"config":             {"factory", "attempt", "serve", "cluster", "sandbox", "egress", "worktree", "providers", "steps", "record", "deliver"},
+	"status":             {"config", "factory", "attempt", "serve", "cluster", "record"},
+	"chainlog":           {"config", "factory", "attempt", "serve", "cluster", "record"},
+	"secretstore":        {"factory", "attempt", "serve", "cluster", "record"},
+	"record":             {"factory", "attempt", "serve", "cluster", "sandbox", "egress", "worktree", "providers", "steps"},
+	"internal/proc":      {"config", "factory", "attempt", "serve", "cluster", "sandbox", "egress", "worktree", "providers", "steps", "record"},
+	"internal/httpframe": {"config", "status", "chainlog", "factory", "attempt", "serve", "cluster", "sandbox", "egress", "worktree", "providers", "steps", "record"},
+	"sandbox":            {"egress", "worktree", "providers", "factory", "attempt", "serve", "cluster", "steps"},
+	"egress":             {"sandbox", "worktree", "providers", "factory", "attempt", "serve", "cluster", "steps"},
+	"worktree":           {"sandbox", "egress", "providers", "factory", "attempt", "serve", "cluster", "steps"},
+	"providers":          {"sandbox", "egress", "worktree", "factory", "attempt", "serve", "cluster", "steps"},
+	"steps":              {"factory", "attempt", "serve", "cluster"},
+	"deliver":            {"factory", "attempt", "serve", "cluster", "sandbox", "egress"},
+	// The executor: one attempt from its spec and a host. What runs
+	// attempts (the engine, a worker) calls it; it calls none of them.
+	"attempt":          {"factory", "serve", "cluster"},
+	"factory":          {"serve", "cluster"},
+	"serve":            {"sandbox", "egress", "worktree", "providers", "attempt", "cluster/worker"},
+	"serve/client":     {"serve", "factory", "attempt", "cluster", "sandbox", "egress", "worktree", "providers", "steps"},
+	"cluster":          {"serve", "factory", "attempt", "sandbox"},
+	"cluster/dispatch": {"cluster/worker", "attempt", "sandbox", "egress", "serve"},
+	// A worker runs its attempts through the executor, never the engine:
+	// it has no runs, pipelines or pretend Run of its own.
+	"cluster/worker": {"serve", "factory", "cluster/dispatch"},
 }
 
 // allowed are deliberate exceptions, each with its reason.
@@ -45,8 +50,7 @@ var allowed = map[[2]string]string{
 	{"serve", "egress"}:    "through factory: serve runs one shared proxy for its engine",
 	{"serve", "worktree"}:  "through factory",
 	{"serve", "providers"}: "through factory",
-	// a worker runs attempts with the engine of one machine.
-	{"cluster/worker", "factory"}: "the worker runs an attempt through factory",
+	{"serve", "attempt"}:   "through factory: serve's engine runs local attempts with the executor",
 }
 
 type pkg struct {

@@ -1,4 +1,4 @@
-package factory
+package attempt
 
 import (
 	"bytes"
@@ -9,10 +9,10 @@ import (
 	"sync"
 )
 
-// redactor replaces secret values with <secret> wherever kusaw writes: logs,
+// Redactor replaces secret values with <secret> wherever kusaw writes: logs,
 // events, records. A step that prints its own token does not leak it into
 // the run's files.
-type redactor struct {
+type Redactor struct {
 	mu   sync.RWMutex
 	vals []string // longest first, so a secret containing another is replaced whole
 }
@@ -21,7 +21,8 @@ type redactor struct {
 // validation is the place to refuse secrets that short.
 const minSecretLen = 4
 
-func (r *redactor) Add(v string) {
+// Add is a secret's value to replace from now on.
+func (r *Redactor) Add(v string) {
 	if len(v) < minSecretLen {
 		return
 	}
@@ -47,7 +48,7 @@ func (r *redactor) Add(v string) {
 	sort.Slice(r.vals, func(i, j int) bool { return len(r.vals[i]) > len(r.vals[j]) })
 }
 
-func (r *redactor) list() []string {
+func (r *Redactor) list() []string {
 	if r == nil {
 		return nil
 	}
@@ -56,25 +57,27 @@ func (r *redactor) list() []string {
 	return r.vals
 }
 
-func (r *redactor) String(s string) string {
+// String is s with the secrets replaced.
+func (r *Redactor) String(s string) string {
 	for _, v := range r.list() {
 		if strings.Contains(s, v) {
-			s = strings.ReplaceAll(s, v, secretRedacted)
+			s = strings.ReplaceAll(s, v, SecretRedacted)
 		}
 	}
 	return s
 }
 
-func (r *redactor) Bytes(b []byte) []byte {
+// Bytes is b with the secrets replaced.
+func (r *Redactor) Bytes(b []byte) []byte {
 	for _, v := range r.list() {
 		if bytes.Contains(b, []byte(v)) {
-			b = bytes.ReplaceAll(b, []byte(v), []byte(secretRedacted))
+			b = bytes.ReplaceAll(b, []byte(v), []byte(SecretRedacted))
 		}
 	}
 	return b
 }
 
-func (r *redactor) maxLen() int {
+func (r *Redactor) maxLen() int {
 	m := 0
 	for _, v := range r.list() {
 		if len(v) > m {
@@ -84,12 +87,12 @@ func (r *redactor) maxLen() int {
 	return m
 }
 
-// copyRedacted copies src to dst replacing secrets, holding back enough of
+// CopyRedacted copies src to dst replacing secrets, holding back enough of
 // each chunk's tail that a secret split across two reads is still found.
 // A complete line is never held back (unless a secret spans lines): an
 // agent's result line must reach the stream parser while the agent still
 // runs, or a CLI that does not exit after its result is never stopped.
-func (r *redactor) copyRedacted(dst io.Writer, src io.Reader) error {
+func (r *Redactor) CopyRedacted(dst io.Writer, src io.Reader) error {
 	keep := r.maxLen() - 1
 	if keep <= 0 {
 		_, err := io.Copy(dst, src)

@@ -1,4 +1,4 @@
-package factory
+package attempt
 
 import (
 	"context"
@@ -13,32 +13,37 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kusaw/kusaw/chainlog"
 	"github.com/kusaw/kusaw/config"
 	"github.com/kusaw/kusaw/egress"
 	"github.com/kusaw/kusaw/internal/proc"
 	"github.com/kusaw/kusaw/providers"
 	"github.com/kusaw/kusaw/record"
-	"github.com/kusaw/kusaw/secretstore"
 	"github.com/kusaw/kusaw/status"
 	"github.com/kusaw/kusaw/steps"
 	"github.com/kusaw/kusaw/worktree"
 )
 
-func openSecretStore() (SecretSource, error) { return secretstore.Open() }
+// ParamEnvPrefix names a run's parameters in its steps' environment.
+const ParamEnvPrefix = "KUSAW_PARAM_"
 
-// attemptRun is one attempt while it executes.
-type attemptRun struct {
-	e      *Engine
+// Attempt is one attempt while it executes.
+type Attempt struct {
+	h      *Host
+	job    Job
 	f      *config.Factory // the attempt's view: the one-step factory of its spec
 	spec   *record.AttemptSpec
-	run    *Run
 	step   *config.Step
 	n      int
 	dir    string
 	rec    *record.AttemptRecord
-	events *sink
+	events *Sink
+	redact *Redactor
 	wts    map[string]*worktree.Worktree
 	repos  map[string]*worktree.Repo
+	// ended: the attempt has its outcome before any phase ran (Open
+	// could not make its folder).
+	ended bool
 
 	mu         sync.Mutex
 	egressOnce sync.Once
@@ -58,8 +63,6 @@ type attemptRun struct {
 	setupInside map[string]bool
 	// refStores: repo → the private ref store its sandbox wrote (Linux).
 	refStores map[string]string
-	// opt: what the pipeline's shape asks of this attempt (pipeline.go).
-	opt attemptOpts
 	// extras: what worktree set-up gave the attempt (included files,
 	// cache locks, leased ports).
 	extras attemptExtras
@@ -69,59 +72,34 @@ type attemptRun struct {
 	unwarm func()
 }
 
-// save writes attempt.json atomically. Process goroutines change their
-// own entries under mu.
-func (a *attemptRun) save() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.run.transient {
-		_ = writeJSONVolatile(filepath.Join(a.dir, record.AttemptFile), a.rec)
-		return
+// Run is the local executor: it runs the attempt of spec on this machine
+// and returns its finished record (docs/architecture.md, "The life of an
+// attempt"). serve's engine and a cluster worker both run attempts so.
+func Run(ctx context.Context, h *Host, spec *record.AttemptSpec, job Job) *record.AttemptRecord {
+	a := Open(h, spec, job)
+	if a.ended {
+		return a.Finish()
 	}
-	_ = writeJSON(filepath.Join(a.dir, record.AttemptFile), a.rec)
+	return a.Execute(ctx)
 }
 
-// fail ends the attempt with an outcome and a reason before or after its
-// process.
-func (a *attemptRun) setOutcome(o status.Outcome, r status.Reason, msg string) {
-	if o == status.OutcomeCanceled && a.run.interrupted.Load() {
-		o, r, msg = status.OutcomeInterrupted, status.ReasonRunInterrupted, "kusaw serve stopped while the attempt ran"
-	}
-	a.rec.Outcome, a.rec.Reason, a.rec.Message = o, r, a.run.redact.String(msg)
-	if r != status.ReasonNone {
-		a.rec.Fix = r.Info().Fix
-	}
-}
+// Local is the local executor as a value (factory's Executor).
+type Local struct{}
 
-// attempt runs attempt n (of the last number this occurrence may reach) of
-// a step and returns its finished record. It resolves the attempt into its
-// spec first and runs from that (docs/architecture.md, "The life of an
-// attempt"): a worker runs a remote attempt from the same spec.
-func (e *Engine) attempt(ctx context.Context, r *Run, s *config.Step, n, of int) *record.AttemptRecord {
-	if r.adopt(s.ID, n) {
-		return e.reattach(ctx, r, s, n, of)
-	}
-	spec, err := e.AttemptSpec(r, s, n, of)
-	if err != nil {
-		a := e.newAttempt(r, s, n, of, e.F)
-		if err := os.MkdirAll(a.dir, record.DirMode()); err == nil {
-			a.events = e.attemptSink(r, filepath.Join(a.dir, record.EventsFile), s.ID, n)
-		} else {
-			a.events = &sink{run: r.ID(), step: s.ID, attempt: n, emit: e.opts.OnEvent}
-		}
-		a.setOutcome(status.OutcomeFailed, status.ReasonStepStartFailed, err.Error())
-		return a.finish()
-	}
-	return e.runSpec(ctx, r, spec)
-}
+// Run runs the opened attempt here.
+func (Local) Run(ctx context.Context, a *Attempt) *record.AttemptRecord { return a.Execute(ctx) }
 
-// newAttempt is the running form of an attempt of step s in the factory f
-// (the engine's own, or the one-step view of a spec).
-func (e *Engine) newAttempt(r *Run, s *config.Step, n, of int, f *config.Factory) *attemptRun {
-	a := &attemptRun{e: e, f: f, run: r, step: s, n: n, dir: record.AttemptDir(r.Dir, s.ID, n), wts: map[string]*worktree.Worktree{}, repos: map[string]*worktree.Repo{},
-		opt: r.attemptOpt(s.ID, n)}
-	a.rec = &record.AttemptRecord{Run: r.ID(), Step: s.ID, Number: n, Of: of, Kind: s.Kind(), Builtin: s.Builtin,
-		Setup: f.Setup, Started: time.Now().UTC(), Worktrees: []record.WorktreeRecord{}, Processes: []record.ProcessRecord{}, Role: a.opt.role}
+// newAttempt is the running form of the attempt of spec, in the one-step
+// factory f the spec describes.
+func newAttempt(h *Host, spec *record.AttemptSpec, job Job) *Attempt {
+	f, s := spec.Factory(h.StateDir, h.Repos)
+	a := &Attempt{h: h, job: job, f: f, spec: spec, step: s, n: spec.Number, dir: job.Dir, redact: job.Redact,
+		wts: map[string]*worktree.Worktree{}, repos: map[string]*worktree.Repo{}}
+	if a.redact == nil {
+		a.redact = &Redactor{}
+	}
+	a.rec = &record.AttemptRecord{Run: spec.Run, Step: s.ID, Number: spec.Number, Of: spec.Of, Kind: s.Kind(), Builtin: s.Builtin,
+		Setup: f.Setup, Started: time.Now().UTC(), Worktrees: []record.WorktreeRecord{}, Processes: []record.ProcessRecord{}, Role: job.Shape.Role}
 	if s.Kind() == config.KindAgent {
 		a.rec.Provider = s.Provider
 	}
@@ -131,49 +109,76 @@ func (e *Engine) newAttempt(r *Run, s *config.Step, n, of int, f *config.Factory
 	return a
 }
 
-// runSpec runs an attempt from its spec with the factory's repos: on this
-// machine, or on a worker when the cluster takes its pool.
-func (e *Engine) runSpec(ctx context.Context, r *Run, spec *record.AttemptSpec) *record.AttemptRecord {
-	return e.runSpecOn(ctx, r, spec, e.hostRepos())
-}
-
-// runSpecOn runs an attempt from its spec with the repos at paths.
-func (e *Engine) runSpecOn(ctx context.Context, r *Run, spec *record.AttemptSpec, paths map[string]string) *record.AttemptRecord {
-	f, s := spec.Factory(e.F.StateDir, paths)
-	a := e.newAttempt(r, s, spec.Number, spec.Of, f)
-	a.spec = spec
-	n, of, dir := spec.Number, spec.Of, a.dir
-	procs := make([][]string, len(spec.Processes))
-	for i, p := range spec.Processes {
-		procs[i] = p.Repos
-	}
+// Open begins the attempt of spec: its folder, its sealed events (the
+// first, attempt.started) and the spec beside them. What runs it next is
+// an executor: Execute here, or the cluster's dispatch.
+func Open(h *Host, spec *record.AttemptSpec, job Job) *Attempt {
+	a := newAttempt(h, spec, job)
 	a.rec.Mode, a.rec.ModeOrigin, a.rec.Network = spec.Mode, spec.ModeOrigin, spec.Network
-
 	for _, sub := range []string{record.ArtifactsDir, record.TmpDir, record.WorktreesDir} {
 		perm := os.FileMode(record.DirMode())
 		if sub == record.TmpDir {
 			perm = 0o700
 		}
-		if err := os.MkdirAll(filepath.Join(dir, sub), perm); err != nil {
-			a.events = &sink{run: r.ID(), step: s.ID, attempt: n, emit: e.opts.OnEvent}
+		if err := os.MkdirAll(filepath.Join(a.dir, sub), perm); err != nil {
+			a.events = &Sink{run: spec.Run, step: a.step.ID, attempt: a.n, emit: h.OnEvent}
 			a.setOutcome(status.OutcomeFailed, status.ReasonInternal, "cannot create the attempt folder: "+err.Error())
-			return a.finish()
+			a.ended = true
+			return a
 		}
 	}
-	a.events = e.attemptSink(r, filepath.Join(dir, record.EventsFile), s.ID, n)
-	started := map[string]any{"attempt": n, "of": of, "kind": s.Kind(), "mode": a.rec.Mode, "mode_origin": a.rec.ModeOrigin, "network": a.rec.Network}
+	a.events = a.openSink()
+	started := map[string]any{"attempt": a.n, "of": spec.Of, "kind": a.step.Kind(), "mode": a.rec.Mode, "mode_origin": a.rec.ModeOrigin, "network": a.rec.Network}
 	if a.rec.Role != nil {
 		// The sealed events say what a helper's attempt was for too.
 		started["role"] = a.rec.Role
 	}
 	a.events.Emit(record.EvAttemptStarted, started)
-
 	if b, err := spec.Marshal(); err == nil {
-		_ = os.WriteFile(filepath.Join(dir, record.SpecFile), b, record.FileMode())
+		_ = os.WriteFile(filepath.Join(a.dir, record.SpecFile), b, record.FileMode())
 	}
-	if e.opts.Remote != nil && e.opts.Remote.Takes(spec.Pool) && a.opt.remotable() {
-		return a.runRemote(ctx)
+	return a
+}
+
+// Refuse records an attempt that cannot start (its spec could not be
+// made: err says why) and returns its finished record. spec need only
+// name the attempt, its step and its setup.
+func Refuse(h *Host, spec *record.AttemptSpec, job Job, err error) *record.AttemptRecord {
+	a := newAttempt(h, spec, job)
+	if merr := os.MkdirAll(a.dir, record.DirMode()); merr == nil {
+		a.events = a.openSink()
+	} else {
+		a.events = &Sink{run: spec.Run, step: a.step.ID, attempt: a.n, emit: h.OnEvent}
 	}
+	a.setOutcome(status.OutcomeFailed, status.ReasonStepStartFailed, err.Error())
+	return a.Finish()
+}
+
+// Reopen takes up an attempt another executor began (serve restarted
+// while it ran on a worker): its record as saved, its events continued.
+// A nil rec starts a fresh record in the same folder.
+func Reopen(h *Host, spec *record.AttemptSpec, job Job, rec *record.AttemptRecord) *Attempt {
+	a := newAttempt(h, spec, job)
+	if rec != nil {
+		if rec.Worktrees == nil {
+			rec.Worktrees = []record.WorktreeRecord{}
+		}
+		if rec.Processes == nil {
+			rec.Processes = []record.ProcessRecord{}
+		}
+		a.rec = rec
+	}
+	a.events = ContinueSink(filepath.Join(a.dir, record.EventsFile), h.Key, LogOptions(spec.Run, a.step.ID, a.n, chainlog.KindEvents), h.OnEvent, a.redact)
+	return a
+}
+
+// Execute runs the opened attempt's phases on this machine and finishes
+// it. Each phase either prepares the next or ends the attempt with its
+// reason: prestart (worktrees, merges, candidates, included files, setup,
+// ref guards, caches and ports), the processes, then the commit and the
+// finish, which always run (Nomad's task-runner hooks: prestart, exited,
+// poststop, stop).
+func (a *Attempt) Execute(ctx context.Context) *record.AttemptRecord {
 	// The kernel's wait before the first cgroup move after a pause is
 	// taken now, beside the git work, not at the process's start.
 	a.unwarm = proc.Prewarm(a.resources())
@@ -185,65 +190,127 @@ func (e *Engine) runSpecOn(ctx context.Context, r *Run, spec *record.AttemptSpec
 		a.egressEarly = true
 		go a.egressLog()
 	}
-	if err := a.createWorktrees(); err != nil {
-		a.setOutcome(status.OutcomeFailed, status.ReasonWorktreeFailed, err.Error())
-		return a.finish()
-	}
-	if err := a.startMerges(); err != nil {
-		a.setOutcome(status.OutcomeFailed, status.ReasonWorktreeFailed, err.Error())
-		return a.finish()
-	}
-	if err := a.exportCandidates(); err != nil {
-		a.setOutcome(status.OutcomeFailed, status.ReasonWorktreeFailed, err.Error())
-		return a.finish()
-	}
-	if err := a.includeFiles(); err != nil {
-		a.setOutcome(status.OutcomeFailed, status.ReasonSetupFailed, err.Error())
-		return a.finish()
-	}
-	if err := a.setup(ctx); err != nil {
-		if ctx.Err() != nil {
-			a.setOutcome(status.OutcomeCanceled, status.ReasonStepCanceled, "canceled during setup")
-		} else {
-			a.setOutcome(status.OutcomeFailed, status.ReasonSetupFailed, err.Error())
+	for _, p := range a.prestart() {
+		if err := p.run(ctx); err != nil {
+			if p.canceled != "" && ctx.Err() != nil {
+				a.setOutcome(status.OutcomeCanceled, status.ReasonStepCanceled, p.canceled)
+			} else {
+				a.setOutcome(status.OutcomeFailed, p.reason, err.Error())
+			}
+			return a.Finish()
 		}
-		return a.finish()
 	}
-	a.guardRefs()
-	release, err := a.holdResources(ctx)
-	if err != nil {
-		if ctx.Err() != nil {
-			a.setOutcome(status.OutcomeCanceled, status.ReasonStepCanceled, "canceled while waiting for a cache")
-		} else {
-			a.setOutcome(status.OutcomeFailed, status.ReasonSetupFailed, err.Error())
-		}
-		return a.finish()
+	procs := make([][]string, len(a.spec.Processes))
+	for i, p := range a.spec.Processes {
+		procs[i] = p.Repos
 	}
 	a.runProcesses(ctx, procs)
-	release()
+	a.releaseResources()
 	a.commit()
-	return a.finish()
+	return a.Finish()
+}
+
+// phase is one step of an attempt before its processes start.
+type phase struct {
+	name     string
+	run      func(context.Context) error
+	reason   status.Reason // what its failure is
+	canceled string        // what a cancel during it is called ("": its error stands)
+}
+
+// prestart lists the phases before the processes, in order: each needs
+// what the one before made.
+func (a *Attempt) prestart() []phase {
+	plain := func(f func() error) func(context.Context) error { return func(context.Context) error { return f() } }
+	return []phase{
+		{name: "worktrees", run: plain(a.createWorktrees), reason: status.ReasonWorktreeFailed},
+		{name: "merges", run: plain(a.startMerges), reason: status.ReasonWorktreeFailed},
+		{name: "candidates", run: plain(a.exportCandidates), reason: status.ReasonWorktreeFailed},
+		{name: "include", run: plain(a.includeFiles), reason: status.ReasonSetupFailed},
+		{name: "setup", run: a.setup, reason: status.ReasonSetupFailed, canceled: "canceled during setup"},
+		{name: "ref guards", run: func(context.Context) error { a.guardRefs(); return nil }},
+		{name: "caches and ports", run: a.holdResources, reason: status.ReasonSetupFailed, canceled: "canceled while waiting for a cache"},
+	}
+}
+
+// save writes attempt.json atomically. Process goroutines change their
+// own entries under mu.
+func (a *Attempt) save() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.job.Volatile {
+		_ = writeJSONVolatile(filepath.Join(a.dir, record.AttemptFile), a.rec)
+		return
+	}
+	_ = writeJSON(filepath.Join(a.dir, record.AttemptFile), a.rec)
+}
+
+// setOutcome ends the attempt with an outcome and a reason before or
+// after its process.
+func (a *Attempt) setOutcome(o status.Outcome, r status.Reason, msg string) {
+	if o == status.OutcomeCanceled && a.job.Interrupted != nil && a.job.Interrupted() {
+		o, r, msg = status.OutcomeInterrupted, status.ReasonRunInterrupted, "kusaw serve stopped while the attempt ran"
+	}
+	a.rec.Outcome, a.rec.Reason, a.rec.Message = o, r, a.redact.String(msg)
+	if r != status.ReasonNone {
+		a.rec.Fix = r.Info().Fix
+	}
+}
+
+// The attempt as another executor (the cluster's dispatch) records it.
+
+// Spec is the attempt's spec.
+func (a *Attempt) Spec() *record.AttemptSpec { return a.spec }
+
+// Dir is the attempt's folder.
+func (a *Attempt) Dir() string { return a.dir }
+
+// Emit writes one event into the attempt's sealed events.
+func (a *Attempt) Emit(typ string, data map[string]any) { a.events.Emit(typ, data) }
+
+// Save writes attempt.json.
+func (a *Attempt) Save() { a.save() }
+
+// Update changes the record under the attempt's lock.
+func (a *Attempt) Update(f func(*record.AttemptRecord)) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	f(a.rec)
+}
+
+// Record is the attempt's record (read it once the attempt has ended, or
+// through Update).
+func (a *Attempt) Record() *record.AttemptRecord { return a.rec }
+
+// SetOutcome sets the attempt's outcome, reason and message (redacted).
+func (a *Attempt) SetOutcome(o status.Outcome, r status.Reason, msg string) { a.setOutcome(o, r, msg) }
+
+// refusal tells the job of a refused connection.
+func (a *Attempt) refusal(d egress.Decision) {
+	if a.job.Refusal != nil {
+		a.job.Refusal(d)
+	}
 }
 
 // createWorktrees adds a worktree per active repo on the attempt branch,
 // from the run branch. The planned worktrees are recorded first, so a crash
 // in the middle leaves enough for recovery to remove them.
-func (a *attemptRun) createWorktrees() error {
-	runID := a.run.ID()
+func (a *Attempt) createWorktrees() error {
+	runID := a.spec.Run
 	for _, name := range a.f.ActiveRepos(a.step) {
-		rr := a.run.repo(name)
+		rr := a.job.repo(name)
 		a.rec.Worktrees = append(a.rec.Worktrees, record.WorktreeRecord{Repo: name, RepoPath: rr.Path,
 			Path: filepath.Join(a.dir, record.WorktreesDir, name), Branch: worktree.AttemptBranch(runID, a.step.ID, a.n)})
 	}
 	a.save()
 	for i := range a.rec.Worktrees {
 		w := &a.rec.Worktrees[i]
-		repo, err := a.run.openRepo(w.Repo, w.RepoPath)
+		repo, err := a.job.openRepo(w.Repo, w.RepoPath)
 		if err != nil {
 			return fmt.Errorf("repo %s: %v", w.Repo, err)
 		}
-		from := a.run.repo(w.Repo).Branch
-		if b := a.opt.from[w.Repo]; b != "" {
+		from := a.job.repo(w.Repo).Branch
+		if b := a.job.Shape.From[w.Repo]; b != "" {
 			from = b
 		}
 		wt, err := a.addAttempt(repo, w.Repo, from, w.Branch, w.Path)
@@ -258,17 +325,13 @@ func (a *attemptRun) createWorktrees() error {
 }
 
 // addAttempt adds the attempt's worktree of repo name from branch from;
-// a run branch RunForeign left unmade is made first, with the attempt's
-// own branch when the attempt starts from it.
-func (a *attemptRun) addAttempt(repo *worktree.Repo, name, from, branch, path string) (*worktree.Worktree, error) {
-	a.run.mu.Lock()
-	unmade := a.run.unmade[name]
-	delete(a.run.unmade, name)
-	a.run.mu.Unlock()
-	if !unmade {
+// a run branch not made yet (Job.NewBranches) is made first, with the
+// attempt's own branch when the attempt starts from it.
+func (a *Attempt) addAttempt(repo *worktree.Repo, name, from, branch, path string) (*worktree.Worktree, error) {
+	if !a.job.NewBranches {
 		return repo.AddAttempt(from, branch, path)
 	}
-	rr := a.run.repo(name)
+	rr := a.job.repo(name)
 	if from == rr.Branch {
 		return repo.AddAttemptNewRun(from, rr.HeadSHA, branch, path)
 	}
@@ -287,8 +350,8 @@ func (a *attemptRun) addAttempt(repo *worktree.Repo, name, from, branch, path st
 // no merge into it), or when the attempt itself runs unsandboxed (its step
 // then runs that code on the host anyway). Otherwise it runs inside the
 // attempt's sandbox, just before the step (setupInside).
-func (a *attemptRun) setup(ctx context.Context) error {
-	if len(a.f.Setup) == 0 || a.run.skipSetup {
+func (a *Attempt) setup(ctx context.Context) error {
+	if len(a.f.Setup) == 0 {
 		return nil
 	}
 	var host []record.WorktreeRecord
@@ -314,13 +377,13 @@ func (a *attemptRun) setup(ctx context.Context) error {
 	defer logf.Close()
 	for _, w := range host {
 		env := steps.HostEnv(os.Environ(), steps.TempEnv(filepath.Join(a.dir, record.TmpDir)), map[string]string{
-			steps.EnvRun: a.run.ID(), steps.EnvStep: a.step.ID, steps.EnvAttempt: fmt.Sprint(a.n),
+			steps.EnvRun: a.spec.Run, steps.EnvStep: a.step.ID, steps.EnvAttempt: fmt.Sprint(a.n),
 			steps.EnvArtifacts: filepath.Join(a.dir, record.ArtifactsDir), steps.EnvWorktreePrefix + steps.EnvName(w.Repo): w.Path,
 		})
 		for _, argv := range a.f.Setup {
 			fmt.Fprintf(logf, "== %s: %s\n", w.Repo, strings.Join(argv, " "))
 			start := time.Now()
-			res := a.e.runProcess(ctx, 0, &exec.Cmd{Path: lookPath(argv[0]), Args: argv, Dir: w.Path, Env: env}, logf, logf, nil, nil)
+			res := a.h.runProcess(ctx, 0, &exec.Cmd{Path: lookPath(argv[0]), Args: argv, Dir: w.Path, Env: env}, logf, logf, nil, nil)
 			a.events.Emit(record.EvSetupFinished, map[string]any{"repo": w.Repo, "argv": argv, "exit_code": res.exit, "duration_ms": time.Since(start).Milliseconds()})
 			if res.startErr != nil {
 				return fmt.Errorf("setup %q in %s: %v", strings.Join(argv, " "), w.Repo, res.startErr)
@@ -339,9 +402,9 @@ const (
 )
 
 // setupPlace decides where setup runs in worktree w, and says why.
-func (a *attemptRun) setupPlace(w record.WorktreeRecord) (string, string) {
-	rr := a.run.repo(w.Repo)
-	if rr != nil && w.BaseSHA == rr.BaseSHA && a.opt.merge[w.Repo] == "" {
+func (a *Attempt) setupPlace(w record.WorktreeRecord) (string, string) {
+	rr := a.job.repo(w.Repo)
+	if rr != nil && w.BaseSHA == rr.BaseSHA && a.job.Shape.Merge[w.Repo] == "" {
 		return setupOnHost, "the commit the run started from: no step of the run has written it"
 	}
 	if a.rec.Mode != config.ModeRequired {
@@ -359,7 +422,7 @@ const setupMarker = ".kusaw-setup-failed"
 // commands run first, inside the same sandbox, in each of the repos whose
 // setup was kept from the host. Setup's output goes to stderr: stdout may
 // be an agent's stream.
-func (a *attemptRun) withSetup(argv, repos []string) []string {
+func (a *Attempt) withSetup(argv, repos []string) []string {
 	var b strings.Builder
 	b.WriteString("d=$(pwd) || exit 1\n")
 	marker := shQuote(filepath.Join(a.dir, record.TmpDir, setupMarker))
@@ -396,7 +459,7 @@ func shQuote(s string) string {
 // setupFailed reads the marker the in-sandbox setup leaves when a command
 // fails: a small regular file (the step could have written anything there,
 // so nothing else is opened).
-func (a *attemptRun) setupFailed() (string, bool) {
+func (a *Attempt) setupFailed() (string, bool) {
 	p := filepath.Join(a.dir, record.TmpDir, setupMarker)
 	fi, err := os.Lstat(p)
 	if err != nil || !fi.Mode().IsRegular() || fi.Size() > 4096 {
@@ -421,7 +484,7 @@ func lookPath(name string) string {
 
 // runProcesses starts the attempt's processes (one, or one per repo with
 // per_repo) and classifies the attempt from how they ended.
-func (a *attemptRun) runProcesses(ctx context.Context, procs [][]string) {
+func (a *Attempt) runProcesses(ctx context.Context, procs [][]string) {
 	actx := ctx
 	var cancel context.CancelFunc
 	if a.step.Timeout > 0 {
@@ -431,7 +494,7 @@ func (a *attemptRun) runProcesses(ctx context.Context, procs [][]string) {
 	// A crossed step limit stops every process of the attempt.
 	lctx, lstop := context.WithCancelCause(actx)
 	defer lstop(nil)
-	a.limits = newLimitWatch(a.step.Limits, lstop, func(le *limitError) { a.events.Emit(record.EvLimitReached, le.data()) })
+	a.limits = newLimitWatch(a.step.Limits, lstop, func(le *LimitError) { a.events.Emit(record.EvLimitReached, le.Data()) })
 	if a.spec != nil && a.spec.Deadline != nil {
 		a.limits.deadline(*a.spec.Deadline)
 	}
@@ -452,9 +515,9 @@ func (a *attemptRun) runProcesses(ctx context.Context, procs [][]string) {
 				a.setOutcome(status.OutcomeRefused, se.Reason, se.Msg)
 				a.rec.Fix = se.Fix
 				if record.IsSandboxReason(se.Reason) {
-					a.run.mu.Lock()
-					a.run.refused = se
-					a.run.mu.Unlock()
+					if a.job.Refused != nil {
+						a.job.Refused(se)
+					}
 				}
 			} else {
 				a.setOutcome(status.OutcomeFailed, status.ReasonStepStartFailed, err.Error())
@@ -582,13 +645,13 @@ type procParse struct {
 
 // prepare builds process i: the step's spec, its environment with secrets
 // resolved, and (when required) the sandbox around it.
-func (a *attemptRun) prepare(i int, repos []string, many bool) (*preparedProc, error) {
+func (a *Attempt) prepare(i int, repos []string, many bool) (*preparedProc, error) {
 	var wts []steps.Worktree
 	for _, w := range a.rec.Worktrees {
-		wts = append(wts, steps.Worktree{Repo: w.Repo, Path: w.Path, BaseSHA: a.run.repo(w.Repo).BaseSHA})
+		wts = append(wts, steps.Worktree{Repo: w.Repo, Path: w.Path, BaseSHA: a.job.repo(w.Repo).BaseSHA})
 	}
-	at := steps.Attempt{Run: a.run.ID(), Step: a.step, Number: a.n, Repos: repos, Worktrees: wts,
-		Artifacts: filepath.Join(a.dir, record.ArtifactsDir), Tmp: filepath.Join(a.dir, record.TmpDir), Kusaw: a.e.opts.Kusaw}
+	at := steps.Attempt{Run: a.spec.Run, Step: a.step, Number: a.n, Repos: repos, Worktrees: wts,
+		Artifacts: filepath.Join(a.dir, record.ArtifactsDir), Tmp: filepath.Join(a.dir, record.TmpDir), Kusaw: a.h.Kusaw}
 	spec, err := steps.Build(at)
 	if err != nil {
 		return nil, err
@@ -611,7 +674,7 @@ func (a *attemptRun) prepare(i int, repos []string, many bool) (*preparedProc, e
 		pr.Env[k] = v
 	}
 	for k := range spec.Secrets {
-		pr.Env[k] = secretRedacted
+		pr.Env[k] = SecretRedacted
 	}
 	// Secrets are resolved only now, just before the start, and go only to
 	// the process's environment and the redactor.
@@ -619,15 +682,17 @@ func (a *attemptRun) prepare(i int, repos []string, many bool) (*preparedProc, e
 	for k, v := range spec.Env {
 		env[k] = v
 	}
-	a.run.paramEnv(env, pr.Env)
-	for k, v := range a.opt.env {
+	for k, v := range a.spec.Params {
+		env[ParamEnvPrefix+k], pr.Env[ParamEnvPrefix+k] = v, v
+	}
+	for k, v := range a.job.Shape.Env {
 		env[k], pr.Env[k] = v, v
 	}
-	p.readPaths = append(p.readPaths, a.opt.readOnly...)
+	p.readPaths = append(p.readPaths, a.job.Shape.ReadOnly...)
 	a.resourceEnv(env)
 	a.resourceEnv(pr.Env)
 	if len(spec.Secrets) > 0 {
-		src, err := a.e.secretSource()
+		src, err := a.h.secrets()
 		if err != nil {
 			return nil, &status.Error{Reason: status.ReasonSecretMissing, Msg: "cannot open the secret store: " + err.Error(), Fix: status.ReasonSecretMissing.Info().Fix}
 		}
@@ -637,7 +702,7 @@ func (a *attemptRun) prepare(i int, repos []string, many bool) (*preparedProc, e
 				return nil, &status.Error{Reason: status.ReasonSecretMissing, Msg: fmt.Sprintf("env %s: secret %s is not in the secret store", name, key),
 					Fix: "kusaw config set " + key + " --secret"}
 			}
-			a.run.redact.Add(v)
+			a.redact.Add(v)
 			env[name] = v
 		}
 	}
@@ -661,7 +726,7 @@ func (a *attemptRun) prepare(i int, repos []string, many bool) (*preparedProc, e
 }
 
 // execute runs one prepared process and records how it ended.
-func (a *attemptRun) execute(ctx context.Context, i int, p *preparedProc) procResult {
+func (a *Attempt) execute(ctx context.Context, i int, p *preparedProc) procResult {
 	pr := &a.rec.Processes[i]
 	outf, err1 := os.OpenFile(filepath.Join(a.dir, p.stdout), os.O_CREATE|os.O_WRONLY|os.O_APPEND, record.FileMode())
 	errf, err2 := os.OpenFile(filepath.Join(a.dir, p.stderr), os.O_CREATE|os.O_WRONLY|os.O_APPEND, record.FileMode())
@@ -676,11 +741,11 @@ func (a *attemptRun) execute(ctx context.Context, i int, p *preparedProc) procRe
 	var stdout io.Writer = outf
 	var stderr io.Writer = errf
 	// kusaw sandbox exec streams the process's output to the terminal too.
-	if a.run.tee.stdout != nil {
-		stdout = io.MultiWriter(outf, a.run.tee.stdout)
+	if a.job.Stdout != nil {
+		stdout = io.MultiWriter(outf, a.job.Stdout)
 	}
-	if a.run.tee.stderr != nil {
-		stderr = io.MultiWriter(errf, a.run.tee.stderr)
+	if a.job.Stderr != nil {
+		stderr = io.MultiWriter(errf, a.job.Stderr)
 	}
 	// pctx ends this process alone (its exit grace after the result ran out).
 	pctx, pstop := context.WithCancelCause(ctx)
@@ -715,7 +780,7 @@ func (a *attemptRun) execute(ctx context.Context, i int, p *preparedProc) procRe
 		a.save()
 	}
 	lim := a.resources()
-	res := a.e.runLimited(pctx, a.e.opts.KillGrace, p.cmd, stdout, stderr, started, a.run.redact, lim)
+	res := a.h.runLimited(pctx, a.h.KillGrace, p.cmd, stdout, stderr, started, a.redact, lim)
 	if rw != nil {
 		rw.finish()
 	}
@@ -790,16 +855,19 @@ func (r procResult) classify() (status.Outcome, status.Reason, string) {
 // runProcess runs cmd under internal/proc (its own process group,
 // SIGTERM then SIGKILL after grace when ctx ends), copying its output
 // through the redactor.
-func (e *Engine) runProcess(ctx context.Context, grace time.Duration, cmd *exec.Cmd, stdout, stderr io.Writer, started func(int), red *redactor) procResult {
-	return e.runLimited(ctx, grace, cmd, stdout, stderr, started, red, proc.Limits{})
+func (h *Host) runProcess(ctx context.Context, grace time.Duration, cmd *exec.Cmd, stdout, stderr io.Writer, started func(int), red *Redactor) procResult {
+	return h.runLimited(ctx, grace, cmd, stdout, stderr, started, red, proc.Limits{})
 }
 
 // runLimited is runProcess under resource limits (sandbox.resources).
-func (e *Engine) runLimited(ctx context.Context, grace time.Duration, cmd *exec.Cmd, stdout, stderr io.Writer, started func(int), red *redactor, lim proc.Limits) procResult {
+func (h *Host) runLimited(ctx context.Context, grace time.Duration, cmd *exec.Cmd, stdout, stderr io.Writer, started func(int), red *Redactor, lim proc.Limits) procResult {
 	if grace <= 0 {
-		grace = e.opts.KillGrace
+		grace = h.KillGrace
 	}
-	r := proc.Run(ctx, cmd, proc.Options{Grace: grace, Stdout: stdout, Stderr: stderr, Started: started, Copy: red.copyRedacted, Limits: lim})
+	if grace <= 0 {
+		grace = DefaultKillGrace
+	}
+	r := proc.Run(ctx, cmd, proc.Options{Grace: grace, Stdout: stdout, Stderr: stderr, Started: started, Copy: red.CopyRedacted, Limits: lim})
 	res := procResult{startErr: r.StartErr, hasExit: r.HasExit, exit: r.Exit, signal: r.Signal, dur: r.Dur, stopped: r.Stopped, limit: r.Limit}
 	if r.Limit != "" {
 		res.limitValue = lim.Value(r.Limit)
@@ -810,7 +878,7 @@ func (e *Engine) runLimited(ctx context.Context, grace time.Duration, cmd *exec.
 // resources are the limits of the attempt's processes: the step's
 // sandbox.resources over the factory's, kusaw's defaults for the rest;
 // disk counts the attempt's tmp folder and worktrees.
-func (a *attemptRun) resources() proc.Limits {
+func (a *Attempt) resources() proc.Limits {
 	r := a.f.EffectiveResources(a.step)
 	l := proc.Defaults(proc.Limits{Pids: r.Pids, Memory: r.Memory, CPU: r.CPU, Disk: r.Disk, Output: r.Output})
 	l.DiskPaths = []string{filepath.Join(a.dir, record.TmpDir), filepath.Join(a.dir, record.WorktreesDir)}
@@ -820,13 +888,13 @@ func (a *attemptRun) resources() proc.Limits {
 // commit commits each worktree's changes on the attempt branch (whatever the
 // outcome: failed attempts keep their branch) and, when the attempt passed,
 // advances the run branch to it.
-func (a *attemptRun) commit() {
+func (a *Attempt) commit() {
 	if len(a.wts) == 0 {
 		return
 	}
 	a.restoreRefs()
 	a.dropIncluded()
-	msg := fmt.Sprintf("kusaw: run %s, step %s, attempt %d (%s)", a.run.ID(), a.step.ID, a.n, a.rec.Outcome)
+	msg := fmt.Sprintf("kusaw: run %s, step %s, attempt %d (%s)", a.spec.Run, a.step.ID, a.n, a.rec.Outcome)
 	for i := range a.rec.Worktrees {
 		w := &a.rec.Worktrees[i]
 		wt := a.wts[w.Repo]
@@ -850,12 +918,12 @@ func (a *attemptRun) commit() {
 		w.HeadSHA, w.Changed = sha, changed
 		a.events.Emit(record.EvCommitted, map[string]any{"repo": w.Repo, "branch": w.Branch, "sha": sha, "changed": changed})
 	}
-	if a.rec.Outcome != status.OutcomePassed || a.opt.keep {
+	if a.rec.Outcome != status.OutcomePassed || a.job.Shape.Keep {
 		return
 	}
 	for i := range a.rec.Worktrees {
 		w := &a.rec.Worktrees[i]
-		rr := a.run.repo(w.Repo)
+		rr := a.job.repo(w.Repo)
 		if w.HeadSHA == "" || w.HeadSHA == rr.HeadSHA {
 			continue
 		}
@@ -864,6 +932,9 @@ func (a *attemptRun) commit() {
 			return
 		}
 		rr.HeadSHA = w.HeadSHA
+		if a.job.Advanced != nil {
+			a.job.Advanced(w.Repo, w.HeadSHA)
+		}
 		a.events.Emit(record.EvBranchAdvanced, map[string]any{"repo": w.Repo, "branch": rr.Branch, "sha": w.HeadSHA})
 	}
 }
@@ -874,7 +945,7 @@ func (a *attemptRun) commit() {
 // objects those commits need are verified into the repository first, or
 // the branch stays at (goes back to) its base; the files are committed
 // either way.
-func (a *attemptRun) takeStepRefs(repo string, wt *worktree.Worktree) error {
+func (a *Attempt) takeStepRefs(repo string, wt *worktree.Worktree) error {
 	found, err := worktree.Scrub(wt.GitDir)
 	var more []worktree.Finding
 	var terr error
@@ -908,9 +979,9 @@ func (a *attemptRun) takeStepRefs(repo string, wt *worktree.Worktree) error {
 	return terr
 }
 
-// finish removes the worktrees (their branches stay) and tmp/, writes the
+// Finish removes the worktrees (their branches stay) and tmp/, writes the
 // final record and event, and seals the attempt's events.
-func (a *attemptRun) finish() *record.AttemptRecord {
+func (a *Attempt) Finish() *record.AttemptRecord {
 	for i := range a.rec.Worktrees {
 		w := &a.rec.Worktrees[i]
 		if repo := a.repos[w.Repo]; repo != nil {
@@ -920,7 +991,7 @@ func (a *attemptRun) finish() *record.AttemptRecord {
 				w.Removed = true
 			}
 		} else if _, err := os.Stat(w.Path); err == nil {
-			_ = removeWorktree(w)
+			_ = RemoveWorktree(w)
 		}
 	}
 	_ = os.RemoveAll(filepath.Join(a.dir, record.TmpDir))
@@ -954,7 +1025,7 @@ func (a *attemptRun) finish() *record.AttemptRecord {
 }
 
 // guardRefs snapshots, per repo, the branches beside the attempt's own.
-func (a *attemptRun) guardRefs() {
+func (a *Attempt) guardRefs() {
 	a.refGuards = map[string]*worktree.RefGuard{}
 	for repo, wt := range a.wts {
 		g, err := wt.GuardSiblingRefs()
@@ -962,7 +1033,7 @@ func (a *attemptRun) guardRefs() {
 			a.events.Emit(record.EvRefsRestored, map[string]any{"repo": repo, "error": err.Error()})
 			continue
 		}
-		g.Leave(a.opt.siblings...)
+		g.Leave(a.job.Shape.Siblings...)
 		a.refGuards[repo] = g
 	}
 }
@@ -970,7 +1041,7 @@ func (a *attemptRun) guardRefs() {
 // restoreRefs puts back the other attempts' branches a step moved, added
 // or removed; it records what it repaired, since a step that tried is
 // worth knowing about.
-func (a *attemptRun) restoreRefs() {
+func (a *Attempt) restoreRefs() {
 	for repo, g := range a.refGuards {
 		repaired, found, err := g.Restore()
 		for _, f := range found {

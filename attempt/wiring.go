@@ -1,4 +1,4 @@
-package factory
+package attempt
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/kusaw/kusaw/config"
@@ -25,7 +24,7 @@ import (
 // agentSpec fills an agent step's argv and env through its provider, and
 // sets up the parsing of its stream into provider.* events; the result
 // event, not the exit status, decides the outcome.
-func (a *attemptRun) agentSpec(spec *steps.Spec, at steps.Attempt, p *preparedProc, sandboxed bool) error {
+func (a *Attempt) agentSpec(spec *steps.Spec, at steps.Attempt, p *preparedProc, sandboxed bool) error {
 	s := a.step
 	prompt := s.Prompt
 	if s.PromptFile != "" {
@@ -35,7 +34,7 @@ func (a *attemptRun) agentSpec(spec *steps.Spec, at steps.Attempt, p *preparedPr
 		}
 		prompt = string(b)
 	}
-	prompt += a.opt.note
+	prompt += a.job.Shape.Note
 	in := providers.PrepareInput{Provider: s.Provider, Step: s.ID, Prompt: prompt, Sandboxed: sandboxed,
 		Network: providerNetwork(a.f.EffectiveNetwork(s, modeOf(sandboxed))), FreshHome: providers.FreshHome(runtime.GOOS, sandboxed)}
 	if pc := a.f.Providers[s.Provider]; pc != nil {
@@ -88,7 +87,7 @@ func (a *attemptRun) agentSpec(spec *steps.Spec, at steps.Attempt, p *preparedPr
 		a.events.Emit("provider.config", map[string]any{"dir": prep.ConfigDir, "network": in.Network})
 	}
 	p.exitGrace = config.DefaultExitGrace
-	if pc := a.e.F.Providers[s.Provider]; pc != nil && pc.ExitGrace > 0 {
+	if pc := a.f.Providers[s.Provider]; pc != nil && pc.ExitGrace > 0 {
 		p.exitGrace = pc.ExitGrace
 	}
 	p.parse = func(r io.Reader, watch func(providers.Event)) procParse {
@@ -128,28 +127,10 @@ func clip(s string, n int) string {
 	return s
 }
 
-// sandboxCheck runs sandbox.Check once per engine: it starts bwrap once,
-// which is worth doing once, not per attempt.
-type sandboxCheck struct {
-	once sync.Once
-	res  sandbox.CheckResult
-}
-
-func (e *Engine) checkSandbox() sandbox.CheckResult {
-	e.sbCheck.once.Do(func() {
-		if e.opts.SandboxCheck != nil {
-			e.sbCheck.res = e.opts.SandboxCheck()
-		} else {
-			e.sbCheck.res = sandbox.CachedCheck()
-		}
-	})
-	return e.sbCheck.res
-}
-
 // sandboxed wraps process i in the sandbox backend. A required attempt
 // never runs unsandboxed: any failure here refuses it.
-func (a *attemptRun) sandboxed(i int, repos []string, spec *steps.Spec, env map[string]string, p *preparedProc) error {
-	if res := a.e.checkSandbox(); !res.Available {
+func (a *Attempt) sandboxed(i int, repos []string, spec *steps.Spec, env map[string]string, p *preparedProc) error {
+	if res := a.h.sandboxCheck(); !res.Available {
 		return res.Err()
 	}
 	own := map[string]bool{}
@@ -209,7 +190,7 @@ func (a *attemptRun) sandboxed(i int, repos []string, spec *steps.Spec, env map[
 		return &status.Error{Reason: status.ReasonSandboxPlanRefused, Msg: "cannot create " + clusterDir + ": " + err.Error(), Fix: "check that state_dir is writable"}
 	}
 	in.HiddenPaths = append(in.HiddenPaths, clusterDir)
-	in.HiddenPaths = append(in.HiddenPaths, a.e.opts.Hide...)
+	in.HiddenPaths = append(in.HiddenPaths, a.h.Hide...)
 	// The factory's other repos are not the step's to read. (One that
 	// holds the state folder, and so this attempt, stays: the sandbox
 	// hides a checkout only around what the step needs from it.)
@@ -218,8 +199,8 @@ func (a *attemptRun) sandboxed(i int, repos []string, spec *steps.Spec, env map[
 			in.HiddenPaths = append(in.HiddenPaths, a.f.Repos[name].Path)
 		}
 	}
-	if spec.Kind == config.KindBuiltin || len(spec.Argv) > 0 && spec.Argv[0] == a.e.opts.Kusaw {
-		in.ExtraBinaries = append(in.ExtraBinaries, a.e.opts.Kusaw)
+	if spec.Kind == config.KindBuiltin || len(spec.Argv) > 0 && spec.Argv[0] == a.h.Kusaw {
+		in.ExtraBinaries = append(in.ExtraBinaries, a.h.Kusaw)
 	}
 	in.LoginPaths = p.loginPaths
 	switch a.f.EffectiveNetwork(a.step, config.ModeRequired) {
@@ -259,7 +240,7 @@ func (a *attemptRun) sandboxed(i int, repos []string, spec *steps.Spec, env map[
 	return nil
 }
 
-func (a *attemptRun) setObjectDir(repos []string, dir string) {
+func (a *Attempt) setObjectDir(repos []string, dir string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.objDirs == nil {
@@ -273,7 +254,7 @@ func (a *attemptRun) setObjectDir(repos []string, dir string) {
 // newRefStore makes the repo's private ref store for this attempt's
 // sandbox (Linux): the repository's own ref and reflog folders then stay
 // read-only inside (docs/sandbox.md, "What a step leaves behind").
-func (a *attemptRun) newRefStore(repo string) (string, error) {
+func (a *Attempt) newRefStore(repo string) (string, error) {
 	dir := filepath.Join(a.dir, record.RefStoreDir, repo)
 	start := time.Now()
 	n, err := a.wts[repo].NewRefStore(dir)
@@ -290,13 +271,13 @@ func (a *attemptRun) newRefStore(repo string) (string, error) {
 	return dir, nil
 }
 
-func (a *attemptRun) refStore(repo string) string {
+func (a *Attempt) refStore(repo string) string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.refStores[repo]
 }
 
-func (a *attemptRun) objectDir(repo string) string {
+func (a *Attempt) objectDir(repo string) string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.objDirs[repo]

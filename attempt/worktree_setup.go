@@ -1,4 +1,4 @@
-package factory
+package attempt
 
 import (
 	"context"
@@ -31,14 +31,14 @@ type attemptExtras struct {
 // includeFiles copies each active repo's include globs from its main
 // checkout into the new worktree. The files are removed again before the
 // commit, so a step that un-ignores them cannot commit them.
-func (a *attemptRun) includeFiles() error {
+func (a *Attempt) includeFiles() error {
 	home, _ := os.UserHomeDir()
 	for _, w := range a.rec.Worktrees {
-		repo := a.e.F.Repos[w.Repo]
-		if repo == nil || len(repo.Include) == 0 {
+		include := a.h.Include[w.Repo]
+		if len(include) == 0 {
 			continue
 		}
-		copied, err := worktree.CopyIgnored(repo.Path, w.Path, repo.Include, home)
+		copied, err := worktree.CopyIgnored(a.h.Repos[w.Repo], w.Path, include, home)
 		if len(copied) > 0 {
 			if a.extras.included == nil {
 				a.extras.included = map[string][]string{}
@@ -55,7 +55,7 @@ func (a *attemptRun) includeFiles() error {
 
 // dropIncluded removes the included files before the worktree is committed
 // (never through a link the step put in the worktree).
-func (a *attemptRun) dropIncluded() {
+func (a *Attempt) dropIncluded() {
 	for dir, files := range a.extras.included {
 		worktree.RemoveCopied(dir, files)
 	}
@@ -63,44 +63,47 @@ func (a *attemptRun) dropIncluded() {
 
 // holdResources takes what the attempt's processes share with others: a
 // lock on each cache (one writer at a time; it waits for the holder) and
-// the leased ports. The returned function gives them back.
-func (a *attemptRun) holdResources(ctx context.Context) (func(), error) {
-	release := func() {
-		for i := len(a.extras.release) - 1; i >= 0; i-- {
-			a.extras.release[i]()
-		}
-		a.extras.release = nil
-	}
+// the leased ports. releaseResources gives them back.
+func (a *Attempt) holdResources(ctx context.Context) error {
+	release := a.releaseResources
 	for _, c := range a.f.StepCaches(a.step) {
 		if err := os.MkdirAll(c.Path, 0o700); err != nil {
 			release()
-			return nil, fmt.Errorf("cache %s: %v", c.Name, err)
+			return fmt.Errorf("cache %s: %v", c.Name, err)
 		}
 		unlock, err := lockWait(ctx, c.Path+".lock", func() {
 			a.events.Emit(record.EvCacheWaiting, map[string]any{"cache": c.Name})
 		})
 		if err != nil {
 			release()
-			return nil, fmt.Errorf("cache %s: %v", c.Name, err)
+			return fmt.Errorf("cache %s: %v", c.Name, err)
 		}
 		a.extras.release = append(a.extras.release, unlock)
 	}
 	if n := a.step.Ports; n > 0 {
-		ports, free, err := leasePorts(a.e.F.StateDir, n)
+		ports, free, err := leasePorts(a.h.StateDir, n)
 		if err != nil {
 			release()
-			return nil, err
+			return err
 		}
 		a.extras.ports = ports
 		a.extras.release = append(a.extras.release, free)
 		a.events.Emit(record.EvPortsLeased, map[string]any{"ports": ports})
 	}
-	return release, nil
+	return nil
+}
+
+// releaseResources gives back what holdResources took.
+func (a *Attempt) releaseResources() {
+	for i := len(a.extras.release) - 1; i >= 0; i-- {
+		a.extras.release[i]()
+	}
+	a.extras.release = nil
 }
 
 // resourceEnv adds the caches' variables and KUSAW_PORT_n to a process's
 // environment (none of them is a secret).
-func (a *attemptRun) resourceEnv(env map[string]string) {
+func (a *Attempt) resourceEnv(env map[string]string) {
 	for _, c := range a.f.StepCaches(a.step) {
 		env[c.Env] = c.Path
 	}
@@ -110,7 +113,7 @@ func (a *attemptRun) resourceEnv(env map[string]string) {
 }
 
 // cachePaths are the folders the sandbox makes writable for the caches.
-func (a *attemptRun) cachePaths() []string {
+func (a *Attempt) cachePaths() []string {
 	var out []string
 	for _, c := range a.f.StepCaches(a.step) {
 		out = append(out, c.Path)
