@@ -15,11 +15,14 @@ import (
 // ErrNotEnrolled is returned when serve refuses a worker's key.
 var ErrNotEnrolled = errors.New("serve refused this worker's key: it is not enrolled (join again with a new token from kusaw cluster token)")
 
+// ErrNotJoined is returned for a worker that has no enrollment to use.
+var ErrNotJoined = errors.New("this worker has not joined a serve")
+
 // Dial connects a worker with its enrolled identity; it reconnects by
 // itself for as long as the connection lives.
 func Dial(id *Identity, name string, opts ...nats.Option) (*nats.Conn, error) {
 	if id.Server == "" || id.CAPin == "" {
-		return nil, fmt.Errorf("this worker has not joined a serve: run kusaw worker --join TOKEN")
+		return nil, fmt.Errorf("%w: run kusaw worker --join TOKEN", ErrNotJoined)
 	}
 	url, auth, tc := "tls://"+id.Server, nats.Nkey(id.NKey(), id.Sign), PinnedTLS(id.CAPin)
 	if id.JWT != "" {

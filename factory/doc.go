@@ -9,7 +9,7 @@
 //	e, err := factory.New(f, factory.Options{OnEvent: show, Proxy: shared})
 //	defer e.Close()                  // stops the proxy it started itself
 //	run, err := e.Run(ctx, "default") // or e.Prepare(p) then e.Execute(ctx, run)
-//	run.Record                        // run.json; run.ExitCode() is kusaw run's status
+//	run.Record                        // run.json; record.RunExitCode(run.Record, State.AllAttempts) is kusaw run's status
 //
 // New opens the state directory, which marks runs whose owner died as
 // interrupted and removes their worktrees (OpenState does the same for

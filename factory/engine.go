@@ -172,20 +172,6 @@ type Run struct {
 // ID is the run's id.
 func (r *Run) ID() string { return r.Record.ID }
 
-// ExitCode is kusaw run's exit status for the run (docs/architecture.md, "Statuses").
-func (r *Run) ExitCode() status.ExitCode {
-	switch r.Record.State {
-	case status.RunSucceeded:
-		return status.ExitOK
-	case status.RunCanceled, status.RunInterrupted:
-		return status.ExitInterrupted
-	}
-	if r.refused != nil {
-		return status.ExitSandboxUnavailable
-	}
-	return status.ExitRunFailed
-}
-
 // Refusal is the sandbox refusal that failed the run, if one did.
 func (r *Run) Refusal() *status.Error { return r.refused }
 

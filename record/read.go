@@ -17,8 +17,10 @@ import (
 	"github.com/kusaw/kusaw/status"
 )
 
-// RunExitCode is kusaw run's exit status for a run read from its records
-// (the same as Run.ExitCode for a run executed in-process).
+// RunExitCode is kusaw run's exit status for a run, decided from its
+// records alone (atts: every attempt, the helpers' too), so a run executed
+// in-process, followed through serve, or with attempts on cluster workers
+// exits alike. cmd/kusaw's exitCode calls it for a finished run.
 func RunExitCode(rec *RunRecord, atts []*AttemptRecord) status.ExitCode {
 	switch rec.State {
 	case status.RunSucceeded:

@@ -298,7 +298,9 @@ func (s *Server) detail(id string) (*client.RunDetail, error) {
 		helpers = []*record.AttemptRecord{}
 	}
 	// The exit code reads the helpers' attempts too: a judge the sandbox
-	// refused makes kusaw run exit 4 in-process, and through serve alike.
+	// refused makes kusaw run exit 4 (kusaw run decides it from Attempts
+	// and Helpers by the same record.RunExitCode; this is for other
+	// clients).
 	all := append(append([]*record.AttemptRecord{}, atts...), helpers...)
 	return &client.RunDetail{Run: rec, Attempts: atts, Helpers: helpers, ExitCode: record.RunExitCode(rec, all)}, nil
 }

@@ -133,7 +133,7 @@ func Join(ctx context.Context, stateDir, token, name, version string, pools []st
 func New(ctx context.Context, o Options) (*Worker, error) {
 	id, err := cluster.LoadIdentity(o.StateDir)
 	if errors.Is(err, os.ErrNotExist) || err == nil && id.Server == "" {
-		return nil, fmt.Errorf("this worker has not joined a serve (no enrollment in %s): run kusaw worker --join TOKEN with a token from kusaw cluster token", o.StateDir)
+		return nil, fmt.Errorf("%w (no enrollment in %s): run kusaw worker --join TOKEN with a token from kusaw cluster token", cluster.ErrNotJoined, o.StateDir)
 	}
 	if err != nil {
 		return nil, err

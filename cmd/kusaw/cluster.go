@@ -152,7 +152,7 @@ func newWorkerCmd(a *app) *cobra.Command {
 			w, err := worker.New(ctx, worker.Options{StateDir: stateDir, Pools: pools, MaxParallel: maxParallel, Version: versionInfo().Version, Kusaw: exe,
 				Logf: func(format string, args ...any) { fmt.Fprintf(a.stderr, "kusaw worker: "+format+"\n", args...) }})
 			if err != nil {
-				if errors.Is(err, cluster.ErrNotEnrolled) || errors.Is(err, worker.ErrPoolNotAllowed) || strings.Contains(err.Error(), "has not joined") {
+				if errors.Is(err, cluster.ErrNotEnrolled) || errors.Is(err, worker.ErrPoolNotAllowed) || errors.Is(err, cluster.ErrNotJoined) {
 					return exitf(status.ExitNotEnrolled, "%v", err)
 				}
 				return exitf(status.ExitServeUnavailable, "%v", err)

@@ -86,6 +86,10 @@ func newRootCmd(a *app) *cobra.Command {
 	for _, f := range commandFactories {
 		root.AddCommand(f(a))
 	}
+	// cobra would add these at Execute, after usageArgs.
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	usageArgs(root)
 	return root
 }
 
@@ -102,29 +106,31 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (code int) {
 	root := newRootCmd(a)
 	root.SetArgs(args)
 	err := root.Execute()
-	if err == nil {
-		return int(status.ExitOK)
-	}
-	var ee *exitError
-	if errors.As(err, &ee) {
-		if ee.msg != "" {
-			// A failed run's message can quote what its step wrote.
-			msg := ee.msg
-			if isTerminal(stderr) {
-				msg = termSafe(msg)
-			}
-			fmt.Fprintf(stderr, "kusaw: %s\n", msg)
+	if msg := errMessage(err); msg != "" {
+		// A failed run's message can quote what its step wrote.
+		if isTerminal(stderr) {
+			msg = termSafe(msg)
 		}
-		return int(ee.code)
+		fmt.Fprintf(stderr, "kusaw: %s\n", msg)
 	}
-	msg := err.Error()
-	// cobra's own argument errors are usage errors.
-	if strings.HasPrefix(msg, "unknown command") || strings.Contains(msg, "arg(s)") || strings.HasPrefix(msg, "unknown flag") {
-		fmt.Fprintf(stderr, "kusaw: %s (see 'kusaw --help')\n", firstLine(msg))
-		return int(status.ExitUsage)
+	return int(exitCode(err))
+}
+
+// errMessage is the line kusaw prints for what a command returned: an
+// exitError's message (none when the command printed its own), nothing
+// for a run's end (finishRun printed it), else the error's first line.
+func errMessage(err error) string {
+	var (
+		ee  *exitError
+		end *runEnded
+	)
+	switch {
+	case err == nil, errors.As(err, &end):
+		return ""
+	case errors.As(err, &ee):
+		return ee.msg
 	}
-	fmt.Fprintf(stderr, "kusaw: %s\n", firstLine(msg))
-	return int(status.ExitRunFailed)
+	return firstLine(err.Error())
 }
 
 func firstLine(s string) string {

@@ -121,7 +121,8 @@ func newRunCmd(a *app) *cobra.Command {
 					fmt.Fprintf(a.stderr, "  ... and more: see each attempt's egress.log\n")
 				}
 			}
-			return a.finishRun(run.Record, run.ExitCode(), jsonOut)
+			atts, _ := e.State.AllAttempts(run.Record)
+			return a.finishRun(run.Record, atts, jsonOut)
 		},
 	}
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "stream the run's events as JSON lines")

@@ -233,7 +233,7 @@ func (a *app) runThroughServe(c *client.Client, pipeline string, params []string
 			fmt.Fprintf(a.stderr, "  ... and more: see each attempt's egress.log\n")
 		}
 	}
-	return a.finishRun(d.Run, d.ExitCode, jsonOut)
+	return a.finishRun(d.Run, append(append([]*record.AttemptRecord{}, d.Attempts...), d.Helpers...), jsonOut)
 }
 
 // addRefusal adds an egress.blocked event's line, once per host:port, at
@@ -267,8 +267,8 @@ func normalizeEvent(ev record.Event) record.Event {
 }
 
 // finishRun prints the end of kusaw run (in-process or through serve) and
-// returns its exit status.
-func (a *app) finishRun(rec *record.RunRecord, code status.ExitCode, jsonOut bool) error {
+// returns the run's end, from which exitCode decides kusaw's status.
+func (a *app) finishRun(rec *record.RunRecord, atts []*record.AttemptRecord, jsonOut bool) error {
 	if !jsonOut {
 		fmt.Fprintf(a.stdout, "run %s %s in %s\n", rec.ID, rec.State, runDuration(rec))
 		for _, rr := range rec.Repos {
@@ -286,10 +286,7 @@ func (a *app) finishRun(rec *record.RunRecord, code status.ExitCode, jsonOut boo
 		}
 		fmt.Fprintf(a.stderr, "kusaw: %s: %s%s\n", rec.Reason, safeFor(a.stderr, rec.Message), fix)
 	}
-	if code != status.ExitOK {
-		return silentExit(code)
-	}
-	return nil
+	return &runEnded{rec: rec, atts: atts}
 }
 
 // parseParams reads --param NAME=VALUE flags.
