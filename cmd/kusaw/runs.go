@@ -41,7 +41,7 @@ func newRunsCmd(a *app) *cobra.Command {
 				return nil
 			}
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "RUN\tPIPELINE\tSTATE\tSTARTED\tDURATION\tSTEPS\tCOST\tTOKENS\tREASON")
+			fmt.Fprintln(tw, "RUN\tPIPELINE\tSTATE\tSTARTED\tDURATION\tSTEPS\tCOST\tTOKENS\tTRIGGER\tREASON")
 			for _, r := range runs {
 				done := 0
 				for _, s := range r.Steps {
@@ -57,7 +57,11 @@ func newRunsCmd(a *app) *cobra.Command {
 				if r.Usage != nil {
 					cost, tokens = fmtCost(r.Usage), fmtTokens(r.Usage.Tokens())
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", r.ID, r.Pipeline, r.State, started, runDuration(r), done, len(r.Steps), cost, tokens, r.Reason)
+				trigger := "-"
+				if r.Trigger != nil {
+					trigger = termSafe(r.Trigger.Label())
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\n", r.ID, r.Pipeline, r.State, started, runDuration(r), done, len(r.Steps), cost, tokens, trigger, r.Reason)
 			}
 			return tw.Flush()
 		},

@@ -104,12 +104,13 @@ async function showRuns(filter) {
         el("td", { class: "num", text: fmtDur(runDuration(r)) }),
         el("td", { class: "num", text: passed + "/" + r.steps.length }),
         el("td", { class: "num", text: fmtCost(r.usage) }),
+        el("td", { text: triggerLabel(r.trigger) }),
         el("td", { class: "mono", text: r.reason || "" }));
     });
     const filtered = filter.pipeline || filter.state;
     list.replaceChildren(
       rows.length ? el("table", { id: "runs" },
-        el("thead", {}, el("tr", {}, ...["run", "pipeline", "state", "started", "duration", "steps", "cost", "reason"].map(h => el("th", { text: h })))),
+        el("thead", {}, el("tr", {}, ...["run", "pipeline", "state", "started", "duration", "steps", "cost", "trigger", "reason"].map(h => el("th", { text: h })))),
         el("tbody", {}, ...rows))
         : el("p", { class: "muted", text: filtered ? "No runs match the filter." : "No runs yet. Start one with: kusaw run" }));
     workers.replaceChildren(await workersSection());
@@ -353,4 +354,13 @@ function gateBlock(r, refresh) {
     r.gate.deadline ? el("div", { class: "muted", text: "rejects at " + new Date(r.gate.deadline).toLocaleString() + " if undecided" }) : null,
     el("button", { id: "approve", onclick: () => decide("approve") }, "Approve"),
     el("button", { id: "reject", onclick: () => { const why = prompt("Why reject?"); if (why) decide("reject", why); } }, "Reject"));
+}
+
+// triggerLabel is what started a run, in a few words (record.Trigger.Label).
+function triggerLabel(t) {
+  if (!t) return "";
+  if (t.schedule) return "schedule " + t.name;
+  if (t.issue) return t.forge + " " + t.repo + "#" + t.issue;
+  if (t.pull_request) return t.forge + " " + t.repo + "!" + t.pull_request;
+  return (t.forge || "") + " " + t.name;
 }
