@@ -59,6 +59,13 @@ func Command(ctx context.Context, p *Plan, argv []string) (*exec.Cmd, error) {
 	if !permsSupported(bw) {
 		args = withoutPerms(args)
 	}
+	// The kernel filters read the descriptors after the empty files'.
+	fargs, ffiles, err := kernelFilters(DataFD + p.dataFiles())
+	if err != nil {
+		fd.Close()
+		return nil, err
+	}
+	args = append(args, fargs...)
 	args = append(args, "--args", "3", "--")
 	args = append(args, p.WrapArgv...)
 	args = append(args, argv...)
@@ -78,6 +85,7 @@ func Command(ctx context.Context, p *Plan, argv []string) (*exec.Cmd, error) {
 			cmd.ExtraFiles = append(cmd.ExtraFiles, null)
 		}
 	}
+	cmd.ExtraFiles = append(cmd.ExtraFiles, ffiles...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error {
 		if cmd.Process == nil {

@@ -1,0 +1,29 @@
+package sandbox
+
+import (
+	"os"
+	"strconv"
+
+	"github.com/kusaw/kusaw/status"
+)
+
+// kernelFilters returns bwrap's arguments for the kernel filters of every
+// Linux attempt and the files they read: the seccomp filter at descriptor
+// fd (the next free one in the command). A step may not opt out, and a
+// machine where the filter cannot be built refuses the attempt.
+func kernelFilters(fd int) ([]string, []*os.File, error) {
+	f, err := seccompFile()
+	if err != nil {
+		return nil, nil, &status.Error{Reason: status.ReasonSandboxUnavailable, Msg: "sandbox: " + err.Error(),
+			Fix: "run kusaw on linux/amd64 or linux/arm64, or set the step's sandbox mode to off"}
+	}
+	args := []string{"--seccomp", strconv.Itoa(fd)}
+	// /proc/keys lists every key the user may view, the host's included,
+	// whatever the session keyring: it shows empty, like Docker's.
+	for _, p := range []string{"/proc/keys", "/proc/key-users"} {
+		if _, err := os.Stat(p); err == nil {
+			args = append(args, "--ro-bind", "/dev/null", p)
+		}
+	}
+	return args, []*os.File{f}, nil
+}

@@ -1,0 +1,388 @@
+//go:build linux && (amd64 || arm64)
+
+package sandbox
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+
+	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
+)
+
+// The seccomp filter every Linux attempt runs under (bwrap --seccomp FD).
+// It is an allowlist: the system calls below are what programs a step runs
+// (shells, git, Go, Node, Python, make, compilers, debuggers of their own
+// children) use, with Docker's default profile (moby/profiles) as the
+// reference. What is not named fails with ENOSYS, which programs take for
+// an older kernel and fall back from; what is named as refused fails with
+// EPERM. A foreign architecture (32-bit x86 or arm, x32) kills the process:
+// its system call numbers mean other calls.
+
+const (
+	retAllow  = unix.SECCOMP_RET_ALLOW
+	retKill   = unix.SECCOMP_RET_KILL_PROCESS
+	retErrno  = unix.SECCOMP_RET_ERRNO
+	retEPERM  = retErrno | uint32(unix.EPERM)
+	retENOSYS = retErrno | uint32(unix.ENOSYS)
+	// A socket family the step has no use for: EAFNOSUPPORT, what a kernel
+	// without it answers, so a program probing for it carries on.
+	retNoFamily = retErrno | uint32(unix.EAFNOSUPPORT)
+)
+
+// seccompData offsets (struct seccomp_data): nr, arch, ip, args[6]. The
+// low 32 bits of an argument come first on these little-endian machines.
+const (
+	offNr   = 0
+	offArch = 4
+	offArgs = 16
+)
+
+func argLow(i int) uint32  { return uint32(offArgs + 8*i) }
+func argHigh(i int) uint32 { return uint32(offArgs + 8*i + 4) }
+
+// allowed are the system calls allowed whatever their arguments, on every
+// supported architecture; archAllowed (per architecture) adds the legacy
+// calls only some have.
+var allowed = []uintptr{
+	// files and folders
+	unix.SYS_READ, unix.SYS_WRITE, unix.SYS_READV, unix.SYS_WRITEV, unix.SYS_PREAD64, unix.SYS_PWRITE64,
+	unix.SYS_PREADV, unix.SYS_PWRITEV, unix.SYS_PREADV2, unix.SYS_PWRITEV2, unix.SYS_OPENAT, unix.SYS_OPENAT2,
+	unix.SYS_CLOSE, unix.SYS_CLOSE_RANGE, unix.SYS_LSEEK, unix.SYS_FSTAT, unix.SYS_NEWFSTATAT, unix.SYS_STATX,
+	unix.SYS_STATFS, unix.SYS_FSTATFS, unix.SYS_FACCESSAT, unix.SYS_FACCESSAT2, unix.SYS_GETDENTS64,
+	unix.SYS_GETCWD, unix.SYS_CHDIR, unix.SYS_FCHDIR, unix.SYS_MKDIRAT, unix.SYS_MKNODAT, unix.SYS_UNLINKAT,
+	unix.SYS_RENAMEAT, unix.SYS_RENAMEAT2, unix.SYS_LINKAT, unix.SYS_SYMLINKAT, unix.SYS_READLINKAT,
+	unix.SYS_FCHMOD, unix.SYS_FCHMODAT, unix.SYS_FCHMODAT2, unix.SYS_FCHOWN, unix.SYS_FCHOWNAT, unix.SYS_UMASK,
+	unix.SYS_TRUNCATE, unix.SYS_FTRUNCATE, unix.SYS_FALLOCATE, unix.SYS_FADVISE64, unix.SYS_READAHEAD,
+	unix.SYS_FSYNC, unix.SYS_FDATASYNC, unix.SYS_SYNC, unix.SYS_SYNCFS, unix.SYS_SYNC_FILE_RANGE,
+	unix.SYS_UTIMENSAT, unix.SYS_FLOCK, unix.SYS_FCNTL, unix.SYS_IOCTL, unix.SYS_DUP, unix.SYS_DUP3,
+	unix.SYS_PIPE2, unix.SYS_SENDFILE, unix.SYS_SPLICE, unix.SYS_TEE, unix.SYS_VMSPLICE, unix.SYS_COPY_FILE_RANGE,
+	unix.SYS_GETXATTR, unix.SYS_LGETXATTR, unix.SYS_FGETXATTR, unix.SYS_SETXATTR, unix.SYS_LSETXATTR,
+	unix.SYS_FSETXATTR, unix.SYS_LISTXATTR, unix.SYS_LLISTXATTR, unix.SYS_FLISTXATTR, unix.SYS_REMOVEXATTR,
+	unix.SYS_LREMOVEXATTR, unix.SYS_FREMOVEXATTR, unix.SYS_GETXATTRAT, unix.SYS_SETXATTRAT,
+	unix.SYS_LISTXATTRAT, unix.SYS_REMOVEXATTRAT, unix.SYS_NAME_TO_HANDLE_AT, unix.SYS_CACHESTAT,
+	unix.SYS_INOTIFY_INIT1, unix.SYS_INOTIFY_ADD_WATCH, unix.SYS_INOTIFY_RM_WATCH, unix.SYS_MEMFD_CREATE,
+	// polling, events, timers
+	unix.SYS_EPOLL_CREATE1, unix.SYS_EPOLL_CTL, unix.SYS_EPOLL_PWAIT, unix.SYS_EPOLL_PWAIT2,
+	unix.SYS_PPOLL, unix.SYS_PSELECT6, unix.SYS_EVENTFD2, unix.SYS_SIGNALFD4, unix.SYS_TIMERFD_CREATE,
+	unix.SYS_TIMERFD_SETTIME, unix.SYS_TIMERFD_GETTIME, unix.SYS_TIMER_CREATE, unix.SYS_TIMER_SETTIME,
+	unix.SYS_TIMER_GETTIME, unix.SYS_TIMER_GETOVERRUN, unix.SYS_TIMER_DELETE, unix.SYS_GETITIMER,
+	unix.SYS_SETITIMER, unix.SYS_NANOSLEEP, unix.SYS_CLOCK_NANOSLEEP, unix.SYS_CLOCK_GETTIME,
+	unix.SYS_CLOCK_GETRES, unix.SYS_GETTIMEOFDAY, unix.SYS_ADJTIMEX, unix.SYS_CLOCK_ADJTIME, unix.SYS_TIMES,
+	// asynchronous I/O (the old kind: a handful of calls, no shared rings)
+	unix.SYS_IO_SETUP, unix.SYS_IO_DESTROY, unix.SYS_IO_SUBMIT, unix.SYS_IO_CANCEL, unix.SYS_IO_GETEVENTS,
+	unix.SYS_IO_PGETEVENTS,
+	// memory
+	unix.SYS_BRK, unix.SYS_MMAP, unix.SYS_MUNMAP, unix.SYS_MPROTECT, unix.SYS_MREMAP, unix.SYS_MSYNC,
+	unix.SYS_MADVISE, unix.SYS_MINCORE, unix.SYS_MLOCK, unix.SYS_MLOCK2, unix.SYS_MUNLOCK, unix.SYS_MLOCKALL,
+	unix.SYS_MUNLOCKALL, unix.SYS_REMAP_FILE_PAGES, unix.SYS_MEMBARRIER, unix.SYS_MSEAL,
+	unix.SYS_PKEY_ALLOC, unix.SYS_PKEY_FREE, unix.SYS_PKEY_MPROTECT, unix.SYS_MAP_SHADOW_STACK,
+	unix.SYS_GET_MEMPOLICY, unix.SYS_SET_MEMPOLICY, unix.SYS_MBIND, unix.SYS_MEMFD_SECRET,
+	// processes, threads, signals (inside the sandbox's own PID namespace)
+	unix.SYS_EXECVE, unix.SYS_EXECVEAT, unix.SYS_EXIT, unix.SYS_EXIT_GROUP, unix.SYS_WAIT4, unix.SYS_WAITID,
+	unix.SYS_KILL, unix.SYS_TKILL, unix.SYS_TGKILL, unix.SYS_PIDFD_OPEN, unix.SYS_PIDFD_SEND_SIGNAL,
+	unix.SYS_RT_SIGACTION, unix.SYS_RT_SIGPROCMASK, unix.SYS_RT_SIGRETURN, unix.SYS_RT_SIGPENDING,
+	unix.SYS_RT_SIGSUSPEND, unix.SYS_RT_SIGTIMEDWAIT, unix.SYS_RT_SIGQUEUEINFO, unix.SYS_RT_TGSIGQUEUEINFO,
+	unix.SYS_SIGALTSTACK, unix.SYS_RESTART_SYSCALL, unix.SYS_FUTEX, unix.SYS_FUTEX_WAITV, unix.SYS_FUTEX_WAKE,
+	unix.SYS_FUTEX_WAIT, unix.SYS_FUTEX_REQUEUE, unix.SYS_SET_ROBUST_LIST, unix.SYS_GET_ROBUST_LIST,
+	unix.SYS_SET_TID_ADDRESS, unix.SYS_RSEQ, unix.SYS_GETPID, unix.SYS_GETPPID, unix.SYS_GETTID,
+	unix.SYS_GETPGID, unix.SYS_SETPGID, unix.SYS_GETSID, unix.SYS_SETSID, unix.SYS_PRCTL,
+	unix.SYS_GETRLIMIT, unix.SYS_SETRLIMIT, unix.SYS_PRLIMIT64, unix.SYS_GETRUSAGE, unix.SYS_GETPRIORITY,
+	unix.SYS_SETPRIORITY, unix.SYS_IOPRIO_GET, unix.SYS_IOPRIO_SET, unix.SYS_PROCESS_MRELEASE,
+	// process_vm_readv/writev check what ptrace attach checks; the
+	// processes of one sandbox are all the step's own (see the ptrace rule).
+	unix.SYS_PROCESS_VM_READV, unix.SYS_PROCESS_VM_WRITEV,
+	unix.SYS_SCHED_YIELD, unix.SYS_SCHED_GETAFFINITY, unix.SYS_SCHED_SETAFFINITY, unix.SYS_SCHED_GETATTR,
+	unix.SYS_SCHED_SETATTR, unix.SYS_SCHED_GETPARAM, unix.SYS_SCHED_SETPARAM, unix.SYS_SCHED_GETSCHEDULER,
+	unix.SYS_SCHED_SETSCHEDULER, unix.SYS_SCHED_GET_PRIORITY_MAX, unix.SYS_SCHED_GET_PRIORITY_MIN,
+	unix.SYS_SCHED_RR_GET_INTERVAL, unix.SYS_GETCPU,
+	// identity (only the ids mapped into the sandbox's user namespace)
+	unix.SYS_GETUID, unix.SYS_GETEUID, unix.SYS_GETGID, unix.SYS_GETEGID, unix.SYS_GETRESUID,
+	unix.SYS_GETRESGID, unix.SYS_GETGROUPS, unix.SYS_SETUID, unix.SYS_SETGID, unix.SYS_SETREUID,
+	unix.SYS_SETREGID, unix.SYS_SETRESUID, unix.SYS_SETRESGID, unix.SYS_SETFSUID, unix.SYS_SETFSGID,
+	unix.SYS_SETGROUPS, unix.SYS_CAPGET, unix.SYS_CAPSET,
+	// system information
+	unix.SYS_UNAME, unix.SYS_SYSINFO, unix.SYS_GETRANDOM,
+	// System V and POSIX IPC: the sandbox has its own IPC namespace
+	unix.SYS_SHMGET, unix.SYS_SHMAT, unix.SYS_SHMDT, unix.SYS_SHMCTL, unix.SYS_SEMGET, unix.SYS_SEMOP,
+	unix.SYS_SEMTIMEDOP, unix.SYS_SEMCTL, unix.SYS_MSGGET, unix.SYS_MSGSND, unix.SYS_MSGRCV, unix.SYS_MSGCTL,
+	unix.SYS_MQ_OPEN, unix.SYS_MQ_UNLINK, unix.SYS_MQ_TIMEDSEND, unix.SYS_MQ_TIMEDRECEIVE, unix.SYS_MQ_NOTIFY,
+	unix.SYS_MQ_GETSETATTR,
+	// sockets, once made (socket and socketpair are checked below)
+	unix.SYS_BIND, unix.SYS_LISTEN, unix.SYS_ACCEPT, unix.SYS_ACCEPT4, unix.SYS_CONNECT,
+	unix.SYS_GETSOCKNAME, unix.SYS_GETPEERNAME, unix.SYS_SENDTO, unix.SYS_RECVFROM, unix.SYS_SENDMSG,
+	unix.SYS_RECVMSG, unix.SYS_SENDMMSG, unix.SYS_RECVMMSG, unix.SYS_SHUTDOWN, unix.SYS_SETSOCKOPT,
+	unix.SYS_GETSOCKOPT,
+	// filters a program adds for itself only narrow what it may do: Landlock
+	// (kusaw's own stage uses it), seccomp (browsers, other sandboxes)
+	unix.SYS_LANDLOCK_CREATE_RULESET, unix.SYS_LANDLOCK_ADD_RULE, unix.SYS_LANDLOCK_RESTRICT_SELF,
+	unix.SYS_SECCOMP,
+}
+
+// refused are named refusals (EPERM): what the host's kernel offers a
+// process and a step has no use for. Unnamed calls get ENOSYS.
+var refused = []uintptr{
+	// the kernel key store (add_key, request_key; keyctl is checked below)
+	unix.SYS_ADD_KEY, unix.SYS_REQUEST_KEY,
+	// page-fault handling in user space, performance counters, eBPF: the
+	// usual ways into kernel bugs
+	unix.SYS_USERFAULTFD, unix.SYS_PERF_EVENT_OPEN, unix.SYS_BPF,
+	// mounts and roots
+	unix.SYS_MOUNT, unix.SYS_UMOUNT2, unix.SYS_PIVOT_ROOT, unix.SYS_CHROOT, unix.SYS_FSOPEN,
+	unix.SYS_FSCONFIG, unix.SYS_FSMOUNT, unix.SYS_FSPICK, unix.SYS_MOVE_MOUNT, unix.SYS_OPEN_TREE,
+	unix.SYS_OPEN_TREE_ATTR, unix.SYS_MOUNT_SETATTR, unix.SYS_STATMOUNT, unix.SYS_LISTMOUNT,
+	// other namespaces (unshare and clone are checked below)
+	unix.SYS_SETNS,
+	// the machine itself
+	unix.SYS_KEXEC_LOAD, unix.SYS_KEXEC_FILE_LOAD, unix.SYS_REBOOT, unix.SYS_INIT_MODULE,
+	unix.SYS_FINIT_MODULE, unix.SYS_DELETE_MODULE, unix.SYS_SWAPON, unix.SYS_SWAPOFF, unix.SYS_ACCT,
+	unix.SYS_SETTIMEOFDAY, unix.SYS_CLOCK_SETTIME, unix.SYS_SETHOSTNAME, unix.SYS_SETDOMAINNAME,
+	unix.SYS_SYSLOG, unix.SYS_QUOTACTL, unix.SYS_QUOTACTL_FD, unix.SYS_VHANGUP, unix.SYS_OPEN_BY_HANDLE_AT,
+	unix.SYS_FANOTIFY_INIT, unix.SYS_FANOTIFY_MARK, unix.SYS_PIDFD_GETFD, unix.SYS_KCMP,
+	unix.SYS_PROCESS_MADVISE, unix.SYS_MOVE_PAGES, unix.SYS_MIGRATE_PAGES,
+}
+
+// noSys are refused with ENOSYS: programs fall back to older calls.
+var noSys = []uintptr{
+	// io_uring: its rings bypass this filter, and most kernel escapes of
+	// recent years went through it; libuv, Tokio and others fall back
+	unix.SYS_IO_URING_SETUP, unix.SYS_IO_URING_ENTER, unix.SYS_IO_URING_REGISTER,
+	// clone3's flags sit behind a pointer a filter cannot read; glibc
+	// and Go fall back to clone, whose flags are checked
+	unix.SYS_CLONE3,
+}
+
+// Namespace flags of clone and unshare. CLONE_NEWTIME shares its bit with
+// clone's exit signal, so it is checked for unshare only.
+const (
+	nsFlags     = unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWCGROUP
+	unshareMask = nsFlags | unix.CLONE_NEWTIME
+)
+
+// Personalities a step may set: Linux's default, the 32-bit and
+// uname-2.6 variants, no address-space randomisation (debuggers turn it
+// off for the programs they start), and the query. READ_IMPLIES_EXEC and
+// the rest are refused.
+var personalities = []uint32{0, perLinux32, uname26, uname26 | perLinux32, addrNoRandomize, 0xffffffff}
+
+// From <linux/personality.h> (x/sys/unix does not carry them).
+const (
+	perLinux32      = 0x0008
+	uname26         = 0x0020000
+	addrNoRandomize = 0x0040000
+)
+
+// conditional are the calls decided by their arguments. Each block ends in
+// returns, never falls through, and may jump only inside itself.
+func conditional() map[uintptr][]bpf.Instruction {
+	return map[uintptr][]bpf.Instruction{
+		// Local, IPv4, IPv6 and routing information (getaddrinfo and
+		// Go's net package read interfaces over NETLINK_ROUTE). No
+		// AF_VSOCK (the host's VMs), AF_PACKET, AF_ALG, Bluetooth, ...
+		unix.SYS_SOCKET: {
+			bpf.LoadAbsolute{Off: argLow(0), Size: 4},
+			bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.AF_UNIX, SkipTrue: 6},
+			bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.AF_INET, SkipTrue: 5},
+			bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.AF_INET6, SkipTrue: 4},
+			bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.AF_NETLINK, SkipFalse: 2},
+			bpf.LoadAbsolute{Off: argLow(2), Size: 4},
+			bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.NETLINK_ROUTE, SkipTrue: 1},
+			bpf.RetConstant{Val: retNoFamily},
+			bpf.RetConstant{Val: retAllow},
+		},
+		unix.SYS_SOCKETPAIR: argIn(0, []uint32{unix.AF_UNIX}, retAllow, retNoFamily),
+		unix.SYS_PERSONALITY: argIn(0, personalities, retAllow, retEPERM),
+		// Tracing stays for the step's own children (gdb, delve and
+		// strace start theirs with PTRACE_TRACEME; strace falls back to
+		// it when PTRACE_SEIZE fails); attaching to a running process
+		// is refused.
+		unix.SYS_PTRACE: {
+			bpf.LoadAbsolute{Off: argHigh(0), Size: 4},
+			bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipFalse: 4},
+			bpf.LoadAbsolute{Off: argLow(0), Size: 4},
+			bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.PTRACE_ATTACH, SkipTrue: 2},
+			bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.PTRACE_SEIZE, SkipTrue: 1},
+			bpf.RetConstant{Val: retAllow},
+			bpf.RetConstant{Val: retEPERM},
+		},
+		// New processes and threads, never new namespaces (bwrap made the
+		// sandbox's before the filter; nested user namespaces are off).
+		unix.SYS_CLONE: flagsNone(0, nsFlags),
+		unix.SYS_UNSHARE: flagsNone(0, unshareMask),
+		// keyctl: only joining a new, anonymous session keyring, which is
+		// what kusaw's own first stage does so the host's is not inherited.
+		// Everything else (reading, writing, searching keys) is refused.
+		unix.SYS_KEYCTL: {
+			bpf.LoadAbsolute{Off: argLow(0), Size: 4},
+			bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.KEYCTL_JOIN_SESSION_KEYRING, SkipFalse: 5},
+			bpf.LoadAbsolute{Off: argLow(1), Size: 4},
+			bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipFalse: 3},
+			bpf.LoadAbsolute{Off: argHigh(1), Size: 4},
+			bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipFalse: 1},
+			bpf.RetConstant{Val: retAllow},
+			bpf.RetConstant{Val: retEPERM},
+		},
+	}
+}
+
+// argIn: hit when argument i (as the 32-bit int the kernel reads) is one
+// of vals, else miss.
+func argIn(i int, vals []uint32, hit, miss uint32) []bpf.Instruction {
+	b := []bpf.Instruction{bpf.LoadAbsolute{Off: argLow(i), Size: 4}}
+	for k, v := range vals {
+		b = append(b, bpf.JumpIf{Cond: bpf.JumpEqual, Val: v, SkipTrue: uint8(len(vals) - k)})
+	}
+	return append(b, bpf.RetConstant{Val: miss}, bpf.RetConstant{Val: hit})
+}
+
+// flagsNone: allowed when argument i has none of mask's bits (the mask
+// lies in the low 32 bits), else EPERM.
+func flagsNone(i int, mask uint32) []bpf.Instruction {
+	return []bpf.Instruction{
+		bpf.LoadAbsolute{Off: argLow(i), Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: mask, SkipTrue: 1},
+		bpf.RetConstant{Val: retAllow},
+		bpf.RetConstant{Val: retEPERM},
+	}
+}
+
+type sysRule struct {
+	nr    uint32
+	block []bpf.Instruction
+}
+
+// seccompRules is every named call with its block, sorted by number.
+func seccompRules() ([]sysRule, error) {
+	blocks := map[uint32][]bpf.Instruction{}
+	add := func(nr uintptr, b []bpf.Instruction) error {
+		if _, dup := blocks[uint32(nr)]; dup {
+			return fmt.Errorf("seccomp: system call %d named twice", nr)
+		}
+		blocks[uint32(nr)] = b
+		return nil
+	}
+	for _, nr := range append(append([]uintptr{}, allowed...), archAllowed...) {
+		if err := add(nr, []bpf.Instruction{bpf.RetConstant{Val: retAllow}}); err != nil {
+			return nil, err
+		}
+	}
+	for _, nr := range append(append([]uintptr{}, refused...), archRefused...) {
+		if err := add(nr, []bpf.Instruction{bpf.RetConstant{Val: retEPERM}}); err != nil {
+			return nil, err
+		}
+	}
+	for _, nr := range noSys {
+		if err := add(nr, []bpf.Instruction{bpf.RetConstant{Val: retENOSYS}}); err != nil {
+			return nil, err
+		}
+	}
+	for nr, b := range conditional() {
+		if err := add(nr, b); err != nil {
+			return nil, err
+		}
+	}
+	rules := make([]sysRule, 0, len(blocks))
+	for nr, b := range blocks {
+		rules = append(rules, sysRule{nr, b})
+	}
+	slices.SortFunc(rules, func(a, b sysRule) int { return int(a.nr) - int(b.nr) })
+	return rules, nil
+}
+
+// dispatch is a binary search over the sorted rules: a few comparisons
+// per call even on kernels without seccomp's per-call cache. The long
+// jumps (ja) carry the distances conditional jumps cannot.
+func dispatch(rules []sysRule) []bpf.Instruction {
+	if len(rules) <= 4 {
+		var out []bpf.Instruction
+		for _, r := range rules {
+			out = append(out, bpf.JumpIf{Cond: bpf.JumpEqual, Val: r.nr, SkipFalse: uint8(len(r.block))})
+			out = append(out, r.block...)
+		}
+		return append(out, bpf.RetConstant{Val: retENOSYS})
+	}
+	mid := len(rules) / 2
+	left, right := dispatch(rules[:mid]), dispatch(rules[mid:])
+	// At or above the middle: the ja over the left half; below: the left half.
+	out := []bpf.Instruction{
+		bpf.JumpIf{Cond: bpf.JumpGreaterOrEqual, Val: rules[mid].nr, SkipFalse: 1},
+		bpf.Jump{Skip: uint32(len(left))},
+	}
+	out = append(out, left...)
+	return append(out, right...)
+}
+
+// seccompProgram assembles the filter: check the architecture, then the
+// call. The result is what bwrap's --seccomp reads: struct sock_filter
+// entries back to back.
+func seccompProgram() ([]byte, error) {
+	rules, err := seccompRules()
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range rules {
+		if len(r.block) > 255 {
+			return nil, fmt.Errorf("seccomp: the rule of system call %d is too long", r.nr)
+		}
+	}
+	prog := []bpf.Instruction{
+		bpf.LoadAbsolute{Off: offArch, Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: auditArch, SkipTrue: 1},
+		bpf.RetConstant{Val: retKill},
+		bpf.LoadAbsolute{Off: offNr, Size: 4},
+	}
+	prog = append(prog, archPrologue...)
+	prog = append(prog, dispatch(rules)...)
+	if len(prog) > 4096 {
+		return nil, fmt.Errorf("seccomp: the filter has %d instructions, more than the kernel's 4096", len(prog))
+	}
+	raw, err := bpf.Assemble(prog)
+	if err != nil {
+		return nil, fmt.Errorf("seccomp: %w", err)
+	}
+	out := make([]byte, 0, 8*len(raw))
+	for _, ins := range raw {
+		out = binary.NativeEndian.AppendUint16(out, ins.Op)
+		out = append(out, ins.Jt, ins.Jf)
+		out = binary.NativeEndian.AppendUint32(out, ins.K)
+	}
+	return out, nil
+}
+
+var (
+	seccompOnce  sync.Once
+	seccompBytes []byte
+	seccompErr   error
+)
+
+// SeccompFilter returns the compiled filter (built once per process).
+func SeccompFilter() ([]byte, error) {
+	seccompOnce.Do(func() { seccompBytes, seccompErr = seccompProgram() })
+	return seccompBytes, seccompErr
+}
+
+// seccompFile returns the filter in a fresh in-memory file positioned at
+// its start, for bwrap to read (one per command: bwrap reads it to the end).
+func seccompFile() (*os.File, error) {
+	prog, err := SeccompFilter()
+	if err != nil {
+		return nil, err
+	}
+	fd, err := unix.MemfdCreate("kusaw-seccomp", unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: memfd: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "kusaw-seccomp")
+	if _, err := f.Write(prog); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("sandbox: writing the seccomp filter: %w", err)
+	}
+	if _, err := f.Seek(0, 0); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
