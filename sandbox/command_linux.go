@@ -67,6 +67,7 @@ func Command(ctx context.Context, p *Plan, argv []string) (*exec.Cmd, error) {
 	}
 	args = append(args, fargs...)
 	args = append(args, "--args", "3", "--")
+	args = append(args, p.confineArgv()...)
 	args = append(args, p.WrapArgv...)
 	args = append(args, argv...)
 	cmd := exec.CommandContext(ctx, bw, args...)

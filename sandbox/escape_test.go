@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kusaw/kusaw/sandbox/confine"
 )
 
 // The escape suite runs real bwrap on a real repository with a linked
@@ -28,7 +30,15 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 2 && os.Args[1] == "__sandbox_helper" {
 		os.Exit(helperMain(os.Args[2:]))
 	}
-	os.Exit(m.Run())
+	if len(os.Args) > 1 && os.Args[1] == confine.Subcommand {
+		os.Exit(confineMain(os.Args[2:]))
+	}
+	// The stage's program: this binary, copied where an unprivileged user
+	// can reach it (go test builds in a folder only its user can enter).
+	cleanup := confineTestProgram()
+	code := m.Run()
+	cleanup()
+	os.Exit(code)
 }
 
 // helperMain runs inside the sandbox (the test binary, bound read-only):
@@ -764,6 +774,9 @@ func TestProbes(t *testing.T) {
 	bad.Mounts = slices.DeleteFunc(slices.Clone(p.Mounts), func(m Mount) bool { return m.Dst == f.home })
 	bad.Mounts = append(bad.Mounts, Mount{Op: "bind", Src: f.attempt, Dst: f.attempt, Reason: "test"},
 		Mount{Op: "ro-bind", Src: f.home, Dst: f.home, Reason: "test"})
+	// Landlock holds writes to the plan's writable list, whatever the
+	// mounts: the broken plan names the attempt there too.
+	bad.Writable = append(slices.Clone(p.Writable), PathRule{f.attempt, "test"})
 	res = Probes(context.Background(), &bad)
 	if res[2].OK || res[3].OK {
 		t.Errorf("probes passed a broken plan: %+v", res)

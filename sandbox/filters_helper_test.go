@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -14,6 +15,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kusaw/kusaw/sandbox/confine"
 )
 
 // syscallProbes are raw system calls a prompt-injected step would try,
@@ -109,7 +112,9 @@ func syscallProbes(hostKey, sibling int) []probe {
 		{"mount_tmpfs", true, func() error { return unix.Mount("none", "/proc", "tmpfs", 0, "") }},
 		{"umount2", true, func() error { return unix.Unmount("/proc", unix.MNT_DETACH) }},
 		{"fsopen", true, func() error { return fdErr(unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)) }},
-		{"open_tree", true, func() error { return fdErr(unix.OpenTree(unix.AT_FDCWD, "/", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)) }},
+		{"open_tree", true, func() error {
+			return fdErr(unix.OpenTree(unix.AT_FDCWD, "/", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC))
+		}},
 		{"pivot_root", true, func() error { return unix.PivotRoot("/", "/") }},
 		{"unshare_user", true, func() error { return unix.Unshare(unix.CLONE_NEWUSER) }},
 		{"unshare_net", true, func() error { return unix.Unshare(unix.CLONE_NEWNET) }},
@@ -237,4 +242,40 @@ func filtersHelper(args []string) int {
 		fmt.Printf("%s=%s\n", p.name, res)
 	}
 	return 0
+}
+
+// confineMain is the stage when this test binary is its program.
+func confineMain(args []string) int {
+	err := confine.Run(args)
+	code := confine.ExitSetup
+	var ce *confine.Error
+	if errors.As(err, &ce) {
+		code = ce.Code
+	}
+	fmt.Fprintf(os.Stderr, "kusaw: %v\n", err)
+	return code
+}
+
+// confineTestProgram copies this test binary to a folder every user can
+// enter and makes it the confinement stage's program.
+func confineTestProgram() func() {
+	exe, err := os.Executable()
+	if err != nil {
+		panic(err)
+	}
+	dir, err := os.MkdirTemp("/var/tmp", "kusaw-confine-test-")
+	if err != nil {
+		panic(err)
+	}
+	os.Chmod(dir, 0o755)
+	dst := filepath.Join(dir, "sandbox.test")
+	b, err := os.ReadFile(exe)
+	if err == nil {
+		err = os.WriteFile(dst, b, 0o755)
+	}
+	if err != nil {
+		panic(err)
+	}
+	confineOnce.Do(func() { confineProg = []string{dst, confine.Subcommand} })
+	return func() { os.RemoveAll(dir) }
 }

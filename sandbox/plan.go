@@ -415,7 +415,7 @@ func (b *builder) build() error {
 		}
 		b.addBind(&b.reads, "ro-bind", r, r, "allow_read (not protected: the factory chose to show it)")
 	}
-	bins := append([]string{}, in.ExtraBinaries...)
+	bins := append(append([]string{}, in.ExtraBinaries...), confineBinaries()...)
 	if in.Proxy != nil {
 		bins = append(bins, in.Proxy.Binaries...)
 	}

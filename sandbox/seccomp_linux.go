@@ -193,7 +193,7 @@ func conditional() map[uintptr][]bpf.Instruction {
 			bpf.RetConstant{Val: retNoFamily},
 			bpf.RetConstant{Val: retAllow},
 		},
-		unix.SYS_SOCKETPAIR: argIn(0, []uint32{unix.AF_UNIX}, retAllow, retNoFamily),
+		unix.SYS_SOCKETPAIR:  argIn(0, []uint32{unix.AF_UNIX}, retAllow, retNoFamily),
 		unix.SYS_PERSONALITY: argIn(0, personalities, retAllow, retEPERM),
 		// Tracing stays for the step's own children (gdb, delve and
 		// strace start theirs with PTRACE_TRACEME; strace falls back to
@@ -210,7 +210,7 @@ func conditional() map[uintptr][]bpf.Instruction {
 		},
 		// New processes and threads, never new namespaces (bwrap made the
 		// sandbox's before the filter; nested user namespaces are off).
-		unix.SYS_CLONE: flagsNone(0, nsFlags),
+		unix.SYS_CLONE:   flagsNone(0, nsFlags),
 		unix.SYS_UNSHARE: flagsNone(0, unshareMask),
 		// keyctl: only joining a new, anonymous session keyring, which is
 		// what kusaw's own first stage does so the host's is not inherited.

@@ -24,11 +24,13 @@ var never = map[string][]string{
 	"internal/proc":      {"config", "factory", "attempt", "serve", "cluster", "sandbox", "egress", "worktree", "providers", "steps", "record"},
 	"internal/httpframe": {"config", "status", "chainlog", "factory", "attempt", "serve", "cluster", "sandbox", "egress", "worktree", "providers", "steps", "record"},
 	"sandbox":            {"egress", "worktree", "providers", "factory", "attempt", "serve", "cluster", "steps"},
-	"egress":             {"sandbox", "worktree", "providers", "factory", "attempt", "serve", "cluster", "steps"},
-	"worktree":           {"sandbox", "egress", "providers", "factory", "attempt", "serve", "cluster", "steps"},
-	"providers":          {"sandbox", "egress", "worktree", "factory", "attempt", "serve", "cluster", "steps"},
-	"steps":              {"factory", "attempt", "serve", "cluster"},
-	"deliver":            {"factory", "attempt", "serve", "cluster", "sandbox", "egress"},
+	// the first stage inside the sandbox, linked into kusaw-bridge: nothing of kusaw's
+	"sandbox/confine": {"sandbox", "config", "status", "chainlog", "record", "egress", "worktree", "providers", "factory", "attempt", "serve", "cluster", "steps", "internal"},
+	"egress":          {"sandbox", "worktree", "providers", "factory", "attempt", "serve", "cluster", "steps"},
+	"worktree":        {"sandbox", "egress", "providers", "factory", "attempt", "serve", "cluster", "steps"},
+	"providers":       {"sandbox", "egress", "worktree", "factory", "attempt", "serve", "cluster", "steps"},
+	"steps":           {"factory", "attempt", "serve", "cluster"},
+	"deliver":         {"factory", "attempt", "serve", "cluster", "sandbox", "egress"},
 	// The executor: one attempt from its spec and a host. What runs
 	// attempts (the engine, a worker) calls it; it calls none of them.
 	"attempt":          {"factory", "serve", "cluster"},

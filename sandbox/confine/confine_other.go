@@ -1,0 +1,16 @@
+//go:build !linux
+
+package confine
+
+import (
+	"errors"
+	"runtime"
+)
+
+var errNotLinux = errors.New("confine: Landlock and session keyrings are Linux's; " + runtime.GOOS + " has neither")
+
+// Run: the stage exists on Linux only.
+func Run(args []string) error { return &Error{ExitSetup, errNotLinux.Error()} }
+
+// LandlockABI: none outside Linux.
+func LandlockABI() (int, error) { return 0, errNotLinux }

@@ -1,0 +1,88 @@
+package sandbox
+
+import (
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+
+	"github.com/kusaw/kusaw/sandbox/confine"
+)
+
+// The confinement stage (package sandbox/confine) runs first inside every
+// Linux sandbox: a fresh session keyring, then Landlock where the kernel
+// has it, then the step. Its program is kusaw-bridge beside the running
+// executable (small, quick to start), else the executable itself when it
+// serves the stage (kusaw does; so do this package's tests).
+
+var (
+	confineMu   sync.Mutex
+	confineSelf bool
+	confineOnce sync.Once
+	confineProg []string
+)
+
+// ServeConfine says that this executable runs the stage when started with
+// confine.Subcommand as its first argument (kusaw's hidden __confine).
+func ServeConfine() {
+	confineMu.Lock()
+	confineSelf = true
+	confineMu.Unlock()
+}
+
+// confineProgram is the stage's program and subcommand, or nil when there
+// is none (a test binary of another package): the step then runs without
+// Landlock and with the host's session keyring (unreachable: seccomp
+// refuses keyctl), and check --verbose says so.
+func confineProgram() []string {
+	if runtime.GOOS != "linux" {
+		return nil
+	}
+	confineOnce.Do(func() {
+		exe, err := os.Executable()
+		if err != nil {
+			return
+		}
+		if r, err := filepath.EvalSymlinks(exe); err == nil {
+			exe = r
+		}
+		if b := filepath.Join(filepath.Dir(exe), "kusaw-bridge"); isExecutable(b) {
+			confineProg = []string{b, confine.Subcommand}
+			return
+		}
+		confineMu.Lock()
+		self := confineSelf
+		confineMu.Unlock()
+		if self {
+			confineProg = []string{exe, confine.Subcommand}
+		}
+	})
+	return confineProg
+}
+
+func isExecutable(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
+}
+
+// confineBinaries are the files the plan binds read-only so the stage can run.
+func confineBinaries() []string {
+	if p := confineProgram(); p != nil {
+		return p[:1]
+	}
+	return nil
+}
+
+// confineArgv is the argv prefix that runs the stage for this plan, nil
+// without one.
+func (p *Plan) confineArgv() []string {
+	prog := confineProgram()
+	if prog == nil {
+		return nil
+	}
+	var w []string
+	for _, r := range p.Writable {
+		w = append(w, r.Path)
+	}
+	return append(append([]string{}, prog...), confine.Args(w)...)
+}
