@@ -60,7 +60,7 @@ func Command(ctx context.Context, p *Plan, argv []string) (*exec.Cmd, error) {
 		args = withoutPerms(args)
 	}
 	// The kernel filters read the descriptors after the empty files'.
-	fargs, ffiles, err := kernelFilters(DataFD + p.dataFiles())
+	fargs, ffiles, err := filterArgs(p, DataFD+p.dataFiles())
 	if err != nil {
 		fd.Close()
 		return nil, err

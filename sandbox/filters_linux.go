@@ -7,11 +7,11 @@ import (
 	"github.com/kusaw/kusaw/status"
 )
 
-// kernelFilters returns bwrap's arguments for the kernel filters of every
+// filterArgs returns bwrap's arguments for the kernel filters of every
 // Linux attempt and the files they read: the seccomp filter at descriptor
 // fd (the next free one in the command). A step may not opt out, and a
 // machine where the filter cannot be built refuses the attempt.
-func kernelFilters(fd int) ([]string, []*os.File, error) {
+func filterArgs(p *Plan, fd int) ([]string, []*os.File, error) {
 	f, err := seccompFile()
 	if err != nil {
 		return nil, nil, &status.Error{Reason: status.ReasonSandboxUnavailable, Msg: "sandbox: " + err.Error(),
