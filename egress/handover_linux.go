@@ -51,10 +51,41 @@ func (l *Lease) acceptHandOver() {
 		if err != nil {
 			return
 		}
+		if err := l.checkPeer(c); err != nil {
+			msg := "refused the peer: " + err.Error()
+			// Its message first (descriptors closed unused), so the
+			// peer reads the answer rather than a broken pipe.
+			discardHandOver(c)
+			fmt.Fprintf(c, "error: %s\n", msg)
+			l.record(Decision{Kind: KindHandOver, Decision: Fail, Reason: "handover.failed", Detail: "kusaw: egress hand-over: " + msg})
+			c.Close()
+			continue
+		}
 		ok := l.handOver(c)
 		c.Close()
 		if ok {
 			return
+		}
+	}
+}
+
+// discardHandOver reads one hand-over message, briefly, and closes the
+// descriptors that came with it.
+func discardHandOver(c *net.UnixConn) {
+	c.SetDeadline(time.Now().Add(time.Second))
+	buf := make([]byte, 256)
+	oob := make([]byte, unix.CmsgSpace(4*(1+2*MaxLocalPorts)))
+	_, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return
+	}
+	if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+		for _, m := range msgs {
+			if fds, err := unix.ParseUnixRights(&m); err == nil {
+				for _, fd := range fds {
+					unix.Close(fd)
+				}
+			}
 		}
 	}
 }

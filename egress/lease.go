@@ -53,6 +53,13 @@ type Lease struct {
 	wg        sync.WaitGroup
 	handed    chan struct{}
 	handOnce  sync.Once
+	quit      chan struct{} // closed by Close
+
+	// peerPID is the process the sandbox runs in, set once by ExpectPeer
+	// (which closes peerSet).
+	peerPID  int
+	peerSet  chan struct{}
+	peerOnce sync.Once
 
 	recMu     sync.Mutex
 	hosts     map[string]*HostSummary
@@ -89,12 +96,14 @@ func (p *Proxy) Lease(c LeaseConfig) (*Lease, error) {
 		return nil, errors.New("egress lease: budgets cannot be negative")
 	}
 	l := &Lease{
-		p:      p,
-		c:      c,
-		conns:  map[io.Closer]struct{}{},
-		handed: make(chan struct{}),
-		hosts:  map[string]*HostSummary{},
-		budget: budget{perHost: c.Budgets.PerHost, total: c.Budgets.Total, used: map[string]int64{}},
+		p:       p,
+		c:       c,
+		conns:   map[io.Closer]struct{}{},
+		handed:  make(chan struct{}),
+		quit:    make(chan struct{}),
+		peerSet: make(chan struct{}),
+		hosts:   map[string]*HostSummary{},
+		budget:  budget{perHost: c.Budgets.PerHost, total: c.Budgets.Total, used: map[string]int64{}},
 	}
 	l.srv = &http.Server{
 		Handler:           l,
@@ -321,6 +330,7 @@ func (l *Lease) Close() Summary {
 		return l.finish()
 	}
 	l.closed = true
+	close(l.quit)
 	conns := make([]io.Closer, 0, len(l.conns))
 	for c := range l.conns {
 		conns = append(conns, c)

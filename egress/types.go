@@ -117,6 +117,11 @@ type LeaseConfig struct {
 	// The sandbox must see it (a read-only bind is enough). Its path must
 	// be short: Unix socket paths are limited to 107 bytes.
 	SocketDir string
+	// AwaitPeer makes the hand-over wait for Lease.ExpectPeer and then
+	// admit only a process below the one it names (the sandbox's bwrap)
+	// or one outside every sandbox. Without it, a process below kusaw
+	// itself may hand over.
+	AwaitPeer bool
 	// Listen, if set (e.g. "127.0.0.1:0"), makes the lease listen there
 	// itself instead of waiting for the bridge: macOS, or tests.
 	Listen      string

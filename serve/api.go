@@ -23,6 +23,7 @@ import (
 	"github.com/kusaw/kusaw/config"
 	"github.com/kusaw/kusaw/factory"
 	"github.com/kusaw/kusaw/internal/httpframe"
+	"github.com/kusaw/kusaw/internal/peercred"
 	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/serve/client"
 	"github.com/kusaw/kusaw/status"
@@ -564,7 +565,13 @@ func (s *Server) Serve(ctx context.Context) error {
 	defer os.Remove(sock)
 	lim := s.opts.Limits.withDefaults()
 	servers := []*http.Server{lim.httpServer(s.Handler(""))}
-	listeners := []net.Listener{httpframe.Listener(newCapListener(ul, lim.MaxUnixConns, 0))}
+	// No sandbox of any factory drives serve: whoever can see the socket,
+	// only a process in kusaw's own user and PID namespaces is served.
+	hostOnly := peercred.Listener(ul.(*net.UnixListener), peercred.HostPeer, func(c net.Conn, err error) {
+		s.log.Warn().Str("socket", sock).Str("why", err.Error()).Msg("refused a connection to serve's socket")
+		refusePeer(c, err)
+	})
+	listeners := []net.Listener{httpframe.Listener(newCapListener(hostOnly, lim.MaxUnixConns, 0))}
 	if s.opts.Listen != "" {
 		if s.opts.Token == "" {
 			ul.Close()

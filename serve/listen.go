@@ -1,7 +1,11 @@
 package serve
 
 import (
+	"bufio"
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"sync"
@@ -176,10 +180,35 @@ func (l *capListener) release(addr string) {
 }
 
 func refuseConn(c net.Conn, why string) {
+	answerAndClose(c, "503 Service Unavailable", "too_many_connections", why, "close idle connections and retry")
+}
+
+// refusePeer answers a peer the Unix socket does not serve (a process in
+// a sandbox: peercred.HostPeer) with a 403 that says why, and closes. The
+// request head is read first (briefly, bounded), so the client sees the
+// answer rather than a broken pipe.
+func refusePeer(c net.Conn, err error) {
+	c.SetReadDeadline(time.Now().Add(time.Second))
+	br := bufio.NewReaderSize(io.LimitReader(c, 64<<10), 4096)
+	for {
+		line, err := br.ReadSlice('\n')
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		if err != nil || len(bytes.TrimRight(line, "\r\n")) == 0 {
+			break
+		}
+	}
+	answerAndClose(c, "403 Forbidden", "peer_refused", "serve refused the connection: "+err.Error(),
+		"kusaw serve's socket serves only processes outside every sandbox: run the command on the host")
+}
+
+func answerAndClose(c net.Conn, status, code, msg, fix string) {
 	defer c.Close()
-	body := fmt.Sprintf(`{"error":{"code":"too_many_connections","message":%q,"fix":"close idle connections and retry"}}`+"\n", why)
+	b, _ := json.Marshal(map[string]any{"error": map[string]string{"code": code, "message": msg, "fix": fix}})
+	body := string(b) + "\n"
 	c.SetWriteDeadline(time.Now().Add(time.Second))
-	fmt.Fprintf(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
+	fmt.Fprintf(c, "HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", status, len(body), body)
 }
 
 type capConn struct {

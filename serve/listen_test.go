@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -252,5 +254,45 @@ func TestServeRefusesAmbiguousFraming(t *testing.T) {
 				t.Errorf("%q: %d %s, want %d", tc.headers, resp.StatusCode, b, tc.want)
 			}
 		}
+	}
+}
+
+// The attack of issue 24: a process in a user namespace of its own (what
+// every sandbox kusaw builds has) that can see serve's socket posts a run.
+// serve answers 403 peer_refused and queues nothing. The twin: the same
+// request from the host is served.
+func TestServeRefusesSandboxedPeer(t *testing.T) {
+	curl, err := exec.LookPath("curl")
+	if err != nil {
+		t.Fatal("this test needs curl (apt-get install curl)")
+	}
+	f := serveFactory(t, "pipelines:\n  default: [a]\nsteps:\n  a:\n    run: [\"true\"]\n")
+	_, c, _ := startServer(t, f, ServeOptions{MaxParallel: 1})
+	sock := filepath.Join(f.StateDir, record.ServeSocketFile)
+	post := func(attr *syscall.SysProcAttr) string {
+		cmd := exec.Command(curl, "-sS", "--max-time", "10", "--unix-socket", sock, "-w", "\nHTTP %{http_code}\n",
+			"-H", "Content-Type: application/json", "-d", `{"pipeline":"default"}`, "http://serve/v1/runs")
+		cmd.SysProcAttr = attr
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("curl: %v\n%s", err, out)
+		}
+		return string(out)
+	}
+	sandboxed := &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}}
+	out := post(sandboxed)
+	if !strings.Contains(out, "HTTP 403") || !strings.Contains(out, `"peer_refused"`) || !strings.Contains(out, "another user namespace") {
+		t.Fatalf("a peer in another user namespace was not refused:\n%s", out)
+	}
+	if runs, err := c.Runs(); err != nil || len(runs) != 0 {
+		t.Fatalf("the refused peer queued a run: %v %v", runs, err)
+	}
+	if out := post(nil); !strings.Contains(out, "HTTP 201") {
+		t.Fatalf("the host's request was not served:\n%s", out)
+	}
+	if runs, err := c.Runs(); err != nil || len(runs) != 1 {
+		t.Fatalf("the host's run: %v %v", runs, err)
 	}
 }

@@ -33,7 +33,10 @@ func (a *app) serveOnly() (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := a.serveClient(f.StateDir)
+	c, err := a.serveClient(f.StateDir)
+	if err != nil {
+		return nil, err
+	}
 	if c == nil {
 		return nil, exitf(status.ExitServeUnavailable, "kusaw serve is not running for %s: start it (kusaw serve, or kusaw service install)", f.StateDir)
 	}

@@ -61,7 +61,9 @@ func newRunCmd(a *app) *cobra.Command {
 				return err
 			}
 			p.color = useColor(cfg.get("color"), p.tty)
-			if c := a.serveClient(f.StateDir); c != nil {
+			if c, err := a.serveClient(f.StateDir); err != nil {
+				return err
+			} else if c != nil {
 				return a.runThroughServe(c, pipeline, params, p, jsonOut)
 			}
 			opts.OnEvent = p.event

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -32,7 +33,7 @@ func newServeCmd(a *app) *cobra.Command {
 		Long: `kusaw serve runs queued runs with at most serve.max_parallel running at once
 (a run has at most one attempt running, so this also bounds attempts), and
 answers the HTTP API on state_dir/serve/serve.sock (mode 0600, hidden from
-every sandbox). With serve.listen
+every sandbox, refusing any process in a sandbox). With serve.listen
 (or --listen) it also listens on TCP; clients then send the bearer token
 stored as serve.token (kusaw config set serve.token --secret), and the web
 page opens at http://ADDR/?token=TOKEN.
@@ -133,15 +134,22 @@ func serveToken(cfg *settings) (string, error) {
 // serveClient returns a client of the factory's serve when one is up,
 // else nil (the command works in-process). KUSAW_NO_SERVE=1 forces
 // in-process.
-func (a *app) serveClient(stateDir string) *client.Client {
+func (a *app) serveClient(stateDir string) (*client.Client, error) {
 	if os.Getenv("KUSAW_NO_SERVE") == "1" {
-		return nil
+		return nil, nil
 	}
 	c, err := client.DialServe(stateDir)
-	if err != nil {
-		return nil
+	var ae *client.APIError
+	if errors.As(err, &ae) {
+		// serve is up and answered no (peer_refused: this process runs in
+		// a sandbox, or serve cannot tell): working in-process beside it
+		// would be wrong, so say so.
+		return nil, exitf(status.ExitServeUnavailable, "kusaw serve for %s is running but refused this process: %s", stateDir, ae.Error())
 	}
-	return c
+	if err != nil {
+		return nil, nil
+	}
+	return c, nil
 }
 
 // openStore is openState, through serve when it is up.
@@ -150,8 +158,8 @@ func (a *app) openStore() (RunStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	if c := a.serveClient(f.StateDir); c != nil {
-		return c, nil
+	if c, err := a.serveClient(f.StateDir); c != nil || err != nil {
+		return c, err
 	}
 	return a.openState()
 }

@@ -23,6 +23,7 @@ var never = map[string][]string{
 	"record":             {"factory", "attempt", "serve", "cluster", "sandbox", "egress", "worktree", "providers", "steps"},
 	"internal/proc":      {"config", "factory", "attempt", "serve", "cluster", "sandbox", "egress", "worktree", "providers", "steps", "record"},
 	"internal/httpframe": {"config", "status", "chainlog", "factory", "attempt", "serve", "cluster", "sandbox", "egress", "worktree", "providers", "steps", "record"},
+	"internal/peercred":  {"config", "status", "chainlog", "factory", "attempt", "serve", "cluster", "sandbox", "egress", "worktree", "providers", "steps", "record"},
 	"sandbox":            {"egress", "worktree", "providers", "factory", "attempt", "serve", "cluster", "steps"},
 	// the first stage inside the sandbox, linked into kusaw-bridge: nothing of kusaw's
 	"sandbox/confine": {"sandbox", "config", "status", "chainlog", "record", "egress", "worktree", "providers", "factory", "attempt", "serve", "cluster", "steps", "internal"},
