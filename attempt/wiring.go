@@ -34,6 +34,8 @@ func (a *Attempt) agentSpec(spec *steps.Spec, at steps.Attempt, p *preparedProc,
 		}
 		prompt = string(b)
 	}
+	// A trigger's task reaches the agent as text, never through a shell.
+	prompt = config.ExpandParams(prompt, a.spec.Params)
 	prompt += a.job.Shape.Note
 	in := providers.PrepareInput{Provider: s.Provider, Step: s.ID, Prompt: prompt, Sandboxed: sandboxed,
 		Network: providerNetwork(a.f.EffectiveNetwork(s, modeOf(sandboxed))), FreshHome: providers.FreshHome(runtime.GOOS, sandboxed)}

@@ -300,3 +300,17 @@ func triggerNode() *schemaNode {
 	t.required = []string{"on", "pipeline"}
 	return t
 }
+
+var paramRefs = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\{\{\s*params\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}`) })
+
+// ExpandParams fills an agent prompt's {{params.NAME}} from the run's
+// parameters ("" for one the run lacks). Nothing else in the prompt is
+// touched, and a value is not expanded again.
+func ExpandParams(prompt string, params map[string]string) string {
+	if !strings.Contains(prompt, "{{") {
+		return prompt
+	}
+	return paramRefs().ReplaceAllStringFunc(prompt, func(m string) string {
+		return params[paramRefs().FindStringSubmatch(m)[1]]
+	})
+}

@@ -72,3 +72,11 @@ func TestExpandTemplateIsInert(t *testing.T) {
 		t.Fatalf("got %q, want %q", got, want)
 	}
 }
+
+func TestExpandParams(t *testing.T) {
+	got := ExpandParams("Do {{params.task}} ({{ params.TASK }}); keep {{.Go}} and {{issue.body}}; {{params.none}}.",
+		map[string]string{"task": "x {{params.TASK}}", "TASK": "y"})
+	if want := "Do x {{params.TASK}} (y); keep {{.Go}} and {{issue.body}}; ."; got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}

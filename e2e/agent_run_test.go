@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -156,5 +157,41 @@ steps:
 	a, _ := loadAttempt(t, dir, onlyRun(t, dir), "agent", 1)
 	if a.Outcome != "refused" {
 		t.Errorf("outcome %s", a.Outcome)
+	}
+}
+
+// TestAgentPromptNamesParams: an agent's prompt takes a run parameter as
+// {{params.NAME}}, as plain text: the task reaches the agent without a
+// shell, and what looks like a command in it does not run.
+func TestAgentPromptNamesParams(t *testing.T) {
+	f := buildFakes(t)
+	marker := filepath.Join(t.TempDir(), "ran")
+	dir := agentFactory(t, f.Claude, `pipelines:
+  default: [fix]
+steps:
+  fix:
+    prompt: "Fix this: {{params.task}} ({{ params.missing }}), keep {{.Go}}"
+    repos: [app]
+    env:
+      CLAUDE_CODE_OAUTH_TOKEN: {secret: agent.token}
+`)
+	task := "$(touch " + marker + ") `touch " + marker + "` the bug"
+	res := runKusaw(t, dir, "run", "--param", "task="+task)
+	if res.code != 0 {
+		t.Fatalf("kusaw run exit %d\n%s%s", res.code, res.stdout, res.stderr)
+	}
+	id := onlyRun(t, dir)
+	var rec struct {
+		Processes []struct {
+			Argv []string `json:"argv"`
+		} `json:"processes"`
+	}
+	json.Unmarshal([]byte(readFile(t, filepath.Join(dir, ".kusaw", "runs", id, "steps", "fix", "1", "attempt.json"))), &rec)
+	argv := rec.Processes[0].Argv
+	if last := argv[len(argv)-1]; last != "Fix this: "+task+" (), keep {{.Go}}" {
+		t.Fatalf("the prompt the agent got: %q", last)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the parameter's text ran as a command")
 	}
 }
