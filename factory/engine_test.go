@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -280,14 +279,6 @@ steps:
 	}
 	r.lock.Unlock()
 	r2.lock.Unlock()
-}
-
-func TestSignalNumberRoundTrip(t *testing.T) {
-	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM, syscall.SIGINT} {
-		if got := signalNumber(sig.String()); got != int(sig) {
-			t.Errorf("%q -> %d, want %d", sig.String(), got, int(sig))
-		}
-	}
 }
 
 // A local attempt runs from its spec, which is plain data: spec.json beside

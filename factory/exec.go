@@ -58,7 +58,6 @@ type execOptions struct {
 type ExecResult struct {
 	Run      *Run
 	Attempt  *record.AttemptRecord
-	ExitCode int  // the command's exit status (128+signal when killed)
 	Forced   bool // the step's own mode is off; exec sandboxed it anyway
 }
 
@@ -107,42 +106,7 @@ func (e *Engine) Exec(ctx context.Context, req ExecRequest) (*ExecResult, error)
 		return res, err
 	}
 	res.Attempt = &a
-	res.ExitCode = attemptExitCode(&a)
 	return res, nil
-}
-
-// attemptExitCode is what kusaw sandbox exec exits with: the command's own
-// status, 128+n for a signal, 4 when the sandbox refused it, 1 otherwise.
-func attemptExitCode(a *record.AttemptRecord) int {
-	if a.Outcome == status.OutcomeRefused {
-		return int(status.ExitSandboxUnavailable)
-	}
-	for _, p := range a.Processes {
-		if p.Exit != nil && *p.Exit != 0 {
-			return *p.Exit
-		}
-		if p.Signal != "" {
-			return 128 + signalNumber(p.Signal)
-		}
-	}
-	if a.Outcome == status.OutcomePassed {
-		return 0
-	}
-	if a.Outcome == status.OutcomeCanceled {
-		return int(status.ExitInterrupted)
-	}
-	return int(status.ExitRunFailed)
-}
-
-// signalNumber turns a recorded signal (syscall.Signal's String, such as
-// "killed") back into its number.
-func signalNumber(name string) int {
-	for i := 1; i < 65; i++ {
-		if syscall.Signal(i).String() == name {
-			return i
-		}
-	}
-	return 1
 }
 
 // DefaultExecRequest runs a command without a factory file: the current

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/kusaw/kusaw/status"
 )
@@ -36,6 +37,42 @@ func RunExitCode(rec *RunRecord, atts []*AttemptRecord) status.ExitCode {
 		}
 	}
 	return status.ExitRunFailed
+}
+
+// AttemptExitCode is kusaw sandbox exec's exit status for its one
+// attempt: the command's own status, 128+n when signal n ended it, 4 when
+// the attempt was refused (the sandbox cannot run, or its plan or a
+// secret was refused), 130 when it was canceled, 1 for any other failure.
+func AttemptExitCode(a *AttemptRecord) status.ExitCode {
+	if a.Outcome == status.OutcomeRefused {
+		return status.ExitSandboxUnavailable
+	}
+	for _, p := range a.Processes {
+		if p.Exit != nil && *p.Exit != 0 {
+			return status.ExitCode(*p.Exit)
+		}
+		if p.Signal != "" {
+			return status.ExitCode(128 + signalNumber(p.Signal))
+		}
+	}
+	switch a.Outcome {
+	case status.OutcomePassed:
+		return status.ExitOK
+	case status.OutcomeCanceled:
+		return status.ExitInterrupted
+	}
+	return status.ExitRunFailed
+}
+
+// signalNumber turns a recorded signal (syscall.Signal's String, such as
+// "killed") back into its number.
+func signalNumber(name string) int {
+	for i := 1; i < 65; i++ {
+		if syscall.Signal(i).String() == name {
+			return i
+		}
+	}
+	return 1
 }
 
 // logPath accepts the run's own log files only: events.jsonl, and an

@@ -15,18 +15,22 @@ import (
 // place it is decided (restic's ComputeExitCode), called once in run.
 // Errors carry their identity, never matched by their text: an exitError
 // its documented code, a finished run its records (record.RunExitCode
-// reads them the same in-process and through serve), anything else is a
-// failure.
+// reads them the same in-process and through serve), sandbox exec's
+// attempt its record (record.AttemptExitCode: the command's own status),
+// anything else is a failure.
 func exitCode(err error) status.ExitCode {
 	var (
 		ee  *exitError
 		end *runEnded
+		att *attemptEnded
 	)
 	switch {
 	case err == nil:
 		return status.ExitOK
 	case errors.As(err, &end):
 		return record.RunExitCode(end.rec, end.atts)
+	case errors.As(err, &att):
+		return record.AttemptExitCode(att.rec)
 	case errors.As(err, &ee):
 		return ee.code
 	}
@@ -42,6 +46,12 @@ type runEnded struct {
 }
 
 func (e *runEnded) Error() string { return "" }
+
+// attemptEnded is sandbox exec's result: its one attempt ended, whatever
+// the end, and what it had to say is printed.
+type attemptEnded struct{ rec *record.AttemptRecord }
+
+func (e *attemptEnded) Error() string { return "" }
 
 // usageArgs gives every command's argument check its identity: a usage
 // error (exit 2) naming the command's help, as flag errors have through

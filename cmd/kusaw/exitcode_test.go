@@ -48,6 +48,7 @@ func TestExitCode(t *testing.T) {
 	refused := &record.AttemptRecord{Outcome: status.OutcomeRefused, Reason: status.ReasonSandboxNoUserNS}
 	failed := &record.AttemptRecord{Outcome: status.OutcomeFailed, Reason: status.ReasonStepExitNonzero}
 	missing := &record.AttemptRecord{Outcome: status.OutcomeRefused, Reason: status.ReasonSecretMissing}
+	three := 3
 	ended := func(st status.RunState, atts ...*record.AttemptRecord) error {
 		return &runEnded{rec: &record.RunRecord{State: st}, atts: atts}
 	}
@@ -67,12 +68,14 @@ func TestExitCode(t *testing.T) {
 		{ended(status.RunFailed, missing), status.ExitRunFailed},
 		{ended(status.RunCanceled, refused), status.ExitInterrupted},
 		{ended(status.RunInterrupted), status.ExitInterrupted},
+		{&attemptEnded{&record.AttemptRecord{Outcome: status.OutcomeFailed, Processes: []record.ProcessRecord{{Exit: &three}}}}, 3},
+		{&attemptEnded{&record.AttemptRecord{Outcome: status.OutcomeRefused}}, status.ExitSandboxUnavailable},
 	} {
 		if got := exitCode(c.err); got != c.want {
 			t.Errorf("%d: exitCode(%v) = %d, want %d", i, c.err, got, c.want)
 		}
 	}
-	if m := errMessage(ended(status.RunFailed, failed)); m != "" {
+	if m := errMessage(ended(status.RunFailed, failed)) + errMessage(&attemptEnded{failed}); m != "" {
 		t.Errorf("a run's end printed again: %q", m)
 	}
 	if m := errMessage(errors.New("first\nsecond")); m != "first" {

@@ -118,14 +118,16 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (code int) {
 
 // errMessage is the line kusaw prints for what a command returned: an
 // exitError's message (none when the command printed its own), nothing
-// for a run's end (finishRun printed it), else the error's first line.
+// for a run's or sandbox exec's end (printed already), else the error's
+// first line.
 func errMessage(err error) string {
 	var (
 		ee  *exitError
 		end *runEnded
+		att *attemptEnded
 	)
 	switch {
-	case err == nil, errors.As(err, &end):
+	case err == nil, errors.As(err, &end), errors.As(err, &att):
 		return ""
 	case errors.As(err, &ee):
 		return ee.msg

@@ -79,12 +79,17 @@ sandbox cannot run here.`,
 					fmt.Fprintf(errw, "  %s\n", l)
 				}
 			}
-			if at := res.Attempt; at != nil && at.Outcome == status.OutcomeRefused {
-				return exitf(status.ExitSandboxUnavailable, "%s: %s (fix: %s)", at.Reason, at.Message, at.Fix)
-			} else if at != nil && res.ExitCode != 0 && at.Reason != status.ReasonStepExitNonzero && at.Message != "" {
+			at := res.Attempt
+			if at == nil {
+				return exitf(status.ExitInternal, "%v", err) // its attempt.json could not be read
+			}
+			switch {
+			case at.Outcome == status.OutcomeRefused:
+				fmt.Fprintf(errw, "kusaw: %s: %s (fix: %s)\n", at.Reason, at.Message, at.Fix)
+			case at.Outcome != status.OutcomePassed && at.Reason != status.ReasonStepExitNonzero && at.Message != "":
 				fmt.Fprintf(errw, "kusaw: %s: %s\n", at.Reason, at.Message)
 			}
-			return silentExit(status.ExitCode(res.ExitCode))
+			return &attemptEnded{at}
 		},
 	}
 	c.Flags().StringVar(&step, "step", "", "the step whose sandbox and allowlist to use (default: the factory's)")
