@@ -56,9 +56,9 @@ type execOptions struct {
 
 // ExecResult is how it ended.
 type ExecResult struct {
-	Run      *Run
-	Attempt  *record.AttemptRecord
-	Forced   bool // the step's own mode is off; exec sandboxed it anyway
+	Run     *Run
+	Attempt *record.AttemptRecord
+	Forced  bool // the step's own mode is off; exec sandboxed it anyway
 }
 
 // Exec runs one command as a one-attempt run of a step: the same worktrees,
