@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kusaw/kusaw/sandbox/confine"
 )
 
 // What each probe of filtersHelper must give inside the sandbox.
@@ -174,6 +176,8 @@ func kernelFilterSuite(t *testing.T, uid int) {
 kill $SIB
 grep '^Seccomp:' /proc/self/status | tr -d '\t ' | sed 's/^/status_/; s/:/=/'
 if grep -q kusaw-host /proc/keys 2>/dev/null; then echo proc_keys=listed; else echo proc_keys=hidden; fi
+if kill -0 1 2>/dev/null; then echo signal_init=ok; else echo signal_init=refused; fi
+sleep 5 & if kill $!; then echo signal_own=ok; fi
 `, s.helper, key)
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
@@ -199,6 +203,14 @@ if grep -q kusaw-host /proc/keys 2>/dev/null; then echo proc_keys=listed; else e
 		}
 		if got["status_Seccomp"] != "2" {
 			t.Errorf("/proc/self/status in the sandbox: Seccomp %q, want 2 (filter mode)\n%s", got["status_Seccomp"], buf.String())
+		}
+		// Landlock (the confinement stage): bwrap's init, outside the
+		// step's domain, cannot be signalled; the step's own child can.
+		if abi, _ := confine.LandlockABI(); abi >= 6 && got["signal_init"] != "refused" {
+			t.Errorf("the step signalled bwrap's init (Landlock ABI %d scopes signals): %s", abi, got["signal_init"])
+		}
+		if got["signal_own"] != "ok" {
+			t.Errorf("the step could not signal its own child")
 		}
 		if got["proc_keys"] != "hidden" {
 			t.Errorf("/proc/keys in the sandbox lists the host's key")
