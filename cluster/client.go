@@ -13,7 +13,7 @@ import (
 )
 
 // ErrNotEnrolled is returned when serve refuses a worker's key.
-var ErrNotEnrolled = errors.New("serve refused this worker's key: it is not enrolled (join again with a new token from kusaw cluster token)")
+var ErrNotEnrolled = errors.New("serve refused this worker's key: it is not enrolled, or it was retired (join again with a new token from kusaw cluster token, from a new --state-dir after a retire)")
 
 // ErrNotJoined is returned for a worker that has no enrollment to use.
 var ErrNotJoined = errors.New("this worker has not joined a serve")

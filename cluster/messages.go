@@ -69,6 +69,18 @@ type Result struct {
 	// store, but only the holder sends this result, so serve refuses an
 	// object that changed after its upload.
 	Digests map[string]string `json:"digests,omitempty"`
+	// HandedBack, when set, says why the worker gives the attempt back
+	// unfinished (it drained out of time, or was stopped at once): serve
+	// ends it lost and dispatches it again, not counted against its step.
+	HandedBack string `json:"handed_back,omitempty"`
+}
+
+// Control is serve's request to one worker, on its control subject.
+type Control struct {
+	// Drain: take no new attempts, let the running ones finish within
+	// Timeout (0: the worker's drain_timeout), then exit.
+	Drain   bool          `json:"drain,omitempty"`
+	Timeout time.Duration `json:"timeout,omitempty"`
 }
 
 // Heartbeat is a worker's entry in the workers bucket, put every second.
@@ -84,6 +96,10 @@ type Heartbeat struct {
 	// worker of the pool has.
 	Have map[string][]string `json:"have,omitempty"`
 	TS   time.Time           `json:"ts"`
+	// Draining: the worker takes no new attempts (it is stopping);
+	// Stopped: its last heartbeat, it stopped on purpose.
+	Draining bool `json:"draining,omitempty"`
+	Stopped  bool `json:"stopped,omitempty"`
 }
 
 // Running is an attempt a worker holds, with its token.

@@ -28,6 +28,10 @@ type Enrolled struct {
 	// Pools are every allowed pool the worker has offered (validate warns
 	// about a step whose pool nobody ever offered).
 	Pools []string `json:"pools,omitempty"`
+	// Retired is when kusaw workers retire removed it: it may no longer
+	// connect or take anything, and its name is not given again; its
+	// keys stay so log verify still checks what it sealed.
+	Retired *time.Time `json:"retired,omitempty"`
 }
 
 // Grant is what the worker may take.
@@ -68,12 +72,12 @@ func OpenRegistry(dir string) *Registry {
 	return r
 }
 
-// ByNKey finds an enrolled worker by its nkey.
+// ByNKey finds an enrolled worker by its nkey (never a retired one).
 func (r *Registry) ByNKey(nkey string) *Enrolled {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, e := range r.m {
-		if e.NKey == nkey {
+		if e.NKey == nkey && e.Retired == nil {
 			c := *e
 			return &c
 		}
@@ -81,8 +85,20 @@ func (r *Registry) ByNKey(nkey string) *Enrolled {
 	return nil
 }
 
-// Get finds an enrolled worker by name.
+// Get finds an enrolled worker by name (never a retired one).
 func (r *Registry) Get(name string) *Enrolled {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e := r.m[name]; e != nil && e.Retired == nil {
+		c := *e
+		return &c
+	}
+	return nil
+}
+
+// Known finds a worker serve ever enrolled by name, retired or not: the
+// key that sealed its attempts' egress logs.
+func (r *Registry) Known(name string) *Enrolled {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if e := r.m[name]; e != nil {
@@ -96,7 +112,7 @@ func (r *Registry) Get(name string) *Enrolled {
 func (r *Registry) Add(e Enrolled) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if old := r.m[e.Name]; old != nil && old.NKey != e.NKey {
+	if old := r.m[e.Name]; old != nil && (old.NKey != e.NKey || old.Retired != nil) {
 		return false
 	}
 	e.upgrade()
@@ -142,13 +158,35 @@ func (r *Registry) Offered(name string, pools []string) {
 	}
 }
 
-// List is every enrolled worker by name.
+// Retire shuts a worker out for good (kusaw workers retire): from now on
+// it cannot connect, and nothing it sends is taken. False: no such
+// worker, or retired already.
+func (r *Registry) Retire(name string) (*Enrolled, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.m[name]
+	if e == nil || e.Retired != nil {
+		return nil, false
+	}
+	now := time.Now().UTC()
+	e.Retired = &now
+	if r.saveLocked() != nil {
+		e.Retired = nil
+		return nil, false
+	}
+	c := *e
+	return &c, true
+}
+
+// List is every enrolled worker by name (no retired one).
 func (r *Registry) List() []Enrolled {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []Enrolled
 	for _, e := range r.m {
-		out = append(out, *e)
+		if e.Retired == nil {
+			out = append(out, *e)
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out

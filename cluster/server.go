@@ -94,6 +94,22 @@ func StartServer(o ServerOptions) (*Server, error) {
 	return s, nil
 }
 
+// Disconnect closes every connection made with a worker's nkey (retired:
+// it cannot come back, the key is no longer let in) and says how many.
+func (s *Server) Disconnect(nkey string) int {
+	cz, err := s.NS.Connz(&server.ConnzOptions{Username: true, User: nkey, Limit: 1 << 16})
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, c := range cz.Conns {
+		if c.AuthorizedUser == nkey && s.NS.DisconnectClientByID(c.Cid) == nil {
+			n++
+		}
+	}
+	return n
+}
+
 // Addr is the address workers connect to ("" when not listening).
 func (s *Server) Addr() string { return s.addr }
 
@@ -107,9 +123,9 @@ func (s *Server) Shutdown() {
 }
 
 // ConnectInProcess is serve's own connection (no socket).
-func (s *Server) ConnectInProcess(name string) (*nats.Conn, error) {
-	return nats.Connect("", nats.InProcessServer(s.NS), nats.Name(name), nats.Nkey(s.Identity.NKey(), s.Identity.Sign),
-		nats.MaxReconnects(-1))
+func (s *Server) ConnectInProcess(name string, opts ...nats.Option) (*nats.Conn, error) {
+	return nats.Connect("", append([]nats.Option{nats.InProcessServer(s.NS), nats.Name(name), nats.Nkey(s.Identity.NKey(), s.Identity.Sign),
+		nats.MaxReconnects(-1)}, opts...)...)
 }
 
 // NewToken makes a one-time join token for this server allowing g; addr
@@ -174,7 +190,7 @@ func workerPerms(name string, g Grant) *server.Permissions {
 		// Replies only under its own inbox: whoever may subscribe to every
 		// inbox reads every reply (serve's pulls of the events stream,
 		// other workers' reads).
-		Subscribe: &server.SubjectPermission{Allow: []string{WorkerInbox(name) + ".>", subjCancel + ">"}},
+		Subscribe: &server.SubjectPermission{Allow: []string{WorkerInbox(name) + ".>", subjCancel + ">", ControlSubject(name)}},
 	}
 }
 
@@ -331,6 +347,8 @@ func (e *Enroller) answer(data []byte) EnrollReply {
 		return EnrollReply{Error: fmt.Sprintf("worker name %q: use letters, digits, - and _ (at most 64)", req.Name)}
 	case !validKey(req.NKey, 'U') || !validKey(req.XKey, 'X'):
 		return EnrollReply{Error: "bad worker keys"}
+	case e.Registry.Known(req.Name) != nil && e.Registry.Get(req.Name) == nil:
+		return EnrollReply{Error: fmt.Sprintf("the worker named %s was retired (kusaw workers retire): pick another --name, and a new --state-dir", req.Name)}
 	case e.Registry.Get(req.Name) != nil && e.Registry.Get(req.Name).NKey != req.NKey:
 		return EnrollReply{Error: fmt.Sprintf("a worker named %s is already enrolled with another key: pick another --name", req.Name)}
 	case (req.Sig != "" || e.Registry.Get(req.Name) != nil) && !verifyNonce(req.NKey, req.Sig, []byte(req.Secret)):

@@ -20,6 +20,7 @@ const (
 	subjSecrets = "kusaw.secrets."   // + attempt key + "." + worker: request secrets, sealed
 	subjCancel  = "kusaw.cancel."    // + attempt key
 	subjBundle  = "kusaw.bundle."    // + attempt key + "." + worker: request a full bundle
+	subjControl = "kusaw.control."   // + worker: serve's requests to one worker (drain)
 	EnrollUser  = "kusaw-enrollment" // the user name a joining worker connects with
 )
 
@@ -36,6 +37,10 @@ func ResultSubject(key, worker string) string  { return subjResult + key + "." +
 func SecretsSubject(key, worker string) string { return subjSecrets + key + "." + worker }
 func CancelSubject(key string) string          { return subjCancel + key }
 func BundleSubject(key, worker string) string  { return subjBundle + key + "." + worker }
+
+// ControlSubject is where serve asks one worker to drain: the worker may
+// subscribe to its own only, and only serve may publish there.
+func ControlSubject(worker string) string { return subjControl + worker }
 
 // WorkConsumer is the durable consumer the workers of a pool share on the
 // work queue.

@@ -221,10 +221,11 @@ func runError(w http.ResponseWriter, err error) {
 }
 
 func (s *Server) health() client.Health {
+	ch := s.clusterHealth()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return client.Health{OK: !s.stopping, PID: os.Getpid(), Queued: len(s.queue), Running: len(s.running), MaxParallel: s.max,
-		PeakRunning: s.peak, Started: s.started, StateDir: s.F.StateDir, Factory: s.F.Path, Stopping: s.stopping}
+	return client.Health{OK: !s.stopping && (ch == nil || ch.Connected), PID: os.Getpid(), Queued: len(s.queue), Running: len(s.running), MaxParallel: s.max,
+		PeakRunning: s.peak, Started: s.started, StateDir: s.F.StateDir, Factory: s.F.Path, Stopping: s.stopping, Cluster: ch}
 }
 
 func (s *Server) apiHealth(w http.ResponseWriter, r *http.Request) {

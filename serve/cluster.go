@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
+	"time"
 
 	"github.com/kusaw/kusaw/cluster"
 	"github.com/kusaw/kusaw/cluster/dispatch"
@@ -17,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
 )
 
 // ClusterDir is serve's cluster folder under state_dir: the CA, serve's
@@ -27,6 +30,7 @@ const ClusterDir = record.ClusterDir
 // serveCluster is serve's side of the cluster (docs/cluster.md): on the
 // embedded NATS server or on an existing NATS cluster.
 type serveCluster struct {
+	mu     sync.Mutex
 	d      *dispatch.Dispatcher
 	reg    *prometheus.Registry
 	cancel context.CancelFunc
@@ -35,13 +39,14 @@ type serveCluster struct {
 	addr     string
 	newToken func(addr string, g cluster.Grant) (cluster.Token, error)
 	shutdown func()
+	external bool // serve.cluster.nats_url
 }
 
 // startCluster starts the cluster's side of serve when the factory has
 // serve.cluster: the embedded NATS server (listen) or a connection to an
 // existing cluster (nats_url), then the dispatcher; the engine then hands
 // the pools workers take to it.
-func startCluster(f *config.Factory) (*serveCluster, error) {
+func startCluster(f *config.Factory, log zerolog.Logger) (*serveCluster, error) {
 	c := f.Serve.Cluster
 	if c == nil {
 		return nil, nil
@@ -49,11 +54,32 @@ func startCluster(f *config.Factory) (*serveCluster, error) {
 	dir := filepath.Join(f.StateDir, ClusterDir)
 	ctx, cancel := context.WithCancel(context.Background())
 	sc := &serveCluster{cancel: cancel}
+	// Serve says when it loses NATS and when it is back; the dispatcher
+	// finds no worker lost meanwhile.
+	watch := []nats.Option{
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			ev := log.Warn().Str("nats", nc.ConnectedUrlRedacted())
+			if err != nil {
+				ev = ev.Str("error", err.Error())
+			}
+			ev.Msg("disconnected from the NATS server: retrying; no worker is found lost until serve is back")
+			if d := sc.dispatcher(); d != nil {
+				d.ConnChanged(false)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info().Str("nats", nc.ConnectedUrlRedacted()).Msg("reconnected to the NATS server: workers have lost_after from now to be heard")
+			if d := sc.dispatcher(); d != nil {
+				d.ConnChanged(true)
+			}
+		}),
+	}
 	fail := func(err error) (*serveCluster, error) {
 		sc.close()
 		return nil, err
 	}
 	var nc *nats.Conn
+	var disconnect func(string) int
 	var id *cluster.Identity
 	var reg *cluster.Registry
 	if c.NatsURL != "" {
@@ -61,10 +87,11 @@ func startCluster(f *config.Factory) (*serveCluster, error) {
 		if err != nil {
 			return fail(err)
 		}
-		if nc, err = x.Connect("kusaw serve"); err != nil {
+		if nc, err = x.Connect("kusaw serve", watch...); err != nil {
 			return fail(err)
 		}
 		sc.addr, sc.newToken, sc.shutdown, id, reg = c.NatsURL, x.NewToken, nc.Close, x.Identity, x.Registry
+		sc.external = true
 		if err := x.ServeEnrollments(ctx, nc); err != nil {
 			return fail(err)
 		}
@@ -74,7 +101,8 @@ func startCluster(f *config.Factory) (*serveCluster, error) {
 			return fail(err)
 		}
 		sc.addr, sc.newToken, sc.shutdown, id, reg = srv.Addr(), srv.NewToken, srv.Shutdown, srv.Identity, srv.Registry
-		if nc, err = srv.ConnectInProcess("kusaw serve"); err != nil {
+		disconnect = srv.Disconnect
+		if nc, err = srv.ConnectInProcess("kusaw serve", watch...); err != nil {
 			return fail(err)
 		}
 		if err := srv.ServeEnrollments(ctx, nc); err != nil {
@@ -86,12 +114,25 @@ func startCluster(f *config.Factory) (*serveCluster, error) {
 		return fail(err)
 	}
 	sc.reg = prometheus.NewRegistry()
-	sc.d, err = dispatch.New(ctx, dispatch.Options{NC: nc, H: h, Identity: id, Registry: reg, Dir: dir,
-		LostAfter: c.LostAfter, LocalWorker: c.LocalWorker, Metrics: dispatch.NewMetrics(sc.reg), AwaitSettle: true})
+	d, err := dispatch.New(ctx, dispatch.Options{NC: nc, H: h, Identity: id, Registry: reg, Dir: dir,
+		LostAfter: c.LostAfter, LocalWorker: c.LocalWorker, Metrics: dispatch.NewMetrics(sc.reg), AwaitSettle: true, Disconnect: disconnect})
 	if err != nil {
 		return fail(err)
 	}
+	sc.mu.Lock()
+	sc.d = d
+	sc.mu.Unlock()
+	if !nc.IsConnected() {
+		d.ConnChanged(false)
+	}
 	return sc, nil
+}
+
+// dispatcher is sc.d once it is made (nats.go's handlers may run before).
+func (c *serveCluster) dispatcher() *dispatch.Dispatcher {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.d
 }
 
 // openExternal reads what an existing NATS cluster needs: the account's
@@ -132,10 +173,14 @@ func (c *serveCluster) close() {
 //
 //	POST /v1/cluster/token   a one-time join token (?pool=P... or ?any_pool=true)
 //	GET  /v1/workers         enrolled workers and their heartbeats
+//	POST /v1/workers/{name}/drain   the worker takes no new attempts, finishes and stops (?timeout=10m)
+//	POST /v1/workers/{name}/retire  the worker's enrollment is revoked
 //	GET  /metrics            Prometheus metrics (cluster and queue)
 func (s *Server) clusterRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/cluster/token", s.apiClusterToken)
 	mux.HandleFunc("GET /v1/workers", s.apiWorkers)
+	mux.HandleFunc("POST /v1/workers/{name}/drain", s.apiWorkerDrain)
+	mux.HandleFunc("POST /v1/workers/{name}/retire", s.apiWorkerRetire)
 	mux.HandleFunc("GET /metrics", s.apiMetrics)
 }
 
@@ -177,9 +222,53 @@ func (s *Server) apiWorkers(w http.ResponseWriter, r *http.Request) {
 	out := []client.Worker{}
 	for _, ws := range s.cl.d.Workers() {
 		out = append(out, client.Worker{Name: ws.Name, Pools: ws.Pools, AllowedPools: ws.Allowed, Running: ws.Running, MaxParallel: ws.MaxParallel,
-			Version: ws.Version, LastHeartbeat: ws.LastSeen, Lost: ws.Lost, Enrolled: ws.Enrolled})
+			Version: ws.Version, LastHeartbeat: ws.LastSeen, Lost: ws.Lost, Draining: ws.Draining, Stopped: ws.Stopped, Enrolled: ws.Enrolled})
 	}
 	writeJSONResponse(w, http.StatusOK, map[string]any{"workers": out})
+}
+
+func (s *Server) apiWorkerDrain(w http.ResponseWriter, r *http.Request) {
+	if s.noCluster(w) {
+		return
+	}
+	name := r.PathValue("name")
+	var timeout time.Duration
+	if v := r.URL.Query().Get("timeout"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			apiError(w, http.StatusBadRequest, "bad_timeout", fmt.Sprintf("timeout %q is not a duration", v), "write it like 30s or 10m")
+			return
+		}
+		timeout = d
+	}
+	if err := s.cl.d.Drain(r.Context(), name, timeout); err != nil {
+		code := http.StatusConflict
+		if errors.Is(err, dispatch.ErrNoWorker) {
+			code = http.StatusNotFound
+		}
+		apiError(w, code, "cannot_drain", err.Error(), "kusaw workers lists the workers and whether they are connected")
+		return
+	}
+	s.log.Info().Str("worker", name).Msg("worker draining: it takes no new attempts and stops once its running ones ended")
+	writeJSONResponse(w, http.StatusAccepted, map[string]any{"worker": name, "draining": true})
+}
+
+func (s *Server) apiWorkerRetire(w http.ResponseWriter, r *http.Request) {
+	if s.noCluster(w) {
+		return
+	}
+	name := r.PathValue("name")
+	held, err := s.cl.d.Retire(r.Context(), name)
+	if err != nil {
+		apiError(w, http.StatusNotFound, "no_worker", err.Error(), "kusaw workers lists the enrolled workers")
+		return
+	}
+	s.log.Info().Str("worker", name).Int("attempts_lost", held).Msg("worker retired: its enrollment is revoked; attempts it held go to other workers")
+	out := map[string]any{"worker": name, "retired": true, "attempts_lost": held}
+	if s.cl.external {
+		out["note"] = "on an existing NATS cluster serve refuses everything from the worker, but only the account can shut its user key out of NATS: revoke it there (nsc revocations add-user)"
+	}
+	writeJSONResponse(w, http.StatusOK, out)
 }
 
 func (s *Server) apiMetrics(w http.ResponseWriter, r *http.Request) {
@@ -190,9 +279,39 @@ func (s *Server) apiMetrics(w http.ResponseWriter, r *http.Request) {
 	reg.MustRegister(s.intake.hooks)
 	gs := prometheus.Gatherers{reg}
 	if s.cl != nil {
+		ch := s.clusterHealth()
+		for state, n := range map[string]int{"up": ch.WorkersUp, "lost": ch.WorkersLost, "draining": ch.WorkersDraining, "stopped": ch.WorkersStopped} {
+			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kusaw_cluster_workers", Help: "Enrolled workers by state: up (heard within lost_after), lost, draining, stopped.",
+				ConstLabels: prometheus.Labels{"state": state}}, func() float64 { return float64(n) }))
+		}
 		gs = append(gs, s.cl.reg)
 	}
 	promhttp.HandlerFor(gs, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}).ServeHTTP(w, r)
+}
+
+// clusterHealth is the cluster's part of /v1/health (nil without one).
+func (s *Server) clusterHealth() *client.ClusterHealth {
+	if s.cl == nil {
+		return nil
+	}
+	up, since, n := s.cl.d.Connection()
+	h := &client.ClusterHealth{Connected: up, Disconnects: n, NATS: s.cl.addr}
+	if !up {
+		h.DisconnectedSince = &since
+	}
+	for _, w := range s.cl.d.Workers() {
+		switch {
+		case w.Stopped:
+			h.WorkersStopped++
+		case w.Lost:
+			h.WorkersLost++
+		case w.Draining:
+			h.WorkersDraining++
+		default:
+			h.WorkersUp++
+		}
+	}
+	return h
 }
 
 // clusterAddr is where workers reach serve ("" without a cluster).

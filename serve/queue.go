@@ -147,7 +147,7 @@ func NewServer(f *config.Factory, opts ServeOptions) (*Server, error) {
 			user(ev)
 		}
 	}
-	cl, err := startCluster(f)
+	cl, err := startCluster(f, s.log)
 	if err != nil {
 		l.Unlock()
 		return nil, fmt.Errorf("serve.cluster: %v", err)

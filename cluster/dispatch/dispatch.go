@@ -9,6 +9,7 @@ package dispatch
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -40,6 +41,10 @@ type Options struct {
 	// AwaitSettle: serve calls Settle once it resumed its runs; until
 	// then late results are not recorded as fenced.
 	AwaitSettle bool
+	// Disconnect, when set, closes the connections of a retired worker's
+	// nkey (the embedded server; on an existing cluster the account
+	// revokes it).
+	Disconnect func(nkey string) int
 }
 
 // FencedFile records results refused because their token was stale.
@@ -53,6 +58,12 @@ type Dispatcher struct {
 	seen   map[string]time.Time // worker → when serve last heard its heartbeat (serve's clock)
 	hb     map[string]cluster.Heartbeat
 	active map[string]bool // attempt keys Run is waiting on
+	// down: serve's own connection to NATS is down (since downSince);
+	// meanwhile no worker is found lost, and lost_after counts again from
+	// when it is back.
+	down        bool
+	downSince   time.Time
+	disconnects int
 	// settled: serve has said which claims a previous serve left it keeps
 	// (Settle); until then a result nobody waits for may be one a resumed
 	// run is about to re-attach to, and is not recorded as fenced.
@@ -112,6 +123,49 @@ func (d *Dispatcher) watchHeartbeats(ctx context.Context, ch <-chan jetstreamEnt
 	}
 }
 
+// ConnChanged tells the dispatcher that serve's connection to NATS went
+// down or came back (nats.go's handlers). Heartbeats cannot arrive while
+// it is down: every worker is then given lost_after from its return.
+func (d *Dispatcher) ConnChanged(up bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now := time.Now()
+	switch {
+	case !up && !d.down:
+		d.down, d.downSince = true, now
+		d.disconnects++
+	case up && d.down:
+		d.down = false
+		for w, t := range d.seen {
+			if t.Before(now) {
+				d.seen[w] = now
+			}
+		}
+	}
+	if d.o.Metrics != nil {
+		v := 1.0
+		if d.down {
+			v = 0
+		}
+		d.o.Metrics.Connected.Set(v)
+	}
+}
+
+// Connection reports serve's connection to NATS: up, or down since when,
+// and how often it dropped.
+func (d *Dispatcher) Connection() (up bool, downSince time.Time, disconnects int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	up = !d.down && d.o.NC.IsConnected()
+	if !up && !d.down {
+		downSince = time.Now() // the handler has not run yet
+	}
+	if d.down {
+		downSince = d.downSince
+	}
+	return up, downSince, d.disconnects
+}
+
 // WorkerStatus is one line of kusaw workers.
 type WorkerStatus struct {
 	Name        string     `json:"name"`
@@ -122,6 +176,8 @@ type WorkerStatus struct {
 	Version     string     `json:"version,omitempty"`
 	LastSeen    *time.Time `json:"last_heartbeat,omitempty"`
 	Lost        bool       `json:"lost"`
+	Draining    bool       `json:"draining,omitempty"`
+	Stopped     bool       `json:"stopped,omitempty"` // its last heartbeat said it stopped (a drain, a signal)
 	Enrolled    time.Time  `json:"enrolled"`
 }
 
@@ -138,7 +194,9 @@ func (d *Dispatcher) Workers() []WorkerStatus {
 		if hb, ok := d.hb[e.Name]; ok {
 			t := d.seen[e.Name].UTC()
 			ws.Pools, ws.Running, ws.MaxParallel, ws.Version, ws.LastSeen = hb.Pools, len(hb.Running), hb.MaxParallel, hb.Version, &t
-			ws.Lost = time.Since(t) > d.o.LostAfter
+			ws.Lost = time.Since(t) > d.o.LostAfter && !d.down
+			ws.Draining, ws.Stopped = hb.Draining, hb.Stopped
+			ws.Lost = ws.Lost && !hb.Stopped
 		}
 		if ws.Pools == nil {
 			ws.Pools = []string{}
@@ -157,6 +215,12 @@ func (d *Dispatcher) Workers() []WorkerStatus {
 func (d *Dispatcher) alive(worker string, claimedAt time.Time) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.o.Registry != nil && d.o.Registry.Get(worker) == nil {
+		return false // retired
+	}
+	if d.down || !d.o.NC.IsConnected() {
+		return true // serve cannot hear anyone: no one is lost for it
+	}
 	seen, ok := d.seen[worker]
 	if !ok {
 		// Not heard since serve started: give it lost_after from now.
@@ -167,6 +231,70 @@ func (d *Dispatcher) alive(worker string, claimedAt time.Time) bool {
 		return false
 	}
 	return time.Since(seen) <= d.o.LostAfter
+}
+
+// ErrNoWorker: no enrolled worker has the name.
+var ErrNoWorker = errors.New("no such worker")
+
+// Drain asks worker to take no new attempts and to stop once those it
+// runs ended (within timeout, 0: its own drain_timeout; then they come
+// back lost and go to other workers). It returns once the worker's
+// heartbeat says it drains.
+func (d *Dispatcher) Drain(ctx context.Context, worker string, timeout time.Duration) error {
+	if d.o.Registry.Get(worker) == nil {
+		return fmt.Errorf("%w: no worker named %s is enrolled (kusaw workers lists them)", ErrNoWorker, worker)
+	}
+	d.mu.Lock()
+	seen, ok := d.seen[worker]
+	stopped := d.hb[worker].Stopped
+	d.mu.Unlock()
+	if !ok || stopped || time.Since(seen) > d.o.LostAfter {
+		return fmt.Errorf("worker %s is not running (stopped, or no heartbeat for %s): there is nothing to drain; kusaw workers retire %s removes it", worker, d.o.LostAfter, worker)
+	}
+	b, _ := json.Marshal(cluster.Control{Drain: true, Timeout: timeout})
+	if err := d.o.NC.Publish(cluster.ControlSubject(worker), b); err != nil {
+		return err
+	}
+	_ = d.o.NC.FlushWithContext(ctx)
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		d.mu.Lock()
+		draining := d.hb[worker].Draining
+		d.mu.Unlock()
+		if draining {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("worker %s did not say it drains within 5s: a worker of an older kusaw drains on SIGTERM only, so send it one on its machine", worker)
+}
+
+// Retire removes worker for good: its enrollment is revoked (it cannot
+// connect or take anything again, its name is not given again), its
+// connections are closed, and attempts it held end lost and go to other
+// workers. Its keys stay, so log verify still checks what it sealed.
+func (d *Dispatcher) Retire(ctx context.Context, worker string) (held int, err error) {
+	e, ok := d.o.Registry.Retire(worker)
+	if !ok {
+		return 0, fmt.Errorf("%w: no worker named %s is enrolled (kusaw workers lists them)", ErrNoWorker, worker)
+	}
+	d.mu.Lock()
+	held = len(d.hb[worker].Running)
+	delete(d.hb, worker)
+	delete(d.seen, worker)
+	d.mu.Unlock()
+	if d.o.Disconnect != nil {
+		d.o.Disconnect(e.NKey)
+	}
+	_ = d.o.H.Workers.Purge(ctx, worker)
+	if d.o.Metrics != nil {
+		d.o.Metrics.Running.DeleteLabelValues(worker)
+	}
+	return held, nil
 }
 
 // lateResult records a result nobody waits for: a fenced worker's, or

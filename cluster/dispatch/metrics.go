@@ -14,6 +14,7 @@ type Metrics struct {
 	Lost            prometheus.Counter
 	Fenced          prometheus.Counter
 	BundleBytes     *prometheus.CounterVec
+	Connected       prometheus.Gauge
 }
 
 // NewMetrics registers the cluster's metrics with reg.
@@ -26,8 +27,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Lost:        prometheus.NewCounter(prometheus.CounterOpts{Name: "kusaw_cluster_lost_attempts_total", Help: "Attempts whose worker stopped answering."}),
 		Fenced:      prometheus.NewCounter(prometheus.CounterOpts{Name: "kusaw_cluster_fenced_results_total", Help: "Results refused for a stale fencing token."}),
 		BundleBytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kusaw_cluster_bundle_bytes_total", Help: "Bytes of git bundles, out to workers and in from them."}, []string{"direction"}),
+		Connected:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "kusaw_cluster_connected", Help: "1 while serve is connected to its NATS server, 0 while it is not."}),
 	}
-	reg.MustRegister(m.QueueDepth, m.Running, m.DispatchLatency, m.Lost, m.Fenced, m.BundleBytes)
+	m.Connected.Set(1)
+	reg.MustRegister(m.QueueDepth, m.Running, m.DispatchLatency, m.Lost, m.Fenced, m.BundleBytes, m.Connected)
 	return m
 }
 

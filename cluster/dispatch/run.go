@@ -322,6 +322,9 @@ func (a *waiting) wait() record.RemoteResult {
 				_ = d.o.H.Revoke(context.WithoutCancel(ctx), spec.ID)
 				d.o.Metrics.lost()
 				msg := fmt.Sprintf("worker %s stopped answering for more than %s", a.holder.Worker, d.o.LostAfter)
+				if d.o.Registry != nil && d.o.Registry.Get(a.holder.Worker) == nil {
+					msg = fmt.Sprintf("worker %s was retired (kusaw workers retire)", a.holder.Worker)
+				}
 				job.Emit(record.EvClusterLost, map[string]any{"worker": a.holder.Worker, "token": a.token})
 				return record.RemoteResult{Lost: true, Worker: a.holder.Worker, Token: a.token, Message: msg}
 			}
@@ -377,6 +380,14 @@ func (a *waiting) result(m jetstream.Msg) (record.RemoteResult, bool) {
 		return record.RemoteResult{}, false
 	}
 	ctx := context.WithoutCancel(a.ctx)
+	if r.HandedBack != "" {
+		// A draining or stopping worker gave it back unfinished: lost,
+		// so the engine dispatches it again without counting it.
+		_ = a.d.o.H.Revoke(ctx, a.spec.ID)
+		a.d.o.Metrics.lost()
+		a.job.Emit(record.EvClusterLost, map[string]any{"worker": r.Worker, "token": r.Token, "handed_back": r.HandedBack})
+		return record.RemoteResult{Lost: true, Worker: r.Worker, Token: r.Token, Message: "handed back: " + r.HandedBack}, true
+	}
 	res := a.d.accept(ctx, a.spec, a.job, r, a.tmp)
 	_ = a.d.o.H.Revoke(ctx, a.spec.ID)
 	return res, true

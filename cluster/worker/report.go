@@ -126,7 +126,7 @@ func (w *Worker) connected(ctx context.Context, what string, fn func(context.Con
 		w.o.Logf("%s: the connection to serve dropped (%v); trying again when it is back", what, err)
 		deadline := time.Now().Add(reportPatience)
 		for !w.nc.IsConnected() {
-			if time.Now().After(deadline) || ctx.Err() != nil {
+			if time.Now().After(deadline) || ctx.Err() != nil || w.nc.IsClosed() {
 				return err
 			}
 			select {
@@ -142,6 +142,9 @@ func (w *Worker) connected(ctx context.Context, what string, fn func(context.Con
 // unreachable reports whether err means serve (or its NATS server) could
 // not be reached, rather than refusing what was asked.
 func (w *Worker) unreachable(err error) bool {
+	if w.nc.IsClosed() {
+		return false // for good: the server refused the worker's key
+	}
 	if !w.nc.IsConnected() {
 		return true
 	}

@@ -32,6 +32,10 @@ func (w *Worker) take(ctx context.Context, msg jetstream.Msg) {
 		w.refuse(ctx, msg, work.Spec, err)
 		return
 	}
+	if w.Draining() || ctx.Err() != nil {
+		_ = msg.Nak() // another worker takes it
+		return
+	}
 	// A step starts here soon, in a cgroup (every step has kusaw's
 	// default limits): the kernel's wait before its placement is taken
 	// from now on, beside the claim and the git work.
@@ -46,12 +50,17 @@ func (w *Worker) take(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	defer w.holdWork(msg)()
-	actx, cancel := context.WithCancel(ctx)
+	// Not ended with ctx: a stopping worker hands its attempts back
+	// first (handBackAll), then cancels them.
+	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	a := &claimed{id: spec.ID, token: token, cancel: cancel}
 	w.mu.Lock()
 	w.running[spec.ID] = a
 	w.mu.Unlock()
+	if ctx.Err() != nil {
+		w.handBack([]*claimed{a}, fmt.Sprintf("worker %s was stopped at once", w.id.Name))
+	}
 	defer func() {
 		w.mu.Lock()
 		delete(w.running, spec.ID)
@@ -67,8 +76,19 @@ func (w *Worker) take(ctx context.Context, msg jetstream.Msg) {
 	}
 	w.o.Logf("attempt %s: claimed (token %d)", spec.ID, token)
 	res := w.run(actx, spec, &work, a)
+	w.mu.Lock()
+	back := a.handedBack
+	a.reporting = !back
+	w.mu.Unlock()
+	if back {
+		return // serve has it back: what it did here is not reported
+	}
 	res.Attempt, res.Worker, res.Token = spec.ID, w.id.Name, token
 	b, _ := json.Marshal(res)
+	// Serve ends the claim once it took the result, so whether it still
+	// stands is asked before it is sent.
+	c, cur, herr := w.h.Holder(context.Background(), spec.ID)
+	fenced := herr == nil && (cur != token || c.Worker != w.id.Name)
 	// The message id makes a result sent again (serve was restarting) one
 	// message in the stream.
 	err = w.persist("attempt "+spec.ID+": report", func(pctx context.Context) error {
@@ -77,6 +97,10 @@ func (w *Worker) take(ctx context.Context, msg jetstream.Msg) {
 	})
 	if err != nil {
 		w.o.Logf("attempt %s: cannot report: %v", spec.ID, err)
+		return
+	}
+	if fenced {
+		w.o.Logf("attempt %s: reported (%s) but fenced: serve had ended this worker's claim (token %d; it found the worker lost, or the run ended), so it records the result and uses none of it", spec.ID, outcomeOf(res), token)
 		return
 	}
 	w.o.Logf("attempt %s: reported (%s)", spec.ID, outcomeOf(res))

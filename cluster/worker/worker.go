@@ -47,7 +47,14 @@ type Options struct {
 	// AckWait is how long a work message goes without a progress
 	// acknowledgement before the queue offers it again (default 10s).
 	AckWait time.Duration
+	// DrainTimeout is how long running attempts may go on once serve
+	// asked the worker to drain (kusaw workers drain) before they are
+	// handed back (default 10m: worker.drain_timeout).
+	DrainTimeout time.Duration
 }
+
+// DefaultDrainTimeout is worker.drain_timeout's default.
+const DefaultDrainTimeout = 10 * time.Minute
 
 // ErrPoolNotAllowed: the worker was asked to offer a pool its join token
 // does not allow.
@@ -78,6 +85,19 @@ type Worker struct {
 	repoMu  map[string]*sync.Mutex
 	stop    context.Context // Run's: ends when the worker stops
 	lost    chan struct{}   // closed when the connection drops (connLost makes a new one)
+
+	// drain is closed when the worker stops taking attempts (Drain);
+	// drainWhy says who asked, drainFor how long running attempts may
+	// still take before they are handed back.
+	drain     chan struct{}
+	drainOnce sync.Once
+	drainWhy  string
+	drainFor  time.Duration
+	handed    int // attempts handed back to serve
+
+	closed    chan struct{} // the connection closed for good (its key refused: retired)
+	closeOnce sync.Once
+	closing   bool // Close was called
 }
 
 // claimed is an attempt this worker holds the claim of.
@@ -86,6 +106,10 @@ type claimed struct {
 	token   uint64
 	secrets map[string]string
 	cancel  context.CancelFunc
+	// handedBack: the worker gave the attempt back to serve (a drain
+	// that ran out of time, a forced stop); reporting: its result is on
+	// its way. One excludes the other (under Worker.mu).
+	handedBack, reporting bool
 }
 
 // Join enrolls a new worker with a token and saves its identity in
@@ -163,21 +187,30 @@ func New(ctx context.Context, o Options) (*Worker, error) {
 	if o.TryTimeout <= 0 {
 		o.TryTimeout = 30 * time.Second
 	}
+	if o.DrainTimeout <= 0 {
+		o.DrainTimeout = DefaultDrainTimeout
+	}
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
 	}
 	w := &Worker{o: o, id: id, started: time.Now().UTC(), running: map[string]*claimed{}, runs: map[string]int{}, have: map[string][]string{}, repoMu: map[string]*sync.Mutex{},
-		lost: make(chan struct{})}
+		lost: make(chan struct{}), drain: make(chan struct{}), closed: make(chan struct{})}
 	w.cleanLeftovers()
 	if w.host, err = w.newHost(); err != nil {
 		return nil, err
 	}
 	w.nc, err = cluster.Dial(id, "kusaw worker "+id.Name,
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			o.Logf("disconnected from serve: %v", err)
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			// It is the NATS server that went, which is serve only
+			// when serve embeds it (a stream leader election on a
+			// NATS cluster is not serve's doing).
+			o.Logf("disconnected from the NATS server at %s: %v (retrying)", nc.ConnectedUrlRedacted(), err)
 			w.connLost()
 		}),
-		nats.ReconnectHandler(func(*nats.Conn) { o.Logf("reconnected to serve") }))
+		nats.ReconnectHandler(func(nc *nats.Conn) { o.Logf("reconnected to the NATS server at %s", nc.ConnectedUrlRedacted()) }),
+		// The client gives up only when the server refuses its key again
+		// and again: serve retired the worker.
+		nats.ClosedHandler(func(*nats.Conn) { w.closeOnce.Do(func() { close(w.closed) }) }))
 	if err != nil {
 		return nil, err
 	}
@@ -196,6 +229,9 @@ func (w *Worker) Pools() []string { return w.o.Pools }
 
 // Close ends the connection.
 func (w *Worker) Close() {
+	w.mu.Lock()
+	w.closing = true
+	w.mu.Unlock()
 	if w.nc != nil {
 		w.nc.Close()
 	}
@@ -300,20 +336,36 @@ func (w *Worker) forward(ev record.Event) {
 	id := record.AttemptID(ev.Run, ev.Step, ev.Attempt)
 	w.mu.Lock()
 	a := w.running[id]
+	back := a != nil && a.handedBack
 	w.mu.Unlock()
-	if a == nil {
-		return
+	if a == nil || back {
+		return // not ours, or given back to serve: its events stop here
 	}
 	b, _ := json.Marshal(cluster.Event{Attempt: id, Worker: w.id.Name, Token: a.token, TS: ev.TS, Type: ev.Type, Data: ev.Data})
 	_ = w.nc.Publish(cluster.EventsSubject(cluster.Key(id), w.id.Name), b)
 }
 
-// Run takes attempts until ctx ends.
+// Run takes attempts until ctx ends or the worker drained (Drain, or
+// serve's kusaw workers drain). When ctx ends, attempts still running are
+// handed back to serve at once (lost: dispatched again, not counted
+// against their steps) and then stopped.
 func (w *Worker) Run(ctx context.Context) error {
 	w.mu.Lock()
 	w.stop = ctx
 	w.mu.Unlock()
-	go w.heartbeat(ctx)
+	hctx, hstop := context.WithCancel(ctx)
+	beating := make(chan struct{})
+	go func() { defer close(beating); w.heartbeat(hctx) }()
+	defer func() {
+		hstop()
+		<-beating
+		if !w.nc.IsClosed() {
+			w.beat(context.Background(), true)
+		}
+	}()
+	if sub, err := w.nc.Subscribe(cluster.ControlSubject(w.id.Name), w.control); err == nil {
+		defer sub.Unsubscribe()
+	}
 	slots := make(chan struct{}, w.o.MaxParallel)
 	var wg sync.WaitGroup
 	for _, pool := range w.o.Pools {
@@ -325,16 +377,26 @@ func (w *Worker) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for ctx.Err() == nil {
+			for ctx.Err() == nil && !w.Draining() {
 				select {
 				case slots <- struct{}{}:
 				case <-ctx.Done():
+					return
+				case <-w.drain:
+					return
+				case <-w.closed:
 					return
 				}
 				msg, err := cons.Next(jetstream.FetchMaxWait(time.Second))
 				if err != nil {
 					<-slots
 					continue
+				}
+				if w.Draining() {
+					// Offered back at once, not after its ack wait.
+					_ = msg.Nak()
+					<-slots
+					return
 				}
 				wg.Add(1)
 				go func() {
@@ -345,33 +407,186 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 		}()
 	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	var timeout <-chan time.Time
+	drain := w.drain
+	for {
+		select {
+		case <-done:
+			w.drained()
+			return nil
+		case <-drain:
+			drain = nil
+			w.mu.Lock()
+			n, d := len(w.running), w.drainFor
+			w.mu.Unlock()
+			if n > 0 {
+				w.o.Logf("draining (%s): no new attempts; %d running may finish within %s, then go back to serve", w.drainWhy, n, d)
+			}
+			timeout = time.After(d)
+		case <-timeout:
+			w.handBackAll(fmt.Sprintf("worker %s drained (%s) and its drain timeout of %s ran out", w.id.Name, w.drainWhy, w.drainFor))
+		case <-ctx.Done():
+			w.handBackAll(fmt.Sprintf("worker %s was stopped at once", w.id.Name))
+			<-done
+			w.drained()
+			return nil
+		case <-w.closed:
+			w.mu.Lock()
+			closing := w.closing
+			w.mu.Unlock()
+			if closing {
+				continue
+			}
+			for _, a := range w.runningNow() {
+				a.cancel()
+			}
+			<-done
+			return fmt.Errorf("%w (the connection to the NATS server closed: a retired worker's key is refused)", cluster.ErrNotEnrolled)
+		}
+	}
+}
+
+func (w *Worker) runningNow() []*claimed {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []*claimed
+	for _, a := range w.running {
+		out = append(out, a)
+	}
+	return out
+}
+
+// Drain makes the worker take no new attempts; the running ones may
+// finish within timeout, then they are handed back to serve. Run returns
+// when none runs. Later calls change nothing.
+func (w *Worker) Drain(why string, timeout time.Duration) {
+	w.drainOnce.Do(func() {
+		w.mu.Lock()
+		w.drainWhy, w.drainFor = why, timeout
+		w.mu.Unlock()
+		close(w.drain)
+	})
+}
+
+// Draining reports whether the worker takes no new attempts.
+func (w *Worker) Draining() bool {
+	select {
+	case <-w.drain:
+		return true
+	default:
+		return false
+	}
+}
+
+func (w *Worker) drained() {
+	if !w.Draining() {
+		return
+	}
+	w.mu.Lock()
+	n := w.handed
+	w.mu.Unlock()
+	w.o.Logf("drained (%s): %d attempt(s) handed back to serve", w.drainWhy, n)
+}
+
+// control takes serve's requests for this worker (only serve may publish
+// on its control subject): drain.
+func (w *Worker) control(m *nats.Msg) {
+	var c cluster.Control
+	if json.Unmarshal(m.Data, &c) != nil {
+		return
+	}
+	if c.Drain {
+		d := w.o.DrainTimeout
+		if c.Timeout > 0 {
+			d = c.Timeout
+		}
+		w.Drain("kusaw workers drain on serve", d)
+	}
+}
+
+// handBackAll gives every running attempt back to serve as lost (it is
+// dispatched again, not counted against its step) and stops it here; an
+// attempt whose result is on its way already is left to report.
+func (w *Worker) handBackAll(why string) {
+	w.mu.Lock()
+	var back []*claimed
+	for _, a := range w.running {
+		if !a.reporting && !a.handedBack {
+			a.handedBack = true
+			w.handed++
+			back = append(back, a)
+		}
+	}
+	w.mu.Unlock()
+	w.handBack(back, why)
+}
+
+// handBack sends serve the hand-back of attempts marked handedBack, then
+// stops them.
+func (w *Worker) handBack(back []*claimed, why string) {
+	w.mu.Lock()
+	for _, a := range back {
+		if !a.handedBack && !a.reporting {
+			a.handedBack = true
+			w.handed++
+		}
+	}
+	w.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, a := range back {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res := cluster.Result{Attempt: a.id, Worker: w.id.Name, Token: a.token, HandedBack: why}
+			b, _ := json.Marshal(res)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err := w.h.JS.Publish(ctx, cluster.ResultSubject(cluster.Key(a.id), w.id.Name), b, jetstream.WithMsgID(fmt.Sprintf("%s/%d", a.id, a.token)))
+			if err != nil {
+				w.o.Logf("attempt %s: cannot hand it back (%v): serve finds it lost after its lost_after", a.id, err)
+			} else {
+				w.o.Logf("attempt %s: handed back to serve (%s)", a.id, why)
+			}
+			a.cancel()
+		}()
+	}
 	wg.Wait()
-	return nil
 }
 
 func (w *Worker) heartbeat(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
-		w.mu.Lock()
-		hb := cluster.Heartbeat{Name: w.id.Name, Pools: w.o.Pools, MaxParallel: w.o.MaxParallel, Version: w.o.Version, Started: w.started, TS: time.Now().UTC(), Running: []cluster.Running{}}
-		for _, a := range w.running {
-			hb.Running = append(hb.Running, cluster.Running{Attempt: a.id, Token: a.token})
-		}
-		hb.Have = map[string][]string{}
-		for repo, list := range w.have {
-			hb.Have[repo] = append([]string(nil), list...)
-		}
-		w.mu.Unlock()
-		sort.Slice(hb.Running, func(i, j int) bool { return hb.Running[i].Attempt < hb.Running[j].Attempt })
-		b, _ := json.Marshal(hb)
-		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_, _ = w.h.Workers.Put(pctx, w.id.Name, b)
-		cancel()
+		w.beat(ctx, false)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
 	}
+}
+
+// beat puts the worker's heartbeat; the last one, when it stops, says so
+// (serve shows it stopped, not lost).
+func (w *Worker) beat(ctx context.Context, stopped bool) {
+	w.mu.Lock()
+	hb := cluster.Heartbeat{Name: w.id.Name, Pools: w.o.Pools, MaxParallel: w.o.MaxParallel, Version: w.o.Version, Started: w.started, TS: time.Now().UTC(), Running: []cluster.Running{},
+		Draining: w.Draining(), Stopped: stopped}
+	if !stopped {
+		for _, a := range w.running {
+			hb.Running = append(hb.Running, cluster.Running{Attempt: a.id, Token: a.token})
+		}
+	}
+	hb.Have = map[string][]string{}
+	for repo, list := range w.have {
+		hb.Have[repo] = append([]string(nil), list...)
+	}
+	w.mu.Unlock()
+	sort.Slice(hb.Running, func(i, j int) bool { return hb.Running[i].Attempt < hb.Running[j].Attempt })
+	b, _ := json.Marshal(hb)
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	_, _ = w.h.Workers.Put(pctx, w.id.Name, b)
+	cancel()
 }

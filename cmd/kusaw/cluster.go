@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -101,8 +102,13 @@ func newWorkersCmd(a *app) *cobra.Command {
 				if w.LastHeartbeat != nil {
 					last = time.Since(*w.LastHeartbeat).Round(time.Second).String() + " ago"
 				}
-				if w.Lost {
+				switch {
+				case w.Stopped:
+					last += " (stopped)"
+				case w.Lost:
 					last += " (lost)"
+				case w.Draining:
+					last += " (draining)"
 				}
 				allowed := strings.Join(w.AllowedPools, ",")
 				if allowed == cluster.AnyPool {
@@ -114,7 +120,56 @@ func newWorkersCmd(a *app) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print JSON")
+	var timeout time.Duration
+	drain := &cobra.Command{
+		Use:   "drain NAME",
+		Short: "make a worker take no new attempts and stop once its running ones ended (within its drain timeout; then they go to other workers, not counted against their steps)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			cl, err := a.serveOnly()
+			if err != nil {
+				return err
+			}
+			if err := cl.DrainWorker(c.Context(), args[0], timeout); err != nil {
+				return exitf(workerExit(err), "%v", err)
+			}
+			fmt.Fprintf(a.stdout, "worker %s drains: it takes no new attempts and stops once its running ones ended\n", args[0])
+			return nil
+		},
+	}
+	drain.Flags().DurationVar(&timeout, "timeout", 0, "how long its running attempts may still take (default: the worker's worker.drain_timeout)")
+	retire := &cobra.Command{
+		Use:   "retire NAME",
+		Short: "remove a worker for good: its enrollment is revoked (it can no longer connect or take attempts), attempts it held go to other workers; its keys stay for kusaw log verify",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			cl, err := a.serveOnly()
+			if err != nil {
+				return err
+			}
+			held, note, err := cl.RetireWorker(c.Context(), args[0])
+			if err != nil {
+				return exitf(workerExit(err), "%v", err)
+			}
+			fmt.Fprintf(a.stdout, "worker %s retired (%d attempt(s) it held go to other workers)\n", args[0], held)
+			if note != "" {
+				fmt.Fprintln(a.stderr, "note: "+note)
+			}
+			return nil
+		},
+	}
+	cmd.AddCommand(drain, retire)
 	return cmd
+}
+
+// workerExit is the exit code of a refused kusaw workers drain or retire:
+// no such worker is bad input, anything else serve's answer.
+func workerExit(err error) status.ExitCode {
+	var ae *client.APIError
+	if errors.As(err, &ae) && (ae.Status == 404 || ae.Status == 400) {
+		return status.ExitUsage
+	}
+	return status.ExitServeUnavailable
 }
 
 func newWorkerCmd(a *app) *cobra.Command {
@@ -142,8 +197,39 @@ func newWorkerCmd(a *app) *cobra.Command {
 					return '-'
 				}, h)
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
+			cfg, err := a.settings(c.Flags())
+			if err != nil {
+				return err
+			}
+			drainFor, err := time.ParseDuration(cfg.get("worker.drain_timeout"))
+			if err != nil || drainFor <= 0 {
+				return exitf(status.ExitUsage, "worker.drain_timeout %q (from %s) is not a duration: write it like 30s or 10m", cfg.get("worker.drain_timeout"), cfg.source["worker.drain_timeout"])
+			}
+			// SIGTERM or SIGINT drains (no new attempts; the running ones
+			// finish within the drain timeout, then go back to serve); a
+			// second one, or SIGQUIT, hands them back and stops at once.
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			sigs := make(chan os.Signal, 4)
+			signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGQUIT)
+			defer signal.Stop(sigs)
+			var running atomic.Pointer[worker.Worker]
+			go func() {
+				n := 0
+				for sig := range sigs {
+					n++
+					wk := running.Load()
+					if wk == nil || n > 1 || sig == syscall.SIGQUIT {
+						if wk != nil {
+							fmt.Fprintf(a.stderr, "kusaw worker %s: %v: handing running attempts back to serve and stopping now\n", wk.Name(), sig)
+						}
+						cancel()
+						continue
+					}
+					fmt.Fprintf(a.stderr, "kusaw worker %s: %v: draining (no new attempts; running ones may finish within %s; signal again or SIGQUIT to stop now)\n", wk.Name(), sig, drainFor)
+					wk.Drain(sig.String(), drainFor)
+				}
+			}()
 			if join != "" {
 				id, err := worker.Join(ctx, stateDir, join, name, versionInfo().Version, pools)
 				if err != nil {
@@ -153,7 +239,8 @@ func newWorkerCmd(a *app) *cobra.Command {
 			}
 			exe, _ := os.Executable()
 			w, err := worker.New(ctx, worker.Options{StateDir: stateDir, Pools: pools, MaxParallel: maxParallel, Version: versionInfo().Version, Kusaw: exe,
-				Logf: func(format string, args ...any) { fmt.Fprintf(a.stderr, "kusaw worker: "+format+"\n", args...) }})
+				DrainTimeout: drainFor,
+				Logf:         func(format string, args ...any) { fmt.Fprintf(a.stderr, "kusaw worker: "+format+"\n", args...) }})
 			if err != nil {
 				if errors.Is(err, cluster.ErrNotEnrolled) || errors.Is(err, worker.ErrPoolNotAllowed) || errors.Is(err, cluster.ErrNotJoined) {
 					return exitf(status.ExitNotEnrolled, "%v", err)
@@ -161,8 +248,18 @@ func newWorkerCmd(a *app) *cobra.Command {
 				return exitf(status.ExitServeUnavailable, "%v", err)
 			}
 			defer w.Close()
+			running.Store(w)
 			fmt.Fprintf(a.stderr, "kusaw worker %s: ready (pools %s, %d at once)\n", w.Name(), strings.Join(w.Pools(), ","), max(1, maxParallel))
-			return w.Run(ctx)
+			if err := w.Run(ctx); err != nil {
+				if errors.Is(err, cluster.ErrNotEnrolled) {
+					return exitf(status.ExitNotEnrolled, "%v", err)
+				}
+				return err
+			}
+			if w.Draining() {
+				fmt.Fprintf(a.stderr, "kusaw worker %s: drained; stopped\n", w.Name())
+			}
+			return nil
 		},
 	}
 	cmd.Flags().StringVar(&join, "join", "", "enroll with a token from kusaw cluster token (the identity stays in --state-dir; a new token joins it again with that token's pools)")
@@ -170,5 +267,6 @@ func newWorkerCmd(a *app) *cobra.Command {
 	cmd.Flags().StringArrayVar(&pools, "pool", nil, "a pool to take attempts from, one its join token allows (repeatable; default: every pool the token allows)")
 	cmd.Flags().IntVar(&maxParallel, "max-parallel", 1, "attempts at once")
 	cmd.Flags().StringVar(&stateDir, "state-dir", "", "the worker's folder: identity, cache repositories, attempts (default ~/.local/state/kusaw-worker)")
+	cmd.Flags().String("drain-timeout", "", "after SIGTERM or kusaw workers drain, how long running attempts may finish before they go back to serve (setting worker.drain_timeout; default 10m)")
 	return cmd
 }

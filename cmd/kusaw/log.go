@@ -229,7 +229,7 @@ func workerKey(dir, runDir string) (ed25519.PublicKey, string, error) {
 		return nil, "", nil
 	}
 	state := filepath.Dir(filepath.Dir(runDir))
-	e := cluster.OpenRegistry(filepath.Join(state, record.ClusterDir)).Get(rec.Worker)
+	e := cluster.OpenRegistry(filepath.Join(state, record.ClusterDir)).Known(rec.Worker)
 	if e == nil {
 		return nil, rec.Worker, fmt.Errorf("sealed by worker %s, which this serve never enrolled", rec.Worker)
 	}

@@ -38,6 +38,8 @@ type serviceStatus struct {
 		RunningRuns int    `json:"running_runs"`
 		MaxParallel int    `json:"max_parallel,omitempty"`
 		Error       string `json:"error,omitempty"`
+		// Cluster: serve's connection to NATS and its workers.
+		Cluster *client.ClusterHealth `json:"cluster,omitempty"`
 	} `json:"serve"`
 	Sandbox sandbox.CheckResult `json:"sandbox"`
 }
@@ -48,8 +50,9 @@ func newServiceStatusCmd(a *app) *cobra.Command {
 		Use:   "status",
 		Short: "is kusaw serve running (socket, queue) and can this machine run the sandbox backend",
 		Long: `Exit status: 0 serve is running and the sandbox backend is available;
-6 serve is not running; 4 serve is running but the sandbox backend is not
-available (the reason and fix are printed).`,
+6 serve is not running, or it runs a cluster and is not connected to its
+NATS server; 4 serve is running but the sandbox backend is not available
+(the reason and fix are printed).`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, args []string) error {
 			f, err := a.loadFactory()
@@ -66,6 +69,7 @@ available (the reason and fix are printed).`,
 					cancel()
 					if herr == nil {
 						st.Serve.Running, st.Serve.PID, st.Serve.Queued, st.Serve.RunningRuns, st.Serve.MaxParallel = true, h.PID, h.Queued, h.Running, h.MaxParallel
+						st.Serve.Cluster = h.Cluster
 						var info client.ServeInfo
 						if b, err := os.ReadFile(filepath.Join(f.StateDir, record.ServeInfoFile)); err == nil && json.Unmarshal(b, &info) == nil {
 							st.Serve.Listen = info.Listen
@@ -91,6 +95,15 @@ available (the reason and fix are printed).`,
 						fmt.Fprintf(w, "listen:    %s (bearer token: %s in the secret store)\n", st.Serve.Listen, serve.TokenSecretKey)
 					}
 					fmt.Fprintf(w, "queue:     %d queued, %d running, at most %d at once\n", st.Serve.Queued, st.Serve.RunningRuns, st.Serve.MaxParallel)
+					if ch := st.Serve.Cluster; ch != nil {
+						workers := fmt.Sprintf("%d up, %d lost, %d draining, %d stopped", ch.WorkersUp, ch.WorkersLost, ch.WorkersDraining, ch.WorkersStopped)
+						if ch.Connected {
+							fmt.Fprintf(w, "cluster:   connected to NATS (%s); workers %s\n", ch.NATS, workers)
+						} else {
+							fmt.Fprintf(w, "cluster:   NOT connected to NATS (%s) since %s; serve retries, and finds no worker lost meanwhile\n", ch.NATS, ch.DisconnectedSince.Local().Format(time.RFC3339))
+							fmt.Fprintf(w, "fix:       start the NATS server, or check the network between serve and it\n")
+						}
+					}
 				} else {
 					fmt.Fprintf(w, "serve:     not running (no answer on %s)\n", st.Serve.Socket)
 					if st.Serve.Error != "" {
@@ -107,6 +120,8 @@ available (the reason and fix are printed).`,
 			}
 			switch {
 			case !st.Serve.Running:
+				return silentExit(status.ExitServeUnavailable)
+			case st.Serve.Cluster != nil && !st.Serve.Cluster.Connected:
 				return silentExit(status.ExitServeUnavailable)
 			case !st.Sandbox.Available:
 				return silentExit(status.ExitSandboxUnavailable)

@@ -34,6 +34,7 @@ var settingsTable = []setting{
 	{Key: "color", Env: "KUSAW_COLOR", Default: "auto", Values: []string{"auto", "always", "never"}, Help: "colour in kusaw run's progress; auto: on a terminal, unless NO_COLOR is set"},
 	{Key: "listen", Env: "KUSAW_LISTEN", Flag: "listen", Help: "kusaw serve's TCP address, instead of serve.listen"},
 	{Key: "token_file", Env: "KUSAW_TOKEN_FILE", Help: "a file holding kusaw serve's bearer token, instead of serve.token in the secret store"},
+	{Key: "worker.drain_timeout", Env: "KUSAW_WORKER_DRAIN_TIMEOUT", Flag: "drain-timeout", Default: "10m", Help: "kusaw worker: how long running attempts may finish after SIGTERM or kusaw workers drain before they go back to serve (a duration: 30s, 10m)"},
 	{Key: "probe_cache", Env: "KUSAW_PROBE_CACHE", Help: "where kusaw remembers a passed sandbox check (default in the user cache folder); off: check every time"},
 }
 

@@ -317,6 +317,29 @@ func (c *Client) ClusterToken(ctx context.Context, addr string, pools []string, 
 	return &out, c.getJSON(ctx, http.MethodPost, p, nil, &out)
 }
 
+// DrainWorker asks a worker to take no new attempts and to stop once its
+// running ones ended (within timeout; 0: its drain_timeout).
+func (c *Client) DrainWorker(ctx context.Context, name string, timeout time.Duration) error {
+	p := "/v1/workers/" + url.PathEscape(name) + "/drain"
+	if timeout > 0 {
+		p += "?timeout=" + url.QueryEscape(timeout.String())
+	}
+	var out map[string]any
+	return c.getJSON(ctx, http.MethodPost, p, nil, &out)
+}
+
+// RetireWorker revokes a worker's enrollment; it returns how many
+// attempts it held (they go to other workers) and a note for an existing
+// NATS cluster.
+func (c *Client) RetireWorker(ctx context.Context, name string) (held int, note string, err error) {
+	var out struct {
+		Held int    `json:"attempts_lost"`
+		Note string `json:"note"`
+	}
+	err = c.getJSON(ctx, http.MethodPost, "/v1/workers/"+url.PathEscape(name)+"/retire", nil, &out)
+	return out.Held, out.Note, err
+}
+
 // Workers lists the cluster's enrolled workers.
 func (c *Client) Workers(ctx context.Context) ([]Worker, error) {
 	var out struct {

@@ -41,6 +41,21 @@ type Health struct {
 	StateDir    string    `json:"state_dir"`
 	Factory     string    `json:"factory"`
 	Stopping    bool      `json:"stopping,omitempty"`
+	// Cluster is serve's cluster, when it has one: OK is false while
+	// serve is not connected to its NATS server.
+	Cluster *ClusterHealth `json:"cluster,omitempty"`
+}
+
+// ClusterHealth is serve's connection to NATS and its workers.
+type ClusterHealth struct {
+	Connected         bool       `json:"connected"`
+	NATS              string     `json:"nats"` // the address workers reach
+	DisconnectedSince *time.Time `json:"disconnected_since,omitempty"`
+	Disconnects       int        `json:"disconnects"`
+	WorkersUp         int        `json:"workers_up"`
+	WorkersLost       int        `json:"workers_lost"`
+	WorkersDraining   int        `json:"workers_draining"`
+	WorkersStopped    int        `json:"workers_stopped"`
 }
 
 // SubmitRequest is POST /v1/runs.
@@ -92,5 +107,7 @@ type Worker struct {
 	Version       string     `json:"version,omitempty"`
 	LastHeartbeat *time.Time `json:"last_heartbeat,omitempty"`
 	Lost          bool       `json:"lost"`
+	Draining      bool       `json:"draining,omitempty"`
+	Stopped       bool       `json:"stopped,omitempty"`
 	Enrolled      time.Time  `json:"enrolled"`
 }
