@@ -766,6 +766,11 @@ func (a *Attempt) execute(ctx context.Context, i int, p *preparedProc) procResul
 		}()
 	}
 	started := func(pid int) {
+		if p.lease != nil {
+			// The hand-over waits for this: only the bridge below this
+			// process (the attempt's own bwrap) may hand over.
+			p.lease.ExpectPeer(pid)
+		}
 		if a.unwarm != nil {
 			a.unwarm()
 		}

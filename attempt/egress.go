@@ -195,7 +195,7 @@ func (a *Attempt) lease(i int, repos []string, p *preparedProc) (*sandbox.Proxy,
 	} else if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, &status.Error{Reason: status.ReasonEgressLeaseFailed, Msg: err.Error(), Fix: status.ReasonEgressLeaseFailed.Info().Fix}
 	}
-	cfg.SocketDir = dir
+	cfg.SocketDir, cfg.AwaitPeer = dir, true
 	l, err := px.Lease(cfg)
 	if err != nil {
 		os.RemoveAll(dir)
