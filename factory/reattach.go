@@ -14,7 +14,7 @@ import (
 	"github.com/kusaw/kusaw/status"
 )
 
-// Re-attaching (docs/cluster.md, "When serve dies"): serve killed while
+// Re-attaching (docs/cluster.md, "When something dies"): serve killed while
 // attempts ran on workers leaves them detached: recovery keeps them open,
 // their workers go on. A resumed run waits for each again instead of
 // running it anew; any other end closes it as interrupted and tells its

@@ -47,7 +47,8 @@ type StepReport struct {
 	LocalPorts []int           `json:"local_ports,omitempty"`
 	Attempts   []AttemptReport `json:"attempts,omitempty"`
 	// Setup says where the factory's setup commands run for this step
-	// (docs/sandbox.md, "Setup"); empty when there is no setup.
+	// (docs/sandbox.md, "What a step leaves behind"); empty when there is
+	// no setup.
 	Setup string `json:"setup,omitempty"`
 }
 
