@@ -67,9 +67,11 @@ func (a *Attempt) dropIncluded() {
 func (a *Attempt) holdResources(ctx context.Context) error {
 	release := a.releaseResources
 	for _, c := range a.f.StepCaches(a.step) {
-		if err := os.MkdirAll(c.Path, 0o700); err != nil {
-			release()
-			return fmt.Errorf("cache %s: %v", c.Name, err)
+		for _, p := range c.Vars() {
+			if err := os.MkdirAll(p, 0o700); err != nil {
+				release()
+				return fmt.Errorf("cache %s: %v", c.Name, err)
+			}
 		}
 		unlock, err := lockWait(ctx, c.Path+".lock", func() {
 			a.events.Emit(record.EvCacheWaiting, map[string]any{"cache": c.Name})
@@ -105,7 +107,9 @@ func (a *Attempt) releaseResources() {
 // environment (none of them is a secret).
 func (a *Attempt) resourceEnv(env map[string]string) {
 	for _, c := range a.f.StepCaches(a.step) {
-		env[c.Env] = c.Path
+		for k, v := range c.Vars() {
+			env[k] = v
+		}
 	}
 	for i, p := range a.extras.ports {
 		env["KUSAW_PORT_"+strconv.Itoa(i+1)] = strconv.Itoa(p)

@@ -19,12 +19,32 @@ type Cache struct {
 	Env  string
 }
 
-// CachePresets are the caches kusaw knows: the variable each tool reads.
-var CachePresets = map[string]string{
-	"go":    "GOMODCACHE",
-	"npm":   "npm_config_cache",
-	"pip":   "PIP_CACHE_DIR",
-	"cargo": "CARGO_HOME",
+// CachePresets are the caches kusaw knows: the variable each tool reads
+// (the cache's env), and for each its folder in the cache. A preset keeps
+// everything that makes a second run warm: go its module and its build
+// cache, cargo its registry and git checkouts (both in CARGO_HOME).
+var CachePresets = map[string][]CacheVar{
+	"go":    {{Env: "GOMODCACHE", Sub: "mod"}, {Env: "GOCACHE", Sub: "build"}},
+	"npm":   {{Env: "npm_config_cache"}},
+	"pip":   {{Env: "PIP_CACHE_DIR"}},
+	"cargo": {{Env: "CARGO_HOME"}},
+}
+
+// CacheVar is one variable a cache sets: Env names the cache's folder, or
+// its sub-folder Sub.
+type CacheVar struct{ Env, Sub string }
+
+// Vars are the variables the cache sets and their paths: a preset's (when
+// the cache keeps the preset's env), else its env alone.
+func (c *Cache) Vars() map[string]string {
+	if p := CachePresets[c.Name]; len(p) > 0 && p[0].Env == c.Env {
+		out := map[string]string{}
+		for _, v := range p {
+			out[v.Env] = filepath.Join(c.Path, v.Sub)
+		}
+		return out
+	}
+	return map[string]string{c.Env: c.Path}
 }
 
 // MaxPorts is the most host ports one attempt may lease (steps.<id>.ports).
@@ -39,8 +59,8 @@ func (d *decoder) caches(f *Factory, n *yaml.Node, path string) map[string]*Cach
 			d.errf(ECodeBadName, node, kp, "use letters, digits, '.', '_' and '-'", "cache name %q has characters it may not have", name)
 			return
 		}
-		if c.Env == "" {
-			c.Env = CachePresets[name]
+		if c.Env == "" && len(CachePresets[name]) > 0 {
+			c.Env = CachePresets[name][0].Env
 		}
 		if c.Env == "" {
 			d.errf(ECodeMissing, node, kp, "add env: VARIABLE (the presets "+presetNames()+" know theirs)", "cache %s needs env: the variable the step's tools read its path from", name)

@@ -25,7 +25,7 @@ pipelines:
 steps:
   work:
     ports: 2
-    run: [sh, -c, 'set -e; cat .env; cat config/db.local.yaml; echo "cache=$GOMODCACHE"; echo "ports=$KUSAW_PORT_1,$KUSAW_PORT_2"; n=$(cat "$GOMODCACHE/count" 2>/dev/null || echo 0); echo $((n+1)) > "$GOMODCACHE/count"; : > .gitignore; echo work > work.txt']
+    run: [sh, -c, 'set -e; cat .env; cat config/db.local.yaml; echo "cache=$GOMODCACHE"; echo "build=$GOCACHE"; echo "ports=$KUSAW_PORT_1,$KUSAW_PORT_2"; n=$(cat "$GOMODCACHE/count" 2>/dev/null || echo 0); echo $((n+1)) > "$GOMODCACHE/count"; : > .gitignore; echo work > work.txt']
 `, "app")
 	app := filepath.Join(dir, "app")
 	writeFile(t, filepath.Join(app, ".gitignore"), ".env\nconfig/*.local.yaml\n")
@@ -51,9 +51,9 @@ steps:
 	if !strings.Contains(out, "TOKEN=from-the-checkout") || !strings.Contains(out, "db: local") {
 		t.Fatalf("the included files were not in the worktree:\n%s", out)
 	}
-	cache := filepath.Join(dir, ".kusaw", "caches", "go")
-	if !strings.Contains(out, "cache="+cache) {
-		t.Fatalf("GOMODCACHE is not the factory's go cache:\n%s", out)
+	cache := filepath.Join(dir, ".kusaw", "caches", "go", "mod")
+	if !strings.Contains(out, "cache="+cache) || !strings.Contains(out, "build="+filepath.Join(dir, ".kusaw", "caches", "go", "build")) {
+		t.Fatalf("GOMODCACHE and GOCACHE are not in the factory's go cache:\n%s", out)
 	}
 	if got := strings.TrimSpace(readFile(t, filepath.Join(cache, "count"))); got != "2" {
 		t.Fatalf("the cache was not shared by the two runs: count %q", got)
