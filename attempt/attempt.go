@@ -667,7 +667,9 @@ func (a *Attempt) prepare(i int, repos []string, many bool) (*preparedProc, erro
 		}
 	}
 	pr := &a.rec.Processes[i]
-	pr.Repos, pr.Dir, pr.Argv, pr.Stdout, pr.Stderr = repos, spec.Dir, spec.Argv, p.stdout, p.stderr
+	// The record shows a value filled in at start as ${NAME}, never the
+	// value (the inject endpoint carries the lease's token).
+	pr.Repos, pr.Dir, pr.Argv, pr.Stdout, pr.Stderr = repos, spec.Dir, providers.DisplayArgv(spec.Argv), p.stdout, p.stderr
 	pr.Probe = p.probe
 	pr.Env = map[string]string{}
 	for k, v := range spec.Env {
@@ -713,7 +715,11 @@ func (a *Attempt) prepare(i int, repos []string, many bool) (*preparedProc, erro
 		}
 		return p, nil
 	}
-	cmd := &exec.Cmd{Path: lookPath(spec.Argv[0]), Args: spec.Argv, Dir: spec.Dir,
+	argv, err := expandArgv(spec.Argv, nil, env)
+	if err != nil {
+		return nil, err
+	}
+	cmd := &exec.Cmd{Path: lookPath(argv[0]), Args: argv, Dir: spec.Dir,
 		Env: steps.HostEnv(os.Environ(), steps.TempEnv(at.Tmp), env)}
 	for _, d := range []string{"cache", "run"} {
 		_ = os.MkdirAll(filepath.Join(at.Tmp, d), 0o700)

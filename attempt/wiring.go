@@ -40,8 +40,11 @@ func (a *Attempt) agentSpec(spec *steps.Spec, at steps.Attempt, p *preparedProc,
 	in := providers.PrepareInput{Provider: s.Provider, Step: s.ID, Prompt: prompt, Sandboxed: sandboxed,
 		Network: providerNetwork(a.f.EffectiveNetwork(s, modeOf(sandboxed))), FreshHome: providers.FreshHome(runtime.GOOS, sandboxed)}
 	if pc := a.f.Providers[s.Provider]; pc != nil {
-		in.Command, in.Args = pc.Command, pc.Args
+		in.Command, in.Args, in.Model, in.BaseURL = pc.Command, pc.Args, pc.Model, pc.BaseURL
 	}
+	// A base URL known only at start (the lease's inject endpoint) is
+	// filled into argv by expandArgv just before the process starts.
+	in.ExpandsArgv = true
 	for _, w := range at.Worktrees {
 		if w.Path != spec.Dir {
 			in.ExtraDirs = append(in.ExtraDirs, w.Path)
@@ -223,9 +226,14 @@ func (a *Attempt) sandboxed(i int, repos []string, spec *steps.Spec, env map[str
 	planJSON := json.RawMessage(plan.JSON())
 	a.rec.Processes[i].Sandbox = planJSON
 	a.events.Emit(record.EvSandboxPlan, map[string]any{"repos": repos, "plan": planJSON})
+	argv, err := expandArgv(spec.Argv, in.Proxy, env)
+	if err != nil {
+		p.release()
+		return err
+	}
 	// The engine's own process handling (group signals, grace period)
 	// applies, so the command gets a context that never ends.
-	cmd, err := sandbox.Command(context.Background(), plan, spec.Argv)
+	cmd, err := sandbox.Command(context.Background(), plan, argv)
 	if err != nil {
 		p.release()
 		return asRefusal(err, status.ReasonSandboxUnavailable)
@@ -301,4 +309,26 @@ func providerNetwork(n config.Network) string {
 		return string(config.NetworkAllowlist)
 	}
 	return string(n)
+}
+
+// expandArgv fills in the values an agent's argv takes from the env known
+// only at start (providers.EnvRef): the lease's variables first (the
+// inject endpoint), then the step's own.
+func expandArgv(argv []string, px *sandbox.Proxy, env map[string]string) ([]string, error) {
+	out, err := providers.ExpandArgv(argv, func(name string) (string, bool) {
+		if px != nil {
+			for _, kv := range px.Env {
+				if k, v, ok := strings.Cut(kv, "="); ok && k == name {
+					return v, true
+				}
+			}
+		}
+		v, ok := env[name]
+		return v, ok
+	})
+	if err != nil {
+		return nil, &status.Error{Reason: status.ReasonStepStartFailed, Msg: err.Error(),
+			Fix: "set providers.<provider>.base_url, or the variable in the step's env"}
+	}
+	return out, nil
 }

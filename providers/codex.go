@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -343,4 +344,48 @@ func codexTool(it map[string]any, phase string) map[string]any {
 		}
 	}
 	return d
+}
+
+// CodexHomeDir is the folder under the attempt's config folder that
+// CODEX_HOME points at.
+const CodexHomeDir = "codex-home"
+
+// codexShared are the entries of the user's CODEX_HOME an attempt's own
+// links to: the sign-in, the user's settings and instructions. Sessions,
+// logs and the CLI's databases are the attempt's own.
+var codexShared = []string{"auth.json", "config.toml", "AGENTS.md", "prompts", "rules", "installation_id"}
+
+// attemptConfig gives each attempt a CODEX_HOME of its own: Codex writes
+// sessions, logs and databases there as it starts (a sandbox whose home
+// is read-only would stop it: "Read-only file system"), and one attempt's
+// session is not another's. The user's sign-in and settings are linked
+// in (the Linux sandbox mounts their folder); continue_session copies the
+// previous attempt's sessions in on purpose.
+//
+// Only inside kusaw's sandbox: outside it Codex's own sandbox needs helper
+// binaries in CODEX_HOME, which it refuses to create under the process's
+// temporary folder (the attempt's tmp), so there the user's CODEX_HOME
+// stays.
+func (codex) attemptConfig(dir string, in PrepareInput, home string, getenv func(string) string) ([]string, error) {
+	if !in.Sandboxed {
+		return nil, nil
+	}
+	ch := filepath.Join(dir, CodexHomeDir)
+	if err := os.MkdirAll(ch, 0o700); err != nil {
+		return nil, err
+	}
+	if !in.FreshHome {
+		if paths := codexSpec.LoginPaths(home, getenv); len(paths) > 0 {
+			for _, n := range codexShared {
+				src := filepath.Join(paths[0], n)
+				if _, err := os.Lstat(src); err != nil {
+					continue
+				}
+				if err := os.Symlink(src, filepath.Join(ch, n)); err != nil && !os.IsExist(err) {
+					return nil, err
+				}
+			}
+		}
+	}
+	return []string{"CODEX_HOME=" + ch}, nil
 }

@@ -2,7 +2,6 @@ package providers
 
 import (
 	"bytes"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -176,9 +175,7 @@ func TestGeminiSettingsNeeded(t *testing.T) {
 	if o, _ := p.Outcome(r.res, r.code); o != status.OutcomePassed {
 		t.Fatalf("with kusaw's settings: exit %d %q", r.code, r.stderr)
 	}
-	var cfg map[string]any
-	b, _ := os.ReadFile(filepath.Join(dir, GeminiSettingsFile))
-	json.Unmarshal(b, &cfg)
+	b, _ := os.ReadFile(filepath.Join(dir, GeminiHomeDir, ".gemini", "settings.json"))
 	if !bytes.Contains(b, []byte(`"usageStatisticsEnabled": false`)) || !bytes.Contains(b, []byte(`"gemini-api-key"`)) {
 		t.Fatalf("settings %s", b)
 	}
@@ -217,5 +214,71 @@ func TestFakeCodexGeminiCallAPI(t *testing.T) {
 	}
 	if reqs := gem.Requests(); len(reqs) != 1 || reqs[0].Header.Get("x-goog-api-key") != "real-gemini" {
 		t.Fatalf("gemini requests %+v", reqs)
+	}
+}
+
+// The attempt's Gemini home keeps the user's settings and sign-in but not
+// their sessions: one attempt cannot read another's conversation.
+func TestGeminiAttemptHome(t *testing.T) {
+	home := t.TempDir()
+	user := filepath.Join(home, ".gemini")
+	os.MkdirAll(filepath.Join(user, "tmp", "proj", "chats"), 0o700)
+	os.WriteFile(filepath.Join(user, "settings.json"), []byte(`{"model":{"name":"gemini-2.5-pro"},"privacy":{"usageStatisticsEnabled":true}}`), 0o600)
+	os.WriteFile(filepath.Join(user, "oauth_creds.json"), []byte(`{}`), 0o600)
+	dir := t.TempDir()
+	env, err := gemini{}.attemptConfig(dir, PrepareInput{Sandboxed: true}, home, func(string) string { return "" })
+	if err != nil || len(env) != 1 || env[0] != "GEMINI_CLI_HOME="+filepath.Join(dir, GeminiHomeDir) {
+		t.Fatal(env, err)
+	}
+	state := filepath.Join(dir, GeminiHomeDir, ".gemini")
+	b, _ := os.ReadFile(filepath.Join(state, "settings.json"))
+	if !bytes.Contains(b, []byte(`"gemini-2.5-pro"`)) || !bytes.Contains(b, []byte(`"usageStatisticsEnabled": false`)) || bytes.Contains(b, []byte("selectedType")) {
+		t.Fatalf("settings without a key in the env: %s", b)
+	}
+	if l, err := os.Readlink(filepath.Join(state, "oauth_creds.json")); err != nil || l != filepath.Join(user, "oauth_creds.json") {
+		t.Fatalf("sign-in not linked: %q %v", l, err)
+	}
+	if _, err := os.Lstat(filepath.Join(state, "tmp")); err == nil {
+		t.Fatal("the user's sessions (tmp) are linked into the attempt")
+	}
+	// A fresh HOME carries nothing of the user's.
+	dir = t.TempDir()
+	gemini{}.attemptConfig(dir, PrepareInput{Sandboxed: true, FreshHome: true, StepEnv: []string{"GEMINI_API_KEY"}}, home, func(string) string { return "" })
+	if _, err := os.Lstat(filepath.Join(dir, GeminiHomeDir, ".gemini", "oauth_creds.json")); err == nil {
+		t.Fatal("fresh HOME got the user's sign-in")
+	}
+	b, _ = os.ReadFile(filepath.Join(dir, GeminiHomeDir, ".gemini", "settings.json"))
+	if !bytes.Contains(b, []byte(`"gemini-api-key"`)) {
+		t.Fatalf("key in the env, no auth type: %s", b)
+	}
+}
+
+func TestDisplayArgv(t *testing.T) {
+	argv := []string{"codex", "-c", "x=" + tomlString(EnvRef("OPENAI_BASE_URL")), "--", "p"}
+	got := DisplayArgv(argv)
+	if got[2] != `x="${OPENAI_BASE_URL}"` || argv[2] == got[2] || got[4] != "p" {
+		t.Fatalf("%q", got)
+	}
+}
+
+func TestCodexAttemptHome(t *testing.T) {
+	home := t.TempDir()
+	user := filepath.Join(home, ".codex")
+	os.MkdirAll(filepath.Join(user, "sessions"), 0o700)
+	os.WriteFile(filepath.Join(user, "auth.json"), []byte(`{}`), 0o600)
+	dir := t.TempDir()
+	env, err := codex{}.attemptConfig(dir, PrepareInput{Sandboxed: true}, home, func(string) string { return "" })
+	ch := filepath.Join(dir, CodexHomeDir)
+	if err != nil || len(env) != 1 || env[0] != "CODEX_HOME="+ch {
+		t.Fatal(env, err)
+	}
+	if l, err := os.Readlink(filepath.Join(ch, "auth.json")); err != nil || l != filepath.Join(user, "auth.json") {
+		t.Fatalf("sign-in not linked: %q %v", l, err)
+	}
+	if _, err := os.Lstat(filepath.Join(ch, "sessions")); err == nil {
+		t.Fatal("the user's sessions are linked into the attempt")
+	}
+	if env, _ := (codex{}).attemptConfig(t.TempDir(), PrepareInput{}, home, func(string) string { return "" }); env != nil {
+		t.Fatalf("outside the sandbox the user's CODEX_HOME stays: %v", env)
 	}
 }

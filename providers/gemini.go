@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/kusaw/kusaw/record"
@@ -131,29 +130,53 @@ func (gemini) Outcome(res Result, exitCode int) (status.Outcome, status.Reason) 
 	return outcome(res, exitCode)
 }
 
-// GeminiSettingsFile is the name of the system settings file kusaw gives
-// each attempt (GEMINI_CLI_SYSTEM_SETTINGS_PATH): they win over the
-// user's and the project's.
-const GeminiSettingsFile = "gemini-system-settings.json"
+// GeminiHomeDir is the folder under the attempt's config folder that
+// GEMINI_CLI_HOME points at: the CLI keeps its .gemini there.
+const GeminiHomeDir = "gemini-home"
 
-// attemptConfig writes the attempt's system settings: the machine's own
-// (GEMINI_CLI_SYSTEM_SETTINGS_PATH or /etc/gemini-cli/settings.json)
-// with usage statistics off and, when the key comes from the env (inject
-// or the step's GEMINI_API_KEY), the gemini-api-key auth type: without
-// it the CLI picks another auth type and exits 41.
+// attemptConfig gives each attempt a Gemini CLI home of its own
+// (GEMINI_CLI_HOME): a .gemini whose settings.json is the user's with
+// usage statistics off and, when the key comes from the env (inject or the
+// step's GEMINI_API_KEY), the gemini-api-key auth type (without it the
+// CLI picks another and exits 41), and links to the user's sign-in files.
+// Sessions, history and the project registry stay the attempt's own, so
+// one attempt cannot read another's conversation; continue_session copies
+// the previous attempt's on purpose. (A system settings file would be
+// simpler, but the CLI skips one under a world-writable folder such as
+// /tmp.)
 func (gemini) attemptConfig(dir string, in PrepareInput, home string, getenv func(string) string) ([]string, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	gh := filepath.Join(dir, GeminiHomeDir)
+	state := filepath.Join(gh, ".gemini")
+	if err := os.MkdirAll(state, 0o700); err != nil {
 		return nil, err
 	}
-	cfg := map[string]any{}
-	src := getenv("GEMINI_CLI_SYSTEM_SETTINGS_PATH")
-	if src == "" {
-		src = "/etc/gemini-cli/settings.json"
+	var user string
+	if !in.FreshHome {
+		if paths := geminiSpec.LoginPaths(home, getenv); len(paths) > 0 {
+			user = paths[0]
+		}
 	}
-	if b, err := os.ReadFile(src); err == nil {
-		_ = json.Unmarshal(b, &cfg)
-		if cfg == nil {
-			cfg = map[string]any{}
+	cfg := map[string]any{}
+	if user != "" {
+		if b, err := os.ReadFile(filepath.Join(user, "settings.json")); err == nil {
+			// A file the CLI could not read either is not carried over.
+			_ = json.Unmarshal(b, &cfg)
+			if cfg == nil {
+				cfg = map[string]any{}
+			}
+		}
+		entries, _ := os.ReadDir(user)
+		for _, e := range entries {
+			if geminiPrivate[e.Name()] {
+				continue
+			}
+			link := filepath.Join(state, e.Name())
+			if _, err := os.Lstat(link); err == nil {
+				continue
+			}
+			if err := os.Symlink(filepath.Join(user, e.Name()), link); err != nil {
+				return nil, err
+			}
 		}
 	}
 	set := func(v any, keys ...string) {
@@ -169,22 +192,23 @@ func (gemini) attemptConfig(dir string, in PrepareInput, home string, getenv fun
 		m[keys[len(keys)-1]] = v
 	}
 	set(false, "privacy", "usageStatisticsEnabled")
-	if in.Inject || slices.ContainsFunc(in.StepEnv, func(e string) bool {
-		n, _, _ := strings.Cut(e, "=")
-		return n == "GEMINI_API_KEY" || n == "GOOGLE_API_KEY"
-	}) {
+	if in.Inject || setsEnv(in.StepEnv, "GEMINI_API_KEY") || setsEnv(in.StepEnv, "GOOGLE_API_KEY") {
 		set("gemini-api-key", "security", "auth", "selectedType")
 	}
 	b, err := json.MarshalIndent(cfg, "", "  ")
 	if err != nil {
 		return nil, err
 	}
-	path := filepath.Join(dir, GeminiSettingsFile)
-	if err := os.WriteFile(path, append(b, '\n'), 0o600); err != nil {
-		return nil, fmt.Errorf("cannot write the attempt's %s: %v", GeminiSettingsFile, err)
+	if err := os.WriteFile(filepath.Join(state, "settings.json"), append(b, '\n'), 0o600); err != nil {
+		return nil, fmt.Errorf("cannot write the attempt's Gemini settings.json: %v", err)
 	}
-	return []string{"GEMINI_CLI_SYSTEM_SETTINGS_PATH=" + path}, nil
+	return []string{"GEMINI_CLI_HOME=" + gh}, nil
 }
+
+// geminiPrivate are the entries of ~/.gemini an attempt gets its own of:
+// settings (kusaw's copy), sessions and logs (tmp), history, and the
+// project and trust registries.
+var geminiPrivate = map[string]bool{"settings.json": true, "tmp": true, "history": true, "projects.json": true, "trustedFolders.json": true}
 
 // ParseStream reads Gemini CLI's stream-json: init (session and model),
 // messages (the assistant's arrive as deltas, folded into one

@@ -193,6 +193,25 @@ func ExpandArgv(argv []string, lookup func(string) (string, bool)) ([]string, er
 	return out, nil
 }
 
+// DisplayArgv is argv as records show it: each EnvRef marker as ${NAME}.
+func DisplayArgv(argv []string) []string {
+	var out []string
+	for i, a := range argv {
+		if !strings.Contains(a, envRefOpen) {
+			continue
+		}
+		if out == nil {
+			out = append([]string(nil), argv...)
+		}
+		a = strings.ReplaceAll(a, envRefOpen, "${")
+		out[i] = strings.ReplaceAll(a, "\x00", "}")
+	}
+	if out == nil {
+		return argv
+	}
+	return out
+}
+
 // Event types emitted while parsing a stream: record's (its event table
 // says what each carries and who may write it).
 const (

@@ -38,25 +38,48 @@ func tail(b []byte, n int) string {
 // latest version, installing it into the cache when missing.
 func InstallClaude(t testing.TB) (bin, version string) {
 	t.Helper()
+	return InstallNPM(t, NPMCLI{Package: ClaudePackage, Bin: "claude", Dir: "claude-code", Want: "Claude Code"})
+}
+
+// npm packages of the other real CLIs kusaw's tests run.
+var (
+	CodexCLI  = NPMCLI{Package: "@openai/codex", Bin: "codex", Dir: "codex", Want: "codex-cli"}
+	GeminiCLI = NPMCLI{Package: "@google/gemini-cli", Bin: "gemini", Dir: "gemini"}
+)
+
+// NPMCLI is an agent CLI installed from the npm registry for tests.
+type NPMCLI struct {
+	Package string // npm package
+	Bin     string // its program in node_modules/.bin
+	Dir     string // the cache folder's name
+	Want    string // what `--version` prints ("" = anything, exit 0)
+}
+
+// InstallNPM returns the path of cli's program for the registry's latest
+// version, installing it once per machine and version into the user's
+// cache folder (kusaw-test/DIR/VERSION; one version is kept). Without npm
+// or the registry it skips, except under CI=true, where it fails.
+func InstallNPM(t testing.TB, cli NPMCLI) (bin, version string) {
+	t.Helper()
 	npm, err := exec.LookPath("npm")
 	if err != nil {
-		skipOrFail(t, "real Claude Code test needs npm: %v", err)
+		skipOrFail(t, "the real %s test needs npm: %v", cli.Package, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, npm, "view", ClaudePackage, "version").Output()
+	out, err := exec.CommandContext(ctx, npm, "view", cli.Package, "version").Output()
 	version = strings.TrimSpace(string(out))
 	if err != nil || version == "" {
-		skipOrFail(t, "npm view %s failed (registry not reachable?): %v", ClaudePackage, err)
+		skipOrFail(t, "npm view %s failed (registry not reachable?): %v", cli.Package, err)
 	}
 	cache, err := os.UserCacheDir()
 	if err != nil {
 		cache = os.TempDir()
 	}
-	root := filepath.Join(cache, "kusaw-test", "claude-code")
+	root := filepath.Join(cache, "kusaw-test", cli.Dir)
 	dir := filepath.Join(root, version)
-	bin = filepath.Join(dir, "node_modules", ".bin", "claude")
-	if works(bin) {
+	bin = filepath.Join(dir, "node_modules", ".bin", cli.Bin)
+	if cli.works(bin) {
 		return bin, version
 	}
 	if err := os.MkdirAll(root, 0o755); err != nil {
@@ -67,21 +90,21 @@ func InstallClaude(t testing.TB) (bin, version string) {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(tmp)
-	t.Logf("installing %s@%s into %s", ClaudePackage, version, dir)
+	t.Logf("installing %s@%s into %s", cli.Package, version, dir)
 	ictx, icancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer icancel()
-	cmd := exec.CommandContext(ictx, npm, "install", "--prefix", tmp, "--no-audit", "--no-fund", "--no-save", ClaudePackage+"@"+version)
+	cmd := exec.CommandContext(ictx, npm, "install", "--prefix", tmp, "--no-audit", "--no-fund", "--no-save", cli.Package+"@"+version)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		skipOrFail(t, "npm install %s@%s failed: %v: %s", ClaudePackage, version, err, tail(out, 600))
+		skipOrFail(t, "npm install %s@%s failed: %v: %s", cli.Package, version, err, tail(out, 600))
 	}
-	if !works(filepath.Join(tmp, "node_modules", ".bin", "claude")) {
-		skipOrFail(t, "npm installed %s@%s but `claude --version` does not run (postinstall skipped?)", ClaudePackage, version)
+	if !cli.works(filepath.Join(tmp, "node_modules", ".bin", cli.Bin)) {
+		skipOrFail(t, "npm installed %s@%s but `%s --version` does not run (postinstall skipped?)", cli.Package, version, cli.Bin)
 	}
 	os.RemoveAll(dir) // a broken earlier install
-	if err := os.Rename(tmp, dir); err != nil && !works(bin) {
+	if err := os.Rename(tmp, dir); err != nil && !cli.works(bin) {
 		t.Fatalf("caching the install: %v", err)
 	}
-	// Keep one version: each is a few hundred MB.
+	// Keep one version: each is tens to hundreds of MB.
 	if old, err := os.ReadDir(root); err == nil {
 		for _, e := range old {
 			if e.Name() != version && !strings.HasPrefix(e.Name(), ".install-") {
@@ -92,11 +115,11 @@ func InstallClaude(t testing.TB) (bin, version string) {
 	return bin, version
 }
 
-func works(bin string) bool {
+func (cli NPMCLI) works(bin string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "--version")
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + os.TempDir(), "DISABLE_AUTOUPDATER=1"}
+	cmd.Env = []string{"PATH=/usr/bin:/bin:/usr/local/bin", "HOME=" + os.TempDir(), "DISABLE_AUTOUPDATER=1"}
 	out, err := cmd.Output()
-	return err == nil && bytes.Contains(out, []byte("Claude Code"))
+	return err == nil && bytes.Contains(out, []byte(cli.Want))
 }

@@ -1,0 +1,202 @@
+package e2e
+
+import (
+	"crypto/tls"
+	"encoding/json"
+	"net"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kusaw/kusaw/providers/providertest"
+	"github.com/kusaw/kusaw/secretstore"
+)
+
+// realAgent is one real agent CLI from npm and a local fake of its model
+// API, for the e2e runs below.
+type realAgent struct {
+	provider string
+	cli      providertest.NPMCLI
+	model    string
+	// start starts the fake API; it returns its URL and a function that
+	// lists the keys the model requests carried.
+	start func(t *testing.T, key string) (apiURL string, keys func() []string)
+	// keyEnv and baseEnv are the step env names for the sandbox-off run.
+	keyEnv, baseEnv string
+	// baseURL turns the API's root URL into the provider's base_url.
+	baseURL func(root string) string
+}
+
+var realAgents = map[string]realAgent{
+	"gemini": {
+		provider: "gemini", cli: providertest.GeminiCLI, model: "gemini-2.5-flash",
+		start: func(t *testing.T, key string) (string, func() []string) {
+			api := providertest.NewGeminiAPI(t, "wrote out.txt")
+			api.WantKey = key
+			api.Writes = []providertest.GeminiWrite{{Path: "out.txt", Content: "hello from the agent\n"}}
+			return api.URL, func() (keys []string) {
+				for _, r := range api.Requests() {
+					if strings.Contains(r.Path, "GenerateContent") {
+						keys = append(keys, r.Header.Get("x-goog-api-key")+"|"+string(r.Body))
+					}
+				}
+				return keys
+			}
+		},
+		keyEnv: "GEMINI_API_KEY", baseEnv: "GOOGLE_GEMINI_BASE_URL",
+		baseURL: func(root string) string { return root },
+	},
+	"codex": {
+		provider: "codex", cli: providertest.CodexCLI, model: "gpt-fake-1",
+		start: func(t *testing.T, key string) (string, func() []string) {
+			api := providertest.NewResponsesAPI(t, "wrote out.txt")
+			api.WantKey = key
+			api.Commands = []string{"printf 'hello from the agent\\n' > out.txt"}
+			return api.URL, func() (keys []string) {
+				for _, r := range api.Requests() {
+					if strings.HasSuffix(r.Path, "/responses") {
+						keys = append(keys, strings.TrimPrefix(r.Header.Get("authorization"), "Bearer ")+"|"+string(r.Body))
+					}
+				}
+				return keys
+			}
+		},
+		baseURL: func(root string) string { return root + "/v1" },
+	},
+}
+
+// The agent writes out.txt, the next step reads it.
+const realAgentPipeline = `pipelines:
+  default: [write, check]
+steps:
+  write:
+    prompt: write hello to out.txt
+    provider: PROVIDER
+STEP
+  check:
+    run: [sh, -c, 'grep -qx "hello from the agent" out.txt']
+`
+
+// runRealAgent runs the real CLI of a in kusaw: sandboxed with an
+// allowlist and the key injected by the proxy, or with the sandbox off and
+// the key in the step's env. The fake API must see the real key on every
+// model request, the agent's file must reach the next step, usage must be
+// recorded, and no file of the factory (state folder, worktrees, the
+// test's HOME) may hold the key.
+func runRealAgent(t *testing.T, a realAgent, sandboxed bool) {
+	if testing.Short() {
+		t.Skip("-short: skipping the npm install and run of the real " + a.provider)
+	}
+	bin, version := providertest.InstallNPM(t, a.cli)
+	t.Logf("%s %s at %s", a.cli.Package, version, bin)
+	realKey := "e2e-real-" + a.provider + "-key-5150"
+	root, keys := a.start(t, realKey)
+	var dir string
+	var extraEnv []string
+	if sandboxed {
+		needSandbox(t)
+		// The proxy's upstream is verified TLS: a TLS front with a CA of
+		// the test's own on https://localhost:PORT (a local gateway).
+		fx := &egressFixture{tools: t.TempDir()}
+		fx.makeCA(t)
+		target, _ := url.Parse(root)
+		front := httptest.NewUnstartedServer(httputil.NewSingleHostReverseProxy(target))
+		front.TLS = &tls.Config{Certificates: []tls.Certificate{fx.leaf}}
+		front.StartTLS()
+		t.Cleanup(front.Close)
+		_, port, _ := net.SplitHostPort(front.Listener.Addr().String())
+		dir = factoryDir(t, `version: 1
+repos:
+  app: {path: ./app}
+providers:
+  `+a.provider+`: {command: `+bin+`, model: `+a.model+`, base_url: "`+a.baseURL("https://localhost:"+port)+`"}
+`+strings.Replace(strings.Replace(realAgentPipeline, "PROVIDER", a.provider, 1), "STEP", "    sandbox: {mode: required, network: allowlist, egress: {inject: provider}}", 1), "app")
+		set := exec.Command(kusawBin, "config", "set", "providers."+a.provider+".api_key", "--secret")
+		set.Dir = dir
+		set.Env = testEnv(t, dir)
+		set.Stdin = strings.NewReader(realKey + "\n")
+		if out, err := set.CombinedOutput(); err != nil {
+			t.Fatalf("kusaw config set --secret: %v\n%s", err, out)
+		}
+		extraEnv = []string{"SSL_CERT_FILE=" + fx.caPEM}
+	} else {
+		var prov, env string
+		switch a.provider {
+		case "codex":
+			// Codex takes its base URL from kusaw's model provider.
+			prov = `{command: ` + bin + `, model: ` + a.model + `, base_url: "` + a.baseURL(root) + `"}`
+			env = "      OPENAI_API_KEY: {secret: agent.key}"
+		default:
+			prov = `{command: ` + bin + `, model: ` + a.model + `}`
+			env = "      " + a.keyEnv + ": {secret: agent.key}\n      " + a.baseEnv + ": " + a.baseURL(root)
+		}
+		dir = factoryDir(t, `version: 1
+repos:
+  app: {path: ./app}
+providers:
+  `+a.provider+`: `+prov+`
+`+strings.Replace(strings.Replace(realAgentPipeline, "PROVIDER", a.provider, 1), "STEP", "    sandbox: off\n    env:\n"+env, 1), "app")
+		if err := secretstore.OpenDir(filepath.Join(dir, "secrets")).Set("agent.key", realKey); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res := runKusawEnv(t, dir, extraEnv, "run")
+	if _, err := os.Stat(filepath.Join(dir, ".kusaw", "runs")); err != nil {
+		t.Fatalf("kusaw run exit %d, no run\n%s%s", res.code, res.stdout, res.stderr)
+	}
+	id := onlyRun(t, dir)
+	adir := filepath.Join(dir, ".kusaw", "runs", id, "steps", "write", "1")
+	if res.code != 0 {
+		t.Fatalf("kusaw run exit %d\n%s%s\nwrite stdout.log: %s\nstderr.log: %s\negress.log: %s\ncheck: %s", res.code, res.stdout, res.stderr,
+			mayRead(filepath.Join(adir, "stdout.log")), mayRead(filepath.Join(adir, "stderr.log")), mayRead(filepath.Join(adir, "egress.log")),
+			mayRead(filepath.Join(dir, ".kusaw", "runs", id, "steps", "check", "1", "stderr.log")))
+	}
+	got := keys()
+	if len(got) < 2 {
+		t.Fatalf("the fake API got %d model requests, want the tool call and its answer", len(got))
+	}
+	for _, k := range got {
+		key, body, _ := strings.Cut(k, "|")
+		if key != realKey || strings.Contains(body, "factory-egress-placeholder") {
+			t.Fatalf("the API got key %q", key)
+		}
+	}
+	var rec struct {
+		Usage *struct {
+			InputTokens  int64 `json:"input_tokens"`
+			OutputTokens int64 `json:"output_tokens"`
+		}
+	}
+	if err := json.Unmarshal([]byte(readFile(t, filepath.Join(adir, "attempt.json"))), &rec); err != nil || rec.Usage == nil || rec.Usage.InputTokens == 0 || rec.Usage.OutputTokens == 0 {
+		t.Fatalf("attempt.json usage: %+v %v", rec.Usage, err)
+	}
+	if sandboxed {
+		elog := readFile(t, filepath.Join(adir, "egress.log"))
+		if !strings.Contains(elog, `"kind":"inject"`) || strings.Contains(elog, "address.refused") {
+			t.Errorf("egress.log: want the inject, no refusal:\n%s", elog)
+		}
+	}
+	// The key may be in the secret store only (encrypted or not, it is
+	// not the factory's); nowhere else of the factory folder and home.
+	for _, h := range grepDir(t, dir, realKey) {
+		if !strings.HasPrefix(h, filepath.Join(dir, "secrets")+string(filepath.Separator)) {
+			t.Errorf("the real key is in %s", h)
+		}
+	}
+}
+
+func TestRealGeminiCLISandboxedInject(t *testing.T) { runRealAgent(t, realAgents["gemini"], true) }
+func TestRealGeminiCLIOffKeyInEnv(t *testing.T)     { runRealAgent(t, realAgents["gemini"], false) }
+func TestRealCodexCLIOffKeyInEnv(t *testing.T)      { runRealAgent(t, realAgents["codex"], false) }
+func TestRealCodexCLISandboxedInject(t *testing.T)  { runRealAgent(t, realAgents["codex"], true) }
+
+// mayRead is a file's text for a failure message; a missing file is "".
+func mayRead(path string) string {
+	b, _ := os.ReadFile(path)
+	return string(b)
+}
