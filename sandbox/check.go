@@ -109,13 +109,16 @@ var Protections = []string{
 	"The environment is built, not inherited: a base set (PATH, HOME, USER, LOGNAME, LANG, LC_*, TERM, TZ), the step's own env, the temp variables and, in allowlist mode, the proxy variables.",
 	"New user, PID, IPC, UTS, cgroup and (unless network is open) network namespaces; no capability survives, even when kusaw runs as root; no new privileges (setuid bits do nothing); --die-with-parent and --new-session, so nothing outlives the step and the terminal cannot be driven.",
 	"A fresh /dev and /proc: host processes are invisible and cannot be signalled or traced.",
+	"A seccomp filter on every attempt (an allowlist of system calls): the kernel key store, io_uring (ENOSYS), userfaultfd, perf_event_open, bpf, mounts, setns and new namespaces, kexec and modules, ptrace attach (a step traces only the children it starts), personality flags such as READ_IMPLIES_EXEC and socket families other than AF_UNIX, AF_INET, AF_INET6 and NETLINK_ROUTE (no AF_VSOCK, AF_PACKET, AF_ALG) are refused; a foreign architecture or x32 call kills the process.",
+	"A fresh session keyring per attempt: the host's keys are neither readable nor writable, and /proc/keys shows empty.",
+	"Landlock, where the kernel has it (check --verbose shows the ABI): writes only beneath the plan's writable paths whatever the mounts; from ABI 6 signals and abstract Unix sockets stay inside the sandbox.",
 	"On WSL, /mnt and /run/WSL are hidden and WSL_INTEROP is unset.",
 	"bwrap is taken only from a root-owned, not world-writable /usr/bin, /usr/local/bin or /bin, never through PATH.",
 }
 
 // NotProtected is what the sandbox does not protect (docs/architecture.md, "The sandbox and the seam with the host").
 var NotProtected = []string{
-	"Kernel escapes: this is a shared-kernel sandbox, about as strong as a container.",
+	"Kernel escapes: this is a shared-kernel sandbox; the seccomp filter takes away the interfaces most kernel escapes of recent years went through (io_uring, userfaultfd, eBPF, perf events, new namespaces, the key store), Docker's default profile and more, but the calls every program needs remain.",
 	"The network when network is open: every host, including services on the host's localhost and abstract Unix sockets; the network capability is not_supported then.",
 	"Login tokens an agent CLI must hold itself, and the rest of the agent's own login folders, which are mounted read-write for it; ~/.claude.json, which Claude Code rewrites all the time, also lists user MCP servers.",
 	"A protected file that a program outside the sandbox replaces or removes during the step (your own agent session rewriting its settings) loses its mount in the running sandbox.",

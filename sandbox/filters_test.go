@@ -250,3 +250,31 @@ func TestSeccompProgramShape(t *testing.T) {
 	}
 	t.Logf("seccomp filter: %d instructions", n)
 }
+
+// check --verbose's layers: all active here (this binary runs the stage),
+// and the keyring and Landlock named missing, with why, without a stage.
+func TestKernelLayers(t *testing.T) {
+	r := Check()
+	byName := func(ls []Layer) map[string]Layer {
+		m := map[string]Layer{}
+		for _, l := range ls {
+			m[l.Name] = l
+		}
+		return m
+	}
+	got := byName(KernelLayers(r))
+	for _, n := range []string{"namespaces", "seccomp", "landlock", "keyring"} {
+		if !got[n].Active {
+			t.Errorf("layer %s: %+v", n, got[n])
+		}
+	}
+	saved := confineProg
+	confineProg = nil
+	defer func() { confineProg = saved }()
+	got = byName(KernelLayers(r))
+	for _, n := range []string{"landlock", "keyring"} {
+		if got[n].Active || !strings.Contains(got[n].Detail, "confinement stage") {
+			t.Errorf("without a stage, layer %s: %+v", n, got[n])
+		}
+	}
+}

@@ -38,8 +38,10 @@ and the fix are printed).`,
 					Protects     []string          `json:"protects,omitempty"`
 					NotProtected []string          `json:"not_protected,omitempty"`
 					Resources    map[string]string `json:"resources,omitempty"`
+					Layers       []sandbox.Layer   `json:"layers,omitempty"`
 				}{CheckResult: r}
 				if verbose {
+					out.Layers = sandbox.KernelLayers(r)
 					out.Protects, out.NotProtected = sandbox.ProtectionLists(r.Backend)
 					out.Resources = proc.Enforcement()
 				}
@@ -83,6 +85,16 @@ func printCheck(a *app, r sandbox.CheckResult, verbose bool) {
 	}
 	if !verbose {
 		return
+	}
+	if layers := sandbox.KernelLayers(r); len(layers) > 0 {
+		fmt.Fprintf(w, "\nLayers:\n")
+		for _, l := range layers {
+			state := "active"
+			if !l.Active {
+				state = "MISSING"
+			}
+			fmt.Fprintf(w, "  - %-10s %s: %s\n", l.Name+":", state, l.Detail)
+		}
 	}
 	protects, notProtected := sandbox.ProtectionLists(r.Backend)
 	fmt.Fprintf(w, "\nWhat the sandbox protects:\n")
