@@ -660,9 +660,11 @@ func (a *Attempt) prepare(i int, repos []string, many bool) (*preparedProc, erro
 	if many {
 		p.stdout, p.stderr = "stdout-"+repos[0]+".log", "stderr-"+repos[0]+".log"
 	}
-	m, _ := a.f.EffectiveMode(a.step, repos)
+	// The mode and network are the spec's: decided once, where it was made.
+	sp := a.spec.Processes[i]
+	m := sp.Mode
 	if spec.Kind == config.KindAgent {
-		if err := a.agentSpec(spec, at, p, m == config.ModeRequired); err != nil {
+		if err := a.agentSpec(spec, at, p, sp); err != nil {
 			return nil, err
 		}
 	}

@@ -143,11 +143,11 @@ func (a *Attempt) lease(i int, repos []string, p *preparedProc) (*sandbox.Proxy,
 		ID:          fmt.Sprintf("%s/%s/%d", a.spec.Run, s.ID, a.n),
 		AllowRanges: a.f.Sandbox.Egress.AllowRanges,
 		PolicyKey:   config.AllowPolicyKey(s.ID),
-		Audit:       a.f.EffectiveNetwork(s, config.ModeRequired) == config.NetworkAudit,
+		Audit:       a.spec.Processes[i].Network == config.NetworkAudit,
 		Observer:    obs,
 		RootCAs:     a.h.InjectRootCAs,
 	}
-	if len(repos) > 0 && len(a.f.Attempts(s)) > 1 {
+	if len(repos) > 0 && len(a.spec.Processes) > 1 {
 		cfg.ID += "/" + repos[0]
 	}
 	if b := a.f.Sandbox.Egress.Budgets; b.Enabled {

@@ -24,21 +24,14 @@ import (
 // agentSpec fills an agent step's argv and env through its provider, and
 // sets up the parsing of its stream into provider.* events; the result
 // event, not the exit status, decides the outcome.
-func (a *Attempt) agentSpec(spec *steps.Spec, at steps.Attempt, p *preparedProc, sandboxed bool) error {
+func (a *Attempt) agentSpec(spec *steps.Spec, at steps.Attempt, p *preparedProc, sp record.SpecProcess) error {
 	s := a.step
-	prompt := s.Prompt
-	if s.PromptFile != "" {
-		b, err := os.ReadFile(s.PromptFile)
-		if err != nil {
-			return &status.Error{Reason: status.ReasonStepStartFailed, Msg: fmt.Sprintf("step %s: cannot read prompt_file: %v", s.ID, err), Fix: "fix steps." + s.ID + ".prompt_file"}
-		}
-		prompt = string(b)
-	}
+	sandboxed := sp.Mode == config.ModeRequired
+	// The prompt file was read into the spec's prompt where it was made.
 	// A trigger's task reaches the agent as text, never through a shell.
-	prompt = config.ExpandParams(prompt, a.spec.Params)
-	prompt += a.job.Shape.Note
+	prompt := config.ExpandParams(s.Prompt, a.spec.Params) + a.job.Shape.Note
 	in := providers.PrepareInput{Provider: s.Provider, Step: s.ID, Prompt: prompt, Sandboxed: sandboxed,
-		Network: providerNetwork(a.f.EffectiveNetwork(s, modeOf(sandboxed))), FreshHome: providers.FreshHome(runtime.GOOS, sandboxed)}
+		Network: providerNetwork(sp.Network), FreshHome: providers.FreshHome(runtime.GOOS, sandboxed)}
 	if pc := a.f.Providers[s.Provider]; pc != nil {
 		in.Command, in.Args, in.Model, in.BaseURL = pc.Command, pc.Args, pc.Model, pc.BaseURL
 	}
@@ -116,13 +109,6 @@ func (a *Attempt) agentSpec(spec *steps.Spec, at steps.Attempt, p *preparedProc,
 		}}
 	}
 	return nil
-}
-
-func modeOf(sandboxed bool) config.Mode {
-	if sandboxed {
-		return config.ModeRequired
-	}
-	return config.ModeOff
 }
 
 func clip(s string, n int) string {
@@ -208,7 +194,7 @@ func (a *Attempt) sandboxed(i int, repos []string, spec *steps.Spec, env map[str
 		in.ExtraBinaries = append(in.ExtraBinaries, a.h.Kusaw)
 	}
 	in.LoginPaths = p.loginPaths
-	switch a.f.EffectiveNetwork(a.step, config.ModeRequired) {
+	switch a.spec.Processes[i].Network {
 	case config.NetworkAllowlist, config.NetworkAudit:
 		px, err := a.lease(i, repos, p)
 		if err != nil {

@@ -99,7 +99,7 @@ func (e *Engine) executor(r *Run, spec *record.AttemptSpec, shape attempt.Shape)
 // record.
 func (e *Engine) partialSpec(r *Run, s *config.Step, n, of int) *record.AttemptSpec {
 	return &record.AttemptSpec{Version: record.SpecVersion, ID: record.AttemptID(r.ID(), s.ID, n), Run: r.ID(), Step: s.ID,
-		Number: n, Of: of, Setup: e.F.Setup, StepConfig: *s}
+		Number: n, Of: of, Setup: e.F.Setup, StepConfig: record.StepOf(s, s.Prompt)}
 }
 
 // sandboxCheck runs sandbox.Check once per engine: it starts bwrap once,

@@ -22,7 +22,7 @@ import (
 // attempt starts.
 func (e *Engine) AttemptSpec(r *Run, s *config.Step, n, of int) (*record.AttemptSpec, error) {
 	sp := &record.AttemptSpec{Version: record.SpecVersion, ID: record.AttemptID(r.ID(), s.ID, n), Run: r.ID(), Step: s.ID,
-		Number: n, Of: of, Pool: s.Pool, Setup: e.F.Setup, StepConfig: *s, Policy: e.F.Sandbox}
+		Number: n, Of: of, Pool: s.Pool, Setup: e.F.Setup, Policy: record.PolicyOf(e.F.Sandbox)}
 	if sp.Pool == "" {
 		sp.Pool = config.DefaultPool
 	}
@@ -40,18 +40,21 @@ func (e *Engine) AttemptSpec(r *Run, s *config.Step, n, of int) (*record.Attempt
 			sp.Params[k] = v
 		}
 	}
+	// The prompt file is read here, once: the attempt reads the prompt
+	// from its spec wherever it runs.
+	prompt := s.Prompt
 	if s.PromptFile != "" {
 		b, err := os.ReadFile(s.PromptFile)
 		if err != nil {
 			return nil, fmt.Errorf("step %s: cannot read prompt_file: %v", s.ID, err)
 		}
-		sp.StepConfig.Prompt, sp.StepConfig.PromptFile = string(b), ""
+		prompt = string(b)
 	}
+	sp.StepConfig = record.StepOf(s, prompt)
 	// (kusaw sandbox doctor's extra allowlist entries stay with its own
 	// local runs: they are not part of the step.)
 	if pc := e.F.Providers[s.Provider]; pc != nil && s.Kind() == config.KindAgent {
-		cp := *pc
-		sp.Provider = &cp
+		sp.Provider = record.ProviderOf(pc)
 	}
 	active := e.F.ActiveRepos(s)
 	for _, name := range active {
@@ -96,7 +99,6 @@ func (e *Engine) AttemptSpec(r *Run, s *config.Step, n, of int) (*record.Attempt
 		}
 		sp.Caches = append(sp.Caches, sc)
 	}
-	sp.StepConfig.Caches = nil
 	shapeSpec(sp, r.attemptOpt(s.ID, n))
 	return sp, sp.Check()
 }

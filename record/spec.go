@@ -19,7 +19,9 @@ import (
 // spec of another version rather than run half of it. Version 2 carries
 // the shapes' own parts (Env, Siblings, Merge, Candidates) and each repo's
 // RunBase: a version-1 worker would run such an attempt without them.
-const SpecVersion = 2
+// Version 3 has wire types of its own for the step, policy and provider
+// (spec_wire.go) where version 2 carried the config structs' Go fields.
+const SpecVersion = 3
 
 // SpecFile is the attempt's spec beside attempt.json: what it was asked to
 // run, as it would cross to a worker.
@@ -58,15 +60,15 @@ type AttemptSpec struct {
 
 	// Setup runs outside the sandbox in each new worktree.
 	Setup [][]string `json:"setup,omitempty"`
-	// StepConfig is the step as configured, with its prompt file read into
-	// Prompt and its repos named explicitly.
-	StepConfig config.Step `json:"step_config"`
+	// StepConfig is the step as the attempt runs it, with its prompt file
+	// read into Prompt.
+	StepConfig SpecStep `json:"step_config"`
 	// Policy is the factory's sandbox policy (allowlist, inject entries,
 	// budgets, allow_read/allow_write, which name toolchain paths of the
 	// machine that runs the attempt).
-	Policy config.SandboxPolicy `json:"policy"`
+	Policy SpecPolicy `json:"policy"`
 	// Provider is the step's provider configuration (agent steps).
-	Provider *config.ProviderConfig `json:"provider,omitempty"`
+	Provider *SpecProvider `json:"provider,omitempty"`
 	// Params are serve's run parameters (KUSAW_PARAM_<NAME>; not secrets).
 	Params map[string]string `json:"params,omitempty"`
 	// Secrets lists every secret-store key the attempt refers to (env
@@ -209,8 +211,6 @@ func (s *AttemptSpec) Check() error {
 		return fmt.Errorf("attempt spec id %q does not match %s", s.ID, AttemptID(s.Run, s.Step, s.Number))
 	case s.StepConfig.ID != s.Step:
 		return fmt.Errorf("attempt spec carries step %q for step %q", s.StepConfig.ID, s.Step)
-	case s.StepConfig.PromptFile != "":
-		return fmt.Errorf("attempt spec names a prompt file (a path of the machine that made it): the prompt travels in the spec")
 	case len(s.Processes) == 0:
 		return fmt.Errorf("attempt spec without a process")
 	}
@@ -220,6 +220,9 @@ func (s *AttemptSpec) Check() error {
 			return fmt.Errorf("attempt spec repo %q without a base commit, the run's starting commit or a branch", r.Name)
 		}
 		active[r.Name] = true
+	}
+	if err := s.checkWire(); err != nil {
+		return err
 	}
 	return s.checkShape(active)
 }
@@ -302,14 +305,14 @@ func ParseSpec(b []byte) (*AttemptSpec, error) {
 // path; it may name repos the step does not use, which the sandbox then
 // hides). The step is returned too.
 func (s *AttemptSpec) Factory(stateDir string, paths map[string]string) (*config.Factory, *config.Step) {
-	step := s.StepConfig
-	step.Repos = nil
+	var repos []string
 	for _, r := range s.Repos {
-		step.Repos = append(step.Repos, r.Name)
+		repos = append(repos, r.Name)
 	}
+	step := s.StepConfig.config(repos)
 	f := &config.Factory{Version: 1, StateDir: stateDir, Repos: map[string]*config.Repo{},
-		Providers: map[string]*config.ProviderConfig{}, Setup: s.Setup, Sandbox: s.Policy,
-		Pipelines: map[string]*config.Pipeline{}, Steps: map[string]*config.Step{step.ID: &step}, StepOrder: []string{step.ID}}
+		Providers: map[string]*config.ProviderConfig{}, Setup: s.Setup, Sandbox: s.Policy.config(),
+		Pipelines: map[string]*config.Pipeline{}, Steps: map[string]*config.Step{step.ID: step}, StepOrder: []string{step.ID}}
 	for _, r := range s.Repos {
 		f.Repos[r.Name] = &config.Repo{Name: r.Name, Path: paths[r.Name], Sandbox: r.Sandbox}
 		f.RepoOrder = append(f.RepoOrder, r.Name)
@@ -325,7 +328,6 @@ func (s *AttemptSpec) Factory(stateDir string, paths map[string]string) (*config
 		f.Repos[name] = &config.Repo{Name: name, Path: paths[name]}
 		f.RepoOrder = append(f.RepoOrder, name)
 	}
-	step.Caches = nil
 	for _, c := range s.Caches {
 		if f.Caches == nil {
 			f.Caches = map[string]*config.Cache{}
@@ -337,8 +339,7 @@ func (s *AttemptSpec) Factory(stateDir string, paths map[string]string) (*config
 		f.Caches[c.Name] = &config.Cache{Name: c.Name, Env: c.Env, Path: p}
 	}
 	if s.Provider != nil && step.Provider != "" {
-		pc := *s.Provider
-		f.Providers[step.Provider] = &pc
+		f.Providers[step.Provider] = s.Provider.config()
 	}
-	return f, &step
+	return f, step
 }

@@ -12,8 +12,8 @@ func testSpec() *AttemptSpec {
 		Repos:     []SpecRepo{{Name: "app", Sandbox: config.ModeRequired, RunBranch: "kusaw/r1", AttemptBranch: "kusaw/attempts/r1/build/2", Base: strings.Repeat("a", 40), RunBase: strings.Repeat("9", 40)}},
 		Processes: []SpecProcess{{Repos: []string{"app"}, Mode: config.ModeRequired, ModeOrigin: "repo:app", Network: config.NetworkAllowlist}},
 		Mode:      config.ModeRequired, ModeOrigin: "repo:app", Network: config.NetworkAllowlist,
-		StepConfig: config.Step{ID: "build", Run: []string{"make"}, Env: map[string]config.EnvValue{"TOKEN": {Secret: &config.SecretRef{Key: "gh"}}}},
-		Policy:     config.SandboxPolicy{Network: config.NetworkAllowlist, Egress: config.Egress{Allow: []config.HostEntry{{Raw: "example.com", Pattern: config.HostPattern{Name: "example.com"}}}}},
+		StepConfig: SpecStep{ID: "build", Run: []string{"make"}, Env: map[string]SpecEnv{"TOKEN": {Secret: "gh"}}},
+		Policy:     SpecPolicy{Network: config.NetworkAllowlist, Egress: SpecEgress{Allow: []SpecHost{{Host: "example.com"}}}},
 		Secrets:    []string{"gh"}}
 }
 
@@ -32,7 +32,7 @@ func TestSpecRoundTrip(t *testing.T) {
 	if string(b) != string(b2) {
 		t.Fatalf("round trip changed the spec:\n%s\n%s", b, b2)
 	}
-	if got.Policy.Egress.Allow[0].Pattern.Name != "example.com" || got.StepConfig.Env["TOKEN"].Secret.Key != "gh" {
+	if got.Policy.Egress.Allow[0].Host != "example.com" || got.StepConfig.Env["TOKEN"].Secret != "gh" {
 		t.Fatalf("lost fields: %+v", got)
 	}
 }
@@ -41,7 +41,9 @@ func TestSpecCheckRefuses(t *testing.T) {
 	for name, mut := range map[string]func(*AttemptSpec){
 		"version":              func(s *AttemptSpec) { s.Version = 99 },
 		"id":                   func(s *AttemptSpec) { s.ID = "other/build/2" },
-		"prompt file":          func(s *AttemptSpec) { s.StepConfig.PromptFile = "/home/serve/prompt.md" },
+		"host":                 func(s *AttemptSpec) { s.Policy.Egress.Allow[0].Host = "exa mple.com" },
+		"step host":            func(s *AttemptSpec) { s.StepConfig.Sandbox = &SpecStepSandbox{Allow: []SpecHost{{Host: "*"}}} },
+		"range":                func(s *AttemptSpec) { s.Policy.Egress.AllowRanges = []string{"10.0.0.0/33"} },
 		"no base":              func(s *AttemptSpec) { s.Repos[0].Base = "" },
 		"no process":           func(s *AttemptSpec) { s.Processes = nil },
 		"step":                 func(s *AttemptSpec) { s.StepConfig.ID = "other" },
