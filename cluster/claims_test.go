@@ -25,33 +25,33 @@ func TestClaimsFence(t *testing.T) {
 	ha, _ := Open(ctx, nca)
 	hb, _ := Open(ctx, ncb)
 	const id = "r1/build/1"
-	t1, err := ha.Claim(ctx, id, "a")
+	t1, err := ha.Claim(ctx, "default", id, "a")
 	if err != nil || t1 == 0 {
 		t.Fatalf("claim: %d %v", t1, err)
 	}
-	if _, err := hb.Claim(ctx, id, "b"); !errors.Is(err, ErrClaimed) {
+	if _, err := hb.Claim(ctx, "default", id, "b"); !errors.Is(err, ErrClaimed) {
 		t.Fatalf("a second worker claimed a held attempt: %v", err)
 	}
-	if ha.Fenced(ctx, id, "a", t1) {
+	if ha.Fenced(ctx, "default", id, "a", t1) {
 		t.Fatal("the holder is fenced")
 	}
-	if ha.Fenced(ctx, id, "b", t1) == false {
+	if ha.Fenced(ctx, "default", id, "b", t1) == false {
 		t.Fatal("another worker with the holder's token is not fenced")
 	}
 	nc, _ := s.ConnectInProcess("serve")
 	defer nc.Close()
 	hs, _ := Open(ctx, nc)
-	if err := hs.Revoke(ctx, id); err != nil {
+	if err := hs.Revoke(ctx, "default", id); err != nil {
 		t.Fatal(err)
 	}
-	t2, err := hb.Claim(ctx, id, "b")
+	t2, err := hb.Claim(ctx, "default", id, "b")
 	if err != nil || t2 <= t1 {
 		t.Fatalf("claim after revoke: %d (was %d) %v", t2, t1, err)
 	}
-	if !hs.Fenced(ctx, id, "a", t1) {
+	if !hs.Fenced(ctx, "default", id, "a", t1) {
 		t.Fatal("the lost worker's late token is accepted")
 	}
-	if hs.Fenced(ctx, id, "b", t2) {
+	if hs.Fenced(ctx, "default", id, "b", t2) {
 		t.Fatal("the new holder is fenced")
 	}
 }
@@ -69,10 +69,10 @@ func TestSetupKeepsClaimsEmptiesQueue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.Claim(ctx, "r/s/1", "w"); err != nil {
+	if _, err := h.Claim(ctx, "default", "r/s/1", "w"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.Objects.PutBytes(ctx, ObjectName("r/s/1", 0, "x"), []byte("old")); err != nil {
+	if _, err := h.PutBytes(ctx, ObjectName("default", "r/s/1", 0, "x"), []byte("old")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := h.JS.Publish(ctx, WorkSubject("default"), []byte("old work")); err != nil {
@@ -82,10 +82,10 @@ func TestSetupKeepsClaimsEmptiesQueue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c, tok, _ := h2.Holder(ctx, "r/s/1"); tok == 0 || c.Worker != "w" {
+	if c, tok, _ := h2.Holder(ctx, "default", "r/s/1"); tok == 0 || c.Worker != "w" {
 		t.Error("a claim did not survive serve's restart")
 	}
-	if _, err := h2.Objects.GetBytes(ctx, ObjectName("r/s/1", 0, "x")); err != nil {
+	if _, err := h2.GetBytes(ctx, ObjectName("default", "r/s/1", 0, "x")); err != nil {
 		t.Errorf("an object did not survive serve's restart: %v", err)
 	}
 	st, _ := h2.JS.Stream(ctx, WorkStream)

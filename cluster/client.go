@@ -6,7 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
+
+	"github.com/kusaw/kusaw/config"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -101,50 +104,78 @@ func Enroll(ctx context.Context, tok Token, id *Identity, version string, pools 
 	return nil
 }
 
-// Handles are the streams, buckets and store of the cluster.
+// Handles are the streams, buckets and object stores of the cluster.
 type Handles struct {
 	JS      jetstream.JetStream
-	Claims  jetstream.KeyValue
 	Workers jetstream.KeyValue
-	Objects jetstream.ObjectStore
+	// Objects are every pool's object stores (ObjectName names the pool).
+	Objects ObjectStore
+
+	mu       sync.Mutex
+	pools    map[string]bool // pools whose streams this serve made
+	poolOpts PoolOptions
 }
 
 // What workers write lands on serve's disk (or the NATS cluster's), so
-// the two places they write most are bounded (docs/cluster.md):
+// every stream, bucket and object store has a byte limit and a limit on
+// one message (docs/cluster.md, "How much serve's disk holds"):
 //   - the events stream keeps at most EventsMaxBytes, dropping its oldest
 //     events first: serve writes each event into the attempt's sealed
 //     record as it arrives, so what goes is what serve already holds;
-//   - the object store holds at most ObjectsMaxBytes and refuses an
-//     upload that does not fit (the attempt then fails saying so); serve
-//     deletes an attempt's objects when it stops waiting for it, and an
-//     object older than ObjectsMaxAge (a refused upload's partial chunks,
-//     which a worker may not purge) expires.
+//   - each pool's object store holds at most ObjectsMaxBytes and refuses
+//     a chunk that does not fit (the attempt then fails saying so); serve
+//     frees an attempt's objects, and the chunks of an upload cut short,
+//     when it stops waiting for it, and an object older than
+//     ObjectsMaxAge expires;
+//   - the work queue, each pool's claims and the heartbeats are small and
+//     refuse what goes past their limit.
+//
+// And nothing in them can be rolled up (a publish header that empties a
+// subject or a whole stream). No worker may delete or purge anything
+// either: its permissions do not name those APIs, and the events stream
+// and the heartbeats deny them to everyone. Serve alone withdraws work
+// (a message it published, or all of it at start), revokes claims and
+// frees objects (store.go).
 const (
-	EventsMaxBytes  int64 = 1 << 30 // 1 GiB
-	ObjectsMaxBytes int64 = 8 << 30 // 8 GiB: several attempts' artifacts (at most 1 GiB each) at once
-	ObjectsMaxAge         = 7 * 24 * time.Hour
+	EventsMaxBytes   int64 = 1 << 30 // 1 GiB
+	EventMaxSize           = 4 << 20 // one event or result (a result carries the worker's attempt record)
+	ObjectsMaxBytes  int64 = 4 << 30 // 4 GiB per pool: several attempts' artifacts (at most 1 GiB each) at once
+	ObjectsMaxAge          = 7 * 24 * time.Hour
+	WorkMaxBytes     int64 = 256 << 20
+	WorkersMaxBytes  int64 = 64 << 20
+	HeartbeatMaxSize       = 256 << 10
+	// MaxPayload is the largest message the embedded server takes: an
+	// attempt's spec travels in one.
+	MaxPayload = 8 << 20
 )
 
 // SetupOptions size what Setup creates; zero values take the defaults.
 type SetupOptions struct {
 	// Replicas: how many JetStream servers keep each stream, bucket and
-	// the object store (an existing NATS cluster's serve.cluster.replicas).
+	// object store (an existing NATS cluster's serve.cluster.replicas).
 	Replicas        int
 	EventsMaxBytes  int64
-	ObjectsMaxBytes int64
+	ObjectsMaxBytes int64 // per pool
+	ClaimsMaxBytes  int64 // per pool
 }
 
-// Setup creates (serve, at start) the streams, buckets and object store,
-// and empties the work queue.
+// Setup creates (serve, at start) the streams, the heartbeats bucket and
+// pool default's claims and object store, and empties the work queue.
+// Other pools' come with their first attempt (EnsurePool).
 func Setup(ctx context.Context, nc *nats.Conn) (*Handles, error) {
 	return SetupWith(ctx, nc, SetupOptions{})
 }
 
-// SetupReplicas is Setup with every stream, bucket and the object store
-// kept on that many JetStream servers.
+// SetupReplicas is Setup with every stream, bucket and object store kept
+// on that many JetStream servers.
 func SetupReplicas(ctx context.Context, nc *nats.Conn, replicas int) (*Handles, error) {
 	return SetupWith(ctx, nc, SetupOptions{Replicas: replicas})
 }
+
+// legacyStores are what an earlier kusaw kept for every pool at once;
+// their claims and objects belong to attempts that serve cannot re-attach
+// to in the per-pool stores, so they go.
+var legacyStores = []string{"KV_KUSAW_CLAIMS", "OBJ_KUSAW_OBJECTS"}
 
 // SetupWith is Setup as o says.
 func SetupWith(ctx context.Context, nc *nats.Conn, o SetupOptions) (*Handles, error) {
@@ -152,15 +183,15 @@ func SetupWith(ctx context.Context, nc *nats.Conn, o SetupOptions) (*Handles, er
 	if o.EventsMaxBytes <= 0 {
 		o.EventsMaxBytes = EventsMaxBytes
 	}
-	if o.ObjectsMaxBytes <= 0 {
-		o.ObjectsMaxBytes = ObjectsMaxBytes
-	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
 	}
+	// Serve withdraws work, so the work queue allows deletes and purges;
+	// no worker may publish there or call either.
 	work, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: WorkStream, Subjects: []string{subjWork + ">"},
-		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Replicas: replicas})
+		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Replicas: replicas,
+		MaxBytes: WorkMaxBytes, MaxMsgSize: MaxPayload, Discard: jetstream.DiscardNew})
 	if err != nil && replicas > 1 {
 		return nil, fmt.Errorf("stream %s with %d replicas: %v (serve.cluster.replicas needs that many JetStream servers in the NATS cluster)", WorkStream, replicas, err)
 	}
@@ -175,23 +206,33 @@ func SetupWith(ctx context.Context, nc *nats.Conn, o SetupOptions) (*Handles, er
 	}
 	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: EventsStream, Subjects: []string{subjEvents + ">", subjResult + ">"},
 		Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage, MaxAge: 7 * 24 * time.Hour, Replicas: replicas,
-		MaxBytes: o.EventsMaxBytes, Discard: jetstream.DiscardOld}); err != nil {
+		MaxBytes: o.EventsMaxBytes, MaxMsgSize: EventMaxSize, Discard: jetstream.DiscardOld, DenyDelete: true, DenyPurge: true}); err != nil {
 		return nil, fmt.Errorf("stream %s: %v", EventsStream, err)
 	}
-	h := &Handles{JS: js}
-	if h.Claims, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: ClaimsBucket, History: 1, Storage: jetstream.FileStorage, Replicas: replicas}); err != nil {
-		return nil, fmt.Errorf("bucket %s: %v", ClaimsBucket, err)
-	}
-	if h.Workers, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: WorkersBucket, History: 1, Storage: jetstream.FileStorage, Replicas: replicas}); err != nil {
+	h := &Handles{JS: js, Objects: streamObjects{js}, pools: map[string]bool{},
+		poolOpts: PoolOptions{Replicas: replicas, ClaimsMaxBytes: o.ClaimsMaxBytes, ObjectsMaxBytes: o.ObjectsMaxBytes}}
+	// The heartbeats bucket as nats.go would make it, less roll-ups,
+	// deletes and purges: each worker puts its own key, serve only reads.
+	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "KV_" + WorkersBucket, Subjects: []string{"$KV." + WorkersBucket + ".>"},
+		MaxMsgsPerSubject: 1, MaxBytes: WorkersMaxBytes, MaxMsgSize: HeartbeatMaxSize, Storage: jetstream.FileStorage, Replicas: replicas,
+		Discard: jetstream.DiscardNew, AllowDirect: true, DenyDelete: true, DenyPurge: true, Duplicates: 2 * time.Minute,
+		MaxMsgs: -1, MaxConsumers: -1}); err != nil {
 		return nil, fmt.Errorf("bucket %s: %v", WorkersBucket, err)
 	}
-	if h.Objects, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: ObjectsBucket, Storage: jetstream.FileStorage, Replicas: replicas,
-		MaxBytes: o.ObjectsMaxBytes, TTL: ObjectsMaxAge}); err != nil {
-		return nil, fmt.Errorf("object store %s: %v", ObjectsBucket, err)
+	if h.Workers, err = js.KeyValue(ctx, WorkersBucket); err != nil {
+		return nil, fmt.Errorf("bucket %s: %v", WorkersBucket, err)
+	}
+	for _, name := range legacyStores {
+		if err := js.DeleteStream(ctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, fmt.Errorf("stream %s (an earlier kusaw's): %v", name, err)
+		}
 	}
 	// A previous serve's claims and objects stay: a resumed run
 	// re-attaches to attempts still running on workers, and serve ends
 	// the rest once it knows (dispatch.Settle).
+	if err := h.EnsurePool(ctx, config.DefaultPool); err != nil {
+		return nil, err
+	}
 	return h, nil
 }
 
@@ -201,15 +242,9 @@ func Open(ctx context.Context, nc *nats.Conn) (*Handles, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Handles{JS: js}
-	if h.Claims, err = js.KeyValue(ctx, ClaimsBucket); err != nil {
-		return nil, fmt.Errorf("bucket %s: %v (is serve running?)", ClaimsBucket, err)
-	}
+	h := &Handles{JS: js, Objects: streamObjects{js}, pools: map[string]bool{}}
 	if h.Workers, err = js.KeyValue(ctx, WorkersBucket); err != nil {
-		return nil, fmt.Errorf("bucket %s: %v", WorkersBucket, err)
-	}
-	if h.Objects, err = js.ObjectStore(ctx, ObjectsBucket); err != nil {
-		return nil, fmt.Errorf("object store %s: %v", ObjectsBucket, err)
+		return nil, fmt.Errorf("bucket %s: %v (is serve running?)", WorkersBucket, err)
 	}
 	return h, nil
 }

@@ -390,7 +390,7 @@ func TestExternalReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{WorkStream, EventsStream, "KV_" + ClaimsBucket, "KV_" + WorkersBucket, "OBJ_" + ObjectsBucket} {
+	for _, name := range []string{WorkStream, EventsStream, "KV_" + WorkersBucket, ClaimsStream("default"), ObjectsStream("default")} {
 		st, err := h.JS.Stream(ctx, name)
 		if err != nil {
 			t.Fatal(err)
@@ -429,8 +429,8 @@ func TestExternalReplicas(t *testing.T) {
 	}
 	retry("publishing work", func() error { _, err := h.JS.Publish(ctx, WorkSubject("default"), []byte("{}")); return err })
 	retry("claiming", func() error {
-		_, err := h.Claims.Create(ctx, ClaimKey("r1/s/1"), []byte("w1"))
-		if errors.Is(err, jetstream.ErrKeyExists) {
+		_, err := h.Claim(ctx, "default", "r1/s/1", "w1")
+		if errors.Is(err, ErrClaimed) {
 			return nil // an earlier try was stored, its answer lost
 		}
 		return err

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -12,8 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TarDir writes the regular files and folders under dir to w (symlinks and
@@ -154,54 +153,48 @@ func (h *Handles) PutFile(ctx context.Context, name, path string) (int64, error)
 
 // PutFileSum stores a local file as an object and returns its size and
 // the SHA-256 (hex) of the bytes sent: a worker's result names it, so
-// serve can tell the object it fetches from the one uploaded (any worker
-// may write the object store).
+// serve can tell the object it fetches from the one uploaded.
 func (h *Handles) PutFileSum(ctx context.Context, name, path string) (int64, string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, "", err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
+	info, err := h.Objects.Put(ctx, name, f)
 	if err != nil {
 		return 0, "", err
 	}
-	// A store that cannot take the file refuses it before any chunk goes
-	// up: a worker may not purge the chunks of an upload cut short.
-	if st, err := h.Objects.Status(ctx); err == nil {
-		if bs, ok := st.(*jetstream.ObjectBucketStatus); ok {
-			if limit := bs.StreamInfo().Config.MaxBytes; limit > 0 && int64(bs.Size())+fi.Size() > limit {
-				return 0, "", objectsFull(name, fi.Size(), limit)
-			}
-		}
-	}
-	sum := sha256.New()
-	info, err := h.Objects.Put(ctx, jetstream.ObjectMeta{Name: name}, io.TeeReader(f, sum))
-	var api *jetstream.APIError
-	if errors.As(err, &api) && api.ErrorCode == errCodeMaxBytes {
-		limit := int64(0)
-		if st, serr := h.Objects.Status(ctx); serr == nil {
-			if bs, ok := st.(*jetstream.ObjectBucketStatus); ok {
-				limit = bs.StreamInfo().Config.MaxBytes
-			}
-		}
-		return 0, "", objectsFull(name, fi.Size(), limit)
-	}
-	if err != nil {
-		return 0, "", err
-	}
-	return int64(info.Size), hex.EncodeToString(sum.Sum(nil)), nil
+	return info.Size, info.SHA256, nil
 }
 
-// ErrObjectsFull is a refused upload: the object store holds all it may
-// (ObjectsMaxBytes).
+// PutBytes stores b as an object.
+func (h *Handles) PutBytes(ctx context.Context, name string, b []byte) (ObjectInfo, error) {
+	return h.Objects.Put(ctx, name, bytes.NewReader(b))
+}
+
+// GetBytes reads a whole object.
+func (h *Handles) GetBytes(ctx context.Context, name string) ([]byte, error) {
+	r, _, err := h.Objects.Get(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	return io.ReadAll(r)
+}
+
+// ErrObjectsFull is a refused upload: the pool's object store holds all
+// it may (ObjectsMaxBytes).
 var ErrObjectsFull = errors.New("the cluster's object store is full")
 
-// errCodeMaxBytes is JetStream's "maximum bytes exceeded".
-const errCodeMaxBytes = 10077
+// JetStream's "maximum bytes exceeded" and "insufficient resources" (the
+// account's storage).
+const (
+	errCodeMaxBytes     = 10077
+	errCodeInsufficient = 10023
+)
 
-func objectsFull(name string, size, limit int64) error {
-	return fmt.Errorf("%w: %s (%d bytes) does not fit in its %d bytes (%s); serve frees an attempt's objects when the attempt ends", ErrObjectsFull, name, size, limit, ObjectsBucket)
+func objectsFull(o objectRef, why string) error {
+	return fmt.Errorf("%w: %s/%s/%s/%s does not fit in %s (%s); serve frees an attempt's objects when the attempt ends", ErrObjectsFull, o.pool, o.key, o.token, o.file, o.stream(), why)
 }
 
 // GetFile writes an object to a local file (mode 0600).
@@ -213,7 +206,7 @@ func (h *Handles) GetFile(ctx context.Context, name, path string) (int64, error)
 // GetFileSum writes an object to a local file (mode 0600) and returns its
 // size and the SHA-256 (hex) of the bytes written.
 func (h *Handles) GetFileSum(ctx context.Context, name, path string) (int64, string, error) {
-	res, err := h.Objects.Get(ctx, name)
+	res, _, err := h.Objects.Get(ctx, name)
 	if err != nil {
 		return 0, "", fmt.Errorf("object %s: %v", name, err)
 	}
@@ -230,16 +223,8 @@ func (h *Handles) GetFileSum(ctx context.Context, name, path string) (int64, str
 	return n, hex.EncodeToString(sum.Sum(nil)), err
 }
 
-// DeleteObjects removes an attempt's objects.
-func (h *Handles) DeleteObjects(ctx context.Context, attemptID string) {
-	l, err := h.Objects.List(ctx)
-	if err != nil {
-		return
-	}
-	prefix := Key(attemptID) + "/"
-	for _, o := range l {
-		if strings.HasPrefix(o.Name, prefix) {
-			_ = h.Objects.Delete(ctx, o.Name)
-		}
-	}
+// DeleteObjects removes (serve) an attempt's objects in pool, and the
+// chunks of any upload of it cut short.
+func (h *Handles) DeleteObjects(ctx context.Context, pool, attemptID string) error {
+	return h.purge(ctx, ObjectsStream(pool), attemptObjects(pool, attemptID), 0)
 }

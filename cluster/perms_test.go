@@ -191,7 +191,7 @@ func TestWorkerCannotReadOthersReplies(t *testing.T) {
 		t.Fatal(err)
 	}
 	const marker = "victim-private-output-4412"
-	if _, err := sh.Objects.PutBytes(ctx, "r1_s_1/1/stdout.log", []byte(marker)); err != nil {
+	if _, err := sh.PutBytes(ctx, ObjectName("default", "r1/s/1", 1, "stdout.log"), []byte(marker)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -232,7 +232,7 @@ func TestWorkerCannotReadOthersReplies(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the victim cannot open the buckets: %v", err)
 	}
-	if b, err := vh.Objects.GetBytes(ctx, "r1_s_1/1/stdout.log"); err != nil || string(b) != marker {
+	if b, err := vh.GetBytes(ctx, ObjectName("default", "r1/s/1", 1, "stdout.log")); err != nil || string(b) != marker {
 		t.Fatalf("the victim cannot read an object: %q %v", b, err)
 	}
 	// Serve reads the event the way its dispatcher does: a consumer whose
@@ -408,5 +408,153 @@ func TestWorkerTakesOnlyItsPools(t *testing.T) {
 	if _, err := ajs.CreateOrUpdateConsumer(ctx, WorkStream, jetstream.ConsumerConfig{Durable: WorkConsumer("gpu"),
 		FilterSubject: WorkSubject("gpu"), AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
 		t.Fatalf("an any-pool worker cannot make pool gpu's consumer: %v", err)
+	}
+}
+
+// Attacker's side: pools are a boundary for data too. mallory, enrolled
+// for pool default, knows an attempt of pool release (its id, the token
+// of its claim, the names of its objects) and tries every way at its
+// claim, serve's bundle and the holder's logs: reading them through the
+// client (as her own pool's store), direct gets on release's streams by
+// subject and by sequence, through her own pool's stream name, message
+// gets, consumers, the stream's info; claiming the attempt and writing an
+// object under release's names. Each is refused (a permissions violation)
+// and nothing of release's is read or changed. The twin: release's worker
+// reads both and claims its next attempt, mallory still uses her own
+// pool's, and a worker granted every pool reads release's.
+func TestPoolsSeparateData(t *testing.T) {
+	s := startTestServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	serve, _ := s.ConnectInProcess("serve")
+	defer serve.Close()
+	sh, err := Open(ctx, serve)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sh.EnsurePool(ctx, "release"); err != nil {
+		t.Fatal(err)
+	}
+	const marker = "release-private-code-9917"
+	const id = "r1/ship/1"
+	bundle := ObjectName("release", id, 0, "in-app.bundle")
+	if _, err := sh.PutBytes(ctx, bundle, []byte(marker)); err != nil {
+		t.Fatal(err)
+	}
+	_, rh := workerConn(t, s, "rel", Grant{Pools: []string{"release"}})
+	tok, err := rh.Claim(ctx, "release", id, "rel")
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := ObjectName("release", id, tok, "stdout.log")
+	if _, err := rh.PutBytes(ctx, logs, []byte(marker)); err != nil {
+		t.Fatal(err)
+	}
+
+	var v violations
+	mnc, mh := workerConn(t, s, "mallory", Grant{}, nats.ErrorHandler(v.handler))
+	// A refused request is never answered: each waits out its second.
+	short := func() context.Context {
+		c, cancel := context.WithTimeout(ctx, time.Second)
+		t.Cleanup(cancel)
+		return c
+	}
+	for _, name := range []string{bundle, logs} {
+		if b, err := mh.GetBytes(short(), name); err == nil || strings.Contains(string(b), marker) {
+			t.Errorf("mallory read %s: %q %v", name, b, err)
+		}
+	}
+	if _, _, err := mh.Holder(short(), "release", id); err == nil {
+		t.Error("mallory read release's claim")
+	}
+	if _, err := mh.Claim(short(), "release", "r1/ship/2", "mallory"); err == nil {
+		t.Error("mallory claimed an attempt of release")
+	}
+	if _, err := mh.PutBytes(short(), ObjectName("release", id, tok, "stderr.log"), []byte("pwned")); err == nil {
+		t.Error("mallory stored an object in release's store")
+	}
+	o, _ := parseObject(bundle)
+	cs, os := ClaimsStream("release"), ObjectsStream("release")
+	attacks := []struct{ subject, body string }{
+		{"$JS.API.DIRECT.GET." + os + "." + o.meta(), ``},
+		{"$JS.API.DIRECT.GET." + os, `{"seq":1}`},
+		{"$JS.API.DIRECT.GET." + os, `{"last_by_subj":"` + o.meta() + `"}`},
+		{"$JS.API.DIRECT.GET." + cs + "." + claimSubject("release", id), ``},
+		{"$JS.API.DIRECT.GET." + cs, `{"seq":1}`},
+		{"$JS.API.DIRECT.GET." + ObjectsStream("default") + "." + o.meta(), ``},
+		{"$JS.API.DIRECT.GET." + ClaimsStream("default") + "." + claimSubject("release", id), ``},
+		{"$JS.API.STREAM.MSG.GET." + os, `{"seq":1}`},
+		{"$JS.API.STREAM.MSG.GET." + cs, `{"last_by_subj":"` + claimSubject("release", id) + `"}`},
+		{"$JS.API.STREAM.INFO." + os, `{"subjects_filter":">"}`},
+		{"$JS.API.STREAM.INFO." + cs, `{"subjects_filter":">"}`},
+		{"$JS.API.CONSUMER.CREATE." + os + ".peek", `{"stream_name":"` + os + `","config":{"name":"peek","deliver_policy":"all","ack_policy":"none"}}`},
+		{"$JS.API.CONSUMER.CREATE." + cs, `{"stream_name":"` + cs + `","config":{"deliver_policy":"all","ack_policy":"none","deliver_subject":"` + WorkerInbox("mallory") + `.x"}}`},
+		{"$JS.API.STREAM.PURGE." + cs, `{}`},
+		// Her own pool's streams, which she may read, but not for anything else.
+		{"$JS.API.CONSUMER.CREATE." + ObjectsStream("default") + ".peek", `{"stream_name":"` + ObjectsStream("default") + `","config":{"name":"peek","ack_policy":"none"}}`},
+		{"$JS.API.DIRECT.GET." + ObjectsStream("default"), `{"seq":1}`},
+	}
+	var wg sync.WaitGroup
+	for _, a := range attacks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rep, err := mnc.Request(a.subject, []byte(a.body), time.Second)
+			if err == nil && (strings.Contains(string(rep.Data), marker) || !strings.Contains(string(rep.Data)+rep.Header.Get("Status"), "error")) {
+				t.Errorf("%s answered: %s %v", a.subject, rep.Data, rep.Header)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, subj := range []string{claimSubject("release", "r1/ship/3"), o.chunk("abc", 0), o.meta()} {
+		_ = mnc.Publish(subj, []byte(`{"worker":"mallory"}`))
+	}
+	_ = mnc.Flush()
+	time.Sleep(200 * time.Millisecond)
+	for _, a := range attacks {
+		if !v.saw(a.subject) {
+			t.Errorf("%s: the server reported no permissions violation", a.subject)
+		}
+	}
+	for _, subj := range []string{claimSubject("release", "r1/ship/3"), o.meta()} {
+		if !v.saw(subj) {
+			t.Errorf("publish %s: the server reported no permissions violation", subj)
+		}
+	}
+	if st := streamState(t, sh, cs); st.Msgs != 1 {
+		t.Errorf("release's claims hold %d messages, want its one claim", st.Msgs)
+	}
+	if c, cur, err := sh.Holder(ctx, "release", id); err != nil || cur != tok || c.Worker != "rel" {
+		t.Errorf("release's claim after the attacks: %+v %d %v", c, cur, err)
+	}
+
+	// The twin.
+	for _, name := range []string{bundle, logs} {
+		if b, err := rh.GetBytes(ctx, name); err != nil || string(b) != marker {
+			t.Errorf("release's worker cannot read %s: %q %v", name, b, err)
+		}
+	}
+	if c, cur, err := rh.Holder(ctx, "release", id); err != nil || cur != tok || c.Worker != "rel" {
+		t.Errorf("release's worker cannot read its claim: %+v %d %v", c, cur, err)
+	}
+	if _, err := rh.Claim(ctx, "release", "r1/ship/2", "rel"); err != nil {
+		t.Errorf("release's worker cannot claim: %v", err)
+	}
+	if _, err := mh.Claim(ctx, "default", "r1/build/1", "mallory"); err != nil {
+		t.Errorf("mallory cannot claim in her own pool: %v", err)
+	}
+	mine := ObjectName("default", "r1/build/1", 1, "stdout.log")
+	if _, err := mh.PutBytes(ctx, mine, []byte("hers")); err != nil {
+		t.Errorf("mallory cannot store in her own pool: %v", err)
+	}
+	if b, err := mh.GetBytes(ctx, mine); err != nil || string(b) != "hers" {
+		t.Errorf("mallory cannot read her own pool's object: %q %v", b, err)
+	}
+	_, ah := workerConn(t, s, "any", Grant{AnyPool: true})
+	if b, err := ah.GetBytes(ctx, bundle); err != nil || string(b) != marker {
+		t.Errorf("an any-pool worker cannot read release's bundle: %q %v", b, err)
+	}
+	if _, cur, err := ah.Holder(ctx, "release", id); err != nil || cur != tok {
+		t.Errorf("an any-pool worker cannot read release's claim: %v", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -57,7 +58,7 @@ func StartServer(o ServerOptions) (*Server, error) {
 	s := &Server{Dir: o.Dir, CA: ca, Tokens: OpenTokens(o.Dir), Registry: OpenRegistry(o.Dir), Identity: id}
 	opts := &server.Options{ServerName: "kusaw-serve", JetStream: true, StoreDir: filepath.Join(o.Dir, JetStreamDir),
 		NoLog: true, NoSigs: true, AlwaysEnableNonce: true, CustomClientAuthentication: &auth{s: s},
-		MaxPayload: 8 << 20}
+		MaxPayload: MaxPayload, JetStreamMaxMemory: AccountMaxMemory, JetStreamMaxStore: storeRoom(filepath.Join(o.Dir, JetStreamDir))}
 	if o.Listen == "" {
 		opts.DontListen = true
 	} else {
@@ -87,6 +88,10 @@ func StartServer(o ServerOptions) (*Server, error) {
 		ns.Shutdown()
 		return nil, fmt.Errorf("the cluster server did not start (is %s in use?)", o.Listen)
 	}
+	if err := ns.GlobalAccount().UpdateJetStreamLimits(map[string]server.JetStreamAccountLimits{"": AccountLimits}); err != nil {
+		ns.Shutdown()
+		return nil, fmt.Errorf("cluster server: JetStream limits: %v", err)
+	}
 	s.NS = ns
 	if a := ns.Addr(); a != nil && !opts.DontListen {
 		s.addr = a.String()
@@ -108,6 +113,44 @@ func (s *Server) Disconnect(nkey string) int {
 		}
 	}
 	return n
+}
+
+// AccountLimits bound what the embedded server's one account keeps: a
+// stream that does not say how much it holds is refused, and so is one
+// larger than the largest kusaw makes; at most 256 streams (serve makes
+// one pair per pool it dispatches to) and 4096 consumers (serve's reader
+// of each attempt it waits for, the pools' work consumers: a worker may
+// make nothing else). Its bytes are the server's: AccountMaxStore, or
+// three quarters of the disk's free room when that is less (storeRoom),
+// and AccountMaxMemory (kusaw keeps nothing in memory streams). They are
+// the server's own limits rather than the account's, since the server
+// would count a restarted serve's streams twice against the account's.
+var AccountLimits = server.JetStreamAccountLimits{
+	MaxMemory:           -1,
+	MaxStore:            -1,
+	MaxStreams:          256,
+	MaxConsumers:        4096,
+	StoreMaxStreamBytes: max(ObjectsMaxBytes, EventsMaxBytes),
+	MaxBytesRequired:    true,
+}
+
+// AccountMaxStore is at most what the embedded server's JetStream keeps
+// on disk: the events, the work queue and the heartbeats and about a
+// dozen pools' claims and objects.
+const (
+	AccountMaxStore  int64 = 64 << 30
+	AccountMaxMemory int64 = 64 << 20
+)
+
+// storeRoom is AccountMaxStore, or three quarters of the free room of the
+// disk dir is on when that is less (as a NATS server reckons by itself).
+func storeRoom(dir string) int64 {
+	_ = os.MkdirAll(dir, 0o700)
+	free := diskFree(dir)
+	if free <= 0 {
+		return AccountMaxStore
+	}
+	return min(AccountMaxStore, free/4*3)
 }
 
 // Addr is the address workers connect to ("" when not listening).
@@ -144,41 +187,43 @@ func (s *Server) NewToken(addr string, g Grant) (Token, error) {
 type auth struct{ s *Server }
 
 // workerPerms are an enrolled worker's permissions, on the embedded
-// server and in its JWT on an existing cluster alike. It may publish
-// events, results, secrets and bundle requests under its own name only
-// (serve reads the sender from the subject), write the claims bucket, its
-// own heartbeat key and the object store, and use only the JetStream API
-// of the buckets and the object store, plus its pools' work consumers:
-// creating one only as pool-<P> filtered on P's subject (the server
-// checks the body's filter against the subject's), pulling from it and
-// acknowledging its messages. So it can never read, take or acknowledge
-// another pool's attempts; nor publish work, change or empty a stream, or
-// read the events stream (every attempt's events and results: a worker
-// only ever publishes there). A grant of every pool (--any-pool) allows
-// any pool's consumer.
+// server and in its JWT on an existing cluster alike: what it may do is
+// named, the rest is refused. It may publish events, results, secrets and
+// bundle requests under its own name only (serve reads the sender from
+// the subject) and put its own heartbeat. Of its pools (every pool, for
+// a grant of --any-pool) it may write and read the claims and the
+// objects, by subject and by direct get only (store.go), and use the work
+// queue's consumer: creating one only as pool-<P> filtered on P's subject
+// (the server checks the body's filter against the subject's), pulling
+// from it and acknowledging its messages. So it can never read, take or
+// acknowledge another pool's attempts, nor read or touch another pool's
+// claims, bundles, logs or artifacts; nor publish work, make, change,
+// empty or delete a stream, make a consumer of a bucket or store, read
+// the events stream (every attempt's events and results: a worker only
+// ever publishes there) or read other workers' heartbeats.
 func workerPerms(name string, g Grant) *server.Permissions {
 	deny := []string{"$JS.API.STREAM.CREATE.>", "$JS.API.STREAM.UPDATE.>", "$JS.API.STREAM.DELETE.>",
 		"$JS.API.STREAM.PURGE.>", "$JS.API.STREAM.MSG.DELETE.>",
 		// A snapshot reads a whole stream; a restore makes one.
 		"$JS.API.STREAM.SNAPSHOT.>", "$JS.API.STREAM.RESTORE.>"}
-	allow := []string{"$JS.API.INFO", "$JS.FC.>", "$KV." + ClaimsBucket + ".>",
-		"$KV." + WorkersBucket + "." + name, "$O." + ObjectsBucket + ".>",
+	allow := []string{"$JS.API.INFO", "$KV." + WorkersBucket + "." + name, "$JS.API.STREAM.INFO.KV_" + WorkersBucket,
 		EventsSubject("*", name), ResultSubject("*", name), SecretsSubject("*", name), BundleSubject("*", name)}
-	for _, st := range []string{"KV_" + ClaimsBucket, "KV_" + WorkersBucket, "OBJ_" + ObjectsBucket} {
-		allow = append(allow, "$JS.API.STREAM.INFO."+st, "$JS.API.STREAM.MSG.GET."+st,
-			"$JS.API.DIRECT.GET."+st, "$JS.API.DIRECT.GET."+st+".>",
-			"$JS.API.CONSUMER.*."+st, "$JS.API.CONSUMER.*."+st+".>", "$JS.API.CONSUMER.MSG.NEXT."+st+".>")
-	}
 	pools := g.Pools
 	if g.AnyPool {
 		pools = []string{"*"}
 	}
 	for _, p := range pools {
-		cons := WorkConsumer(p)
+		cons, claims, objects := WorkConsumer(p), ClaimsStream(p), ObjectsStream(p)
 		if p == "*" {
-			cons = "*"
+			// The stream's name is one token; the subject after it, which
+			// the server matches against the stream's own, keeps a direct
+			// get to claims and objects.
+			cons, claims, objects = "*", "*", "*"
 		}
 		allow = append(allow,
+			subjClaims+p+".*", subjObjects+p+"."+workersWrite+".>",
+			"$JS.API.DIRECT.GET."+claims+"."+subjClaims+p+".*",
+			"$JS.API.DIRECT.GET."+objects+"."+subjObjects+p+".>",
 			"$JS.API.CONSUMER.CREATE."+WorkStream+"."+cons+"."+WorkSubject(p),
 			"$JS.API.CONSUMER.MSG.NEXT."+WorkStream+"."+cons,
 			"$JS.API.CONSUMER.INFO."+WorkStream+"."+cons,

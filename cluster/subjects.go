@@ -1,17 +1,15 @@
 package cluster
 
-import (
-	"fmt"
-	"strings"
-)
+import "strings"
 
 // Streams, buckets and subjects (docs/cluster.md has the picture).
 const (
 	WorkStream    = "KUSAW_WORK"    // work queue: one message per dispatched attempt
 	EventsStream  = "KUSAW_EVENTS"  // attempts' live events and results
-	ClaimsBucket  = "KUSAW_CLAIMS"  // KV: claims.<attempt> → worker; revision = fencing token
 	WorkersBucket = "KUSAW_WORKERS" // KV: worker name → heartbeat
-	ObjectsBucket = "KUSAW_OBJECTS" // object store: bundles, logs, artifacts
+	// Per pool (store.go): KUSAW_CLAIMS_<pool> (attempt → worker; the
+	// claim's sequence is the fencing token) and KUSAW_OBJECTS_<pool>
+	// (bundles, logs, artifacts).
 
 	SubjEnroll  = "kusaw.enroll"     // request: a token's secret for an enrollment
 	subjWork    = "kusaw.work."      // + pool
@@ -42,6 +40,9 @@ func BundleSubject(key, worker string) string  { return subjBundle + key + "." +
 // subscribe to its own only, and only serve may publish there.
 func ControlSubject(worker string) string { return subjControl + worker }
 
+// PoolOfWork is the pool of a work message's subject.
+func PoolOfWork(subject string) string { return strings.TrimPrefix(subject, subjWork) }
+
 // WorkConsumer is the durable consumer the workers of a pool share on the
 // work queue.
 func WorkConsumer(pool string) string { return "pool-" + pool }
@@ -62,14 +63,6 @@ func SenderOf(subject string) string {
 // Key turns an attempt id (<run>/<step>/<n>) into one subject token and KV
 // key: run ids and step ids have no dots or slashes, so "/" becomes "_".
 func Key(attemptID string) string { return strings.ReplaceAll(attemptID, "/", "_") }
-
-// ClaimKey is an attempt's key in the claims bucket.
-func ClaimKey(attemptID string) string { return "claims." + Key(attemptID) }
-
-// ObjectName names one object of an attempt in the object store.
-func ObjectName(attemptID string, token uint64, name string) string {
-	return fmt.Sprintf("%s/%d/%s", Key(attemptID), token, name)
-}
 
 // ValidName reports whether a worker or pool name can be a subject token.
 func ValidName(s string) bool {

@@ -14,7 +14,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -333,8 +332,13 @@ func (d *Dispatcher) Release(attemptID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = d.o.NC.Publish(cluster.CancelSubject(cluster.Key(attemptID)), nil)
-	_ = d.o.H.Revoke(ctx, attemptID)
-	d.o.H.DeleteObjects(ctx, attemptID)
+	// Its pool is not at hand here: an attempt has a claim and objects in
+	// one pool only, and serve has few pools.
+	pools, _ := d.o.H.Pools(ctx)
+	for _, p := range pools {
+		_ = d.o.H.Revoke(ctx, p, attemptID)
+		_ = d.o.H.DeleteObjects(ctx, p, attemptID)
+	}
 }
 
 // Settle ends what a previous serve left in the cluster that nobody will
@@ -351,21 +355,21 @@ func (d *Dispatcher) Settle(ctx context.Context, keep []string) {
 		kept[k] = true
 	}
 	d.mu.Unlock()
-	if keys, err := d.o.H.Claims.Keys(ctx); err == nil {
-		for _, k := range keys {
-			key := strings.TrimPrefix(k, "claims.")
+	// An attempt's key stands for its id below: Key of a key is itself.
+	pools, _ := d.o.H.Pools(ctx)
+	for _, p := range pools {
+		keys, _ := d.o.H.ClaimedKeys(ctx, p)
+		for _, key := range keys {
 			if kept[key] {
 				continue
 			}
 			_ = d.o.NC.Publish(cluster.CancelSubject(key), nil)
-			_ = d.o.H.Claims.Purge(ctx, k)
+			_ = d.o.H.Revoke(ctx, p, key)
 		}
-	}
-	if l, err := d.o.H.Objects.List(ctx); err == nil {
-		for _, o := range l {
-			key, _, _ := strings.Cut(o.Name, "/")
+		keys, _ = d.o.H.ObjectKeys(ctx, p)
+		for _, key := range keys {
 			if !kept[key] {
-				_ = d.o.H.Objects.Delete(ctx, o.Name)
+				_ = d.o.H.DeleteObjects(ctx, p, key)
 			}
 		}
 	}

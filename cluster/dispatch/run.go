@@ -35,6 +35,9 @@ func (d *Dispatcher) Run(ctx context.Context, spec *record.AttemptSpec, job reco
 		return res
 	}
 	defer a.end()
+	if err := d.o.H.EnsurePool(ctx, poolOf(spec)); err != nil {
+		return record.RemoteResult{Message: err.Error()}
+	}
 
 	// Code travels as bundles of the commits the attempt reads (the base
 	// commits, then a merge's or a judge's), against what every live
@@ -90,7 +93,7 @@ func (d *Dispatcher) Reattach(ctx context.Context, spec *record.AttemptSpec, job
 		return res
 	}
 	defer a.end()
-	c, cur, err := d.o.H.Holder(ctx, spec.ID)
+	c, cur, err := d.o.H.Holder(ctx, poolOf(spec), spec.ID)
 	if err != nil || cur != token || c.Worker != worker || !a.mayTake(worker) {
 		d.o.Metrics.lost()
 		return record.RemoteResult{Lost: true, Worker: worker, Token: token, Message: fmt.Sprintf("serve restarted and worker %s no longer holds the attempt", worker)}
@@ -148,12 +151,16 @@ type waiting struct {
 
 // mayTake reports whether worker's enrollment allows the attempt's pool.
 func (a *waiting) mayTake(worker string) bool {
-	pool := a.spec.Pool
-	if pool == "" {
-		pool = config.DefaultPool
-	}
 	e := a.d.o.Registry.Get(worker)
-	return e != nil && e.Grant().Allows(pool)
+	return e != nil && e.Grant().Allows(poolOf(a.spec))
+}
+
+// poolOf is the pool an attempt runs in.
+func poolOf(spec *record.AttemptSpec) string {
+	if spec.Pool == "" {
+		return config.DefaultPool
+	}
+	return spec.Pool
 }
 
 // refuseClaim undoes a claim by a worker whose join token does not allow
@@ -166,7 +173,7 @@ func (a *waiting) refuseClaim(worker string, tok uint64) {
 	why := fmt.Sprintf("worker %s may not take pool %s (its join token does not allow it)", worker, a.spec.Pool)
 	a.d.recordFenced(cluster.Result{Attempt: a.spec.ID, Worker: worker, Token: tok}, why)
 	a.job.Emit(record.EvClusterFenced, map[string]any{"worker": worker, "token": tok, "error": why})
-	if a.d.o.H.Claims.Purge(ctx, cluster.ClaimKey(a.spec.ID), jetstream.LastRevision(tok)) != nil || a.work == nil {
+	if a.d.o.H.RevokeToken(ctx, poolOf(a.spec), a.spec.ID, tok) != nil || a.work == nil {
 		return
 	}
 	a.d.dropWork(ctx, a.workSeq)
@@ -188,7 +195,7 @@ func (d *Dispatcher) begin(ctx context.Context, spec *record.AttemptSpec, job re
 		d.mu.Lock()
 		delete(d.active, key)
 		d.mu.Unlock()
-		d.o.H.DeleteObjects(context.WithoutCancel(ctx), spec.ID)
+		_ = d.o.H.DeleteObjects(context.WithoutCancel(ctx), poolOf(spec), spec.ID)
 	})
 	fail := func(err error) (*waiting, record.RemoteResult, bool) {
 		a.end()
@@ -265,7 +272,7 @@ func (a *waiting) stale(worker string, tok uint64) bool {
 	if a.token != 0 {
 		return worker != a.holder.Worker || tok != a.token
 	}
-	if a.d.o.H.Fenced(context.WithoutCancel(a.ctx), a.spec.ID, worker, tok) {
+	if a.d.o.H.Fenced(context.WithoutCancel(a.ctx), poolOf(a.spec), a.spec.ID, worker, tok) {
 		return true
 	}
 	if !a.mayTake(worker) {
@@ -292,7 +299,7 @@ func (a *waiting) wait() record.RemoteResult {
 			giveUp = time.After(cancelWait)
 			_ = d.o.NC.Publish(cluster.CancelSubject(a.key), nil)
 		case <-giveUp:
-			_ = d.o.H.Revoke(context.WithoutCancel(ctx), spec.ID)
+			_ = d.o.H.Revoke(context.WithoutCancel(ctx), poolOf(spec), spec.ID)
 			return record.RemoteResult{Worker: a.holder.Worker, Token: a.token, Message: "canceled; the worker did not report"}
 		case m := <-a.secrets:
 			d.answerSecrets(ctx, m, spec, job, a.stale)
@@ -308,7 +315,7 @@ func (a *waiting) wait() record.RemoteResult {
 			a.event(m)
 		case <-tick.C:
 			if a.token == 0 {
-				c, tok, err := d.o.H.Holder(ctx, spec.ID)
+				c, tok, err := d.o.H.Holder(ctx, poolOf(spec), spec.ID)
 				if err != nil || tok == 0 {
 					continue
 				}
@@ -319,7 +326,7 @@ func (a *waiting) wait() record.RemoteResult {
 				a.pin(c, tok)
 			}
 			if !d.alive(a.holder.Worker, a.holder.At) {
-				_ = d.o.H.Revoke(context.WithoutCancel(ctx), spec.ID)
+				_ = d.o.H.Revoke(context.WithoutCancel(ctx), poolOf(spec), spec.ID)
 				d.o.Metrics.lost()
 				msg := fmt.Sprintf("worker %s stopped answering for more than %s", a.holder.Worker, d.o.LostAfter)
 				if d.o.Registry != nil && d.o.Registry.Get(a.holder.Worker) == nil {
@@ -383,13 +390,13 @@ func (a *waiting) result(m jetstream.Msg) (record.RemoteResult, bool) {
 	if r.HandedBack != "" {
 		// A draining or stopping worker gave it back unfinished: lost,
 		// so the engine dispatches it again without counting it.
-		_ = a.d.o.H.Revoke(ctx, a.spec.ID)
+		_ = a.d.o.H.Revoke(ctx, poolOf(a.spec), a.spec.ID)
 		a.d.o.Metrics.lost()
 		a.job.Emit(record.EvClusterLost, map[string]any{"worker": r.Worker, "token": r.Token, "handed_back": r.HandedBack})
 		return record.RemoteResult{Lost: true, Worker: r.Worker, Token: r.Token, Message: "handed back: " + r.HandedBack}, true
 	}
 	res := a.d.accept(ctx, a.spec, a.job, r, a.tmp)
-	_ = a.d.o.H.Revoke(ctx, a.spec.ID)
+	_ = a.d.o.H.Revoke(ctx, poolOf(a.spec), a.spec.ID)
 	return res, true
 }
 
@@ -512,8 +519,13 @@ func (d *Dispatcher) putBundle(ctx context.Context, spec *record.AttemptSpec, jo
 	if _, err := cluster.MakeBundle(ctx, job.Repos[n.Repo], p, n.Commit, have); err != nil {
 		return "", fmt.Errorf("repo %s: %v", n.Repo, err)
 	}
-	name := cluster.ObjectName(spec.ID, 0, prefix+n.Repo+".bundle")
+	name := cluster.ObjectName(poolOf(spec), spec.ID, 0, prefix+n.Repo+".bundle")
 	size, err := d.o.H.PutFile(ctx, name, p)
+	if errors.Is(err, cluster.ErrObjectExists) {
+		// Serve's own, from an earlier request of the same commit: only
+		// serve writes its names, and a stored object is whole.
+		return name, nil
+	}
 	if err != nil {
 		return "", fmt.Errorf("repo %s: cannot store its bundle: %v", n.Repo, err)
 	}

@@ -35,10 +35,10 @@ func TestSettleAndReattach(t *testing.T) {
 	}
 	tokens := map[string]uint64{}
 	for _, id := range []string{"r/s/1", "r/s/2"} {
-		if tokens[id], err = h.Claim(ctx, id, "w1"); err != nil {
+		if tokens[id], err = h.Claim(ctx, "default", id, "w1"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := h.Objects.PutBytes(ctx, cluster.ObjectName(id, tokens[id], "stdout.log"), []byte("out")); err != nil {
+		if _, err := h.PutBytes(ctx, cluster.ObjectName("default", id, tokens[id], "stdout.log"), []byte("out")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -53,16 +53,16 @@ func TestSettleAndReattach(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.Settle(ctx, []string{"r/s/1"})
-	if c, tok, _ := h.Holder(ctx, "r/s/1"); tok != tokens["r/s/1"] || c.Worker != "w1" {
+	if c, tok, _ := h.Holder(ctx, "default", "r/s/1"); tok != tokens["r/s/1"] || c.Worker != "w1" {
 		t.Errorf("the kept claim changed: %+v %d", c, tok)
 	}
-	if _, tok, _ := h.Holder(ctx, "r/s/2"); tok != 0 {
+	if _, tok, _ := h.Holder(ctx, "default", "r/s/2"); tok != 0 {
 		t.Error("the released claim survived Settle")
 	}
-	if _, err := h.Objects.GetBytes(ctx, cluster.ObjectName("r/s/1", tokens["r/s/1"], "stdout.log")); err != nil {
+	if _, err := h.GetBytes(ctx, cluster.ObjectName("default", "r/s/1", tokens["r/s/1"], "stdout.log")); err != nil {
 		t.Errorf("the kept attempt's object went: %v", err)
 	}
-	if _, err := h.Objects.GetBytes(ctx, cluster.ObjectName("r/s/2", tokens["r/s/2"], "stdout.log")); err == nil {
+	if _, err := h.GetBytes(ctx, cluster.ObjectName("default", "r/s/2", tokens["r/s/2"], "stdout.log")); err == nil {
 		t.Error("the released attempt's object survived Settle")
 	}
 	select {

@@ -33,7 +33,7 @@ func (d *Dispatcher) fetchChecked(ctx context.Context, r cluster.Result, obj, pa
 // (<attempt>/<token>/): a result may name only what its sender stored for
 // this attempt under its claim.
 func ownObject(spec *record.AttemptSpec, r cluster.Result, obj string) error {
-	if !strings.HasPrefix(obj, cluster.ObjectName(spec.ID, r.Token, "")) {
+	if !strings.HasPrefix(obj, cluster.ObjectName(poolOf(spec), spec.ID, r.Token, "")) {
 		return fmt.Errorf("object %s: worker %s named an object that is not its own for this attempt", obj, r.Worker)
 	}
 	return nil

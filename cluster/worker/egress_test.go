@@ -67,7 +67,7 @@ func (s *scripted) take(ctx context.Context) (*record.AttemptSpec, cluster.Work,
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok, err := s.h.Claim(ctx, spec.ID, s.name)
+	tok, err := s.h.Claim(ctx, cluster.PoolOfWork(msg.Subject()), spec.ID, s.name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,13 +95,13 @@ func (s *scripted) commit(ctx context.Context, spec *record.AttemptSpec, work cl
 		t.Fatal(err)
 	}
 	s.put(ctx, spec, tok, "out-app.bundle", out, res)
-	res.Heads["app"], res.Bundles["app"] = head, cluster.ObjectName(spec.ID, tok, "out-app.bundle")
+	res.Heads["app"], res.Bundles["app"] = head, cluster.ObjectName("default", spec.ID, tok, "out-app.bundle")
 	return head
 }
 
 // put stores a file as the attempt's object, with its digest in res.
 func (s *scripted) put(ctx context.Context, spec *record.AttemptSpec, tok uint64, name, path string, res *cluster.Result) string {
-	obj := cluster.ObjectName(spec.ID, tok, name)
+	obj := cluster.ObjectName("default", spec.ID, tok, name)
 	_, sum, err := s.h.PutFileSum(ctx, obj, path)
 	if err != nil {
 		s.t.Fatal(err)
@@ -190,7 +190,7 @@ func TestRemoteEgressLogMustVerify(t *testing.T) {
 			if p := c.egress(m.egressLog(spec)); p != "" {
 				if other, ok := strings.CutPrefix(p, "other:"); ok {
 					// A sealed log, named under an object of another attempt.
-					obj := cluster.Key(spec.Run+"/other/1") + "/1/" + record.EgressLogFile
+					obj := cluster.ObjectName("default", spec.Run+"/other/1", 1, record.EgressLogFile)
 					_, sum, err := m.h.PutFileSum(ctx, obj, other)
 					if err != nil {
 						t.Fatal(err)

@@ -66,20 +66,23 @@ func TestForgedWorkerMessages(t *testing.T) {
 		defer func() { got <- o }()
 		ctx, cancel := context.WithTimeout(r.ctx, 20*time.Second)
 		defer cancel()
-		// Wait for w1's claim, and a moment for serve to see it.
-		var claimKey string
+		// Wait for w1's claim, and a moment for serve to see it. mallory
+		// learns its attempt and token somehow (a worker of the pool reads
+		// claims by attempt, not a list of them): serve's view tells the test.
+		sh, err := cluster.Open(ctx, serveConn(t, r))
+		if err != nil {
+			o.notes = append(o.notes, err.Error())
+			return
+		}
 		var claim cluster.Claim
 		var w1tok uint64
-		for claimKey == "" {
+		for w1tok == 0 {
 			if ctx.Err() != nil {
 				o.notes = append(o.notes, "no claim seen")
 				return
 			}
-			keys, _ := h.Claims.Keys(ctx)
-			for _, k := range keys {
-				if e, err := h.Claims.Get(ctx, k); err == nil && json.Unmarshal(e.Value(), &claim) == nil && claim.Worker == "w1" {
-					claimKey, w1tok = k, e.Revision()
-				}
+			if keys, _ := sh.ClaimedKeys(ctx, "default"); len(keys) > 0 {
+				claim, w1tok, _ = h.Holder(ctx, "default", keys[0])
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
@@ -95,8 +98,12 @@ func TestForgedWorkerMessages(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 		// (2) Take the claim over, then ask for the secrets as its holder.
 		mine, _ := json.Marshal(cluster.Claim{Worker: "mallory", Attempt: claim.Attempt, At: time.Now()})
-		rev, err := h.Claims.Put(ctx, claimKey, mine)
+		ack, err := h.JS.Publish(ctx, "kusaw.claims.default."+key, mine)
 		o.notes = append(o.notes, "claim put: "+errString(err))
+		rev := w1tok + 1
+		if err == nil {
+			rev = ack.Sequence
+		}
 		req, _ := json.Marshal(cluster.SecretsRequest{Attempt: claim.Attempt, Worker: "mallory", Token: rev})
 		for _, subj := range []string{"kusaw.secrets." + key, "kusaw.secrets." + key + ".mallory"} {
 			m, err := nc.Request(subj, req, 2*time.Second)
@@ -121,6 +128,9 @@ func TestForgedWorkerMessages(t *testing.T) {
 	}
 	o := <-got
 	t.Logf("mallory: %v", o.notes)
+	if !strings.Contains(strings.Join(o.notes, " "), "claim put: ") || strings.Contains(strings.Join(o.notes, " "), "claim put: ok") {
+		t.Errorf("mallory wrote over w1's claim, or did not try: %v", o.notes)
+	}
 	if strings.Contains(o.secret, "s3cr3t-value-42") {
 		t.Errorf("mallory took over w1's claim and opened the attempt's secrets: %s", o.secret)
 	}
@@ -151,4 +161,16 @@ func errString(err error) string {
 		return "ok"
 	}
 	return err.Error()
+}
+
+// serveConn is a connection with serve's own identity, for a test's look
+// at what serve sees.
+func serveConn(t *testing.T, r *rig) *nats.Conn {
+	nc, err := r.srv.ConnectInProcess("test")
+	if err != nil {
+		t.Error(err)
+		return nil
+	}
+	t.Cleanup(nc.Close)
+	return nc
 }

@@ -64,12 +64,12 @@ func TestObjectStoreFullFailsAttempt(t *testing.T) {
 	if !strings.Contains(big, "object store is full") || !strings.Contains(big, "KUSAW_OBJECTS") {
 		t.Fatalf("the big attempt's message does not say the store is full: %q", big)
 	}
-	st, err := h.Objects.Status(ctx)
+	st, err := h.JS.Stream(ctx, cluster.ObjectsStream("default"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Size() > limit {
-		t.Fatalf("the object store holds %d bytes, past its limit", st.Size())
+	if info, err := st.Info(ctx); err != nil || info.State.Bytes > limit {
+		t.Fatalf("the object store holds %+v, past its limit %d (%v)", info, limit, err)
 	}
 	repo := run.Record.Repos[0]
 	if err := exec.Command("git", "-C", repo.Path, "cat-file", "-e", repo.Branch+":big.txt").Run(); err == nil {

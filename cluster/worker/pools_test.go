@@ -33,10 +33,11 @@ steps:
 
 // Attacker's side: mallory, a worker enrolled for pool default, goes
 // after an attempt of pool release (whose id she knows) while no release
-// worker runs: she claims it by writing the claims bucket, asks serve for
-// its secrets and for a bundle as its holder, and reports a result for it.
-// Serve answers none of it, records her claim and her result as fenced,
-// and offers the attempt again. The legitimate twin: a worker enrolled for
+// worker runs: she tries to claim it in release's claims (her permissions
+// refuse it) and claims it in her own pool's instead, asks serve for its
+// secrets and for a bundle with that claim's token, and reports a result
+// for it. Serve answers none of it, records her result as fenced, and the
+// attempt waits for a release worker. The legitimate twin: a worker enrolled for
 // release then runs it, with its secret, and its commit lands.
 func TestPoolIsABoundary(t *testing.T) {
 	r := startServe(t, releaseStep, 30*time.Second)
@@ -79,10 +80,15 @@ func TestPoolIsABoundary(t *testing.T) {
 	}
 	key := cluster.Key(attemptID)
 
-	// (1) The claim.
-	tok, err := mh.Claim(ctx, attemptID, "mallory")
+	// (1) The claim: not in release's claims, so in her own pool's.
+	cctx, ccancel := context.WithTimeout(ctx, time.Second)
+	if _, err := mh.Claim(cctx, "release", attemptID, "mallory"); err == nil {
+		t.Error("mallory claimed an attempt in pool release's claims")
+	}
+	ccancel()
+	tok, err := mh.Claim(ctx, "default", attemptID, "mallory")
 	if err != nil {
-		t.Fatalf("mallory cannot write the claims bucket at all: %v", err)
+		t.Fatalf("mallory cannot claim in her own pool at all: %v", err)
 	}
 	// (2) The secrets, as the claim's holder.
 	req, _ := json.Marshal(cluster.SecretsRequest{Attempt: attemptID, Worker: "mallory", Token: tok})
@@ -110,16 +116,20 @@ func TestPoolIsABoundary(t *testing.T) {
 		t.Fatalf("mallory cannot publish a result at all: %v", err)
 	}
 	fenced := filepath.Join(r.srv.Dir, dispatch.FencedFile)
-	waitUntil(t, "mallory's claim and result recorded as fenced", func() bool {
+	waitUntil(t, "mallory's result recorded as fenced", func() bool {
 		b, _ := os.ReadFile(fenced)
-		return strings.Count(string(b), `"worker":"mallory"`) >= 2
+		return strings.Count(string(b), `"worker":"mallory"`) >= 1
 	})
 	if b, _ := os.ReadFile(fenced); !strings.Contains(string(b), "may not take pool release") {
 		t.Errorf("fenced.jsonl does not say why: %s", b)
 	}
-	// The claim is gone: a rightful worker can claim.
-	if c, cur, _ := mh.Holder(ctx, attemptID); cur != 0 {
-		t.Errorf("mallory's claim still stands: %+v", c)
+	// Nobody holds it in release: a rightful worker can claim.
+	sh, err := cluster.Open(ctx, snc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, cur, err := sh.Holder(ctx, "release", attemptID); cur != 0 || err != nil {
+		t.Errorf("a claim in release: %+v %v", c, err)
 	}
 
 	// The twin: a release worker takes the attempt offered again.

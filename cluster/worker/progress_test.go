@@ -89,7 +89,7 @@ func TestLostWorkerWorkNotRunAgain(t *testing.T) {
 		if ctx.Err() != nil {
 			t.Fatal("serve never gave up w1's attempt")
 		}
-		if _, tok, err := watch.Holder(ctx, first); err == nil && tok == 0 {
+		if _, tok, err := watch.Holder(ctx, "default", first); err == nil && tok == 0 {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/kusaw/kusaw/cluster"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -47,8 +48,9 @@ func (w *Worker) persistFor(what string, try time.Duration, fn func(context.Cont
 // put uploads a file as the object name, trying again while serve cannot
 // be reached, and returns the object's name and the SHA-256 of what it
 // stored (the result names both). A try after the first uses a name of its
-// own (name.2, name.3): a worker may not purge the chunks a cut-off try
-// left, which storing over the same name would have to.
+// own (name.2, name.3): an object is never replaced, and a try cut off
+// may have stored one. So does a try whose name another worker of the
+// pool took first.
 func (w *Worker) put(what, name, path string) (obj, sum string, err error) {
 	// A try may take its bound plus a second per MiB: a large artifacts
 	// tar on a slow link must not be cut off and sent again for ever.
@@ -58,14 +60,18 @@ func (w *Worker) put(what, name, path string) (obj, sum string, err error) {
 	}
 	try := 0
 	err = w.persistFor(what, bound, func(c context.Context) error {
-		try++
-		obj = name
-		if try > 1 {
-			obj = fmt.Sprintf("%s.%d", name, try)
+		for {
+			try++
+			obj = name
+			if try > 1 {
+				obj = fmt.Sprintf("%s.%d", name, try)
+			}
+			var perr error
+			_, sum, perr = w.h.PutFileSum(c, obj, path)
+			if !errors.Is(perr, cluster.ErrObjectExists) || try >= 8 {
+				return perr
+			}
 		}
-		var perr error
-		_, sum, perr = w.h.PutFileSum(c, obj, path)
-		return perr
 	})
 	return obj, sum, err
 }

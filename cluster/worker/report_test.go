@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -139,7 +140,7 @@ steps:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := o.Objects.GetInfo(ctx, res.Bundles["app"]); err != nil {
+	if _, err := o.GetBytes(ctx, res.Bundles["app"]); err != nil {
 		t.Errorf("the bundle the report names is not stored: %v", err)
 	}
 }
@@ -161,18 +162,18 @@ func waitUntil(t *testing.T, what string, ok func() bool, logs ...*logLines) {
 // heldGet holds the first object fetch open, once it has begun, until
 // resume: serve's server goes away in the middle of it.
 type heldGet struct {
-	jetstream.ObjectStore
+	cluster.ObjectStore
 	fetching, resume chan struct{}
 }
 
-func (h heldGet) Get(ctx context.Context, name string, opts ...jetstream.GetObjectOpt) (jetstream.ObjectResult, error) {
-	res, err := h.ObjectStore.Get(ctx, name, opts...)
+func (h heldGet) Get(ctx context.Context, name string) (io.ReadCloser, cluster.ObjectInfo, error) {
+	res, info, err := h.ObjectStore.Get(ctx, name)
 	select {
 	case <-h.fetching:
-		return res, err // only the first
+		return res, info, err // only the first
 	default:
 	}
 	close(h.fetching)
 	<-h.resume
-	return res, err
+	return res, info, err
 }

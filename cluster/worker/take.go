@@ -42,7 +42,8 @@ func (w *Worker) take(ctx context.Context, msg jetstream.Msg) {
 	// It ends at the step's placement, or here when none comes.
 	unwarm := proc.Prewarm(proc.Defaults(proc.Limits{}))
 	defer unwarm()
-	token, err := w.h.Claim(ctx, spec.ID, w.id.Name)
+	pool := cluster.PoolOfWork(msg.Subject())
+	token, err := w.h.Claim(ctx, pool, spec.ID, w.id.Name)
 	if err != nil {
 		// Another worker holds it (a redelivery), or the bucket failed:
 		// either way it is not ours.
@@ -54,7 +55,7 @@ func (w *Worker) take(ctx context.Context, msg jetstream.Msg) {
 	// first (handBackAll), then cancels them.
 	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
-	a := &claimed{id: spec.ID, token: token, cancel: cancel}
+	a := &claimed{id: spec.ID, pool: pool, token: token, cancel: cancel}
 	w.mu.Lock()
 	w.running[spec.ID] = a
 	w.mu.Unlock()
@@ -87,7 +88,7 @@ func (w *Worker) take(ctx context.Context, msg jetstream.Msg) {
 	b, _ := json.Marshal(res)
 	// Serve ends the claim once it took the result, so whether it still
 	// stands is asked before it is sent.
-	c, cur, herr := w.h.Holder(context.Background(), spec.ID)
+	c, cur, herr := w.h.Holder(context.Background(), pool, spec.ID)
 	fenced := herr == nil && (cur != token || c.Worker != w.id.Name)
 	// The message id makes a result sent again (serve was restarting) one
 	// message in the stream.
@@ -119,7 +120,7 @@ func (w *Worker) refuse(ctx context.Context, msg jetstream.Msg, raw []byte, why 
 	if json.Unmarshal(raw, &head) != nil || head.ID == "" {
 		return
 	}
-	token, err := w.h.Claim(ctx, head.ID, w.id.Name)
+	token, err := w.h.Claim(ctx, cluster.PoolOfWork(msg.Subject()), head.ID, w.id.Name)
 	if err != nil {
 		return // another worker holds it
 	}
@@ -223,7 +224,7 @@ func (w *Worker) run(ctx context.Context, spec *record.AttemptSpec, work *cluste
 		if _, err := cluster.MakeBundle(ctx, repos[wt.Repo], p, wt.HeadSHA, []string{wt.BaseSHA}); err != nil {
 			return fail("repo %s: %v", wt.Repo, err)
 		}
-		name, sum, err := w.put("attempt "+spec.ID+": bundle", cluster.ObjectName(spec.ID, a.token, "out-"+wt.Repo+".bundle"), p)
+		name, sum, err := w.put("attempt "+spec.ID+": bundle", cluster.ObjectName(a.pool, spec.ID, a.token, "out-"+wt.Repo+".bundle"), p)
 		if err != nil {
 			return fail("repo %s: cannot store the bundle: %v", wt.Repo, err)
 		}
@@ -261,7 +262,7 @@ func (w *Worker) run(ctx context.Context, spec *record.AttemptSpec, work *cluste
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			name, sum, err := w.put("attempt "+spec.ID+": "+obj, cluster.ObjectName(spec.ID, a.token, obj), path)
+			name, sum, err := w.put("attempt "+spec.ID+": "+obj, cluster.ObjectName(a.pool, spec.ID, a.token, obj), path)
 			mu.Lock()
 			defer mu.Unlock()
 			if err == nil {

@@ -103,6 +103,7 @@ type Worker struct {
 // claimed is an attempt this worker holds the claim of.
 type claimed struct {
 	id      string
+	pool    string // the work queue it came from: its claim and objects are there
 	token   uint64
 	secrets map[string]string
 	cancel  context.CancelFunc
