@@ -289,7 +289,8 @@ func (d *Dispatcher) Retire(ctx context.Context, worker string) (held int, err e
 	if d.o.Disconnect != nil {
 		d.o.Disconnect(e.NKey)
 	}
-	_ = d.o.H.Workers.Purge(ctx, worker)
+	// A delete marker: the heartbeats take no roll-up, which a purge is.
+	_ = d.o.H.Workers.Delete(ctx, worker)
 	if d.o.Metrics != nil {
 		d.o.Metrics.Running.DeleteLabelValues(worker)
 	}
