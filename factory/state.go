@@ -143,7 +143,7 @@ func (s *State) resolveID(id string) (string, error) {
 		return match[0], nil
 	}
 	if len(match) > 1 {
-		return "", fmt.Errorf("run id %q is ambiguous: %s", id, strings.Join(match, ", "))
+		return "", fmt.Errorf("%w %q: it begins %s", record.ErrAmbiguousRun, id, strings.Join(match, ", "))
 	}
 	return "", fmt.Errorf("%w %q (list runs with: kusaw runs)", record.ErrNoRun, id)
 }

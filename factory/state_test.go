@@ -47,7 +47,7 @@ func TestStateRunsAndIDs(t *testing.T) {
 	if r, err := st.LoadRun("20261129"); err != nil || r.ID != "20261129-235959-0000" {
 		t.Errorf("unique prefix: %v %v", r, err)
 	}
-	if _, err := st.LoadRun("20261130-0315"); err == nil || !strings.Contains(err.Error(), "ambiguous") {
+	if _, err := st.LoadRun("20261130-0315"); !errors.Is(err, record.ErrAmbiguousRun) || !strings.Contains(err.Error(), "20261130-0315") {
 		t.Errorf("ambiguous prefix: %v", err)
 	}
 	for _, bad := range []string{"nope", "", "../x", ".."} {

@@ -7,6 +7,8 @@ import "errors"
 var (
 	// ErrNoRun is returned for a run id that does not exist.
 	ErrNoRun = errors.New("no such run")
+	// ErrAmbiguousRun is returned for a run id prefix more than one run has.
+	ErrAmbiguousRun = errors.New("ambiguous run id")
 	// ErrUnknownPipeline wraps Pipeline's errors for callers that map it to a
 	// usage exit code.
 	ErrUnknownPipeline = errors.New("unknown pipeline")

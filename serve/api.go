@@ -213,7 +213,7 @@ func runError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, record.ErrNoRun):
 		apiError(w, http.StatusNotFound, "run_not_found", err.Error(), "list runs with: kusaw runs")
-	case strings.Contains(err.Error(), "ambiguous"):
+	case errors.Is(err, record.ErrAmbiguousRun):
 		apiError(w, http.StatusBadRequest, "run_ambiguous", err.Error(), "give more of the run id")
 	default:
 		apiError(w, http.StatusInternalServerError, "internal", err.Error(), "")

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/kusaw/kusaw/record"
+	"github.com/kusaw/kusaw/serve/client"
 	"github.com/kusaw/kusaw/status"
 )
 
@@ -80,5 +81,32 @@ func TestExitCode(t *testing.T) {
 	}
 	if m := errMessage(errors.New("first\nsecond")); m != "first" {
 		t.Errorf("message %q: the first line", m)
+	}
+}
+
+type failingStore struct {
+	RunStore
+	err error
+}
+
+func (s failingStore) LoadRun(string) (*record.RunRecord, error) { return nil, s.err }
+
+// A run id is looked up the same in-process and through serve: missing
+// is exit 5, a prefix of several runs a usage error, known by identity.
+func TestLoadRunErrors(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want status.ExitCode
+	}{
+		{fmt.Errorf("%w %q", record.ErrNoRun, "x"), status.ExitNotFound},
+		{&client.APIError{Status: 404, APIErrorBody: client.APIErrorBody{Code: "run_not_found", Message: "no such run"}}, status.ExitNotFound},
+		{fmt.Errorf("%w %q: it begins a, b", record.ErrAmbiguousRun, "2026"), status.ExitUsage},
+		{&client.APIError{Status: 400, APIErrorBody: client.APIErrorBody{Code: "run_ambiguous", Message: "ambiguous run id"}}, status.ExitUsage},
+		{errors.New("disk on fire"), status.ExitInternal},
+	} {
+		_, err := loadRun(failingStore{err: c.err}, "2026")
+		if got := exitCode(err); got != c.want {
+			t.Errorf("%v: exit %d, want %d", c.err, got, c.want)
+		}
 	}
 }

@@ -28,11 +28,14 @@ func (a *app) openState() (*factory.State, error) {
 	return st, nil
 }
 
-// loadRun maps a missing run to exit 5.
+// loadRun maps a missing run to exit 5, an ambiguous id to a usage error.
 func loadRun(st RunStore, id string) (*record.RunRecord, error) {
 	r, err := st.LoadRun(id)
 	if errors.Is(err, record.ErrNoRun) {
 		return nil, exitf(status.ExitNotFound, "%v", err)
+	}
+	if errors.Is(err, record.ErrAmbiguousRun) {
+		return nil, exitf(status.ExitUsage, "%v (give more of the id; list runs with: kusaw runs)", err)
 	}
 	if err != nil {
 		return nil, exitf(status.ExitInternal, "%v", err)

@@ -50,6 +50,8 @@ func (e *APIError) Unwrap() error {
 	switch e.Code {
 	case "run_not_found":
 		return record.ErrNoRun
+	case "run_ambiguous":
+		return record.ErrAmbiguousRun
 	case "unknown_pipeline":
 		return record.ErrUnknownPipeline
 	case "run_ended":
