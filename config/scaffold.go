@@ -15,6 +15,7 @@ type ScaffoldRepo struct {
 	Test     []string // its own test command; nil when none was found
 	TestWhy  string   // what the command was found from (go.mod, ...)
 	Registry []string // package hosts its tests fetch from (proxy.golang.org, ...)
+	Caches   []string // cache presets its tools keep warm (go, npm, ...)
 }
 
 // ScaffoldInput is what kusaw init learned about the folder.
@@ -58,6 +59,17 @@ func Scaffold(in ScaffoldInput) []byte {
 			}
 		}
 	}
+	var caches []string
+	for _, r := range in.Repos {
+		for _, c := range r.Caches {
+			if !contains(caches, c) {
+				caches = append(caches, c)
+			}
+		}
+	}
+	if len(caches) > 0 {
+		w("caches: %s   # kept between attempts, so the second run is warm (docs/factory.md)\n\n", yamlFlow(caches))
+	}
 	w("sandbox:\n")
 	switch {
 	case in.Sandbox:
@@ -74,11 +86,7 @@ func Scaffold(in ScaffoldInput) []byte {
 			w("    inject: provider         # the API key stays outside the sandbox:\n")
 			w("                             #   kusaw config set providers.claude-code.api_key --secret\n")
 		}
-		if len(in.HandshakeHosts) > 0 {
-			w("    # Sign-in and telemetry hosts are never added for you (kusaw validate warns, W3);\n")
-			w("    # list the ones the CLI needs under steps.implement.sandbox.egress.allow:\n")
-			w("    #   %s\n", strings.Join(in.HandshakeHosts, ", "))
-		}
+
 	default:
 		if in.SandboxNote != "" {
 			w("  # --sandbox was asked for, but %s\n", in.SandboxNote)
@@ -103,6 +111,14 @@ func Scaffold(in ScaffoldInput) []byte {
 	if in.Provider == "cursor" {
 		w("    # Cursor signs in with an API key kept in kusaw's secret store:\n")
 		w("    #   kusaw config set steps.implement.env.CURSOR_API_KEY --secret\n")
+	}
+	if in.Sandbox && len(in.HandshakeHosts) > 0 {
+		// Listed, not added by provider_hosts: the user sees each one and
+		// removes what the CLI does not need (W3 asks for them written).
+		w("    sandbox:\n")
+		w("      egress:\n")
+		w("        # %s's sign-in and telemetry hosts: remove those it does not need\n", in.Provider)
+		w("        allow: %s\n", yamlFlow(in.HandshakeHosts))
 	}
 	w("  checks:\n")
 	var tested []ScaffoldRepo

@@ -77,29 +77,11 @@ func (e Env) worktreeList() [][2]string {
 	return out
 }
 
-// TestCommand detects a repository's own test command: a Makefile test
-// target, go.mod, a package.json test script, Cargo.toml, pyproject.toml.
-// It returns nil when it finds none.
+// TestCommand detects a repository's own test command, installing its
+// dependencies first where the tests need them (Detect).
 func TestCommand(dir string) (argv []string, why string) {
-	if b, err := readSmall(filepath.Join(dir, "Makefile")); err == nil && makeTestTarget().Match(b) {
-		return []string{"make", "test"}, "Makefile has a test target"
-	}
-	if fileExists(filepath.Join(dir, "go.mod")) {
-		return []string{"go", "test", "./..."}, "go.mod"
-	}
-	if b, err := readSmall(filepath.Join(dir, "package.json")); err == nil {
-		var pj struct {
-			Scripts map[string]string `json:"scripts"`
-		}
-		if json.Unmarshal(b, &pj) == nil && strings.TrimSpace(pj.Scripts["test"]) != "" {
-			return []string{"npm", "test"}, "package.json has a test script"
-		}
-	}
-	if fileExists(filepath.Join(dir, "Cargo.toml")) {
-		return []string{"cargo", "test"}, "Cargo.toml"
-	}
-	if fileExists(filepath.Join(dir, "pyproject.toml")) {
-		return []string{"python3", "-m", "pytest"}, "pyproject.toml"
+	if e, ok := Detect(dir); ok {
+		return e.Test, e.Why
 	}
 	return nil, ""
 }

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -27,10 +28,13 @@ func TestTestCommandDetection(t *testing.T) {
 	}{
 		{map[string]string{"Makefile": "build:\n\tgo build\ntest:\n\tgo test\n", "go.mod": "module x\n"}, []string{"make", "test"}},
 		{map[string]string{"Makefile": "build:\n\ttrue\n", "go.mod": "module x\n"}, []string{"go", "test", "./..."}},
-		{map[string]string{"package.json": `{"scripts":{"test":"jest"}}`}, []string{"npm", "test"}},
+		{map[string]string{"package.json": `{"scripts":{"test":"jest"}}`}, []string{"sh", "-c", "npm install && npm test"}},
+		{map[string]string{"package.json": `{"scripts":{"test":"xo"}}`, "package-lock.json": "{}"}, []string{"sh", "-c", "npm ci && npm test"}},
+		{map[string]string{"package.json": `{"scripts":{"test":"xo"}}`, "yarn.lock": ""}, []string{"sh", "-c", "yarn install --frozen-lockfile && yarn test"}},
 		{map[string]string{"package.json": `{"scripts":{"build":"tsc"}}`}, nil},
 		{map[string]string{"Cargo.toml": "[package]\n"}, []string{"cargo", "test"}},
-		{map[string]string{"pyproject.toml": "[project]\n"}, []string{"python3", "-m", "pytest"}},
+		{map[string]string{"pyproject.toml": "[project]\n"}, []string{"sh", "-c", "python3 -m venv .venv && .venv/bin/pip install -q pytest -e . && .venv/bin/python -m pytest"}},
+		{map[string]string{"requirements.txt": "requests\n"}, []string{"sh", "-c", "python3 -m venv .venv && .venv/bin/pip install -q pytest -r requirements.txt && .venv/bin/python -m pytest"}},
 		{map[string]string{"README": "x"}, nil},
 	}
 	for i, c := range cases {
@@ -40,6 +44,37 @@ func TestTestCommandDetection(t *testing.T) {
 		}
 		if got, _ := TestCommand(dir); !reflect.DeepEqual(got, c.want) {
 			t.Errorf("case %d: %v, want %v", i, got, c.want)
+		}
+	}
+}
+
+// TestDetectCachesAndHosts: each ecosystem names the cache presets and
+// package hosts its install needs; a Makefile keeps its language's.
+func TestDetectCachesAndHosts(t *testing.T) {
+	for _, c := range []struct {
+		files  map[string]string
+		name   string
+		caches []string
+		host   string
+	}{
+		{map[string]string{"go.mod": "module x\n"}, "go", []string{"go"}, "proxy.golang.org"},
+		{map[string]string{"go.mod": "module x\n", "Makefile": "test:\n\tgo test ./...\n"}, "make", []string{"go"}, "sum.golang.org"},
+		{map[string]string{"package.json": `{"scripts":{"test":"x"}}`}, "node", []string{"npm"}, "registry.npmjs.org"},
+		{map[string]string{"Cargo.toml": ""}, "rust", []string{"cargo"}, "index.crates.io"},
+		{map[string]string{"requirements.txt": ""}, "python", []string{"pip"}, "files.pythonhosted.org"},
+	} {
+		dir := t.TempDir()
+		for n, body := range c.files {
+			os.WriteFile(filepath.Join(dir, n), []byte(body), 0o644)
+		}
+		e, ok := Detect(dir)
+		if !ok || e.Name != c.name || !reflect.DeepEqual(e.Caches, c.caches) || !slices.Contains(e.Hosts, c.host) {
+			t.Errorf("%v: %+v %v", c.files, e, ok)
+		}
+		for _, p := range e.Caches {
+			if _, known := config.CachePresets[p]; !known {
+				t.Errorf("%s names cache %q, not a preset", e.Name, p)
+			}
 		}
 	}
 }

@@ -53,18 +53,6 @@ never overwrites a factory.yaml (exit 2).`,
 	return c
 }
 
-// testHosts are the package hosts a repository's tests fetch from, by the
-// file that shows its kind.
-var testHosts = []struct {
-	file  string
-	hosts []string
-}{
-	{"go.mod", []string{"proxy.golang.org", "sum.golang.org"}},
-	{"package.json", []string{"registry.npmjs.org"}},
-	{"Cargo.toml", []string{"index.crates.io", "static.crates.io"}},
-	{"pyproject.toml", []string{"pypi.org", "files.pythonhosted.org"}},
-}
-
 func (a *app) runInit(provider string, withSandbox bool) error {
 	if !slices.Contains(config.ProviderNames, provider) {
 		return exitf(status.ExitUsage, "--provider %q is not one of %s", provider, strings.Join(config.ProviderNames, ", "))
@@ -174,12 +162,11 @@ func gitTop(dir string) (string, error) {
 
 func scaffoldRepo(name, rel, dir string) config.ScaffoldRepo {
 	r := config.ScaffoldRepo{Name: name, Path: rel}
-	r.Test, r.TestWhy = steps.TestCommand(dir)
-	for _, th := range testHosts {
-		if _, err := os.Stat(filepath.Join(dir, th.file)); err == nil {
-			r.Registry = append(r.Registry, th.hosts...)
-		}
+	eco, ok := steps.Detect(dir)
+	if ok {
+		r.Test, r.TestWhy = eco.Test, eco.Why
 	}
+	r.Registry, r.Caches = eco.Hosts, eco.Caches
 	return r
 }
 
