@@ -49,6 +49,7 @@ func (a *Attempt) agentSpec(spec *steps.Spec, at steps.Attempt, p *preparedProc,
 		}
 	}
 	in.StepEnv = append(in.StepEnv, s.EnvOrder...)
+	in.Writable = a.f.SandboxWritable()
 	// A per-attempt settings folder (Cursor's cli-config.json), inside the
 	// attempt's tmp so the sandbox sees it and it goes with the attempt.
 	in.ConfigDir = filepath.Join(at.Tmp, "provider-config")

@@ -186,3 +186,25 @@ func (f *Factory) AllowWrite(s *Step) []string {
 	}
 	return out
 }
+
+// SandboxWritable lists the host folders some sandbox of this factory may
+// write: the state folder (attempts, worktrees, private ref stores and
+// object folders, default caches), every cache, and the allow_write of
+// the factory and of every step. kusaw runs no program from them on the
+// host (the agent CLI's --version probe refuses one there).
+func (f *Factory) SandboxWritable() []string {
+	out := []string{f.StateDir}
+	out = append(out, f.Sandbox.AllowWrite...)
+	for _, c := range f.Caches {
+		out = append(out, c.Path)
+	}
+	for _, s := range f.Steps {
+		if s.Sandbox != nil {
+			out = append(out, s.Sandbox.AllowWrite...)
+		}
+		for _, c := range s.Caches {
+			out = append(out, c.Path)
+		}
+	}
+	return out
+}

@@ -28,6 +28,10 @@ type PrepareInput struct {
 	// sandbox, where a provider may write per-attempt CLI settings
 	// (Cursor's cli-config.json). Empty: none are written.
 	ConfigDir string
+	// Writable are the host folders the factory's sandboxes may write
+	// (config.Factory.SandboxWritable): a CLI inside one is refused, as
+	// one inside any provider's login folder is, and never run.
+	Writable []string
 	// MaxTurns and MaxBudgetUSD: see RunRequest.
 	MaxTurns     int
 	MaxBudgetUSD float64
@@ -84,7 +88,9 @@ func Prepare(ctx context.Context, in PrepareInput) (Prepared, error) {
 	if err := out.Token.Err(in.StepEnv); err != nil {
 		return Prepared{}, err
 	}
-	pr, err := p.Probe(ctx, in.Command)
+	// Every registered provider probes through its Spec (probe); the
+	// factory's writable folders are checked too.
+	pr, err := probeAvoiding(ctx, p.Spec(), in.Command, in.Writable)
 	if err != nil {
 		return Prepared{}, err
 	}

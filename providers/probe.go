@@ -54,13 +54,20 @@ var versionRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile
 // not recognise is passed over: `agent` is a common name, and another
 // vendor's CLI must not get Cursor's flags.
 func probe(ctx context.Context, spec Spec, command string) (Probe, error) {
+	return probeAvoiding(ctx, spec, command, nil)
+}
+
+// probeAvoiding is probe that also refuses a CLI inside one of writable
+// (besides every provider's login folders): what a sandbox may write.
+func probeAvoiding(ctx context.Context, spec Spec, command string, writable []string) (Probe, error) {
 	paths, err := resolveCommand(spec, command)
 	if err != nil {
 		return Probe{}, err
 	}
+	roots := writableRoots(writable)
 	var foreign []string
 	for _, path := range paths {
-		p, err := probeBinary(ctx, spec, path)
+		p, err := probeBinary(ctx, spec, path, roots)
 		if err != nil {
 			return Probe{}, err
 		}
@@ -86,10 +93,15 @@ func probe(ctx context.Context, spec Spec, command string) (Probe, error) {
 }
 
 // probeBinary runs `--version` once per binary (resolved path, size, mtime).
-func probeBinary(ctx context.Context, spec Spec, path string) (Probe, error) {
+func probeBinary(ctx context.Context, spec Spec, path string, roots []writableRoot) (Probe, error) {
 	real, err := filepath.EvalSymlinks(path)
 	if err != nil {
 		real = path
+	}
+	// Before the cache too: a result probed before the folder became
+	// writable does not make the binary there safe to run later.
+	if err := refuseWritable(spec, path, real, roots); err != nil {
+		return Probe{}, err
 	}
 	fi, err := os.Stat(real)
 	if err != nil {

@@ -32,23 +32,26 @@ const (
 	// ReasonProviderMultipleResults: the stream held more than one result
 	// event, so which one decides the attempt is unclear.
 	ReasonProviderMultipleResults Reason = "provider.multiple_results"
-	ReasonWorktreeFailed          Reason = "worktree.failed"
-	ReasonWorktreeDirty           Reason = "worktree.dirty_repo"
-	ReasonCommitFailed            Reason = "worktree.commit_failed"
-	ReasonEgressBudget            Reason = "egress.budget"
-	ReasonEgressLeaseFailed       Reason = "egress.lease_failed"
-	ReasonEgressBridgeFailed      Reason = "egress.bridge_failed"
-	ReasonSecretMissing           Reason = "secret.missing"
-	ReasonRunInterrupted          Reason = "run.interrupted"
-	ReasonRunCanceled             Reason = "run.canceled"
-	ReasonInternal                Reason = "kusaw.internal"
-	ReasonLost                    Reason = "lost"
-	ReasonMergeConflict           Reason = "merge_conflict"
-	ReasonLimitReached            Reason = "limit_reached"
-	ReasonResourceLimit           Reason = "resource_limit"
-	ReasonGateRejected            Reason = "gate_rejected"
-	ReasonGateTimeout             Reason = "gate_timeout"
-	ReasonDeliverFailed           Reason = "deliver.failed"
+	// ReasonProviderWritable: the CLI lies where a sandboxed step can
+	// write, so kusaw does not run it (not even its --version).
+	ReasonProviderWritable   Reason = "provider.writable_cli"
+	ReasonWorktreeFailed     Reason = "worktree.failed"
+	ReasonWorktreeDirty      Reason = "worktree.dirty_repo"
+	ReasonCommitFailed       Reason = "worktree.commit_failed"
+	ReasonEgressBudget       Reason = "egress.budget"
+	ReasonEgressLeaseFailed  Reason = "egress.lease_failed"
+	ReasonEgressBridgeFailed Reason = "egress.bridge_failed"
+	ReasonSecretMissing      Reason = "secret.missing"
+	ReasonRunInterrupted     Reason = "run.interrupted"
+	ReasonRunCanceled        Reason = "run.canceled"
+	ReasonInternal           Reason = "kusaw.internal"
+	ReasonLost               Reason = "lost"
+	ReasonMergeConflict      Reason = "merge_conflict"
+	ReasonLimitReached       Reason = "limit_reached"
+	ReasonResourceLimit      Reason = "resource_limit"
+	ReasonGateRejected       Reason = "gate_rejected"
+	ReasonGateTimeout        Reason = "gate_timeout"
+	ReasonDeliverFailed      Reason = "deliver.failed"
 )
 
 // Reasons lists every reason code with its message and fix. The reference
@@ -69,6 +72,7 @@ var Reasons = []ReasonInfo{
 	{ReasonProviderMissing, "the provider's CLI is not installed or not on PATH", "install it, or set providers.<name>.command to its path"},
 	{ReasonProviderExitLied, "the agent reported success but its process exited non-zero", "read stderr.log; the CLI failed after finishing its work"},
 	{ReasonProviderMultipleResults, "the agent CLI printed more than one result event, so it is unclear which one decides", "read stdout.log; a wrapper script or a second agent writing to the same output is the usual cause"},
+	{ReasonProviderWritable, "the agent CLI lies in a folder a sandboxed step can write (a login folder such as ~/.claude, the state folder, a cache, allow_write), so a step could have replaced it; kusaw does not run it", "install the CLI outside those folders (npm install -g, a system package), or point the provider's command in factory.yaml (providers: ... command:) at a copy outside them"},
 	{ReasonWorktreeFailed, "a git worktree could not be created or removed", "run `git worktree prune` in the repository and check its base ref exists"},
 	{ReasonWorktreeDirty, "the repository's main checkout has uncommitted changes; kusaw does not touch it", "commit or stash the changes in the repository, then run again"},
 	{ReasonCommitFailed, "the attempt's changes could not be committed on its branch", "read the attempt's events; check git's user.name/user.email and hooks"},
