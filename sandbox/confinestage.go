@@ -86,3 +86,6 @@ func (p *Plan) confineArgv() []string {
 	}
 	return append(append([]string{}, prog...), confine.Args(w)...)
 }
+
+// confineArgsFor is the stage's flags for writable paths, ending in "--".
+func confineArgsFor(writable []string) []string { return confine.Args(writable) }

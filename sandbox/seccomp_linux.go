@@ -249,12 +249,16 @@ func flagsNone(i int, mask uint32) []bpf.Instruction {
 	}
 }
 
+// sysRule is the block of the calls lo..hi (one call when lo == hi).
 type sysRule struct {
-	nr    uint32
-	block []bpf.Instruction
+	lo, hi uint32
+	block  []bpf.Instruction
 }
 
-// seccompRules is every named call with its block, sorted by number.
+// seccompRules is every named call with its block, sorted by number, and
+// neighbouring calls with the same one-instruction block merged into one
+// range: the filter shrinks to a quarter, and the kernel checks and
+// compiles it at each start of a sandbox.
 func seccompRules() ([]sysRule, error) {
 	blocks := map[uint32][]bpf.Instruction{}
 	add := func(nr uintptr, b []bpf.Instruction) error {
@@ -284,11 +288,20 @@ func seccompRules() ([]sysRule, error) {
 			return nil, err
 		}
 	}
-	rules := make([]sysRule, 0, len(blocks))
-	for nr, b := range blocks {
-		rules = append(rules, sysRule{nr, b})
+	nrs := make([]uint32, 0, len(blocks))
+	for nr := range blocks {
+		nrs = append(nrs, nr)
 	}
-	slices.SortFunc(rules, func(a, b sysRule) int { return int(a.nr) - int(b.nr) })
+	slices.Sort(nrs)
+	var rules []sysRule
+	for _, nr := range nrs {
+		b := blocks[nr]
+		if n := len(rules); n > 0 && rules[n-1].hi+1 == nr && len(b) == 1 && len(rules[n-1].block) == 1 && rules[n-1].block[0] == b[0] {
+			rules[n-1].hi = nr
+			continue
+		}
+		rules = append(rules, sysRule{nr, nr, b})
+	}
 	return rules, nil
 }
 
@@ -296,10 +309,17 @@ func seccompRules() ([]sysRule, error) {
 // per call even on kernels without seccomp's per-call cache. The long
 // jumps (ja) carry the distances conditional jumps cannot.
 func dispatch(rules []sysRule) []bpf.Instruction {
-	if len(rules) <= 4 {
+	if len(rules) <= 3 {
 		var out []bpf.Instruction
 		for _, r := range rules {
-			out = append(out, bpf.JumpIf{Cond: bpf.JumpEqual, Val: r.nr, SkipFalse: uint8(len(r.block))})
+			n := uint8(len(r.block))
+			if r.lo == r.hi {
+				out = append(out, bpf.JumpIf{Cond: bpf.JumpEqual, Val: r.lo, SkipFalse: n})
+			} else {
+				out = append(out,
+					bpf.JumpIf{Cond: bpf.JumpGreaterOrEqual, Val: r.lo, SkipFalse: n + 1},
+					bpf.JumpIf{Cond: bpf.JumpGreaterThan, Val: r.hi, SkipTrue: n})
+			}
 			out = append(out, r.block...)
 		}
 		return append(out, bpf.RetConstant{Val: retENOSYS})
@@ -308,7 +328,7 @@ func dispatch(rules []sysRule) []bpf.Instruction {
 	left, right := dispatch(rules[:mid]), dispatch(rules[mid:])
 	// At or above the middle: the ja over the left half; below: the left half.
 	out := []bpf.Instruction{
-		bpf.JumpIf{Cond: bpf.JumpGreaterOrEqual, Val: rules[mid].nr, SkipFalse: 1},
+		bpf.JumpIf{Cond: bpf.JumpGreaterOrEqual, Val: rules[mid].lo, SkipFalse: 1},
 		bpf.Jump{Skip: uint32(len(left))},
 	}
 	out = append(out, left...)
@@ -325,7 +345,7 @@ func seccompProgram() ([]byte, error) {
 	}
 	for _, r := range rules {
 		if len(r.block) > 255 {
-			return nil, fmt.Errorf("seccomp: the rule of system call %d is too long", r.nr)
+			return nil, fmt.Errorf("seccomp: the rule of system call %d is too long", r.lo)
 		}
 	}
 	prog := []bpf.Instruction{
