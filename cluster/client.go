@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -42,6 +43,21 @@ func Dial(id *Identity, name string, opts ...nats.Option) (*nats.Conn, error) {
 		return nil, ErrNotEnrolled
 	}
 	return nc, err
+}
+
+// Where names the NATS server a connection is (or was last) on, for
+// messages: the one it is connected to, else those it dials.
+func Where(nc *nats.Conn) string {
+	if u := nc.ConnectedUrlRedacted(); u != "" {
+		return u
+	}
+	if len(nc.Opts.Servers) > 0 {
+		return strings.Join(nc.Opts.Servers, ",")
+	}
+	if nc.Opts.Url == "" {
+		return "in process"
+	}
+	return nc.Opts.Url
 }
 
 func isAuthErr(err error) bool {

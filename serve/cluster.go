@@ -58,7 +58,7 @@ func startCluster(f *config.Factory, log zerolog.Logger) (*serveCluster, error) 
 	// finds no worker lost meanwhile.
 	watch := []nats.Option{
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
-			ev := log.Warn().Str("nats", nc.ConnectedUrlRedacted())
+			ev := log.Warn().Str("nats", cluster.Where(nc))
 			if err != nil {
 				ev = ev.Str("error", err.Error())
 			}
@@ -68,7 +68,7 @@ func startCluster(f *config.Factory, log zerolog.Logger) (*serveCluster, error) 
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
-			log.Info().Str("nats", nc.ConnectedUrlRedacted()).Msg("reconnected to the NATS server: workers have lost_after from now to be heard")
+			log.Info().Str("nats", cluster.Where(nc)).Msg("reconnected to the NATS server: workers have lost_after from now to be heard")
 			if d := sc.dispatcher(); d != nil {
 				d.ConnChanged(true)
 			}

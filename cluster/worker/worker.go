@@ -205,10 +205,10 @@ func New(ctx context.Context, o Options) (*Worker, error) {
 			// It is the NATS server that went, which is serve only
 			// when serve embeds it (a stream leader election on a
 			// NATS cluster is not serve's doing).
-			o.Logf("disconnected from the NATS server at %s: %v (retrying)", nc.ConnectedUrlRedacted(), err)
+			o.Logf("disconnected from the NATS server at %s: %v (retrying)", cluster.Where(nc), err)
 			w.connLost()
 		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) { o.Logf("reconnected to the NATS server at %s", nc.ConnectedUrlRedacted()) }),
+		nats.ReconnectHandler(func(nc *nats.Conn) { o.Logf("reconnected to the NATS server at %s", cluster.Where(nc)) }),
 		// The client gives up only when the server refuses its key again
 		// and again: serve retired the worker.
 		nats.ClosedHandler(func(*nats.Conn) { w.closeOnce.Do(func() { close(w.closed) }) }))

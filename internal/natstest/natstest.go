@@ -46,6 +46,38 @@ type Cluster struct {
 	// AccountKey is the account's identity key: a test may sign with it
 	// to show what the server accepts, or forge with another.
 	AccountKey nkeys.KeyPair
+
+	opts []*server.Options // each server's, with the port it got
+}
+
+// Stop shuts every server down (an outage); Restart starts them again on
+// the same ports with the same stores.
+func (c *Cluster) Stop() {
+	for _, ns := range c.Servers {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+	}
+}
+
+// Restart starts the servers Stop shut down.
+func (c *Cluster) Restart(t testing.TB) {
+	t.Helper()
+	for i, o := range c.opts {
+		ns, err := server.NewServer(o.Clone())
+		if err != nil {
+			t.Fatal(err)
+		}
+		go ns.Start()
+		t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+		if !ns.ReadyForConnections(10 * time.Second) {
+			t.Fatal("the NATS server did not start again")
+		}
+		c.Servers[i] = ns
+	}
+	c.Server = c.Servers[0]
+	if len(c.Servers) > 1 {
+		waitMetaLeader(t, c.Servers)
+	}
 }
 
 // Start runs the server in dir until the test ends; it sends only the
@@ -126,6 +158,7 @@ func StartWith(t testing.TB, dir string, n int, edit func(*jwt.AccountClaims)) *
 			opts.Cluster.Port, _ = strconv.Atoi(p)
 			opts.Routes = routes
 		}
+		kept := opts.Clone() // the server fills in what it derives
 		ns, err := server.NewServer(opts)
 		must(err)
 		go ns.Start()
@@ -135,6 +168,8 @@ func StartWith(t testing.TB, dir string, n int, edit func(*jwt.AccountClaims)) *
 			t.Fatal("the operator-mode NATS server did not start")
 		}
 		urls = append(urls, "tls://"+ns.Addr().String())
+		kept.Port = ns.Addr().(*net.TCPAddr).Port
+		c.opts = append(c.opts, kept)
 	}
 	c.Server, c.URL = c.Servers[0], strings.Join(urls, ",")
 	if n > 1 {
