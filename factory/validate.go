@@ -1,6 +1,7 @@
 package factory
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -352,7 +353,8 @@ func (v *Validator) providerChecks(f *config.Factory) config.Findings {
 				mx := providers.CapabilitiesOf(s.Provider, providers.Mode{Sandboxed: mode == config.ModeRequired, Network: providerNetwork(netw),
 					Inject: injects, FreshHome: providers.FreshHome(v.GOOS, mode == config.ModeRequired)})
 				for _, err := range mx.Unmet(s.Requires) {
-					if strings.Contains(err.Error(), "requires network") || strings.Contains(err.Error(), "requires sandbox") {
+					var ue *providers.UnmetError
+					if errors.As(err, &ue) && (ue.Capability == providers.CapNetwork || ue.Capability == providers.CapSandbox) {
 						continue // the loader already said it, with its own code
 					}
 					add(config.SevError, config.ECodeCapMissing, sp+".requires", "remove it from requires, or change the step's provider or sandbox", "step %s %v", id, err)

@@ -68,3 +68,31 @@ steps:
 		t.Fatalf("steps: %+v", r.Steps)
 	}
 }
+
+// A step that requires network while its network is open is told once,
+// by the loader's own code; the provider's matrix does not say it again
+// (known by its capability, not by its text). The twin: a capability the
+// loader does not check (inject, here off) is reported from the matrix.
+func TestValidateRequiresReportedOnce(t *testing.T) {
+	f, fs := config.Parse([]byte(`version: 1
+repos: {}
+pipelines: {default: [a]}
+steps:
+  a: {agent: claude-code, prompt: hi, requires: [network, inject], sandbox: {mode: required, network: open}}
+`), filepath.Join(t.TempDir(), "factory.yaml"))
+	r := NewValidator().Validate(f, fs)
+	open, network, inject := 0, 0, 0
+	for _, e := range r.Errors {
+		switch {
+		case e.Code == config.ECodeNetworkOpen:
+			open++
+		case e.Code == config.ECodeCapMissing && strings.Contains(e.Message, "requires network"):
+			network++
+		case e.Code == config.ECodeCapMissing && strings.Contains(e.Message, "requires inject"):
+			inject++
+		}
+	}
+	if open != 1 || network != 0 || inject != 1 {
+		t.Errorf("network open %d, network from the matrix %d, inject %d; want 1, 0, 1: %+v", open, network, inject, r.Errors)
+	}
+}

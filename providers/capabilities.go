@@ -84,10 +84,22 @@ func (m Matrix) Unmet(requires []string) []error {
 			continue
 		}
 		if cell.Level == NotSupported {
-			errs = append(errs, fmt.Errorf("requires %s, which %s does not support in this mode: %s", r, m.Provider, cell.Note))
+			errs = append(errs, &UnmetError{Capability: Capability(r), Provider: m.Provider, Note: cell.Note})
 		}
 	}
 	return errs
+}
+
+// UnmetError is a capability a step requires that its provider does not
+// have in the step's mode.
+type UnmetError struct {
+	Capability Capability
+	Provider   string
+	Note       string
+}
+
+func (e *UnmetError) Error() string {
+	return fmt.Sprintf("requires %s, which %s does not support in this mode: %s", e.Capability, e.Provider, e.Note)
 }
 
 // CapabilityNames lists the capability names, in page order.

@@ -1,6 +1,7 @@
 package providers
 
 import (
+	"errors"
 	"flag"
 	"strings"
 	"testing"
@@ -81,7 +82,8 @@ func TestUnmet(t *testing.T) {
 	if len(errs) != 2 {
 		t.Fatalf("errs %v", errs)
 	}
-	if !strings.Contains(errs[0].Error(), "network") || !strings.Contains(errs[0].Error(), "network: allowlist") {
+	var ue *UnmetError
+	if !errors.As(errs[0], &ue) || ue.Capability != CapNetwork || !strings.Contains(errs[0].Error(), "network: allowlist") {
 		t.Errorf("network error %q", errs[0])
 	}
 	if !strings.Contains(errs[1].Error(), `unknown capability "teleport"`) {
