@@ -551,7 +551,9 @@ func shapeProps() []*schemaProp {
 			p("on", on),
 			p("backoff", duration("wait before each next attempt")),
 		)),
-		p("candidates", integer("attempts run at once from the same tip; one is kept (select)", intp(2), intp(10))),
+		p("candidates", oneOf("attempts run at once from the same tip; one is kept (select)",
+			integer("how many, all with the step's provider", intp(2), intp(10)),
+			array("one candidate per entry, each with its own provider (an agent step)", candidateNode()))),
 		p("select", sel),
 		p("on_failure", stepRef("a fixer step run on a failed attempt's branch; the next attempt starts from its commit")),
 		p("continue_on_failure", boolean("the step's failure neither stops its group's siblings nor fails the run")),
@@ -573,4 +575,11 @@ func notifyNode(desc string) *schemaNode {
 		}
 	}
 	return array(desc, entry)
+}
+
+// candidateNode is one entry of candidates written as a list.
+func candidateNode() *schemaNode {
+	n := object("one candidate", p("provider", enum("the candidate's agent CLI", ProviderNames...)))
+	n.required = []string{"provider"}
+	return n
 }

@@ -76,6 +76,10 @@ func (d *decoder) stepShape(s *Step, key string, n *yaml.Node, kp string) bool {
 	case "retry":
 		d.retry(s, n, kp)
 	case "candidates":
+		if resolve(n).Kind == yaml.SequenceNode {
+			d.candidateList(s, n, kp)
+			break
+		}
 		s.Candidates = d.integer(n, kp)
 		if s.Candidates < 2 || s.Candidates > 10 {
 			d.errf(ECodeBadValue, n, kp, "use a number from 2 to 10, or remove candidates", "%s must be from 2 to 10", kp)
@@ -253,6 +257,9 @@ func (d *decoder) shapeChecks(f *Factory) {
 		if s.Gate != nil && s.Candidates > 0 {
 			d.errf(ECodeGate, f.posNode(join(p, "gate")), join(p, "gate"), "put the gate on a step before this one", "step %s has a gate and candidates: one decision cannot stand before several attempts", id)
 		}
+		if len(s.CandidateProviders) > 0 && s.Kind() != KindAgent {
+			d.errf(ECodeShape, f.posNode(join(p, "candidates")), join(p, "candidates"), "write candidates: N, or give the step a prompt", "step %s is a %s step: candidates that name providers need an agent step", id, s.Kind())
+		}
 		if s.Candidates > 0 && s.OnFailure != "" {
 			d.errf(ECodeShape, f.posNode(join(p, "on_failure")), join(p, "on_failure"), "remove on_failure or candidates", "step %s has both candidates and on_failure", id)
 		}
@@ -297,4 +304,33 @@ func (d *decoder) shapeChecks(f *Factory) {
 			d.add(SevWarning, WCodeResolveUnused, f.posNode("steps."+it.Step+".resolve"), "steps."+it.Step+".resolve", "put the step first in a parallel group, or remove resolve", "step %s has resolve but runs alone in pipeline %s: there is nothing to merge", it.Step, name)
 		}
 	}
+}
+
+// candidateList reads candidates as a list of {provider: NAME}: one
+// candidate per entry, each run by its provider, so one step can race
+// agents and let select pick.
+func (d *decoder) candidateList(s *Step, n *yaml.Node, kp string) {
+	n = resolve(n)
+	if len(n.Content) < 2 || len(n.Content) > 10 {
+		d.errf(ECodeBadValue, n, kp, "list from 2 to 10 candidates, e.g. [{provider: claude-code}, {provider: codex}]", "%s must list from 2 to 10 candidates", kp)
+		return
+	}
+	var names []string
+	for i, c := range n.Content {
+		ip := fmt.Sprintf("%s[%d]", kp, i)
+		name := ""
+		for _, fl := range d.fields(c, ip, []string{"provider"}) {
+			name = d.str(fl.value, join(ip, "provider"))
+			if !contains(ProviderNames, name) {
+				d.errf(ECodeUnknownProvider, fl.value, join(ip, "provider"), "known providers: "+strings.Join(ProviderNames, ", "), "unknown provider %q", name)
+				return
+			}
+		}
+		if name == "" {
+			d.errf(ECodeMissing, c, ip, "write {provider: NAME}", "%s needs a provider", ip)
+			return
+		}
+		names = append(names, name)
+	}
+	s.Candidates, s.CandidateProviders = len(names), names
 }

@@ -307,6 +307,10 @@ type Step struct {
 	// Pipeline shapes (config/shapes.go).
 	Retry             *Retry // nil: attempts alone, retried on any failure
 	Candidates        int    // 0: one attempt at a time; 2..10: that many at once
+	// CandidateProviders is candidates written as a list: candidate k
+	// (from 0) runs with provider CandidateProviders[k]. Empty: every
+	// candidate runs with Provider.
+	CandidateProviders []string
 	Select            Select // with candidates; "" means first
 	Judge             string // select: judge:STEP
 	OnFailure         string // a fixer step run between failed attempts

@@ -689,6 +689,17 @@ func (e *Engine) resolveMerge(ctx context.Context, r *Run, it item, member, repo
 	return "", errors.New("the resolve step left no commit")
 }
 
+// candidateStep is the step candidate k (from 0) runs: the step itself,
+// or a copy with the candidate's own provider when candidates name them.
+func candidateStep(s *config.Step, k int) *config.Step {
+	if k >= len(s.CandidateProviders) || s.CandidateProviders[k] == s.Provider {
+		return s
+	}
+	c := *s
+	c.Provider = s.CandidateProviders[k]
+	return &c
+}
+
 // runCandidates runs a step's candidates at once from the same tip and
 // keeps one (select: first, all or judge:STEP).
 func (e *Engine) runCandidates(ctx context.Context, r *Run, i int) stepEnd {
@@ -716,7 +727,7 @@ func (e *Engine) runCandidates(ctx context.Context, r *Run, i int) stepEnd {
 						opt.Siblings = append(opt.Siblings, worktree.AttemptBranch(r.ID(), s.ID, m))
 					}
 				}
-				return e.runAttempt(cctx, r, s, n, max(n, nums[len(nums)-1]), opt)
+				return e.runAttempt(cctx, r, candidateStep(s, k), n, max(n, nums[len(nums)-1]), opt)
 			})
 			done <- k
 		}()
@@ -750,6 +761,9 @@ func (e *Engine) runCandidates(ctx context.Context, r *Run, i int) stepEnd {
 	list := []map[string]any{}
 	for k, a := range recs {
 		w := map[string]any{"candidate": k + 1, "attempt": a.Number, "outcome": a.Outcome}
+		if len(s.CandidateProviders) > 0 {
+			w["provider"] = candidateStep(s, k).Provider
+		}
 		var br []string
 		for _, wt := range a.Worktrees {
 			br = append(br, wt.Branch)

@@ -3,11 +3,13 @@ package factory
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 
@@ -108,6 +110,19 @@ func (v *Validator) Validate(f *config.Factory, fs config.Findings) Report {
 	fs = append(fs, v.providerChecks(f)...)
 	fs = append(fs, v.secretChecks(f)...)
 	fs = append(fs, limitChecks(f)...)
+	// A candidate with a provider of its own is checked as if the step
+	// ran with it: its inject, capabilities, token and limits.
+	for _, cf := range candidateVariants(f) {
+		var more config.Findings
+		more = append(more, v.providerChecks(cf)...)
+		more = append(more, v.secretChecks(cf)...)
+		more = append(more, limitChecks(cf)...)
+		for _, x := range more {
+			if !slices.ContainsFunc(fs, func(y config.Finding) bool { return y.Code == x.Code && y.Path == x.Path && y.Message == x.Message }) {
+				fs = append(fs, x)
+			}
+		}
+	}
 	fs = append(fs, providerArgChecks(f)...)
 	fs = append(fs, v.envProxyCheck(f)...)
 	fs = append(fs, unsandboxedAfterChecks(f)...)
@@ -139,6 +154,33 @@ func (v *Validator) Validate(f *config.Factory, fs config.Findings) Report {
 		}
 	}
 	return r
+}
+
+// candidateVariants are copies of f in which each step whose candidates
+// name providers runs with its k-th candidate's, for each k where one
+// differs from the step's own.
+func candidateVariants(f *config.Factory) []*config.Factory {
+	var out []*config.Factory
+	for k := 0; k < 10; k++ {
+		var cf *config.Factory
+		for id, s := range f.Steps {
+			if k >= len(s.CandidateProviders) || s.CandidateProviders[k] == s.Provider {
+				continue
+			}
+			if cf == nil {
+				c := *f
+				c.Steps = maps.Clone(f.Steps)
+				cf = &c
+			}
+			cs := *s
+			cs.Provider = s.CandidateProviders[k]
+			cf.Steps[id] = &cs
+		}
+		if cf != nil {
+			out = append(out, cf)
+		}
+	}
+	return out
 }
 
 // providerArgChecks refuses providers.<name>.args that kusaw would refuse
