@@ -305,19 +305,19 @@ type Step struct {
 	Ports int
 
 	// Pipeline shapes (config/shapes.go).
-	Retry             *Retry // nil: attempts alone, retried on any failure
-	Candidates        int    // 0: one attempt at a time; 2..10: that many at once
+	Retry      *Retry // nil: attempts alone, retried on any failure
+	Candidates int    // 0: one attempt at a time; 2..10: that many at once
 	// CandidateProviders is candidates written as a list: candidate k
 	// (from 0) runs with provider CandidateProviders[k]. Empty: every
 	// candidate runs with Provider.
 	CandidateProviders []string
-	Select            Select // with candidates; "" means first
-	Judge             string // select: judge:STEP
-	OnFailure         string // a fixer step run between failed attempts
-	ContinueOnFailure bool   // the step's failure does not fail its group or run
-	Resolve           string // on a group's first step: finishes a conflicted merge
-	Gate              *Gate  // wait for approval before the step runs
-	retryAttempts     bool   // retry.attempts was written
+	Select             Select // with candidates; "" means first
+	Judge              string // select: judge:STEP
+	OnFailure          string // a fixer step run between failed attempts
+	ContinueOnFailure  bool   // the step's failure does not fail its group or run
+	Resolve            string // on a group's first step: finishes a conflicted merge
+	Gate               *Gate  // wait for approval before the step runs
+	retryAttempts      bool   // retry.attempts was written
 }
 
 // Kind says whether the step is an agent, built-in or command step.
