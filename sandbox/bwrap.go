@@ -121,6 +121,8 @@ func (p *Plan) Args() []string {
 			fd++
 		case "bind":
 			a = append(a, "--bind", m.Src, m.Dst)
+		case "symlink":
+			a = append(a, "--symlink", m.Src, m.Dst)
 		case "tmpfs":
 			a = append(a, "--tmpfs", m.Dst)
 		case "tmpfs-rw":
@@ -163,8 +165,8 @@ func (p *Plan) envArgs() []string {
 	return a
 }
 
-// Prepare creates what the backend needs on disk before a start: missing
-// login-folder settings and the temp subfolders (unless the temp folder is
+// Prepare creates what the backend needs on disk before a start: the
+// attempt's login copies and the temp subfolders (unless the temp folder is
 // private to the sandbox, where bwrap makes them).
 func (p *Plan) Prepare() error {
 	if p.EmptyFile != "" && p.usesEmptyFile() {
@@ -177,26 +179,9 @@ func (p *Plan) Prepare() error {
 			f.Close()
 		}
 	}
-	// Missing login-folder settings: created once, never overwritten.
-	for _, c := range p.Precreate {
-		if c.Dir {
-			if err := os.Mkdir(c.Path, 0o755); err != nil && !os.IsExist(err) {
-				return fmt.Errorf("sandbox: creating %s: %w", c.Path, err)
-			}
-			continue
-		}
-		f, err := os.OpenFile(c.Path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
-		if os.IsExist(err) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("sandbox: creating %s: %w", c.Path, err)
-		}
-		_, err = f.WriteString(c.Content)
-		f.Close()
-		if err != nil {
-			return fmt.Errorf("sandbox: writing %s: %w", c.Path, err)
-		}
+	// The attempt's own copies of the agent's login folders.
+	if err := p.prepareLogin(); err != nil {
+		return err
 	}
 	for _, d := range p.mkdirs {
 		if err := os.MkdirAll(d, 0o700); err != nil {

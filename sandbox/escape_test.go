@@ -106,6 +106,8 @@ func helperMain(args []string) int {
 			return fail(err)
 		}
 		return fail(syscall.Exec(path, rest, append(os.Environ(), "BRIDGED=1")))
+	case "mountorder": // mountorder PATH...: no read-only mount is covered by a later writable one; each PATH is read-only
+		return mountOrder(args[1:])
 	case "ptrace": // ptrace PID
 		pid, _ := strconv.Atoi(args[1])
 		return ptraceAttach(pid)
@@ -118,6 +120,60 @@ func helperMain(args []string) int {
 		return filtersHelper(args)
 	}
 	return fail(fmt.Errorf("unknown helper %q", args[0]))
+}
+
+// mountOrder reads the sandbox's own /proc/self/mountinfo (in mount
+// order) and fails when a read-only mount point is covered by a later
+// writable mount of the same or an enclosing folder, or when a path given
+// is not on a read-only mount.
+func mountOrder(paths []string) int {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "helper:", err)
+		return 1
+	}
+	type mnt struct {
+		point string
+		ro    bool
+	}
+	var ms []mnt
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 6 {
+			continue
+		}
+		point := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`).Replace(f[4])
+		ms = append(ms, mnt{point, slices.Contains(strings.Split(f[5], ","), "ro")})
+	}
+	bad := 0
+	for i, m := range ms {
+		if !m.ro {
+			continue
+		}
+		for _, later := range ms[i+1:] {
+			if !later.ro && (later.point == m.point || later.point == "/" || strings.HasPrefix(m.point, later.point+"/")) {
+				fmt.Printf("read-only %s is covered by the later writable mount %s\n", m.point, later.point)
+				bad++
+			}
+		}
+	}
+	for _, p := range paths {
+		// The mount p is on: the last mount whose point holds it.
+		on := mnt{}
+		for _, m := range ms {
+			if m.point == p || m.point == "/" || strings.HasPrefix(p, m.point+"/") {
+				on = m
+			}
+		}
+		if !on.ro {
+			fmt.Printf("%s is on the writable mount %s\n", p, on.point)
+			bad++
+		}
+	}
+	if bad > 0 {
+		return 1
+	}
+	return 0
 }
 
 func ptraceAttach(pid int) int {
@@ -138,6 +194,14 @@ func ptraceAttach(pid int) int {
 	return <-done
 }
 
+// The login folder's CLI, settings and the scripts they name.
+const (
+	localClaude       = "#!/bin/sh\necho claude-ok\n"
+	loginScript       = "#!/bin/sh\necho status\n"
+	credentialsJSON   = `{"claudeAiOauth":{"accessToken":"old"}}`
+	loginSettingsJSON = `{"hooks":{"PreToolUse":[{"hooks":[{"type":"command","command":"$HOME/.claude/hooks/pre.sh"}]}]},"statusLine":{"type":"command","command":"sh ~/.claude/statusline.sh"},"apiKeyHelper":"~/.claude/scripts/key.sh"}`
+)
+
 // suite is one run of the escape cases, as root or as an unprivileged user.
 type suite struct {
 	f       *fixture
@@ -145,6 +209,8 @@ type suite struct {
 	helper  string
 	hostPID int
 	vars    map[string]string
+	// cleanupWant is the error the next Cleanup must return ("": none).
+	cleanupWant string
 }
 
 const prelude = `
@@ -157,8 +223,16 @@ func (s *suite) run(t *testing.T, edit func(*Input), script string) (int, string
 	t.Helper()
 	in := s.f.input()
 	in.ExtraBinaries = []string{s.helper}
+	in.AllowRead = append(in.AllowRead, filepath.Join(s.f.home, ".claude", "local"))
 	if s.uid != 0 {
 		in.Env["HOME_NOTE"] = "unprivileged"
+		// The plan is made by root here, run by the user: the user's PATH,
+		// not root's (root's toolchains under /root are not the user's to read).
+		for i, kv := range in.Host.Env {
+			if strings.HasPrefix(kv, "PATH=") {
+				in.Host.Env[i] = "PATH=/usr/local/go/bin:/usr/local/bin:/usr/bin:/bin"
+			}
+		}
 	}
 	if edit != nil {
 		edit(&in)
@@ -191,8 +265,11 @@ func (s *suite) run(t *testing.T, edit func(*Input), script string) (int, string
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err = cmd.Run()
-	if cerr := p.Cleanup(); cerr != nil {
+	switch cerr := p.Cleanup(); {
+	case cerr != nil && (s.cleanupWant == "" || !strings.Contains(cerr.Error(), s.cleanupWant)):
 		t.Errorf("cleanup: %v", cerr)
+	case cerr == nil && s.cleanupWant != "":
+		t.Errorf("cleanup did not refuse what the step left (want %q)", s.cleanupWant)
 	}
 	for _, st := range p.StandIns {
 		if exists(st) {
@@ -228,6 +305,9 @@ type escapeCase struct {
 	check    func(t *testing.T, f *fixture) // host-side check after the attack
 	twinHost func(t *testing.T, f *fixture) // host-side check after the twin
 	rootOnly string                         // non-empty: skipped for the unprivileged run, with why
+	// cleanupErr: the attack's Cleanup must fail with this (what the step
+	// left is refused, and said).
+	cleanupErr string
 }
 
 func unchanged(path, want string) func(*testing.T, *fixture) {
@@ -280,7 +360,7 @@ func escapeCases() []escapeCase {
 			attack: `echo x > $TMPDIR/scratch || exit 1; refused sh -c "echo y > ${TMPDIR%/tmp}/planted"; refused sh -c "echo y > /tmp/planted"; refused sh -c "echo x >> $ATTEMPT/events.jsonl"; exit 42`,
 			twin:   `test "$TMPDIR" = /tmp/kusaw-private-escape/tmp && echo ok > $TMPDIR/scratch && echo c > $XDG_CACHE_HOME/c && echo r > $XDG_RUNTIME_DIR/r && test "$(stat -c %a $XDG_RUNTIME_DIR)" = 700`,
 			edit: func(in *Input) {
-				in.PrivateTmp, in.TmpDir, in.ArtifactsDir = true, "/tmp/kusaw-private-escape/tmp", ""
+				in.PrivateTmp, in.TmpDir, in.ArtifactsDir, in.LoginPaths = true, "/tmp/kusaw-private-escape/tmp", "", nil
 			},
 			check:    absent("/tmp/kusaw-private-escape"),
 			twinHost: absent("/tmp/kusaw-private-escape", "$ROOT/state/runs/r1/steps/build/1/artifacts/scratch")},
@@ -288,7 +368,7 @@ func escapeCases() []escapeCase {
 			attack: `refused dd if=/dev/zero of=$TMPDIR/fill bs=64k count=64 status=none; test "$(stat -c %s $TMPDIR/fill)" -le 1048576 || exit 1; exit 42`,
 			twin:   `dd if=/dev/zero of=$TMPDIR/fits bs=64k count=8 status=none && test "$(stat -c %s $TMPDIR/fits)" = 524288`,
 			edit: func(in *Input) {
-				in.PrivateTmp, in.TmpDir, in.ArtifactsDir, in.PrivateTmpSize = true, "/tmp/kusaw-private-bound/tmp", "", 1<<20
+				in.PrivateTmp, in.TmpDir, in.ArtifactsDir, in.PrivateTmpSize, in.LoginPaths = true, "/tmp/kusaw-private-bound/tmp", "", 1<<20, nil
 			},
 			check: absent("/tmp/kusaw-private-bound")},
 		{name: "write the attempt's records",
@@ -298,11 +378,53 @@ func escapeCases() []escapeCase {
 		{name: "write the real home",
 			attack: `refused sh -c "echo evil >> $HOME_/.bashrc"; refused mkdir -p $HOME_/go/pkg; refused sh -c "echo x > $HOME_/.profile"; exit 42`,
 			twin:   `echo ok > $HOME_/.claude/new-session.json`,
-			check:  unchanged("$ROOT/home/.bashrc", "# rc\n"), twinHost: present("$ROOT/home/.claude/new-session.json")},
+			check:  unchanged("$ROOT/home/.bashrc", "# rc\n"), twinHost: absent("$ROOT/home/.claude/new-session.json")},
 		{name: "plant hooks in the agent's login folder",
 			attack: `refused sh -c "echo '{\"hooks\":1}' > $HOME_/.claude/settings.json"; refused sh -c "echo x > $HOME_/.claude/hooks/evil.sh"; refused sh -c "echo x > $HOME_/.claude/commands/evil.md"; refused mv $HOME_/.claude/settings.json $HOME_/.claude/s; refused rm -rf $HOME_/.claude/skills; exit 42`,
 			twin:   `mkdir -p $HOME_/.claude/projects && echo s > $HOME_/.claude/projects/session.jsonl && grep -q agent $HOME_/.claude/login.json`,
-			check:  unchanged("$ROOT/home/.claude/settings.json", "{}\n"), twinHost: present("$ROOT/home/.claude/projects/session.jsonl")},
+			check:  unchanged("$ROOT/home/.claude/settings.json", loginSettingsJSON), twinHost: absent("$ROOT/home/.claude/projects/session.jsonl")},
+		{name: "carry back a login that is not a credentials file",
+			attack: `c=$HOME_/.claude/.credentials.json; rm -f $c && ln -s /etc/passwd $c && exit 42`,
+			twin:   `echo '{"claudeAiOauth":{"accessToken":"refreshed"}}' > $HOME_/.claude/.credentials.json`,
+			check:  unchanged("$ROOT/home/.claude/.credentials.json", credentialsJSON), cleanupErr: "not a regular file",
+			twinHost: func(t *testing.T, f *fixture) {
+				b, _ := os.ReadFile(filepath.Join(f.home, ".claude", ".credentials.json"))
+				if !strings.Contains(string(b), "refreshed") {
+					t.Errorf("the refreshed login was not carried back: %q", b)
+				}
+				write(t, filepath.Join(f.home, ".claude", ".credentials.json"), credentialsJSON)
+			}},
+		{name: "carry back a script as the credentials file",
+			attack:     `printf '#!/bin/sh\nevil\n' > $HOME_/.claude/.credentials.json; exit 42`,
+			twin:       `grep -q claudeAiOauth $HOME_/.claude/.credentials.json`,
+			check:      unchanged("$ROOT/home/.claude/.credentials.json", credentialsJSON),
+			cleanupErr: "not one JSON object"},
+		{name: "rewrite the agent CLI installed in its login folder",
+			attack: `refused sh -c "echo 'echo PLANTED' >> $HOME_/.claude/local/claude"; refused rm -f $HOME_/.claude/local/claude; refused mv $HOME_/.claude/local $HOME_/.claude/l2; refused rm -rf $HOME_/.claude/local; refused sh -c "echo x > $HOME_/.claude/local/new"; exit 42`,
+			twin:   `$HOME_/.claude/local/claude | grep -q claude-ok && echo s > $HOME_/.claude/session.json`,
+			check:  unchanged("$ROOT/home/.claude/local/claude", localClaude)},
+		{name: "edit or create what the login folder's settings, plugins and memory run",
+			attack: `for f in statusline.sh hooks/pre.sh scripts/key.sh plugins/p/plugin.json; do refused sh -c "echo evil >> $HOME_/.claude/$f"; refused rm -f $HOME_/.claude/$f; done; refused sh -c "echo evil > $HOME_/.claude/CLAUDE.md"; refused sh -c "echo evil > $HOME_/.claude/AGENTS.md"; refused mkdir $HOME_/.claude/plugins/new; refused mv $HOME_/.claude/scripts $HOME_/.claude/s2; refused sh -c "echo evil > $HOME_/.claude/commands/x.md"; exit 42`,
+			twin:   `sh $HOME_/.claude/statusline.sh | grep -q status && cat $HOME_/.claude/plugins/p/plugin.json >/dev/null && mkdir -p $HOME_/.claude/todos && echo '[]' > $HOME_/.claude/todos/t.json`,
+			check: func(t *testing.T, f *fixture) {
+				for _, n := range []string{"statusline.sh", "hooks/pre.sh", "scripts/key.sh", "plugins/p/plugin.json"} {
+					unchanged("$ROOT/home/.claude/"+n, loginScript)(t, f)
+				}
+				absent("$ROOT/home/.claude/CLAUDE.md", "$ROOT/home/.claude/AGENTS.md", "$ROOT/home/.claude/plugins/new", "$ROOT/home/.claude/commands")(t, f)
+			},
+			twinHost: absent("$ROOT/home/.claude/todos")},
+		{name: "a read-only path covered by a later writable mount",
+			attack: `$H mountorder $HOME_/.claude/local $HOME_/.claude/settings.json $HOME_/.claude/statusline.sh $COMMON || exit 1; exit 42`,
+			twin:   `echo x > $HOME_/.claude/session.json && echo y > $WT/y.txt`},
+		{name: "reach another factory's serve socket or a Docker-like socket",
+			attack: `for s in $OTHERSOCKS; do refused $H connect $s; done; exit 42`,
+			twin:   `$H selfsock $TMP/own.sock && $H selfsock $XDG_RUNTIME_DIR/s.sock`},
+		{name: "read another repository or a folder outside the view",
+			attack: `for r in $OTHERREPOS; do refused cat $r/secret.txt; refused ls $r; done; for d in /srv /opt /mnt /media /run /sys /var/lib /var/run /home; do refused ls -A $d/.; done; refused cat /root/.bashrc; refused ls /root/.claude /root/.ssh; exit 42`,
+			twin:   `git --version >/dev/null && cat /etc/os-release >/dev/null && ls /usr/bin/env >/dev/null && make --version >/dev/null`},
+		{name: "a Python venv",
+			attack: `refused /usr/bin/python3 -m venv $HOME_/venv; exit 42`,
+			twin:   `/usr/bin/python3 -m venv --without-pip $TMP/venv && $TMP/venv/bin/python -c 'import sys; assert sys.prefix != sys.base_prefix' && echo 'print(1)' > $WT/m.py && $TMP/venv/bin/python $WT/m.py`},
 		{name: "write the user's own checkout",
 			attack: `refused sh -c "echo x > $REPO/README.md"; refused sh -c "echo x > $REPO/planted"; exit 42`,
 			twin:   `echo more >> $WT/README.md`,
@@ -537,6 +659,49 @@ func newSuite(t *testing.T, uid int) *suite {
 	t.Cleanup(func() { tl.Close() })
 	go acceptAll(tl)
 
+	// The agent's login folder as a user has it: the CLI installed in it,
+	// settings naming scripts in it, a plugin.
+	home := f.home
+	write(t, filepath.Join(home, ".claude", "local", "claude"), localClaude)
+	os.Chmod(filepath.Join(home, ".claude", "local", "claude"), 0o755)
+	write(t, filepath.Join(home, ".claude", "settings.json"), loginSettingsJSON)
+	write(t, filepath.Join(home, ".claude", ".credentials.json"), credentialsJSON)
+	for _, n := range []string{"statusline.sh", "hooks/pre.sh", "scripts/key.sh", "plugins/p/plugin.json"} {
+		write(t, filepath.Join(home, ".claude", n), loginScript)
+	}
+	// Other factories' serve sockets and Docker-like sockets, and other
+	// repositories, where a host has them: a project folder, /var/tmp,
+	// /srv, /opt, /var. Listening, and open to everyone, so only the view
+	// keeps the step from them.
+	var others, repos []string
+	bases := []string{filepath.Join(f.root, "other-project")}
+	if os.Geteuid() == 0 {
+		for _, top := range []string{"/srv", "/opt", "/var"} {
+			d, err := os.MkdirTemp(top, "kusaw-view-test-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.RemoveAll(d) })
+			os.Chmod(d, 0o755)
+			bases = append(bases, d)
+		}
+	}
+	for i, base := range bases {
+		others = append(others, listenUnix(t, filepath.Join(base, ".kusaw", "serve", "serve.sock")))
+		if i > 0 {
+			others = append(others, listenUnix(t, filepath.Join(base, "run", "docker.sock")))
+		}
+		repo := filepath.Join(base, "repo")
+		write(t, filepath.Join(repo, "secret.txt"), "OTHER-REPO-SECRET\n")
+		repos = append(repos, repo)
+	}
+	for _, o := range others {
+		os.Chmod(o, 0o777)
+		for d := filepath.Dir(o); d != "/" && !slices.Contains([]string{"/srv", "/opt", "/var", "/var/tmp"}, d); d = filepath.Dir(d) {
+			os.Chmod(d, 0o755)
+		}
+	}
+
 	if uid != 0 {
 		// Let the user reach the fixture: the temp folders above it are 0700.
 		for d := f.hostTmp; d != os.TempDir() && d != "/" && d != "/var/tmp"; d = filepath.Dir(d) {
@@ -550,6 +715,7 @@ func newSuite(t *testing.T, uid int) *suite {
 		"WT": f.wt, "COMMON": f.common, "GITDIR": f.gitdir, "HOME_": f.home, "STORE": f.secretStore,
 		"OUTSIDE": f.outside, "SHARED": f.readonly, "ATTEMPT": f.attempt, "ART": f.artifacts, "TMP": f.tmp,
 		"REPO": f.repo, "H": s.helper + " __sandbox_helper", "HOSTPID": strconv.Itoa(s.hostPID), "PPID_HOST": strconv.Itoa(os.Getppid()), "AGENTSOCK": agent, "LEASE": lease, "BUSSOCK": bus,
+		"OTHERSOCKS": strings.Join(others, " "), "OTHERREPOS": strings.Join(repos, " "),
 		"ABSTRACT": abstract, "HOSTTCP": tl.Addr().String(), "SUID": suid, "GOCACHE_DIR": goCacheDir(), "PLAINID": filepath.Join(f.artifacts, "plain-id"),
 	}
 	// The suite's own sockets must be reachable from the host (the attacks are real).
@@ -617,7 +783,9 @@ func runSuite(t *testing.T, uid int) {
 			if uid != 0 && c.rootOnly != "" {
 				t.Skip(c.rootOnly)
 			}
+			s.cleanupWant = c.cleanupErr
 			code, out := s.run(t, c.edit, c.attack)
+			s.cleanupWant = ""
 			if code != 42 {
 				t.Errorf("attack was not refused (exit %d, want 42):\n%s", code, out)
 			}
@@ -872,8 +1040,17 @@ func TestRealHomeAndWSLPlan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Only the toolchains of the PATH that lie in the home appear in it.
+	var names []string
+	for _, tc := range p.Toolchains {
+		if r := rel(home, tc.Path); within(home, tc.Path) {
+			names = append(names, strings.SplitN(r, "/", 2)[0])
+		}
+	}
+	slices.Sort(names)
+	want := strings.Join(slices.Compact(names), " ")
 	cmd, err := Command(context.Background(), p, []string{"/bin/sh", "-c",
-		`test -z "$(ls -A "$HOME")" || { ls -A "$HOME"; exit 1; }; test -z "$(ls -A /mnt)" || exit 2; test -z "$WSL_INTEROP" || exit 3; test ! -e /run/WSL || exit 4; cat /etc/os-release >/dev/null`})
+		`test "$(ls -A "$HOME" | tr '\n' ' ' | sed 's/ $//')" = "` + want + `" || { ls -A "$HOME"; exit 1; }; test ! -e /mnt || exit 2; test -z "$WSL_INTEROP" || exit 3; test ! -e /run/WSL || exit 4; cat /etc/os-release >/dev/null`})
 	if err != nil {
 		t.Fatal(err)
 	}

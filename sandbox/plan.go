@@ -1,14 +1,12 @@
 package sandbox
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -118,14 +116,10 @@ type Input struct {
 	Proxy   *Proxy
 
 	ExtraBinaries []string // files bound read-only (the kusaw binary for built-in steps)
-	Host          *Host    // nil: DetectHost()
-}
-
-// Precreated is a file or folder Prepare creates when missing.
-type Precreated struct {
-	Path    string `json:"path"`
-	Dir     bool   `json:"dir,omitempty"`
-	Content string `json:"content,omitempty"`
+	// Argv is the step's command: the files it names by absolute path
+	// (a script in the factory's folder) are shown read-only.
+	Argv []string
+	Host *Host // nil: DetectHost()
 }
 
 // PathRule is one path decision and why it was made.
@@ -150,6 +144,8 @@ type Mount struct {
 	Reason string `json:"reason"`
 	// Size bounds a writable tmpfs (bytes; 0: the kernel's default).
 	Size int64 `json:"size,omitempty"`
+	// Origin is the part of the plan that added it (OriginSystem, ...).
+	Origin string `json:"origin,omitempty"`
 }
 
 // Plan is the fully resolved sandbox of one attempt. It is pure data:
@@ -171,11 +167,13 @@ type Plan struct {
 	WrapArgv []string `json:"wrap_argv,omitempty"`
 	// EmptyFile is the read-only empty file bound over missing protected files.
 	EmptyFile string `json:"empty_file,omitempty"`
-	// Precreate lists harmless empty settings Prepare creates (and leaves)
-	// in the agent's login folder so they can be mounted read-only.
-	Precreate []Precreated `json:"precreate,omitempty"`
-	Socket    string       `json:"proxy_socket,omitempty"`
-	ProxyPort int          `json:"proxy_port,omitempty"` // macOS: the lease's loopback port
+	// Toolchains are the folders shown because the step's PATH needs them.
+	Toolchains []Toolchain `json:"toolchains,omitempty"`
+	// LoginCopies are the attempt's own copies of the agent's login
+	// folders: Prepare makes them, Cleanup carries the credentials back.
+	LoginCopies []LoginCopy `json:"login_copies,omitempty"`
+	Socket      string      `json:"proxy_socket,omitempty"`
+	ProxyPort   int         `json:"proxy_port,omitempty"` // macOS: the lease's loopback port
 	// LocalPorts are the leased local-service ports (macOS: admitted by
 	// the profile; Linux: forwarded by the bridge).
 	LocalPorts []int `json:"local_ports,omitempty"`
@@ -212,6 +210,7 @@ var neverEnv = map[string]string{
 var credentialDirs = []string{
 	".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker", ".config/gcloud", ".config/gh",
 	".netrc", ".git-credentials", ".npmrc", ".pypirc", ".config/kusaw", ".local/share/kusaw",
+	".cargo/credentials.toml", ".cargo/credentials", ".local/share/keyrings", ".password-store",
 }
 
 // System folders allow_write may never name, contain or lie in.
@@ -225,15 +224,17 @@ func refuse(fix, format string, args ...any) error {
 	return &status.Error{Reason: status.ReasonSandboxPlanRefused, Msg: fmt.Sprintf(format, args...), Fix: fix}
 }
 
-// builder accumulates mounts in tiers so that later tiers cover earlier ones.
+// builder accumulates mounts in tiers. On Linux the backend's order is
+// decided afterwards by ordered (folders before what lies in them); the
+// tiers keep the order of mounts at one path, and are macOS's order.
 type builder struct {
 	in      Input
 	host    *Host
 	plan    *Plan
-	base    []Mount // /, /dev, /proc, /tmp, /run, WSL
-	hide    []Mount // the home and the repositories' own checkouts
-	reads   []Mount // allow_read, binaries, read-only worktrees
-	writes  []Mount // worktrees, git folders, artifacts, tmp, login, allow_write
+	base    []Mount // the system folders, /dev, /proc, /tmp, the home
+	hide    []Mount // the repositories' own checkouts
+	reads   []Mount // toolchains, allow_read, binaries, read-only worktrees
+	writes  []Mount // worktrees, git folders, artifacts, tmp, login state, allow_write
 	secrets []Mount // credential folders and the caller's hidden paths
 	protect []Mount // control files and settings, read-only on top
 	remount []Mount
@@ -242,6 +243,10 @@ type builder struct {
 	visible []string        // every bind destination (for conflict checks)
 	objDir  string          // the private object folder, or ""
 	alts    []string        // the repositories' objects/ folders (GIT_ALTERNATE_OBJECT_DIRECTORIES)
+	origin  string          // the origin given to the mounts being added
+
+	attempt, tmp, artifacts string // resolved folders of the attempt
+	private                 bool   // the temp folder is the sandbox's own (Input.PrivateTmp)
 }
 
 // BuildPlan resolves the sandbox of one attempt. It reads the filesystem
@@ -262,9 +267,21 @@ func BuildPlan(in Input) (*Plan, error) {
 		return nil, err
 	}
 	p := b.plan
-	for _, tier := range [][]Mount{b.base, b.hide, b.reads, b.writes, b.secrets, b.protect, b.remount} {
-		p.Mounts = append(p.Mounts, tier...)
+	var all []Mount
+	for _, tier := range [][]Mount{b.base, b.hide, b.reads, b.writes, b.secrets, b.protect} {
+		all = append(all, tier...)
 	}
+	if p.Backend == "bubblewrap" {
+		p.Mounts = ordered(all, b.remount, true)
+	} else {
+		p.Mounts = append(all, b.remount...)
+	}
+	p.classify()
+	return p, nil
+}
+
+// classify fills the writable, read-only and hidden lists from the mounts.
+func (p *Plan) classify() {
 	for _, m := range p.Mounts {
 		switch m.Op {
 		case "bind", "tmpfs-rw":
@@ -283,31 +300,99 @@ func BuildPlan(in Input) (*Plan, error) {
 			}
 		}
 	}
-	return p, nil
 }
 
 func isHideReason(r string) bool {
 	return strings.HasPrefix(r, "hidden") || strings.HasPrefix(r, "private")
 }
 
+// build runs the parts of the plan in order; each adds to its own tier.
 func (b *builder) build() error {
+	for _, part := range []func() error{
+		b.checkInput,   // the network, the attempt's folders, the home
+		b.system,       // base: the system folders, /dev, /proc, /tmp, the home
+		b.toolchains,   // read-only: the folders of the PATH's programs
+		b.readOnly,     // read-only: allow_read, binaries
+		b.commandFiles, // read-only: the files the step's command names
+		b.writable,     // worktrees and git folders, temp, artifacts, login state, allow_write, checkouts, the proxy socket
+		b.hideSecrets,  // hidden on top: credential folders, the caller's hidden paths, the checkouts
+		b.workdir,      // where the process starts
+		b.env,          // the step's environment
+	} {
+		if err := part(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// abs resolves an absolute path of the input ("" stays "").
+func abs(what, p string) (string, error) {
+	if p == "" {
+		return "", nil
+	}
+	if !filepath.IsAbs(p) {
+		return "", refuse("give an absolute path", "%s %q is not an absolute path", what, p)
+	}
+	return resolve(p), nil
+}
+
+// checkInput checks the input and resolves the attempt's folders, the
+// network and the home once.
+func (b *builder) checkInput() error {
 	in := b.in
-	var err error
 	for _, w := range in.SettingsScriptsWritable {
 		c := filepath.ToSlash(filepath.Clean(w))
 		if filepath.IsAbs(w) || c == "." || c == ".." || strings.HasPrefix(c, "../") || c == ".git" || strings.HasPrefix(c, ".git/") {
 			return refuse("list paths inside the repository, relative to its top, outside .git", "sandbox.settings_scripts_writable: %q is not a path inside the worktree (or it is git's own folder)", w)
 		}
 	}
-	abs := func(what, p string) (string, error) {
-		if p == "" {
-			return "", nil
-		}
-		if !filepath.IsAbs(p) {
-			return "", refuse("give an absolute path", "%s %q is not an absolute path", what, p)
-		}
-		return resolve(p), nil
+	if err := b.network(); err != nil {
+		return err
 	}
+	if in.AttemptDir == "" || in.TmpDir == "" {
+		return refuse("pass the attempt folder and its tmp folder", "the plan needs AttemptDir and TmpDir")
+	}
+	var err error
+	if b.attempt, _ = abs("attempt dir", in.AttemptDir); b.attempt == "" {
+		return refuse("give an absolute path", "attempt dir %q is not an absolute path", in.AttemptDir)
+	}
+	if b.tmp, err = abs("tmp dir", in.TmpDir); err != nil {
+		return err
+	}
+	if b.artifacts, err = abs("artifacts dir", in.ArtifactsDir); err != nil {
+		return err
+	}
+	// No home given: hide the one kusaw runs with, never show it by omission.
+	homeIn := in.Home
+	if homeIn == "" {
+		for _, kv := range b.host.Env {
+			if v, ok := strings.CutPrefix(kv, "HOME="); ok {
+				homeIn = v
+			}
+		}
+	}
+	if b.home, err = abs("home", homeIn); err != nil {
+		return err
+	}
+	b.plan.Home, b.plan.AttemptDir = b.home, b.attempt
+	// bwrap makes the read-only empty file of a missing protected file
+	// itself (--ro-bind-data), so nothing is created on the host for it.
+	if b.plan.Backend != "bubblewrap" {
+		b.plan.EmptyFile = filepath.Join(b.attempt, ".sandbox-empty")
+	}
+	b.private = in.PrivateTmp && b.plan.Backend == "bubblewrap"
+	b.plan.privateTmp = b.private
+	for k, v := range in.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return refuse("fix the variable's name or value in the step's env", "env variable %q has an empty name, or a '=' or NUL byte in it", k)
+		}
+	}
+	return nil
+}
+
+func (b *builder) network() error {
+	in := b.in
 	net := in.Network
 	if net == "" {
 		net = NetworkOpen
@@ -322,91 +407,21 @@ func (b *builder) build() error {
 		return refuse("use open, none or allowlist", "unknown network mode %q", in.Network)
 	}
 	b.plan.Network = net
-	if in.AttemptDir == "" || in.TmpDir == "" {
-		return refuse("pass the attempt folder and its tmp folder", "the plan needs AttemptDir and TmpDir")
-	}
-	attempt, _ := abs("attempt dir", in.AttemptDir)
-	if attempt == "" {
-		return refuse("give an absolute path", "attempt dir %q is not an absolute path", in.AttemptDir)
-	}
-	tmp, err := abs("tmp dir", in.TmpDir)
-	if err != nil {
-		return err
-	}
-	artifacts, err := abs("artifacts dir", in.ArtifactsDir)
-	if err != nil {
-		return err
-	}
-	// No home given: hide the one kusaw runs with, never show it by omission.
-	homeIn := in.Home
-	if homeIn == "" {
-		for _, kv := range b.host.Env {
-			if v, ok := strings.CutPrefix(kv, "HOME="); ok {
-				homeIn = v
-			}
-		}
-	}
-	home, err := abs("home", homeIn)
-	if err != nil {
-		return err
-	}
-	b.home = home
-	b.plan.Home, b.plan.AttemptDir = home, attempt
-	// bwrap makes the read-only empty file of a missing protected file
-	// itself (--ro-bind-data), so nothing is created on the host for it.
-	if b.plan.Backend != "bubblewrap" {
-		b.plan.EmptyFile = filepath.Join(attempt, ".sandbox-empty")
-	}
-	private := in.PrivateTmp && b.plan.Backend == "bubblewrap"
-	b.plan.privateTmp = private
+	return nil
+}
 
-	// Base: the system read-only, fresh /dev and /proc, private /tmp and /run.
-	b.base = append(b.base,
-		Mount{Op: "ro-bind", Src: "/", Dst: "/", Reason: "the system, read-only"},
-		Mount{Op: "dev", Dst: "/dev", Reason: "a fresh /dev with only the basic devices"},
-		Mount{Op: "proc", Dst: "/proc", Reason: "a /proc of the sandbox's own process namespace"},
-	)
-	// /tmp and /run: empty and read-only (TMPDIR is the place to write), so
-	// the host's sockets stay outside and nothing is written to phantom
-	// folders that vanish.
-	b.addTmpfs(&b.base, "/tmp", "private /tmp, empty and read-only: host sockets such as ssh-agent and X11 stay outside; write to TMPDIR")
-	b.addTmpfs(&b.base, "/run", "private /run, empty and read-only: the D-Bus session bus, agent sockets and /run/user stay outside")
-	if fi, err := os.Lstat("/var/run"); err == nil && fi.IsDir() {
-		b.addTmpfs(&b.base, "/var/run", "private /var/run: host sockets stay outside")
-	}
-	if b.host.WSL {
-		b.addTmpfs(&b.base, "/mnt", "hidden: WSL's Windows drives (/mnt)")
-		b.plan.Notes = append(b.plan.Notes, "WSL: /run/WSL is hidden by the private /run, WSL_INTEROP is unset")
-	}
-
-	// Hidden before binds: the home, and each repository's own checkout.
-	if home != "" && home != "/" {
-		if fi, err := os.Stat(home); err == nil && fi.IsDir() {
-			b.addTmpfs(&b.hide, home, "hidden: the real home (only the agent's login folders are mounted into it)")
-		}
-	} else {
-		b.plan.Notes = append(b.plan.Notes, "no home to hide (HOME is empty or /)")
-	}
-	for _, w := range in.Worktrees {
-		c := resolve(w.CommonDir)
-		if filepath.Base(c) == ".git" {
-			checkout := filepath.Dir(c)
-			if !b.mounted[checkout] && checkout != "/" {
-				b.addTmpfs(&b.hide, checkout, fmt.Sprintf("hidden: repo %s's own checkout (uncommitted files, .env); only its .git is mounted", w.Repo))
-			}
-		}
-	}
-
-	// Read-only extras.
-	for _, p := range in.AllowRead {
+// readOnly adds allow_read and the binaries the step needs.
+func (b *builder) readOnly() error {
+	b.origin = OriginAllowRead
+	for _, p := range b.in.AllowRead {
 		r, err := abs("allow_read entry", p)
 		if err != nil {
 			return err
 		}
-		if home != "" && within(r, home) {
+		if b.home != "" && within(r, b.home) {
 			return refuse("name a folder inside the home instead of the home itself", "allow_read %q would expose the whole home", p)
 		}
-		if c := b.credential(r, home, false); c != "" {
+		if c := b.credential(r, b.home, false); c != "" {
 			return refuse("remove it from sandbox.allow_read", "allow_read %q names a credential folder (%s)", p, c)
 		}
 		if !exists(r) {
@@ -415,9 +430,10 @@ func (b *builder) build() error {
 		}
 		b.addBind(&b.reads, "ro-bind", r, r, "allow_read (not protected: the factory chose to show it)")
 	}
-	bins := append(append([]string{}, in.ExtraBinaries...), confineBinaries()...)
-	if in.Proxy != nil {
-		bins = append(bins, in.Proxy.Binaries...)
+	b.origin = OriginBinary
+	bins := append(append([]string{}, b.in.ExtraBinaries...), confineBinaries()...)
+	if b.in.Proxy != nil {
+		bins = append(bins, b.in.Proxy.Binaries...)
 	}
 	for _, p := range bins {
 		if !filepath.IsAbs(p) {
@@ -432,31 +448,75 @@ func (b *builder) build() error {
 			b.addBind(&b.reads, "ro-bind", r, lp, "a binary the step needs, at the path it is called by")
 		}
 	}
+	return nil
+}
 
-	// Writable: worktrees and the git folders they need.
-	objDir, err := abs("object dir", in.ObjectDir)
-	if err != nil {
+// writable adds what the step may write, each with what stays read-only in it.
+func (b *builder) writable() error {
+	b.origin = OriginWorktree
+	if err := b.objectDir(); err != nil {
 		return err
 	}
-	if objDir != "" {
-		if !isDir(objDir) {
-			return refuse("create the attempt's object folder first", "object folder %s does not exist", objDir)
-		}
-		if !within(attempt, objDir) || objDir == attempt {
-			return refuse("put the object folder inside the attempt folder", "object folder %s is not inside the attempt folder %s", objDir, attempt)
-		}
-		b.objDir = objDir
-	}
-	for _, w := range in.Worktrees {
+	for _, w := range b.in.Worktrees {
 		if err := b.worktree(w); err != nil {
 			return err
 		}
 	}
-	if objDir != "" {
-		b.addBind(&b.writes, "bind", objDir, objDir, "the attempt's private git object folder: new objects go here (GIT_OBJECT_DIRECTORY); kusaw imports them outside, re-hashing each")
+	b.origin = OriginAttempt
+	if b.objDir != "" {
+		b.addBind(&b.writes, "bind", b.objDir, b.objDir, "the attempt's private git object folder: new objects go here (GIT_OBJECT_DIRECTORY); kusaw imports them outside, re-hashing each")
 	}
-	switch {
-	case private:
+	if err := b.tempFolders(); err != nil {
+		return err
+	}
+	b.origin = OriginLogin
+	if err := b.login(); err != nil {
+		return err
+	}
+	b.origin = OriginAllowWrite
+	if err := b.allowWrite(); err != nil {
+		return err
+	}
+	b.origin = OriginCheckout
+	for _, c := range b.in.Checkouts {
+		if err := b.checkout(c); err != nil {
+			return err
+		}
+	}
+	b.origin = OriginProxy
+	if px := b.in.Proxy; px != nil && b.plan.Network == NetworkAllowlist {
+		if px.SocketPath != "" {
+			s := resolve(px.SocketPath)
+			b.addBind(&b.writes, "bind", s, s, "the egress lease's socket (the only way out)")
+			b.plan.Socket = s
+		}
+		b.plan.ProxyPort = px.Port
+		b.plan.LocalPorts = append([]int(nil), px.LocalPorts...)
+		b.plan.WrapArgv = append([]string{}, px.WrapArgv...)
+	}
+	return nil
+}
+
+func (b *builder) objectDir() error {
+	objDir, err := abs("object dir", b.in.ObjectDir)
+	if err != nil || objDir == "" {
+		return err
+	}
+	if !isDir(objDir) {
+		return refuse("create the attempt's object folder first", "object folder %s does not exist", objDir)
+	}
+	if !within(b.attempt, objDir) || objDir == b.attempt {
+		return refuse("put the object folder inside the attempt folder", "object folder %s is not inside the attempt folder %s", objDir, b.attempt)
+	}
+	b.objDir = objDir
+	return nil
+}
+
+// tempFolders adds artifacts/ and the temp folder: on the host, or (a
+// private temp folder) in the sandbox's memory.
+func (b *builder) tempFolders() error {
+	tmp, artifacts := b.tmp, b.artifacts
+	if b.private {
 		// In the sandbox's memory: no folder to make on the host before,
 		// none to remove after. Under the private /tmp, where bwrap can
 		// make the folders above it without touching the host.
@@ -469,53 +529,28 @@ func (b *builder) build() error {
 			b.addPrivateDir(artifacts, "the attempt's artifacts/ (in the sandbox's memory: gone when it ends)")
 		}
 		b.addPrivateDir(tmp, "the attempt's private temp folder (TMPDIR, XDG_CACHE_HOME, XDG_RUNTIME_DIR; in the sandbox's memory: gone when it ends)")
-	default:
-		if artifacts != "" {
-			if !isDir(artifacts) {
-				return refuse("create the attempt's artifacts folder first", "artifacts folder %s does not exist", artifacts)
-			}
-			b.addBind(&b.writes, "bind", artifacts, artifacts, "the attempt's artifacts/")
-		}
-		if !isDir(tmp) {
-			return refuse("create the attempt's tmp folder first", "tmp folder %s does not exist", tmp)
-		}
-		b.addBind(&b.writes, "bind", tmp, tmp, "the attempt's private temp folder (TMPDIR, XDG_CACHE_HOME, XDG_RUNTIME_DIR)")
+		return nil
 	}
-	if b.in.FreshHome && len(in.LoginPaths) > 0 {
-		b.plan.Notes = append(b.plan.Notes, "login folders are not mounted: HOME is fresh and the agent signs in with a token (a step secret)")
+	if artifacts != "" {
+		if !isDir(artifacts) {
+			return refuse("create the attempt's artifacts folder first", "artifacts folder %s does not exist", artifacts)
+		}
+		b.addBind(&b.writes, "bind", artifacts, artifacts, "the attempt's artifacts/")
 	}
-	for _, p := range in.LoginPaths {
-		if b.in.FreshHome {
-			break
-		}
-		r, err := abs("login path", p)
-		if err != nil {
-			return err
-		}
-		if !exists(r) {
-			b.plan.Notes = append(b.plan.Notes, fmt.Sprintf("login path %s does not exist; not mounted", r))
-			continue
-		}
-		if home != "" && within(r, home) {
-			return refuse("name the agent's own folder", "login path %q would expose the whole home", p)
-		}
-		b.addBind(&b.writes, "bind", r, r, "the agent's own login folder or file (not protected: the agent holds its login itself)")
-		// A login path that is a link: the agent looks it up by its own name.
-		if lp := filepath.Clean(p); lp != r && !b.mounted[lp] {
-			b.addBind(&b.writes, "bind", r, lp, "the agent's login path, at the name the agent uses (it is a link to "+r+")")
-		}
-		if isDir(r) {
-			if err := b.loginSettings(r); err != nil {
-				return err
-			}
-		}
+	if !isDir(tmp) {
+		return refuse("create the attempt's tmp folder first", "tmp folder %s does not exist", tmp)
 	}
-	for _, p := range in.AllowWrite {
+	b.addBind(&b.writes, "bind", tmp, tmp, "the attempt's private temp folder (TMPDIR, XDG_CACHE_HOME, XDG_RUNTIME_DIR)")
+	return nil
+}
+
+func (b *builder) allowWrite() error {
+	for _, p := range b.in.AllowWrite {
 		r, err := abs("allow_write entry", p)
 		if err != nil {
 			return err
 		}
-		if err := b.checkAllowWrite(p, r, home, attempt); err != nil {
+		if err := b.checkAllowWrite(p, r, b.home, b.attempt); err != nil {
 			return err
 		}
 		if !exists(r) {
@@ -524,24 +559,16 @@ func (b *builder) build() error {
 		}
 		b.addBind(&b.writes, "bind", r, r, "allow_write (not protected: the factory chose to open it)")
 	}
-	for _, c := range in.Checkouts {
-		if err := b.checkout(c); err != nil {
-			return err
-		}
-	}
-	if in.Proxy != nil && net == NetworkAllowlist {
-		if in.Proxy.SocketPath != "" {
-			s := resolve(in.Proxy.SocketPath)
-			b.addBind(&b.writes, "bind", s, s, "the egress lease's socket (the only way out)")
-			b.plan.Socket = s
-		}
-		b.plan.ProxyPort = in.Proxy.Port
-		b.plan.LocalPorts = append([]int(nil), in.Proxy.LocalPorts...)
-		b.plan.WrapArgv = append([]string{}, in.Proxy.WrapArgv...)
-	}
+	return nil
+}
 
-	// Secrets hidden on top of every bind.
-	if home != "" && home != "/" {
+// secrets hides, on top of every bind, the credential folders and the
+// caller's hidden paths that lie in something visible, and the
+// repositories' own checkouts.
+func (b *builder) hideSecrets() error {
+	b.origin = OriginHidden
+	b.hideCheckouts()
+	if home := b.home; home != "" && home != "/" {
 		for _, c := range credentialDirs {
 			p := filepath.Join(home, c)
 			if exists(p) && b.underBind(p) {
@@ -549,7 +576,7 @@ func (b *builder) build() error {
 			}
 		}
 	}
-	for _, p := range in.HiddenPaths {
+	for _, p := range b.in.HiddenPaths {
 		r, err := abs("hidden path", p)
 		if err != nil {
 			return err
@@ -564,8 +591,26 @@ func (b *builder) build() error {
 		}
 		b.hidePath(r, "hidden: kusaw's secrets or a path the factory keeps out")
 	}
+	return nil
+}
 
-	// Workdir.
+// hideCheckouts hides each repository's own checkout (uncommitted files,
+// .env) around its .git, which the worktrees need.
+func (b *builder) hideCheckouts() {
+	for _, w := range b.in.Worktrees {
+		c := resolve(w.CommonDir)
+		if filepath.Base(c) != ".git" {
+			continue
+		}
+		if checkout := filepath.Dir(c); !b.mounted[checkout] && checkout != "/" {
+			b.addTmpfs(&b.hide, checkout, fmt.Sprintf("hidden: repo %s's own checkout (uncommitted files, .env); only its .git is mounted", w.Repo))
+		}
+	}
+}
+
+// workdir is where the process starts: the first writable worktree by default.
+func (b *builder) workdir() error {
+	in := b.in
 	wd := in.Workdir
 	if wd == "" {
 		for _, w := range in.Worktrees {
@@ -579,394 +624,19 @@ func (b *builder) build() error {
 		wd = in.Worktrees[0].Path
 	}
 	if wd == "" {
-		wd = tmp
+		wd = b.tmp
 	}
 	wdr, err := abs("workdir", wd)
 	if err != nil {
 		return err
 	}
 	b.plan.Workdir = wdr
-
-	for k, v := range in.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
-			return refuse("fix the variable's name or value in the step's env", "env variable %q has an empty name, or a '=' or NUL byte in it", k)
-		}
-	}
-	b.buildEnv(home, tmp)
 	return nil
 }
 
-// worktree adds one worktree, its git folders and its protected files.
-func (b *builder) worktree(w Worktree) error {
-	if w.Path == "" || w.GitDir == "" || w.CommonDir == "" {
-		return refuse("pass Path, GitDir and CommonDir of each worktree", "worktree of repo %q is incomplete", w.Repo)
-	}
-	for _, p := range []string{w.Path, w.GitDir, w.CommonDir} {
-		if !filepath.IsAbs(p) {
-			return refuse("give absolute paths", "worktree path %q of repo %s is not absolute", p, w.Repo)
-		}
-	}
-	wt, gd, cd := resolve(w.Path), resolve(w.GitDir), resolve(w.CommonDir)
-	for _, p := range []string{wt, gd, cd} {
-		if !isDir(p) {
-			return refuse("create the worktree first (git worktree add)", "%s of repo %s is not a directory", p, w.Repo)
-		}
-	}
-	if !w.Writable {
-		b.addBind(&b.reads, "ro-bind", wt, wt, fmt.Sprintf("repo %s's worktree, read-only (another repo's attempt writes it)", w.Repo))
-		b.addBind(&b.reads, "ro-bind", cd, cd, fmt.Sprintf("repo %s's git folder, read-only", w.Repo))
-		if p := filepath.Join(cd, "objects"); b.objDir != "" && isDir(p) && !slices.Contains(b.alts, p) {
-			b.alts = append(b.alts, p)
-		}
-		return nil
-	}
-	if gd == cd {
-		return refuse("let kusaw create a linked worktree (git worktree add)", "worktree %s of repo %s is a main checkout; kusaw sandboxes linked worktrees only", wt, w.Repo)
-	}
-	b.addBind(&b.writes, "bind", wt, wt, fmt.Sprintf("repo %s's worktree", w.Repo))
-
-	// The common dir read-only as a whole: config, hooks/, info/, packed-refs,
-	// modules/, other worktrees' folders, HEAD of the user's checkout.
-	// Once per repository: a second worktree of the same repo must not
-	// cover the first one's writable folders again.
-	if !b.mounted[cd] {
-		b.addBind(&b.writes, "ro-bind", cd, cd, fmt.Sprintf("repo %s's git control files (config, hooks/, info/, packed-refs, modules/, worktrees/), read-only", w.Repo))
-		if p := filepath.Join(cd, "objects"); isDir(p) && b.objDir != "" {
-			// Covered by the read-only common dir, loose objects included:
-			// git does not re-hash an object it reads, so a replaced one
-			// would change history other branches rely on.
-			b.alts = append(b.alts, p)
-			b.writes[len(b.writes)-1].Reason += "; objects/ too: new objects go to the attempt's private object folder"
-		} else if isDir(p) {
-			b.addBind(&b.writes, "bind", p, p, "git objects: a commit writes new loose objects")
-			// Packs and alternates are never written by a commit: read-only,
-			// so the step cannot swap the packed history or point the
-			// repository at objects of its own.
-			for _, sub := range []string{"pack", "info"} {
-				if q := filepath.Join(p, sub); isDir(q) {
-					b.addBind(&b.writes, "ro-bind", q, q, "git objects/"+sub+"/: existing packs and alternates stay as they are (git gc inside fails)")
-				}
-			}
-		}
-	}
-	if w.RefStore != "" {
-		if err := b.refStore(w, cd); err != nil {
-			return err
-		}
-	} else if ref := headRef(gd); ref != "" {
-		// Only the folder holding the attempt's own branch is writable, so
-		// the step cannot move the user's branches or tags.
-		refFile := filepath.Join(cd, filepath.FromSlash(ref))
-		if fi, err := os.Lstat(refFile); err == nil && fi.Mode().IsRegular() {
-			dir := filepath.Dir(refFile)
-			why := "the folder of the attempt's branch " + ref + ": a commit moves it"
-			if dir == filepath.Join(cd, "refs", "heads") {
-				why += " (the branch is at the top of refs/heads, so every branch there is writable)"
-			}
-			b.addBind(&b.writes, "bind", dir, dir, why)
-			if ld := filepath.Join(cd, "logs", filepath.FromSlash(ref)); exists(ld) {
-				b.addBind(&b.writes, "bind", filepath.Dir(ld), filepath.Dir(ld), "the reflog folder of the attempt's branch")
-			}
-		} else {
-			b.plan.Notes = append(b.plan.Notes, fmt.Sprintf("repo %s: branch %s has no loose ref file; commits inside cannot move it", w.Repo, ref))
-		}
-	} else {
-		b.plan.Notes = append(b.plan.Notes, fmt.Sprintf("repo %s: HEAD is detached; commits inside move only HEAD", w.Repo))
-	}
-	b.addBind(&b.writes, "bind", gd, gd, "the worktree's own git folder: index, logs/, ORIG_HEAD")
-	if headRef(gd) != "" {
-		// The worktree stays on the attempt's branch: kusaw's own commit
-		// outside follows HEAD, so a HEAD moved to main would land there.
-		// Commits, amends and resets still work; checkout of another branch
-		// does not.
-		h := filepath.Join(gd, "HEAD")
-		b.addBind(&b.protect, "ro-bind", h, h, "HEAD of the worktree: it stays on the attempt's branch, which kusaw commits outside")
-	}
-	for _, f := range []string{"commondir", "gitdir"} {
-		p := filepath.Join(gd, f)
-		if exists(p) {
-			b.addBind(&b.protect, "ro-bind", p, p, "git control file "+f+" of the worktree's git folder (where git finds the repository)")
-		}
-	}
-	cfgs := []string{"/etc/gitconfig", filepath.Join(cd, "config"), filepath.Join(gd, "config.worktree")}
-	if b.home != "" {
-		cfgs = append([]string{filepath.Join(b.home, ".gitconfig"), filepath.Join(b.home, ".config", "git", "config")}, cfgs...)
-	}
-	if wc := filepath.Join(gd, "config.worktree"); exists(wc) {
-		b.addBind(&b.protect, "ro-bind", wc, wc, "git control file config.worktree")
-	} else if gitConfigBool(filepath.Join(cd, "config"), "extensions", "worktreeconfig") {
-		b.addEmptyFile(wc, "git control file config.worktree (missing: a read-only empty stand-in so it cannot be created)")
-	}
-
-	// The linked worktree's .git file: where git looks for the repository.
-	dotgit := filepath.Join(wt, ".git")
-	if fi, err := os.Lstat(dotgit); err != nil || !fi.Mode().IsRegular() {
-		return refuse("recreate the worktree with git worktree add", "%s is not a regular .git file", dotgit)
-	}
-	b.addBind(&b.protect, "ro-bind", dotgit, dotgit, "the linked worktree's .git file (its pointer to the git folder)")
-
-	if err := b.agentSettings(wt); err != nil {
-		return err
-	}
-	// core.hooksPath, from every config git reads (the factory's own git
-	// outside reads the same files).
-	hp := gitConfigLast(cfgs, "core", "hookspath")
-	if hp != "" {
-		if strings.HasPrefix(hp, "~/") && b.home != "" {
-			hp = filepath.Join(b.home, hp[2:])
-		}
-		if !filepath.IsAbs(hp) {
-			hp = filepath.Join(wt, hp)
-		}
-		hp = filepath.Clean(hp)
-		if err := b.protectPath(wt, hp, true, "the folder core.hooksPath names: its hooks run outside"); err != nil {
-			return err
-		}
-	}
+func (b *builder) env() error {
+	b.buildEnv(b.home, b.tmp)
 	return nil
-}
-
-// checkout protects a writable project folder like a worktree: its git
-// folder is read-only as a whole (hooks, config, commondir, info/ and the
-// rest start programs or redirect git for the user's next git command
-// outside), and agent settings and the hooks folder are protected.
-func (b *builder) checkout(dir string) error {
-	wt := resolve(dir)
-	if !isDir(wt) {
-		return refuse("run it from an existing folder", "%s is not a folder", dir)
-	}
-	dotgit := filepath.Join(wt, ".git")
-	fi, err := os.Lstat(dotgit)
-	switch {
-	case err != nil:
-		// Not a checkout's top (or no git): a .git created later would
-		// make a repository whose config git runs. An empty read-only
-		// stand-in keeps it from being created.
-		b.addTmpfsStandIn(dotgit, "git folder of the checkout (missing: an empty read-only stand-in, so no repository with its own hooks or config can be made here)")
-	case fi.Mode()&os.ModeSymlink != 0:
-		return symlinkRefusal(dotgit, wt)
-	default:
-		why := "the checkout's git folder, read-only as a whole: hooks/, config, commondir and info/ start programs or redirect your next git command outside; commit outside the sandbox"
-		if !fi.IsDir() {
-			why = "the checkout's .git file (its pointer to the git folder)"
-		}
-		b.addBind(&b.protect, "ro-bind", dotgit, dotgit, why)
-	}
-	if err := b.agentSettings(wt); err != nil {
-		return err
-	}
-	cfgs := []string{"/etc/gitconfig", filepath.Join(dotgit, "config")}
-	if b.home != "" {
-		cfgs = append([]string{filepath.Join(b.home, ".gitconfig"), filepath.Join(b.home, ".config", "git", "config")}, cfgs...)
-	}
-	if hp := gitConfigLast(cfgs, "core", "hookspath"); hp != "" {
-		if strings.HasPrefix(hp, "~/") && b.home != "" {
-			hp = filepath.Join(b.home, hp[2:])
-		}
-		if !filepath.IsAbs(hp) {
-			hp = filepath.Join(wt, hp)
-		}
-		if err := b.protectPath(wt, filepath.Clean(hp), true, "the folder core.hooksPath names: its hooks run outside"); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// Agent and editor settings that start programs later, outside.
-var settingGroups = []struct {
-	dir   string   // the folder
-	files []string // protected files in it
-	dirs  []string // protected sub-folders
-	whole bool     // the whole folder is protected
-}{
-	{dir: ".claude", files: []string{"settings.json", "settings.local.json"}, dirs: []string{"hooks", "commands", "agents", "skills"}},
-	{dir: ".vscode", files: []string{"tasks.json", "settings.json"}},
-	{dir: ".codex", files: []string{"config.toml", "hooks.json"}},
-	{dir: ".gemini", files: []string{"settings.json"}},
-	{dir: ".cursor", whole: true},
-	{dir: ".devcontainer", whole: true},
-	{dir: ".husky", whole: true},
-}
-
-func (b *builder) agentSettings(wt string) error {
-	const why = "agent and editor settings that start programs later"
-	if err := b.protectPath(wt, filepath.Join(wt, ".mcp.json"), false, why+" (.mcp.json)"); err != nil {
-		return err
-	}
-	for _, g := range settingGroups {
-		d := filepath.Join(wt, g.dir)
-		fi, err := os.Lstat(d)
-		switch {
-		case err != nil:
-			// Missing: an empty read-only folder, so nothing can be created in it.
-			b.addTmpfsStandIn(d, why+" ("+g.dir+"/ is missing: an empty read-only stand-in)")
-			continue
-		case fi.Mode()&os.ModeSymlink != 0:
-			return symlinkRefusal(d, wt)
-		case !fi.IsDir():
-			b.addBind(&b.protect, "ro-bind", d, d, why+" ("+g.dir+" is not a folder: read-only as it is)")
-			continue
-		}
-		if g.whole {
-			b.addBind(&b.protect, "ro-bind", d, d, why+" ("+g.dir+"/ whole)")
-			continue
-		}
-		// Any missing protected entry makes the whole folder read-only: no
-		// stand-in is created inside the user's folder.
-		var present []string
-		missing := ""
-		for _, f := range g.files {
-			p := filepath.Join(d, f)
-			if _, err := os.Lstat(p); err != nil {
-				missing = f
-			} else {
-				present = append(present, p)
-			}
-		}
-		for _, s := range g.dirs {
-			p := filepath.Join(d, s)
-			if _, err := os.Lstat(p); err != nil {
-				missing = s + "/"
-			} else {
-				present = append(present, p)
-			}
-		}
-		if g.dir == ".claude" {
-			// settings*.json beyond the two known names.
-			m, _ := filepath.Glob(filepath.Join(d, "settings*.json"))
-			present = append(present, m...)
-		}
-		for _, p := range present {
-			if fi, err := os.Lstat(p); err == nil && fi.Mode()&os.ModeSymlink != 0 {
-				return symlinkRefusal(p, wt)
-			}
-		}
-		if missing != "" {
-			b.addBind(&b.protect, "ro-bind", d, d, fmt.Sprintf("%s (%s/%s is missing, so the whole folder is read-only)", why, g.dir, missing))
-			continue
-		}
-		// The folder stays writable but cannot be moved or replaced.
-		b.addBind(&b.protect, "bind", d, d, "a folder leading to protected settings: bound on itself so it cannot be moved or replaced")
-		sort.Strings(present)
-		for _, p := range present {
-			if !b.mounted[p] {
-				b.addBind(&b.protect, "ro-bind", p, p, why+" ("+rel(wt, p)+")")
-			}
-		}
-	}
-	return b.protectSettingScripts(wt)
-}
-
-// Settings in an agent's login folder that start programs in the user's
-// next session outside: hooks, commands, MCP servers. The folder itself
-// stays writable (the agent keeps its login and sessions there).
-//
-// A missing one is created before the start as a harmless empty setting
-// ("{}" or an empty folder) and left there, instead of a stand-in that is
-// removed afterwards: the login folder is shared by concurrent attempts and
-// by the user's own sessions, and removing a mount point from outside
-// detaches the mount in every sandbox still using it.
-var loginSettings = map[string]struct{ files, dirs []string }{
-	".cursor": {files: []string{"mcp.json", "hooks.json"}},
-	"":        {files: []string{"settings.json"}, dirs: []string{"hooks", "commands", "agents", "skills"}}, // Claude Code (~/.claude or CLAUDE_CONFIG_DIR)
-}
-
-func (b *builder) loginSettings(dir string) error {
-	const why = "agent settings in its login folder that start programs in your next session outside"
-	set, ok := loginSettings[filepath.Base(dir)]
-	if !ok {
-		set = loginSettings[""]
-	}
-	var files []string
-	files = append(files, set.files...)
-	if m, _ := filepath.Glob(filepath.Join(dir, "settings*.json")); len(m) > 0 {
-		for _, f := range m {
-			if !slices.Contains(files, filepath.Base(f)) {
-				files = append(files, filepath.Base(f))
-			}
-		}
-	}
-	protect := func(p, name string, isDir bool) error {
-		fi, err := os.Lstat(p)
-		switch {
-		case err != nil:
-			content := "{}\n"
-			if isDir {
-				content = ""
-			}
-			b.plan.Precreate = append(b.plan.Precreate, Precreated{Path: p, Dir: isDir, Content: content})
-		case fi.Mode()&os.ModeSymlink != 0:
-			return refuse("replace the link with a real file or folder", "%s is a symlink; a protected path cannot be a link, since the link itself could be replaced", p)
-		}
-		b.addBind(&b.protect, "ro-bind", p, p, why+" ("+name+")")
-		return nil
-	}
-	for _, f := range files {
-		if err := protect(filepath.Join(dir, f), f, false); err != nil {
-			return err
-		}
-	}
-	for _, d := range set.dirs {
-		if err := protect(filepath.Join(dir, d), d+"/", true); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// protectPath makes p read-only inside worktree root wt when it lies in a
-// writable place, with a stand-in if it is missing and self-binds of the
-// folders leading to it.
-func (b *builder) protectPath(wt, p string, wantDir bool, why string) error {
-	// Outside every writable place: read-only already.
-	if !b.writableAt(p) {
-		return nil
-	}
-	// Resolve links on the way: a link anywhere on the path cannot be protected.
-	for cur := p; within(wt, cur) && cur != wt; cur = filepath.Dir(cur) {
-		if fi, err := os.Lstat(cur); err == nil && fi.Mode()&os.ModeSymlink != 0 {
-			return symlinkRefusal(cur, wt)
-		}
-	}
-	// Folders between the worktree and p: bound on themselves (immovable).
-	var lead []string
-	for cur := filepath.Dir(p); within(wt, cur) && cur != wt; cur = filepath.Dir(cur) {
-		lead = append([]string{cur}, lead...)
-	}
-	for _, d := range lead {
-		if !isDir(d) {
-			// A missing folder on the way: protect the first missing one.
-			b.addTmpfsStandIn(d, why+" (missing: an empty read-only stand-in)")
-			return nil
-		}
-		if !b.mounted[d] {
-			b.addBind(&b.protect, "bind", d, d, "a folder leading to a protected path: bound on itself so it cannot be moved or replaced")
-		}
-	}
-	fi, err := os.Lstat(p)
-	switch {
-	case err != nil && wantDir:
-		b.addTmpfsStandIn(p, why+" (missing: an empty read-only stand-in)")
-	case err != nil:
-		b.addEmptyFile(p, why+" (missing: a read-only empty stand-in)")
-	case fi.Mode()&os.ModeSymlink != 0:
-		return symlinkRefusal(p, wt)
-	default:
-		b.addBind(&b.protect, "ro-bind", p, p, why)
-	}
-	return nil
-}
-
-func symlinkRefusal(p, wt string) error {
-	t, err := filepath.EvalSymlinks(p)
-	if err != nil {
-		t, _ = os.Readlink(p)
-	}
-	if !within(wt, t) {
-		return refuse("replace the link with a real file or folder", "%s is a symlink pointing outside the worktree (to %s); a protected path cannot be a link", p, t)
-	}
-	return refuse("replace the link with a real file or folder", "%s is a symlink (to %s); a protected path cannot be a link, since the link itself could be replaced", p, t)
 }
 
 // writableAt reports whether p lies under a writable bind.
@@ -1050,8 +720,19 @@ func (b *builder) checkAllowWrite(orig, r, home, attempt string) error {
 	return nil
 }
 
+// originOf is the origin of a mount added to tier now.
+func (b *builder) originOf(tier *[]Mount) string {
+	switch tier {
+	case &b.protect:
+		return OriginProtected
+	case &b.secrets:
+		return OriginHidden
+	}
+	return b.origin
+}
+
 func (b *builder) addBind(tier *[]Mount, op, src, dst, why string) {
-	*tier = append(*tier, Mount{Op: op, Src: src, Dst: dst, Reason: why})
+	*tier = append(*tier, Mount{Op: op, Src: src, Dst: dst, Reason: why, Origin: b.originOf(tier)})
 	b.mounted[dst] = true
 	if op == "bind" || op == "ro-bind" {
 		b.visible = append(b.visible, dst)
@@ -1059,15 +740,16 @@ func (b *builder) addBind(tier *[]Mount, op, src, dst, why string) {
 }
 
 func (b *builder) addTmpfs(tier *[]Mount, dst, why string) {
-	*tier = append(*tier, Mount{Op: "tmpfs", Dst: dst, Reason: why})
+	o := b.originOf(tier)
+	*tier = append(*tier, Mount{Op: "tmpfs", Dst: dst, Reason: why, Origin: o})
 	b.mounted[dst] = true
-	b.remount = append(b.remount, Mount{Op: "remount-ro", Dst: dst, Reason: "nothing can be created in it"})
+	b.remount = append(b.remount, Mount{Op: "remount-ro", Dst: dst, Reason: "nothing can be created in it", Origin: o})
 }
 
 // addPrivateDir mounts a writable, empty in-memory folder at dst: it is
 // made inside the sandbox, never on the host.
 func (b *builder) addPrivateDir(dst, why string) {
-	b.writes = append(b.writes, Mount{Op: "tmpfs-rw", Dst: dst, Reason: why, Size: b.in.PrivateTmpSize})
+	b.writes = append(b.writes, Mount{Op: "tmpfs-rw", Dst: dst, Reason: why, Size: b.in.PrivateTmpSize, Origin: OriginAttempt})
 	b.mounted[dst] = true
 }
 
@@ -1077,17 +759,17 @@ func (b *builder) addTmpfsStandIn(dst, why string) {
 }
 
 func (b *builder) addEmptyFile(dst, why string) {
-	b.protect = append(b.protect, Mount{Op: "empty-file", Src: b.plan.EmptyFile, Dst: dst, Reason: why})
+	b.protect = append(b.protect, Mount{Op: "empty-file", Src: b.plan.EmptyFile, Dst: dst, Reason: why, Origin: OriginProtected})
 	b.mounted[dst] = true
 	b.plan.StandIns = append(b.plan.StandIns, dst)
 }
 
 func (b *builder) hidePath(p, why string) {
 	if isDir(p) {
-		b.secrets = append(b.secrets, Mount{Op: "tmpfs", Dst: p, Reason: why})
-		b.remount = append(b.remount, Mount{Op: "remount-ro", Dst: p, Reason: "nothing can be created in it"})
+		b.secrets = append(b.secrets, Mount{Op: "tmpfs", Dst: p, Reason: why, Origin: OriginHidden})
+		b.remount = append(b.remount, Mount{Op: "remount-ro", Dst: p, Reason: "nothing can be created in it", Origin: OriginHidden})
 	} else {
-		b.secrets = append(b.secrets, Mount{Op: "ro-bind", Src: "/dev/null", Dst: p, Reason: why})
+		b.secrets = append(b.secrets, Mount{Op: "ro-bind", Src: "/dev/null", Dst: p, Reason: why, Origin: OriginHidden})
 	}
 	b.mounted[p] = true
 }
@@ -1115,7 +797,7 @@ func (b *builder) buildEnv(home, tmp string) {
 		}
 	}
 	if _, ok := vals["PATH"]; !ok {
-		set("PATH", "/usr/local/bin:/usr/bin:/bin", "base (default)")
+		set("PATH", defaultPath, "base (default)")
 	}
 	if b.in.FreshHome {
 		set("HOME", filepath.Join(tmp, "home"), "a fresh, empty HOME in the temp folder")
@@ -1150,7 +832,7 @@ func (b *builder) buildEnv(home, tmp string) {
 	if b.plan.privateTmp {
 		// bwrap makes them in the private temp folder (--dir).
 		for _, d := range b.plan.mkdirs {
-			b.writes = append(b.writes, Mount{Op: "dir", Dst: d, Reason: "a folder of the private temp folder"})
+			b.writes = append(b.writes, Mount{Op: "dir", Dst: d, Reason: "a folder of the private temp folder", Origin: OriginAttempt})
 		}
 		b.plan.mkdirs = nil
 	}
@@ -1224,10 +906,20 @@ func (p *Plan) String() string {
 			fmt.Fprintf(&sb, "  %s\n", s)
 		}
 	}
-	if len(p.Precreate) > 0 {
-		fmt.Fprintf(&sb, "created once in the agent's login folder (empty settings, kept):\n")
-		for _, c := range p.Precreate {
-			fmt.Fprintf(&sb, "  %s\n", c.Path)
+	if len(p.LoginCopies) > 0 {
+		fmt.Fprintf(&sb, "login state (the attempt's own copies; only credentials are carried back):\n")
+		for _, c := range p.LoginCopies {
+			fmt.Fprintf(&sb, "  %s  (copy of %s", c.Dst, c.Src)
+			if len(c.Credentials) > 0 {
+				fmt.Fprintf(&sb, "; carried back: %s", strings.Join(c.Credentials, ", "))
+			}
+			fmt.Fprintf(&sb, ")\n")
+		}
+	}
+	if len(p.Toolchains) > 0 {
+		fmt.Fprintf(&sb, "toolchains (added for the step's PATH):\n")
+		for _, t := range p.Toolchains {
+			fmt.Fprintf(&sb, "  %s  (%s)\n", t.Path, t.From)
 		}
 	}
 	for _, n := range p.Notes {
@@ -1243,8 +935,10 @@ func (p *Plan) JSON() []byte {
 	return b
 }
 
-// Cleanup removes the stand-in mount points the backend left on disk; call
-// it after the process has ended and before committing the worktree. Only
+// Cleanup removes the stand-in mount points the backend left on disk,
+// carries the agent's refreshed credentials back from the attempt's login
+// copies and removes the copies; call it after the process has ended and
+// before committing the worktree. Only
 // empty files and empty folders are removed. The deepest go first; those
 // of one depth are removed at the same time: on a busy disk one removal
 // can wait milliseconds for the journal, and waiting for each in turn made
@@ -1296,6 +990,9 @@ func (p *Plan) Cleanup() error {
 		}
 		wg.Wait()
 	}
+	if err := p.finishLogin(); err != nil {
+		errs = append(errs, err.Error())
+	}
 	if len(errs) > 0 {
 		sort.Strings(errs)
 		return fmt.Errorf("sandbox cleanup: %s", strings.Join(errs, "; "))
@@ -1338,108 +1035,3 @@ func rel(base, p string) string {
 func exists(p string) bool { _, err := os.Lstat(p); return err == nil }
 
 func isDir(p string) bool { fi, err := os.Stat(p); return err == nil && fi.IsDir() }
-
-// refStore mounts the attempt's private ref store over the repository's
-// refs/ and logs/: the step writes whatever refs it likes there, and the
-// repository's own stay read-only (a bind mount, which the step can
-// neither remove nor rename over).
-func (b *builder) refStore(w Worktree, cd string) error {
-	if b.plan.Backend != "bubblewrap" {
-		return refuse("leave RefStore empty on this backend (kusaw checks the ref folder afterwards instead)", "repo %s: a private ref store needs bind mounts, which the %s backend lacks", w.Repo, b.plan.Backend)
-	}
-	if !filepath.IsAbs(w.RefStore) {
-		return refuse("give an absolute path", "ref store %q of repo %s is not absolute", w.RefStore, w.Repo)
-	}
-	for _, d := range []string{"refs", "logs"} {
-		src, dst := filepath.Join(w.RefStore, d), filepath.Join(cd, d)
-		if !isDir(src) || !isDir(dst) {
-			return refuse("let kusaw create the ref store (worktree.NewRefStore)", "repo %s: %s or %s is not a folder", w.Repo, src, dst)
-		}
-		b.addBind(&b.writes, "bind", src, dst, fmt.Sprintf("repo %s's %s/: the attempt's private copy (branches, tags and reflogs the step writes stay there; kusaw takes only the attempt's branch, checked)", w.Repo, d))
-	}
-	return nil
-}
-
-// headRef returns the branch a worktree's HEAD names ("refs/heads/x"), or "".
-func headRef(gitDir string) string {
-	b, err := os.ReadFile(filepath.Join(gitDir, "HEAD"))
-	if err != nil {
-		return ""
-	}
-	s := strings.TrimSpace(string(b))
-	if r, ok := strings.CutPrefix(s, "ref: "); ok && strings.HasPrefix(r, "refs/") && !strings.Contains(r, "..") {
-		return r
-	}
-	return ""
-}
-
-// gitConfigLast returns the last value of section.key across files, in
-// git's order of precedence (later files win). Includes are not followed.
-func gitConfigLast(files []string, section, key string) string {
-	val := ""
-	for _, f := range files {
-		if v, ok := gitConfigGet(f, section, key); ok {
-			val = v
-		}
-	}
-	return val
-}
-
-func gitConfigBool(file, section, key string) bool {
-	v, ok := gitConfigGet(file, section, key)
-	if !ok {
-		return false
-	}
-	switch strings.ToLower(v) {
-	case "", "true", "yes", "on", "1":
-		return true
-	}
-	return false
-}
-
-// gitConfigGet is a small reader of git's INI format: enough for
-// core.hooksPath and extensions.worktreeConfig.
-func gitConfigGet(file, section, key string) (string, bool) {
-	f, err := os.Open(file)
-	if err != nil {
-		return "", false
-	}
-	defer f.Close()
-	cur, val, found := "", "", false
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || line[0] == '#' || line[0] == ';' {
-			continue
-		}
-		if line[0] == '[' {
-			end := strings.IndexByte(line, ']')
-			if end < 0 {
-				continue
-			}
-			cur = strings.ToLower(strings.Fields(line[1:end] + " ")[0])
-			line = strings.TrimSpace(line[end+1:])
-			if line == "" {
-				continue
-			}
-		}
-		if cur != section {
-			continue
-		}
-		k, v, hasEq := strings.Cut(line, "=")
-		if strings.ToLower(strings.TrimSpace(k)) != key {
-			continue
-		}
-		found = true
-		if !hasEq {
-			val = ""
-			continue
-		}
-		v = strings.TrimSpace(v)
-		if i := strings.IndexAny(v, "#;"); i >= 0 && !strings.HasPrefix(v, "\"") {
-			v = strings.TrimSpace(v[:i])
-		}
-		val = strings.Trim(v, "\"")
-	}
-	return val, found
-}

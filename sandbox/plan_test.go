@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/kusaw/kusaw/status"
@@ -270,17 +271,16 @@ func TestPlanPerRepoAndWSL(t *testing.T) {
 	if slices.Contains(rulePaths(p.Writable), f.wt) || !slices.Contains(rulePaths(p.ReadOnly), f.wt) {
 		t.Errorf("a non-writable worktree must be read-only: %v", p.Writable)
 	}
-	if !slices.Contains(rulePaths(p.Hidden), "/mnt") || !slices.Contains(rulePaths(p.Hidden), "/run") {
-		t.Errorf("WSL: /mnt and /run must be hidden: %v", p.Hidden)
+	// The view is an allowlist: WSL's /mnt and /run/WSL are not in it.
+	for _, m := range p.Mounts {
+		if within("/mnt", m.Dst) || within("/run", m.Dst) || m.Dst == "/" && m.Op != "remount-ro" {
+			t.Errorf("WSL: %s %s is in the view", m.Op, m.Dst)
+		}
 	}
 	for _, kv := range p.Env {
 		if strings.HasPrefix(kv, "WSL_INTEROP=") {
 			t.Errorf("WSL_INTEROP passed: %s", kv)
 		}
-	}
-	in.Host.WSL = false
-	if slices.Contains(rulePaths(mustPlan(t, in).Hidden), "/mnt") {
-		t.Errorf("/mnt hidden off WSL")
 	}
 }
 
@@ -448,42 +448,97 @@ func TestPlanTwoWorktreesOneRepoAndLinkedLogin(t *testing.T) {
 	if n != 1 || lastRO > firstObj {
 		t.Errorf("common dir bound read-only %d times (last at %d, objects at %d)", n, lastRO, firstObj)
 	}
-	w := rulePaths(p.Writable)
-	if !slices.Contains(w, real) || !slices.Contains(w, filepath.Join(f.home, ".claude")) {
-		t.Errorf("a linked login folder must be bound at its target and at its name: %v", w)
+	// A linked login folder: its copy appears at the name the agent uses,
+	// made from the folder the link points to.
+	if lc := p.LoginCopies[0]; lc.Src != real || lc.Dst != filepath.Join(f.home, ".claude") || !slices.Contains(rulePaths(p.Writable), lc.Dst) {
+		t.Errorf("a linked login folder: %+v", lc)
 	}
 }
 
 func TestPlanLoginFolderSettings(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("login copies are Linux's: macOS gives a fresh HOME")
+	}
 	f := newFixture(t)
 	write(t, filepath.Join(f.home, ".claude", "settings.local.json"), "{}")
+	write(t, filepath.Join(f.home, ".claude", "local", "claude"), "#!/bin/sh\n")
+	write(t, filepath.Join(f.home, ".claude", "projects", "other", "s.jsonl"), "the user's other session\n")
+	write(t, filepath.Join(f.home, ".claude", ".credentials.json"), `{"claudeAiOauth":{}}`)
 	p := mustPlan(t, f.input())
 	ro := rulePaths(p.ReadOnly)
-	for _, x := range []string{"settings.json", "settings.local.json", "hooks", "commands", "agents", "skills"} {
+	for _, x := range []string{"settings.json", "settings.local.json", "local", "hooks", "commands", "agents", "skills", "plugins", "CLAUDE.md"} {
 		if !slices.Contains(ro, filepath.Join(f.home, ".claude", x)) {
 			t.Errorf("~/.claude/%s is not read-only: %v", x, ro)
 		}
 	}
-	var pre []string
-	for _, c := range p.Precreate {
-		pre = append(pre, filepath.Base(c.Path))
+	if len(p.LoginCopies) != 2 {
+		t.Fatalf("login copies: %+v", p.LoginCopies)
 	}
-	if !slices.Equal(pre, []string{"settings.json", "hooks", "commands", "agents", "skills"}) {
-		t.Errorf("precreate: %v", pre)
+	lc := p.LoginCopies[0]
+	if lc.Dst != filepath.Join(f.home, ".claude") || !within(f.attempt, lc.Copy) || !slices.Equal(lc.Credentials, []string{".credentials.json"}) {
+		t.Errorf("login copy: %+v", lc)
+	}
+	var made []string
+	for _, c := range lc.Made {
+		made = append(made, c.Path)
+	}
+	if !slices.Equal(made, []string{"settings.json", "CLAUDE.md", "AGENTS.md", ".mcp.json", "hooks", "commands", "agents", "skills", "plugins", "output-styles"}) {
+		t.Errorf("made in the copy: %v", made)
 	}
 	if err := p.Prepare(); err != nil {
 		t.Fatal(err)
 	}
-	if b, _ := os.ReadFile(filepath.Join(f.home, ".claude", "settings.json")); string(b) != "{}\n" || !isDir(filepath.Join(f.home, ".claude", "hooks")) {
-		t.Errorf("prepare did not create the settings stand-ins: %q", b)
+	if b, _ := os.ReadFile(filepath.Join(lc.Copy, "settings.json")); string(b) != "{}\n" || !isDir(filepath.Join(lc.Copy, "hooks")) {
+		t.Errorf("prepare did not make the missing settings in the copy: %q", b)
 	}
-	// Never overwritten.
-	write(t, filepath.Join(f.home, ".claude", "settings.json"), `{"model":"x"}`)
-	if err := p.Prepare(); err != nil {
+	if exists(filepath.Join(f.home, ".claude", "settings.json")) {
+		t.Errorf("prepare wrote into the user's login folder")
+	}
+	if exists(filepath.Join(lc.Copy, "projects", "other")) || !isDir(filepath.Join(lc.Copy, "projects")) {
+		t.Errorf("the user's other sessions are in the copy, or its projects/ is missing")
+	}
+	// A refreshed credentials file is carried back; the copy is removed.
+	write(t, filepath.Join(lc.Copy, ".credentials.json"), `{"claudeAiOauth":{"accessToken":"new"}}`)
+	write(t, filepath.Join(lc.Copy, "todos", "x.json"), "[]")
+	if err := p.Cleanup(); err != nil {
 		t.Fatal(err)
 	}
-	if b, _ := os.ReadFile(filepath.Join(f.home, ".claude", "settings.json")); string(b) != `{"model":"x"}` {
-		t.Errorf("prepare overwrote the user's settings: %q", b)
+	if b, _ := os.ReadFile(filepath.Join(f.home, ".claude", ".credentials.json")); !strings.Contains(string(b), "new") {
+		t.Errorf("credentials not carried back: %q", b)
+	}
+	if exists(lc.Copy) || exists(filepath.Join(f.home, ".claude", "todos")) {
+		t.Errorf("the copy is left, or its session state reached the user's folder")
+	}
+}
+
+// Only a credentials file of the expected shape is carried back.
+func TestCarryBackRefusesOddCredentials(t *testing.T) {
+	dir := t.TempDir()
+	orig := filepath.Join(dir, "orig.json")
+	write(t, orig, `{"a":1}`)
+	for name, mk := range map[string]func(p string){
+		"symlink":  func(p string) { os.Symlink(orig, p) },
+		"not json": func(p string) { write(t, p, "#!/bin/sh\nevil\n") },
+		"array":    func(p string) { write(t, p, "[1,2]") },
+		"too big":  func(p string) { write(t, p, `{"a":"`+strings.Repeat("x", 70<<10)+`"}`) },
+		"fifo":     func(p string) { syscall.Mkfifo(p, 0o600) },
+	} {
+		from := filepath.Join(dir, "from-"+strings.ReplaceAll(name, " ", "-"))
+		mk(from)
+		if err := carryBack(from, orig); err == nil {
+			t.Errorf("%s: carried back", name)
+		}
+		if b, _ := os.ReadFile(orig); string(b) != `{"a":1}` {
+			t.Fatalf("%s: the user's credentials changed: %q", name, b)
+		}
+	}
+	from := filepath.Join(dir, "good")
+	write(t, from, `{"a":2}`)
+	if err := carryBack(from, orig); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(orig); string(b) != `{"a":2}` {
+		t.Errorf("a good credentials file was not carried back: %q", b)
 	}
 }
 
@@ -549,6 +604,8 @@ func TestPrivateTmpPlan(t *testing.T) {
 	in := f.input()
 	in.PrivateTmp = true
 	in.TmpDir, in.ArtifactsDir = "/tmp/kusaw-plan-test/tmp", ""
+	wantRefused(t, in, "login folders need the attempt folder on disk")
+	in.LoginPaths = nil
 	p := mustPlan(t, in)
 	var ops []string
 	for _, m := range p.Mounts {

@@ -590,6 +590,11 @@ func (g *sbGen) files(p *Plan, opt SeatbeltOptions) error {
 // mount translates one plan mount. The comment names the op and the
 // mount's index, never its path or reason (they are plan text).
 func (g *sbGen) mount(i int, m Mount) error {
+	if m.Op == "symlink" {
+		// A system folder's link (Linux's merged /usr): the system is
+		// readable as it is on macOS.
+		return nil
+	}
 	dst, err := checkPath(m.Dst)
 	if err != nil {
 		return err

@@ -1,0 +1,438 @@
+package sandbox
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// The agent's login state is the attempt's own. Each login folder appears
+// inside as a copy made for the attempt (under the attempt folder): the
+// CLI writes its session state there, and only the credentials file is
+// carried back, after checks. Everything in the folder that starts a
+// program later is bound read-only from the original on top of the copy
+// (mounts at a path always come after those of the folders holding it,
+// see ordered): the CLI's own install, settings, the scripts they name,
+// plugins, hooks, commands, agents, skills, memory files. Sub-folders the
+// CLI writes its session state into start empty: the user's other
+// sessions stay outside. Any other sub-folder is shown read-only.
+
+// LoginCopy is one login folder or file and the attempt's copy of it.
+type LoginCopy struct {
+	Src  string `json:"src"`  // the agent's own folder or file (links resolved)
+	Dst  string `json:"dst"`  // where it appears inside (the name the agent uses)
+	Copy string `json:"copy"` // the attempt's copy on the host
+	Dir  bool   `json:"dir,omitempty"`
+	// Files are the names copied from Src (regular files at its top).
+	Files []string `json:"files,omitempty"`
+	// Empty are the names made in the copy as empty folders (session
+	// state), and Made the protected names missing from Src, made in the
+	// copy as empty settings and bound read-only.
+	Empty []string     `json:"empty,omitempty"`
+	Made  []Precreated `json:"made,omitempty"`
+	// Credentials are the names carried back to Src after the step.
+	Credentials []string `json:"credentials,omitempty"`
+}
+
+// Precreated is a file or folder Prepare makes in a login copy.
+type Precreated struct {
+	Path    string `json:"path"`
+	Dir     bool   `json:"dir,omitempty"`
+	Content string `json:"content,omitempty"`
+}
+
+// loginProtected names, per login folder (by its base name; "" for Claude
+// Code's ~/.claude or CLAUDE_CONFIG_DIR), what starts a program later:
+// read-only inside, made empty when missing.
+var loginProtected = map[string]struct{ files, dirs []string }{
+	"": {files: []string{"settings.json", "settings.local.json", "CLAUDE.md", "AGENTS.md", ".mcp.json"},
+		dirs: []string{"local", "hooks", "commands", "agents", "skills", "plugins", "output-styles"}},
+	".cursor": {files: []string{"mcp.json", "hooks.json", "cli-config.json", "AGENTS.md"},
+		dirs: []string{"hooks", "commands", "rules", "agents", "skills", "plugins", "extensions"}},
+	"cursor": {files: []string{"cli-config.json", "mcp.json", "hooks.json"}},
+}
+
+// loginState are sub-folders CLIs write their session state into: empty
+// in the copy (the user's other sessions are not the step's to read).
+var loginState = []string{"projects", "todos", "shell-snapshots", "statsig", "session-env", "file-history",
+	"debug", "ide", "logs", "plans", "telemetry", "chats", "snapshots", "paste-cache", "cache", "worktrees"}
+
+// loginCredentials are the files carried back: the CLI may refresh its
+// login during the step.
+var loginCredentials = []string{".credentials.json", "auth.json"}
+
+const (
+	maxLoginFile  = 8 << 20  // a file copied into a login copy
+	maxLoginTotal = 64 << 20 // all files of one login copy
+	maxCredential = 64 << 10 // a credentials file carried back
+)
+
+// login adds the agent's login folders as the attempt's copies.
+func (b *builder) login() error {
+	in := b.in
+	if in.FreshHome {
+		if len(in.LoginPaths) > 0 {
+			b.plan.Notes = append(b.plan.Notes, "login folders are not mounted: HOME is fresh and the agent signs in with a token (a step secret)")
+		}
+		return nil
+	}
+	if len(in.LoginPaths) > 0 && b.private {
+		return refuse("run the agent step from a factory (its attempt folder holds the login copy)", "login folders need the attempt folder on disk; the private temp folder has none")
+	}
+	for i, p := range in.LoginPaths {
+		r, err := abs("login path", p)
+		if err != nil {
+			return err
+		}
+		if !exists(r) {
+			b.plan.Notes = append(b.plan.Notes, fmt.Sprintf("login path %s does not exist; not mounted", r))
+			continue
+		}
+		if b.home != "" && within(r, b.home) {
+			return refuse("name the agent's own folder", "login path %q would expose the whole home", p)
+		}
+		// The name the agent uses, with the folders above it resolved.
+		c := filepath.Clean(p)
+		dst := filepath.Join(resolve(filepath.Dir(c)), filepath.Base(c))
+		lc := LoginCopy{Src: r, Dst: dst, Copy: filepath.Join(b.attempt, "login", strconv.Itoa(i))}
+		if err := b.loginCopy(&lc); err != nil {
+			return err
+		}
+		b.plan.LoginCopies = append(b.plan.LoginCopies, lc)
+	}
+	return nil
+}
+
+// loginCopy plans one copy: what is copied, made empty, bound read-only.
+func (b *builder) loginCopy(lc *LoginCopy) error {
+	fi, err := os.Stat(lc.Src)
+	if err != nil {
+		return refuse("check the agent's login folder", "login path %s: %v", lc.Src, err)
+	}
+	if !fi.IsDir() {
+		if !fi.Mode().IsRegular() || fi.Size() > maxLoginFile {
+			b.addBind(&b.writes, "ro-bind", lc.Src, lc.Dst, "the agent's login file, read-only (not a regular file of at most 8 MiB, so not copied)")
+			return nil
+		}
+		b.addBind(&b.writes, "bind", lc.Copy, lc.Dst, "the agent's login file: the attempt's own copy (changes stay in the attempt)")
+		return nil
+	}
+	lc.Dir = true
+	b.addBind(&b.writes, "bind", lc.Copy, lc.Dst, "the agent's login folder: the attempt's own copy (session state stays in the attempt; only the credentials file is carried back, checked)")
+	set := loginProtected[filepath.Base(lc.Src)]
+	if filepath.Base(lc.Src) != ".cursor" && filepath.Base(lc.Src) != "cursor" {
+		set = loginProtected[""]
+	}
+	ents, err := os.ReadDir(lc.Src)
+	if err != nil {
+		return refuse("check the agent's login folder", "login folder %s: %v", lc.Src, err)
+	}
+	protected := func(name string, dir bool) bool {
+		if dir {
+			return slices.Contains(set.dirs, name)
+		}
+		return slices.Contains(set.files, name) || strings.HasPrefix(name, "settings") && strings.HasSuffix(name, ".json")
+	}
+	var total int64
+	for _, e := range ents {
+		name, src, dst := e.Name(), filepath.Join(lc.Src, e.Name()), filepath.Join(lc.Dst, e.Name())
+		info, err := e.Info()
+		if err != nil {
+			continue
+		}
+		switch {
+		case info.Mode()&os.ModeSymlink != 0:
+			b.loginLink(src, dst, name, protected)
+		case info.IsDir() && slices.Contains(loginState, name) && !protected(name, true):
+			lc.Empty = append(lc.Empty, name)
+		case info.IsDir():
+			why := "read-only: a folder of the agent's login folder that is not session state"
+			if protected(name, true) {
+				why = "read-only: it starts programs in your next session outside (" + name + "/)"
+			}
+			b.addBind(&b.protect, "ro-bind", src, dst, why)
+		case protected(name, false):
+			b.addBind(&b.protect, "ro-bind", src, dst, "read-only: agent settings or memory that start programs in your next session outside ("+name+")")
+		case info.Mode().IsRegular() && info.Size() <= maxLoginFile && total+info.Size() <= maxLoginTotal:
+			total += info.Size()
+			lc.Files = append(lc.Files, name)
+			if slices.Contains(loginCredentials, name) {
+				lc.Credentials = append(lc.Credentials, name)
+			}
+		case info.Mode().IsRegular():
+			b.plan.Notes = append(b.plan.Notes, fmt.Sprintf("login file %s is too large to copy (over 8 MiB, or 64 MiB in all); not in the sandbox", src))
+		}
+	}
+	b.loginMissing(lc, set.files, set.dirs)
+	return b.loginScripts(lc)
+}
+
+// loginLink shows a link of the login folder read-only at its name when
+// it is a protected entry (dotfiles managers link settings); other links
+// are left out.
+func (b *builder) loginLink(src, dst, name string, protected func(string, bool) bool) {
+	t, err := filepath.EvalSymlinks(src)
+	fi, serr := os.Stat(t)
+	if err != nil || serr != nil || !protected(name, fi.IsDir()) {
+		b.plan.Notes = append(b.plan.Notes, fmt.Sprintf("login folder entry %s is a link; not in the sandbox", src))
+		return
+	}
+	b.addBind(&b.protect, "ro-bind", t, dst, "read-only: agent settings that start programs in your next session outside ("+name+", a link to "+t+")")
+}
+
+// loginMissing makes the protected entries Src lacks in the copy (an
+// empty setting or folder) and binds them read-only on themselves, so the
+// step cannot create one the CLI would run in this attempt.
+func (b *builder) loginMissing(lc *LoginCopy, files, dirs []string) {
+	for _, group := range []struct {
+		names []string
+		dir   bool
+	}{{files, false}, {dirs, true}} {
+		for _, n := range group.names {
+			if _, err := os.Lstat(filepath.Join(lc.Src, n)); err == nil {
+				continue
+			}
+			content := ""
+			if strings.HasSuffix(n, ".json") {
+				content = "{}\n"
+			}
+			lc.Made = append(lc.Made, Precreated{Path: n, Dir: group.dir, Content: content})
+			b.addBind(&b.protect, "ro-bind", filepath.Join(lc.Copy, n), filepath.Join(lc.Dst, n), "read-only: missing from the agent's login folder, an empty one so none can be made ("+n+")")
+		}
+	}
+}
+
+// loginScripts binds read-only the files of the login folder that its
+// settings name (hooks, statusLine, apiKeyHelper): they run in the user's
+// next session outside.
+func (b *builder) loginScripts(lc *LoginCopy) error {
+	files, _ := filepath.Glob(filepath.Join(lc.Src, "settings*.json"))
+	var named []string
+	for _, f := range files {
+		var s claudeSettings
+		if !readJSON(f, &s) {
+			continue
+		}
+		for _, c := range s.commands() {
+			for _, w := range shellWords(c) {
+				w = strings.NewReplacer("${HOME}", b.home, "$HOME", b.home, "${CLAUDE_CONFIG_DIR}", lc.Dst, "$CLAUDE_CONFIG_DIR", lc.Dst).Replace(w)
+				if strings.HasPrefix(w, "~/") && b.home != "" {
+					w = filepath.Join(b.home, w[2:])
+				}
+				if !filepath.IsAbs(w) {
+					continue
+				}
+				w = filepath.Clean(w)
+				for _, base := range []string{lc.Dst, lc.Src} {
+					if within(base, w) && w != base {
+						named = append(named, filepath.Join(lc.Src, rel(base, w)))
+					}
+				}
+			}
+		}
+	}
+	sort.Strings(named)
+	for _, p := range slices.Compact(named) {
+		dst := filepath.Join(lc.Dst, rel(lc.Src, p))
+		if b.mounted[dst] || b.coveredReadOnly(dst) {
+			continue
+		}
+		fi, err := os.Lstat(p)
+		switch {
+		case err != nil:
+			b.addEmptyFile(dst, "a script the login folder's settings name (missing: a read-only empty stand-in)")
+		case fi.Mode()&os.ModeSymlink != 0:
+			return refuse("replace the link with a real file", "%s is a symlink named by the agent's settings; a protected path cannot be a link", p)
+		default:
+			b.addBind(&b.protect, "ro-bind", p, dst, "read-only: a script the login folder's settings run in your next session outside")
+		}
+	}
+	return nil
+}
+
+// coveredReadOnly reports whether p lies in a read-only bind of the
+// protect tier (a protected folder of the login folder).
+func (b *builder) coveredReadOnly(p string) bool {
+	for _, m := range b.protect {
+		if m.Op == "ro-bind" && within(m.Dst, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// claudeSettings is what of Claude Code's settings starts programs.
+type claudeSettings struct {
+	Hooks map[string][]struct {
+		Hooks []struct {
+			Command string `json:"command"`
+		} `json:"hooks"`
+	} `json:"hooks"`
+	StatusLine struct {
+		Command string `json:"command"`
+	} `json:"statusLine"`
+	APIKeyHelper string `json:"apiKeyHelper"`
+}
+
+func (s claudeSettings) commands() []string {
+	var out []string
+	for _, groups := range s.Hooks {
+		for _, g := range groups {
+			for _, h := range g.Hooks {
+				out = append(out, h.Command)
+			}
+		}
+	}
+	return append(out, s.StatusLine.Command, s.APIKeyHelper)
+}
+
+// prepareLogin makes the attempt's login copies.
+func (p *Plan) prepareLogin() error {
+	for _, lc := range p.LoginCopies {
+		if err := lc.make(); err != nil {
+			return fmt.Errorf("sandbox: login copy of %s: %w", lc.Src, err)
+		}
+	}
+	return nil
+}
+
+func (lc LoginCopy) make() error {
+	if err := os.RemoveAll(lc.Copy); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(lc.Copy), 0o700); err != nil {
+		return err
+	}
+	if !lc.Dir {
+		return copyRegular(lc.Src, lc.Copy, maxLoginFile)
+	}
+	if err := os.Mkdir(lc.Copy, 0o700); err != nil {
+		return err
+	}
+	for _, n := range lc.Files {
+		if err := copyRegular(filepath.Join(lc.Src, n), filepath.Join(lc.Copy, n), maxLoginFile); err != nil {
+			return err
+		}
+	}
+	for _, n := range lc.Empty {
+		if err := os.Mkdir(filepath.Join(lc.Copy, n), 0o700); err != nil {
+			return err
+		}
+	}
+	for _, m := range lc.Made {
+		q := filepath.Join(lc.Copy, m.Path)
+		if m.Dir {
+			if err := os.Mkdir(q, 0o755); err != nil {
+				return err
+			}
+		} else if err := os.WriteFile(q, []byte(m.Content), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// copyRegular copies a regular file (never through a link) of at most max bytes.
+func copyRegular(src, dst string, max int64) error {
+	in, err := os.OpenFile(src, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	fi, err := in.Stat()
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() || fi.Size() > max {
+		return fmt.Errorf("%s is not a regular file of at most %d bytes", src, max)
+	}
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, fi.Mode().Perm()&0o700|0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, io.LimitReader(in, max))
+	return errors.Join(err, out.Close())
+}
+
+// finishLogin carries the credentials back from each copy, then removes
+// the copies (they hold the login).
+func (p *Plan) finishLogin() error {
+	var errs []error
+	for _, lc := range p.LoginCopies {
+		for _, n := range lc.Credentials {
+			if err := carryBack(filepath.Join(lc.Copy, n), filepath.Join(lc.Src, n)); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if err := os.RemoveAll(lc.Copy); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// carryBack replaces the user's credentials file with the attempt's when
+// the CLI changed it and it is still a credentials file: a regular file
+// (no link, FIFO or device), of at most 64 KiB, holding one JSON object.
+func carryBack(from, to string) error {
+	b, err := readCredential(from)
+	if err != nil || b == nil {
+		return err
+	}
+	if old, err := readCredential(to); err == nil && bytes.Equal(old, b) {
+		return nil
+	}
+	if fi, err := os.Lstat(to); err == nil && !fi.Mode().IsRegular() {
+		return fmt.Errorf("sandbox: %s is not a regular file; the refreshed login is not carried back", to)
+	}
+	tmp := to + ".kusaw-new"
+	_ = os.Remove(tmp)
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return fmt.Errorf("sandbox: carrying the login back: %w", err)
+	}
+	_, err = f.Write(b)
+	if err = errors.Join(err, f.Sync(), f.Close()); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("sandbox: carrying the login back: %w", err)
+	}
+	return os.Rename(tmp, to)
+}
+
+// readCredential reads a credentials file of the expected shape; nil, nil
+// when it is missing.
+func readCredential(p string) ([]byte, error) {
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: credentials %s: not a regular file: %w", p, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() || fi.Size() > maxCredential {
+		return nil, fmt.Errorf("sandbox: credentials %s: not a regular file of at most 64 KiB; not carried back", p)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxCredential+1))
+	if err != nil {
+		return nil, err
+	}
+	var obj map[string]json.RawMessage
+	if len(b) > maxCredential || json.Unmarshal(b, &obj) != nil {
+		return nil, fmt.Errorf("sandbox: credentials %s: not one JSON object; not carried back", p)
+	}
+	return b, nil
+}
