@@ -94,6 +94,7 @@ const (
 	WCodeUnsandboxedAfter = "W12"
 	WCodePoolNeverOffered = "W13"
 	WCodeCacheUnsandboxed = "W14"
+	WCodeToolchain        = "W15"
 )
 
 // CodeInfo describes every finding code.
@@ -148,6 +149,7 @@ var CodeInfo = []struct{ Code, Meaning string }{
 	{WCodeResolveUnused, "resolve on a step that runs alone: there is nothing to merge"},
 	{WCodeUnsandboxedAfter, "a step that runs outside the sandbox comes after a sandboxed step: it runs, on the host, code the sandboxed step may have written"},
 	{WCodeCacheUnsandboxed, "a cache a sandboxed step writes is used by a step outside the sandbox: that step runs, on the host, what the sandboxed one left in it"},
+	{WCodeToolchain, "the Linux sandbox shows a toolchain folder of a sandboxed step's PATH (outside the system folders) read-only: name it in allow_read to say it is meant"},
 	{WCodePoolNeverOffered, "a step's pool that no worker has ever offered, or that no worker's join token allows (or a pool without serve.cluster): its attempts would wait"},
 }
 

@@ -165,6 +165,16 @@ steps:
 	if txt.code != 0 || !strings.Contains(txt.stdout, "P7 pass") || !strings.Contains(txt.stdout, "proxy.golang.org") || strings.Contains(txt.stdout, "step review") {
 		t.Errorf("doctor --step build: %d\n%s%s", txt.code, txt.stdout, txt.stderr)
 	}
+	// The view, entry by entry with its origin: the system folders, the
+	// step's worktree; never the host's root.
+	for _, want := range []string{"view (in mount order", "system      read-only         /usr", "worktree    writable", "system      read-only         /  ("} {
+		if !strings.Contains(txt.stdout, want) {
+			t.Errorf("doctor --step build does not print %q in the view:\n%s", want, txt.stdout)
+		}
+	}
+	if strings.Contains(txt.stdout, "read-only         / <-") {
+		t.Errorf("the view binds the host's root:\n%s", txt.stdout)
+	}
 	if bad := runKusaw(t, dir, "sandbox", "doctor", "--step", "nope"); bad.code != 2 || !strings.Contains(bad.stderr, "unknown step") {
 		t.Errorf("unknown step: %d %s", bad.code, bad.stderr)
 	}

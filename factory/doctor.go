@@ -680,6 +680,15 @@ func writePlan(w io.Writer, raw json.RawMessage) {
 		return
 	}
 	fmt.Fprintf(w, "  plan (%s, network %s, starts in %s):\n", pl.Backend, pl.Network, pl.Workdir)
+	if view := pl.View(); len(view) > 0 && pl.Backend == "bubblewrap" {
+		fmt.Fprintf(w, "    view (in mount order, with where each entry comes from; nothing else exists inside):\n")
+		for _, l := range view {
+			fmt.Fprintf(w, "      %s\n", l)
+		}
+	}
+	for _, tc := range pl.Toolchains {
+		fmt.Fprintf(w, "    toolchain %s (added for %s on the step's PATH)\n", tc.Path, tc.From)
+	}
 	for _, g := range []struct {
 		name  string
 		rules []sandbox.PathRule

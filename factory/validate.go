@@ -128,6 +128,7 @@ func (v *Validator) Validate(f *config.Factory, fs config.Findings) Report {
 	fs = append(fs, unsandboxedAfterChecks(f)...)
 	fs = append(fs, cacheSharedChecks(f)...)
 	fs = append(fs, v.poolChecks(f)...)
+	fs = append(fs, v.toolchainChecks(f)...)
 	fs.Sort()
 	r.Errors = fs.Errors()
 	r.Warnings = fs.Warnings()
@@ -714,6 +715,48 @@ func (v *Validator) poolChecks(f *config.Factory) config.Findings {
 		}
 		pos := f.PosOf(path)
 		out = append(out, config.Finding{Code: config.WCodePoolNeverOffered, Severity: config.SevWarning, Path: path, Line: pos.Line, Column: pos.Column, File: f.Path, Message: msg, Fix: fix})
+	}
+	return out
+}
+
+// toolchainChecks names (W15) each folder the Linux sandbox adds to a
+// sandboxed step's view, read-only, because a program of the step's PATH
+// lies in it (sandbox.Toolchains): the view is otherwise what the factory
+// names. A folder allow_read already lists is not named again.
+func (v *Validator) toolchainChecks(f *config.Factory) config.Findings {
+	if v.GOOS != "linux" || v.Getenv == nil {
+		return nil
+	}
+	var out config.Findings
+	for _, id := range f.StepOrder {
+		s := f.Steps[id]
+		sandboxed := false
+		for _, repos := range f.Attempts(s) {
+			if m, _ := f.EffectiveMode(s, repos); m == config.ModeRequired {
+				sandboxed = true
+			}
+		}
+		if !sandboxed {
+			continue
+		}
+		path := v.Getenv("PATH")
+		if e, ok := s.Env["PATH"]; ok && e.Secret == nil {
+			path = e.Value
+		}
+		sp := "steps." + id
+		pos := f.PosOf(sp)
+		for _, tc := range sandbox.Toolchains(path, v.Getenv("HOME")) {
+			listed := false
+			for _, r := range f.AllowRead(s) {
+				listed = listed || r == tc.Path || strings.HasPrefix(tc.Path, strings.TrimSuffix(r, "/")+"/")
+			}
+			if listed {
+				continue
+			}
+			out = append(out, config.Finding{Code: config.WCodeToolchain, Severity: config.SevWarning, Path: sp, Line: pos.Line, Column: pos.Column, File: f.Path,
+				Message: fmt.Sprintf("step %s: the sandbox shows %s read-only, the toolchain of %s on the step's PATH (%s)", id, tc.Path, tc.From, tc.Reason),
+				Fix:     fmt.Sprintf("if that is the toolchain you mean, list it in steps.%s.sandbox.allow_read to say so; otherwise take %s off the PATH kusaw runs with", id, tc.From)})
+		}
 	}
 	return out
 }

@@ -12,14 +12,18 @@
 //	sandbox.Signal(cmd, syscall.SIGTERM)          // reaches the step (bwrap forwards no signal)
 //	plan.Cleanup()                                // after Wait, before committing the worktrees
 //
-// A plan is ordered mounts, each with its reason (later ones cover earlier
-// ones): the system read-only; private /dev, /proc, /tmp, /run; the home and
-// the repositories' own checkouts hidden; allow_read; the writable
-// worktrees and the git folders a commit needs (with Input.ObjectDir, new
-// objects go to the attempt's private object folder and the repositories'
-// own objects/ stay read-only); the credential folders and
-// caller's hidden paths on top; then the protected control files and agent
-// settings, read-only even inside the worktrees. The environment is built
+// A plan is mounts, each with its origin and reason. On Linux the view is
+// an allowlist (view.go): an empty root with the system folders, the
+// toolchains of the step's PATH, the files its command names, the writable
+// worktrees and the git folders a commit needs (worktree.go; with
+// Input.ObjectDir, new objects go to the attempt's private object folder
+// and the repositories' own objects/ stay read-only), the attempt's
+// folders, the agent's login state as the attempt's own copy (login.go),
+// allow_read and allow_write; the credential folders and hidden paths on
+// top; the protected control files and agent settings, read-only even
+// inside the worktrees. Mounts are ordered folders first, writable before
+// read-only at one path (ordered), so none covers one made before it; the
+// root is made read-only last. The environment is built
 // from a fixed base set, the step's env, the temp variables and the proxy
 // variables; Plan.String and Plan.JSON never show values.
 //

@@ -890,6 +890,12 @@ func (p *Plan) String() string {
 			fmt.Fprintf(&sb, "  %s  (%s)\n", r.Path, r.Reason)
 		}
 	}
+	if p.Backend == "bubblewrap" {
+		fmt.Fprintf(&sb, "view (in mount order; nothing else exists inside):\n")
+		for _, l := range p.View() {
+			fmt.Fprintf(&sb, "  %s\n", l)
+		}
+	}
 	section("writable", p.Writable)
 	section("read-only", p.ReadOnly)
 	section("hidden", p.Hidden)

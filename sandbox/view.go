@@ -286,6 +286,9 @@ func (b *builder) toolchains() error {
 	}
 	b.origin = OriginToolchain
 	for _, tc := range Toolchains(b.stepPath(), b.home) {
+		if b.allowReadHas(tc.Path) {
+			continue // allow_read shows it already
+		}
 		if b.hiddenAt(tc.Path) {
 			b.plan.Notes = append(b.plan.Notes, fmt.Sprintf("toolchain %s (for %s) lies in a hidden folder; not mounted", tc.Path, tc.From))
 			continue
@@ -297,6 +300,15 @@ func (b *builder) toolchains() error {
 		b.plan.Toolchains = append(b.plan.Toolchains, tc)
 	}
 	return nil
+}
+
+func (b *builder) allowReadHas(p string) bool {
+	for _, r := range b.in.AllowRead {
+		if filepath.IsAbs(r) && within(resolve(r), p) {
+			return true
+		}
+	}
+	return false
 }
 
 // hiddenAt reports whether p is, holds or lies in a hidden path or a
@@ -397,4 +409,27 @@ func (b *builder) commandFiles() error {
 		}
 	}
 	return nil
+}
+
+// View lists the mounts in the order the backend makes them, one line
+// each: the origin (where in the plan it comes from), what it is, the
+// path, and why. kusaw sandbox doctor prints it.
+func (p *Plan) View() []string {
+	out := make([]string, 0, len(p.Mounts))
+	for _, m := range p.Mounts {
+		if m.Op == "remount-ro" && m.Dst != "/" {
+			continue // said by the tmpfs it makes read-only
+		}
+		what := map[string]string{"ro-bind": "read-only", "bind": "writable", "tmpfs": "empty, read-only", "tmpfs-rw": "writable, in memory",
+			"empty-file": "read-only, empty", "symlink": "link", "dir": "folder", "dev": "devices", "proc": "processes", "remount-ro": "read-only"}[m.Op]
+		if m.Src == "/dev/null" || m.Origin == OriginHidden {
+			what = "hidden"
+		}
+		line := fmt.Sprintf("%-11s %-17s %s", m.Origin, what, m.Dst)
+		if m.Src != "" && m.Src != m.Dst && m.Src != "/dev/null" && m.Op != "empty-file" {
+			line += " <- " + m.Src
+		}
+		out = append(out, line+"  ("+m.Reason+")")
+	}
+	return out
 }
