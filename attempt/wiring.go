@@ -195,6 +195,9 @@ func (a *Attempt) sandboxed(i int, repos []string, spec *steps.Spec, env map[str
 		in.ExtraBinaries = append(in.ExtraBinaries, a.h.Kusaw)
 	}
 	in.LoginPaths = p.loginPaths
+	// The view is an allowlist: a script the command names outside it
+	// (run: [sh, /srv/factory/check.sh]) is shown read-only.
+	in.Argv = spec.Argv
 	switch a.spec.Processes[i].Network {
 	case config.NetworkAllowlist, config.NetworkAudit:
 		px, err := a.lease(i, repos, p)
@@ -229,7 +232,11 @@ func (a *Attempt) sandboxed(i int, repos []string, spec *steps.Spec, env map[str
 	p.cmd = cmd
 	prev := p.cleanup
 	p.cleanup = func() {
-		_ = plan.Cleanup()
+		// Carries the agent's refreshed login back, checked; what it
+		// refuses is said, never carried.
+		if err := plan.Cleanup(); err != nil {
+			a.events.Emit(record.EvSandboxCleanup, map[string]any{"repos": repos, "error": err.Error()})
+		}
 		if prev != nil {
 			prev()
 		}

@@ -198,6 +198,7 @@ func ExecDefault(ctx context.Context, req DefaultExecRequest) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	in.Argv = req.Argv // a script it names outside the view is shown read-only
 	plan, err := sandbox.BuildPlan(in)
 	if err != nil {
 		return int(status.ExitSandboxUnavailable), err

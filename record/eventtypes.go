@@ -12,6 +12,10 @@ const (
 	EvProviderConfig = "provider.config" // Cursor's per-attempt config folder
 
 	EvWorktreeRemoveFailed = "worktree.remove_failed"
+	// EvSandboxCleanup: the sandbox's cleanup after a step refused or
+	// could not undo something (a login left that is not a credentials
+	// file, a stand-in it could not remove).
+	EvSandboxCleanup = "sandbox.cleanup_failed"
 
 	EvClusterDispatched       = "cluster.dispatched"
 	EvClusterBundle           = "cluster.bundle"
@@ -89,6 +93,7 @@ var EventTypes = []EventType{
 	{EvRefsRestored, WriterBoth, false, "a step moved a branch beside its own; kusaw put it back"},
 	{EvLeftBehind, WriterBoth, false, "something a step left in a git folder (a link, a FIFO, a symbolic ref) that kusaw refused or removed"},
 	{EvWorktreeRemoveFailed, WriterBoth, false, "an attempt's worktree could not be removed"},
+	{EvSandboxCleanup, WriterBoth, false, "the sandbox's cleanup refused what the step left (a login that is not a credentials file is not carried back) or could not remove a stand-in"},
 
 	// The attempt's end, on serve's repositories.
 	{EvCommitted, WriterServe, true, "what the step left in a worktree, committed on the attempt branch"},
