@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -68,6 +69,13 @@ steps:
 	if out, err := set.CombinedOutput(); err != nil {
 		t.Fatalf("kusaw config set --secret: %v\n%s", err, out)
 	}
+	// The user's login folder, as Claude Code leaves it: a login, settings,
+	// a session of another project. The attempt gets its own copy.
+	login := filepath.Join(dir, "home", ".claude")
+	const creds = `{"claudeAiOauth":{"accessToken":"e2e-unused","refreshToken":"e2e-unused","expiresAt":4102444800000}}`
+	writeFile(t, filepath.Join(login, ".credentials.json"), creds)
+	writeFile(t, filepath.Join(login, "settings.json"), `{"env":{"DISABLE_AUTOUPDATER":"1"}}`)
+	writeFile(t, filepath.Join(login, "projects", "other", "s.jsonl"), "the user's other session\n")
 	res := runKusawEnv(t, dir, []string{"SSL_CERT_FILE=" + fx.caPEM}, "run")
 	id := onlyRun(t, dir)
 	adir := filepath.Join(dir, ".kusaw", "runs", id, "steps", "ask", "1")
@@ -93,6 +101,20 @@ steps:
 	elog := readFile(t, filepath.Join(adir, "egress.log"))
 	if !strings.Contains(elog, `"kind":"inject"`) || !strings.Contains(elog, `"host":"localhost"`) || strings.Contains(elog, "address.refused") {
 		t.Errorf("egress.log: want the inject to localhost, no address refusal:\n%s", elog)
+	}
+	// Its session state stayed in the attempt: nothing new in the user's
+	// folder, the login is as it was, the attempt's copy is gone.
+	ents, _ := os.ReadDir(filepath.Join(login, "projects"))
+	if len(ents) != 1 || readFile(t, filepath.Join(login, ".credentials.json")) != creds {
+		t.Errorf("the run changed the user's login folder: projects %v, credentials %q", ents, readFile(t, filepath.Join(login, ".credentials.json")))
+	}
+	if _, err := os.Stat(filepath.Join(adir, "login")); err == nil {
+		if left, _ := os.ReadDir(filepath.Join(adir, "login")); len(left) > 0 {
+			t.Errorf("the attempt's login copy is left in its records: %v", left)
+		}
+	}
+	if hits := grepDir(t, filepath.Join(dir, ".kusaw"), "e2e-unused"); len(hits) > 0 {
+		t.Errorf("the login is in the records: %v", hits)
 	}
 	if hits := grepDir(t, filepath.Join(dir, ".kusaw"), realKey); len(hits) > 0 {
 		t.Errorf("the real key is in the records: %v", hits)

@@ -377,6 +377,9 @@ func (p *Plan) finishLogin() error {
 			errs = append(errs, err)
 		}
 	}
+	if len(p.LoginCopies) > 0 {
+		_ = os.Remove(filepath.Dir(p.LoginCopies[0].Copy)) // login/, once empty
+	}
 	return errors.Join(errs...)
 }
 
