@@ -226,13 +226,6 @@ func (s *suite) run(t *testing.T, edit func(*Input), script string) (int, string
 	in.AllowRead = append(in.AllowRead, filepath.Join(s.f.home, ".claude", "local"))
 	if s.uid != 0 {
 		in.Env["HOME_NOTE"] = "unprivileged"
-		// The plan is made by root here, run by the user: the user's PATH,
-		// not root's (root's toolchains under /root are not the user's to read).
-		for i, kv := range in.Host.Env {
-			if strings.HasPrefix(kv, "PATH=") {
-				in.Host.Env[i] = "PATH=/usr/local/go/bin:/usr/local/bin:/usr/bin:/bin"
-			}
-		}
 	}
 	if edit != nil {
 		edit(&in)
@@ -703,6 +696,10 @@ func newSuite(t *testing.T, uid int) *suite {
 	}
 
 	if uid != 0 {
+		// The plans are made by root here, run by the user: the user's
+		// PATH, not root's (root's toolchains under /root are not the
+		// user's to read).
+		f.path = "/usr/local/go/bin:/usr/local/bin:/usr/bin:/bin"
 		// Let the user reach the fixture: the temp folders above it are 0700.
 		for d := f.hostTmp; d != os.TempDir() && d != "/" && d != "/var/tmp"; d = filepath.Dir(d) {
 			os.Chmod(d, 0o755)

@@ -166,6 +166,8 @@ func kernelFilterSuite(t *testing.T, uid int) {
 		// The attacks from inside the sandbox.
 		in := s.f.input()
 		in.ExtraBinaries = []string{s.helper}
+		// No login copy: Prepare makes it as root here, and nothing chowns it for uid.
+		in.LoginPaths = nil
 		p, err := BuildPlan(in)
 		if err != nil {
 			t.Errorf("BuildPlan: %v", err)

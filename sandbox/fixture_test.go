@@ -40,6 +40,8 @@ type fixture struct {
 	// hostTmp is a folder in the host's real /tmp, where agent sockets
 	// and session buses live; the sandbox's /tmp is private.
 	hostTmp string
+	// path is the PATH of the plans ("": the test's own).
+	path string
 }
 
 const (
@@ -150,6 +152,10 @@ func newFixture(t testing.TB) *fixture {
 
 // input is the plan input of the fixture's attempt.
 func (f *fixture) input() Input {
+	path := os.Getenv("PATH")
+	if f.path != "" {
+		path = f.path
+	}
 	return Input{
 		Worktrees:    []Worktree{{Repo: "app", Path: f.wt, GitDir: f.gitdir, CommonDir: f.common, Writable: true}},
 		AttemptDir:   f.attempt,
@@ -165,7 +171,7 @@ func (f *fixture) input() Input {
 			"STEP_TOKEN": "declared-by-step", "SSH_AUTH_SOCK": filepath.Join(f.hostTmp, "agent.sock"),
 		},
 		Network: NetworkNone,
-		Host: &Host{Env: []string{"PATH=" + os.Getenv("PATH"), "LANG=C.UTF-8",
+		Host: &Host{Env: []string{"PATH=" + path, "LANG=C.UTF-8",
 			"AWS_SECRET_ACCESS_KEY=" + awsSecret, "SSH_AUTH_SOCK=/run/user/0/ssh", "DBUS_SESSION_BUS_ADDRESS=unix:path=/run/user/0/bus"}},
 	}
 }
