@@ -450,6 +450,12 @@ func TestPlanTwoWorktreesOneRepoAndLinkedLogin(t *testing.T) {
 	}
 	// A linked login folder: its copy appears at the name the agent uses,
 	// made from the folder the link points to.
+	if runtime.GOOS != "linux" {
+		return // macOS: a fresh HOME, no login folder
+	}
+	if len(p.LoginCopies) == 0 {
+		t.Fatalf("no login copy: %+v", p)
+	}
 	if lc := p.LoginCopies[0]; lc.Src != real || lc.Dst != filepath.Join(f.home, ".claude") || !slices.Contains(rulePaths(p.Writable), lc.Dst) {
 		t.Errorf("a linked login folder: %+v", lc)
 	}
