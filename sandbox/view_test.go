@@ -106,6 +106,9 @@ func TestToolchains(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(root) })
+	if root, err = filepath.EvalSymlinks(root); err != nil { // macOS: /var is a link
+		t.Fatal(err)
+	}
 	home := filepath.Join(root, "home", "u")
 	mk := func(p string) string {
 		if err := os.MkdirAll(p, 0o755); err != nil {
