@@ -131,6 +131,17 @@ func (s *Store) Set(key, value string) error {
 		return err
 	}
 	m[key] = value
+	return s.writeLocked(m)
+}
+
+// write replaces the store's file with m.
+func (s *Store) write(m map[string]string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.writeLocked(m)
+}
+
+func (s *Store) writeLocked(m map[string]string) error {
 	data, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return err
@@ -156,6 +167,21 @@ func (s *Store) Set(key, value string) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), s.Path())
+}
+
+// Delete removes a key; false when it was not stored.
+func (s *Store) Delete(key string) (bool, error) {
+	s.mu.Lock()
+	m, err := s.load()
+	s.mu.Unlock()
+	if err != nil {
+		return false, err
+	}
+	if _, ok := m[key]; !ok {
+		return false, nil
+	}
+	delete(m, key)
+	return true, s.write(m)
 }
 
 // Keys lists the stored keys (never the values).

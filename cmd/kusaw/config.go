@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"regexp"
 	"strings"
-	"sync"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
@@ -19,12 +17,6 @@ import (
 )
 
 func init() { addCommand(newConfigCmd) }
-
-// Keys whose secret is referenced from the file; other keys are only stored
-// (an inject entry names them with secret: KEY).
-var fileSecretKey = sync.OnceValue(func() *regexp.Regexp {
-	return regexp.MustCompile(`^(steps\.[^ ]+\.env\.[A-Za-z_][A-Za-z0-9_]*|providers\.[a-z-]+\.api_key|serve\.cluster\.signing_key)$`)
-})
 
 func newConfigCmd(a *app) *cobra.Command {
 	c := &cobra.Command{Use: "config", Short: "read and change factory.yaml and the secret store"}
@@ -37,8 +29,12 @@ func newConfigCmd(a *app) *cobra.Command {
 
 With --secret the value is read from standard input (without echo on a
 terminal) into the secret store, and the file gets a reference to it
-({secret: KEY}) for steps.<id>.env.<NAME>, providers.<name>.api_key and
-serve.cluster.signing_key.`,
+({secret: KEY}) when KEY is a secret field of the file's schema
+(steps.<id>.env.<NAME>, providers.<name>.api_key, forges.<forge>.token,
+pipelines.<name>.deliver.pull_request.token, ...). A key of the file that
+is no secret field, or misspelt, is refused with the nearest name; any
+other KEY (one an inject entry names with secret: KEY) is stored only.
+kusaw secrets list and kusaw secrets rm KEY show and remove stored names.`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key := args[0]
@@ -109,12 +105,26 @@ func (a *app) setSecret(key string) error {
 	if err != nil {
 		return exitf(status.ExitInternal, "%v", err)
 	}
-	if fileSecretKey().MatchString(key) {
-		// Check the file can take the reference before storing anything.
-		p, err := a.factoryPath()
-		if err != nil {
-			return err
+	// The schema says which keys are secret references; a key of the
+	// file's that is none (a typo, an unknown provider) is refused before
+	// anything is stored.
+	var field bool
+	p, perr := a.factoryPath()
+	if perr == nil {
+		f, _, lerr := config.Load(p)
+		names := func(path string) []string { return fileNames(f, path) }
+		if lerr != nil {
+			names = nil
 		}
+		field, err = config.SecretField(key, names)
+		if err != nil {
+			return exitf(status.ExitUsage, "%v", err)
+		}
+	} else if ok, ferr := config.SecretField(key, nil); ok || ferr != nil {
+		return perr
+	}
+	if field {
+		// Check the file can take the reference before storing anything.
 		e, err := config.OpenEdit(p)
 		if err != nil {
 			return exitf(status.ExitInvalidConfig, "%v", err)
@@ -162,4 +172,28 @@ func readSecret(in io.Reader, prompt io.Writer, key string) (string, error) {
 		return "", fmt.Errorf("no value on stdin; pipe it in: printf %%s \"$TOKEN\" | kusaw config set %s --secret", key)
 	}
 	return line, nil
+}
+
+// fileNames are the names a map of the factory file holds.
+func fileNames(f *config.Factory, path string) []string {
+	if f == nil {
+		return nil
+	}
+	switch path {
+	case "steps":
+		return f.StepOrder
+	case "pipelines":
+		return f.PipelineOrder
+	case "repos":
+		return f.RepoOrder
+	case "triggers":
+		return f.TriggerOrder
+	case "providers":
+		var out []string
+		for name := range f.Providers {
+			out = append(out, name)
+		}
+		return out
+	}
+	return nil
 }
