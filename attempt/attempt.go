@@ -70,6 +70,10 @@ type Attempt struct {
 	limits *limitWatch
 	// unwarm stops proc.Prewarm once the process is placed.
 	unwarm func()
+	// end is what the phases found; decide turns it into the outcome.
+	end ending
+	// stop ends the attempt's processes (a record could not be written).
+	stop context.CancelCauseFunc
 }
 
 // Run is the local executor: it runs the attempt of spec on this machine
@@ -122,7 +126,7 @@ func Open(h *Host, spec *record.AttemptSpec, job Job) *Attempt {
 		}
 		if err := os.MkdirAll(filepath.Join(a.dir, sub), perm); err != nil {
 			a.events = &Sink{run: spec.Run, step: a.step.ID, attempt: a.n, emit: h.OnEvent}
-			a.setOutcome(status.OutcomeFailed, status.ReasonInternal, "cannot create the attempt folder: "+err.Error())
+			a.endEarly(Verdict{Outcome: status.OutcomeFailed, Reason: status.ReasonInternal, Message: "cannot create the attempt folder: " + err.Error()})
 			a.ended = true
 			return a
 		}
@@ -150,7 +154,7 @@ func Refuse(h *Host, spec *record.AttemptSpec, job Job, err error) *record.Attem
 	} else {
 		a.events = &Sink{run: spec.Run, step: a.step.ID, attempt: a.n, emit: h.OnEvent}
 	}
-	a.setOutcome(status.OutcomeFailed, status.ReasonStepStartFailed, err.Error())
+	a.endEarly(Verdict{Outcome: status.OutcomeFailed, Reason: status.ReasonStepStartFailed, Message: err.Error()})
 	return a.Finish()
 }
 
@@ -190,12 +194,21 @@ func (a *Attempt) Execute(ctx context.Context) *record.AttemptRecord {
 		a.egressEarly = true
 		go a.egressLog()
 	}
+	// A record that cannot be written stops the processes (writeFailed).
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	a.mu.Lock()
+	a.stop = stop
+	a.mu.Unlock()
 	for _, p := range a.prestart() {
+		if a.writeFailure() {
+			return a.Finish()
+		}
 		if err := p.run(ctx); err != nil {
 			if p.canceled != "" && ctx.Err() != nil {
-				a.setOutcome(status.OutcomeCanceled, status.ReasonStepCanceled, p.canceled)
+				a.endEarly(Verdict{Outcome: status.OutcomeCanceled, Reason: status.ReasonStepCanceled, Message: p.canceled})
 			} else {
-				a.setOutcome(status.OutcomeFailed, p.reason, err.Error())
+				a.endEarly(Verdict{Outcome: status.OutcomeFailed, Reason: p.reason, Message: err.Error()})
 			}
 			return a.Finish()
 		}
@@ -205,6 +218,7 @@ func (a *Attempt) Execute(ctx context.Context) *record.AttemptRecord {
 		procs[i] = p.Repos
 	}
 	a.runProcesses(ctx, procs)
+	a.decide()
 	a.releaseResources()
 	a.commit()
 	return a.Finish()
@@ -236,24 +250,17 @@ func (a *Attempt) prestart() []phase {
 // save writes attempt.json atomically. Process goroutines change their
 // own entries under mu.
 func (a *Attempt) save() {
+	path := filepath.Join(a.dir, record.AttemptFile)
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	var err error
 	if a.job.Volatile {
-		_ = writeJSONVolatile(filepath.Join(a.dir, record.AttemptFile), a.rec)
-		return
+		err = writeJSONVolatile(path, a.rec)
+	} else {
+		err = writeJSON(path, a.rec)
 	}
-	_ = writeJSON(filepath.Join(a.dir, record.AttemptFile), a.rec)
-}
-
-// setOutcome ends the attempt with an outcome and a reason before or
-// after its process.
-func (a *Attempt) setOutcome(o status.Outcome, r status.Reason, msg string) {
-	if o == status.OutcomeCanceled && a.job.Interrupted != nil && a.job.Interrupted() {
-		o, r, msg = status.OutcomeInterrupted, status.ReasonRunInterrupted, "kusaw serve stopped while the attempt ran"
-	}
-	a.rec.Outcome, a.rec.Reason, a.rec.Message = o, r, a.redact.String(msg)
-	if r != status.ReasonNone {
-		a.rec.Fix = r.Info().Fix
+	a.mu.Unlock()
+	if err != nil {
+		a.writeFailed(path, err)
 	}
 }
 
@@ -281,9 +288,6 @@ func (a *Attempt) Update(f func(*record.AttemptRecord)) {
 // Record is the attempt's record (read it once the attempt has ended, or
 // through Update).
 func (a *Attempt) Record() *record.AttemptRecord { return a.rec }
-
-// SetOutcome sets the attempt's outcome, reason and message (redacted).
-func (a *Attempt) SetOutcome(o status.Outcome, r status.Reason, msg string) { a.setOutcome(o, r, msg) }
 
 // refusal tells the job of a refused connection.
 func (a *Attempt) refusal(d egress.Decision) {
@@ -370,11 +374,12 @@ func (a *Attempt) setup(ctx context.Context) error {
 	if len(host) == 0 {
 		return nil
 	}
-	logf, err := os.OpenFile(filepath.Join(a.dir, record.SetupLogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, record.FileMode())
+	f, err := os.OpenFile(filepath.Join(a.dir, record.SetupLogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, record.FileMode())
 	if err != nil {
 		return err
 	}
-	defer logf.Close()
+	defer f.Close()
+	logf := &guardedWriter{a: a, path: f.Name(), w: f}
 	for _, w := range host {
 		env := steps.HostEnv(os.Environ(), steps.TempEnv(filepath.Join(a.dir, record.TmpDir)), map[string]string{
 			steps.EnvRun: a.spec.Run, steps.EnvStep: a.step.ID, steps.EnvAttempt: fmt.Sprint(a.n),
@@ -512,15 +517,12 @@ func (a *Attempt) runProcesses(ctx context.Context, procs [][]string) {
 			}
 			var se *status.Error
 			if errors.As(err, &se) {
-				a.setOutcome(status.OutcomeRefused, se.Reason, se.Msg)
-				a.rec.Fix = se.Fix
-				if record.IsSandboxReason(se.Reason) {
-					if a.job.Refused != nil {
-						a.job.Refused(se)
-					}
+				a.endEarly(Verdict{Outcome: status.OutcomeRefused, Reason: se.Reason, Message: se.Msg, Fix: se.Fix})
+				if record.IsSandboxReason(se.Reason) && a.job.Refused != nil {
+					a.job.Refused(se)
 				}
 			} else {
-				a.setOutcome(status.OutcomeFailed, status.ReasonStepStartFailed, err.Error())
+				a.endEarly(Verdict{Outcome: status.OutcomeFailed, Reason: status.ReasonStepStartFailed, Message: err.Error()})
 			}
 			return
 		}
@@ -536,50 +538,20 @@ func (a *Attempt) runProcesses(ctx context.Context, procs [][]string) {
 	}
 	wg.Wait()
 
-	// The attempt's outcome: canceled and timed out win, then the first
-	// process that did not pass.
-	a.setOutcome(status.OutcomePassed, status.ReasonNone, "")
+	// Each process's outcome, then the attempt's (decide.go).
+	ends := make([]procEnd, len(results))
+	verdicts := make([]Verdict, len(results))
 	for i, res := range results {
+		ends[i] = a.procEnd(res, ctx, actx)
+		verdicts[i] = decideProcess(ends[i])
 		pr := &a.rec.Processes[i]
-		// A process that ended on its own before a cancel or timeout is
-		// judged by how it ended; only one kusaw stopped is canceled or
-		// timed out.
-		stopped := res.stopped || (res.startErr != nil && actx.Err() != nil)
-		switch {
-		case stopped && ctx.Err() != nil:
-			pr.Outcome, pr.Reason, pr.Message = status.OutcomeCanceled, status.ReasonStepCanceled, "the run was canceled"
-		case stopped && actx.Err() != nil:
-			pr.Outcome, pr.Reason, pr.Message = status.OutcomeTimedOut, status.ReasonStepTimeout, fmt.Sprintf("the step ran longer than its timeout (%s)", a.step.Timeout)
-		case res.limit != "":
-			pr.Outcome, pr.Reason, pr.Message = status.OutcomeFailed, status.ReasonResourceLimit,
-				fmt.Sprintf("the step reached its %s limit (%s; sandbox.resources.%s)", res.limit, res.limitValue, res.limit)
-		case a.limits.reached() != nil:
-			pr.Outcome, pr.Reason, pr.Message = status.OutcomeFailed, status.ReasonLimitReached, a.limits.reached().Error()
-		case res.stopped && errors.Is(res.cause, errAfterResult):
-			// Stopped by kusaw after its result: the result decides, not
-			// the signal that ended it.
-			pr.Outcome, pr.Reason, pr.Message = res.parsed.outcome(0)
-		case stopped:
-			pr.Outcome, pr.Reason, pr.Message = status.OutcomeTimedOut, status.ReasonStepTimeout, fmt.Sprintf("the step ran longer than its timeout (%s)", a.step.Timeout)
-		case res.startErr != nil:
-			pr.Outcome, pr.Reason, pr.Message = status.OutcomeFailed, status.ReasonStepStartFailed, res.startErr.Error()
-		default:
-			pr.Outcome, pr.Reason, pr.Message = res.classify()
-			if msg, failed := a.setupFailed(); failed && pr.Outcome != status.OutcomePassed {
-				pr.Outcome, pr.Reason, pr.Message = status.OutcomeFailed, status.ReasonSetupFailed, msg
-			}
-			if o := a.egressObs(); pr.Outcome == status.OutcomeFailed && o != nil && o.budgetHit() {
-				pr.Reason, pr.Message = status.ReasonEgressBudget, pr.Message+"; an egress byte budget was reached (see egress.log)"
-			}
-		}
-		if pr.Outcome != status.OutcomePassed && (a.rec.Outcome == status.OutcomePassed || rank(pr.Outcome) > rank(a.rec.Outcome)) {
-			a.setOutcome(pr.Outcome, pr.Reason, pr.Message)
-			if res.hasExit {
-				x := res.exit
-				a.rec.ExitCode = &x
-			}
-		}
+		pr.Outcome, pr.Reason, pr.Message = verdicts[i].Outcome, verdicts[i].Reason, verdicts[i].Message
 	}
+	v, exit := decideProcesses(ends, verdicts)
+	a.mu.Lock()
+	a.end.procs = &v
+	a.rec.ExitCode = exit
+	a.mu.Unlock()
 	for _, res := range results {
 		if res.parsed.usage != nil {
 			if a.rec.Usage == nil {
@@ -588,24 +560,31 @@ func (a *Attempt) runProcesses(ctx context.Context, procs [][]string) {
 			a.rec.Usage.Merge(res.parsed.usage)
 		}
 	}
-	if a.rec.Outcome == status.OutcomePassed && len(results) > 0 {
-		x := 0
-		a.rec.ExitCode = &x
-	}
 }
 
-func rank(o status.Outcome) int {
-	switch o {
-	case status.OutcomeCanceled:
-		return 4
-	case status.OutcomeTimedOut:
-		return 3
-	case status.OutcomeRefused:
-		return 2
-	case status.OutcomeFailed:
-		return 1
+// procEnd gathers what is known of how process res ended, for
+// decideProcess: ctx is the attempt's, actx the step's timeout within it.
+func (a *Attempt) procEnd(res procResult, ctx, actx context.Context) procEnd {
+	p := procEnd{stopped: res.stopped, canceled: ctx.Err() != nil, timedOut: actx.Err() != nil, timeout: a.step.Timeout,
+		limit: res.limit, limitValue: res.limitValue, hasExit: res.hasExit, exit: res.exit}
+	if res.startErr != nil {
+		p.startErr = res.startErr.Error()
 	}
-	return 0
+	if le := a.limits.reached(); le != nil {
+		p.stepLimit = le.Error()
+	}
+	if res.stopped && errors.Is(res.cause, errAfterResult) {
+		p.afterResult = true
+		p.result.Outcome, p.result.Reason, p.result.Message = res.parsed.outcome(0)
+	}
+	if !p.stopped && p.startErr == "" {
+		p.ended.Outcome, p.ended.Reason, p.ended.Message = res.classify()
+		p.setupFailed, _ = a.setupFailed()
+		if o := a.egressObs(); o != nil {
+			p.budget = o.budgetHit()
+		}
+	}
+	return p
 }
 
 // preparedProc is a process ready to start.
@@ -746,14 +725,14 @@ func (a *Attempt) execute(ctx context.Context, i int, p *preparedProc) procResul
 	if p.cleanup != nil {
 		defer p.cleanup()
 	}
-	var stdout io.Writer = outf
-	var stderr io.Writer = errf
+	var stdout io.Writer = &guardedWriter{a: a, path: outf.Name(), w: outf}
+	var stderr io.Writer = &guardedWriter{a: a, path: errf.Name(), w: errf}
 	// kusaw sandbox exec streams the process's output to the terminal too.
 	if a.job.Stdout != nil {
-		stdout = io.MultiWriter(outf, a.job.Stdout)
+		stdout = io.MultiWriter(stdout, a.job.Stdout)
 	}
 	if a.job.Stderr != nil {
-		stderr = io.MultiWriter(errf, a.job.Stderr)
+		stderr = io.MultiWriter(stderr, a.job.Stderr)
 	}
 	// pctx ends this process alone (its exit grace after the result ran out).
 	pctx, pstop := context.WithCancelCause(ctx)
@@ -916,16 +895,12 @@ func (a *Attempt) commit() {
 		}
 		if err := a.takeStepRefs(w.Repo, wt); err != nil {
 			a.events.Emit(record.EvCommitted, map[string]any{"repo": w.Repo, "error": err.Error()})
-			if a.rec.Outcome == status.OutcomePassed {
-				a.setOutcome(status.OutcomeFailed, status.ReasonCommitFailed, err.Error())
-			}
+			a.CommitFailed(err.Error())
 		}
 		sha, changed, err := wt.CommitAll(msg)
 		if err != nil {
 			a.events.Emit(record.EvCommitted, map[string]any{"repo": w.Repo, "error": err.Error()})
-			if a.rec.Outcome == status.OutcomePassed {
-				a.setOutcome(status.OutcomeFailed, status.ReasonCommitFailed, err.Error())
-			}
+			a.CommitFailed(err.Error())
 			continue
 		}
 		w.HeadSHA, w.Changed = sha, changed
@@ -941,7 +916,7 @@ func (a *Attempt) commit() {
 			continue
 		}
 		if err := a.repos[w.Repo].AdvanceBranch(rr.Branch, w.HeadSHA); err != nil {
-			a.setOutcome(status.OutcomeFailed, status.ReasonCommitFailed, err.Error())
+			a.CommitFailed(err.Error())
 			return
 		}
 		rr.HeadSHA = w.HeadSHA
@@ -1020,11 +995,10 @@ func (a *Attempt) Finish() *record.AttemptRecord {
 	if o := a.egressObs(); o != nil {
 		o.close()
 	}
-	if a.rec.Outcome == "" {
-		a.setOutcome(status.OutcomeFailed, status.ReasonInternal, "the attempt ended without an outcome")
-	}
+	a.decide()
 	a.rec.Finished = ptrTime(time.Now().UTC())
 	a.save()
+	a.decide() // a failed save fails the attempt: its final event says so
 	data := map[string]any{"outcome": a.rec.Outcome, "duration_ms": a.rec.Finished.Sub(a.rec.Started).Milliseconds()}
 	if a.rec.Reason != status.ReasonNone {
 		data["reason"], data["message"], data["fix"] = a.rec.Reason, a.rec.Message, a.rec.Fix
@@ -1033,8 +1007,74 @@ func (a *Attempt) Finish() *record.AttemptRecord {
 		data["exit_code"] = *a.rec.ExitCode
 	}
 	a.events.Emit(record.EvAttemptFinished, data)
-	_ = a.events.Close()
+	if err := a.events.Close(); err != nil {
+		// The events could not all be written or sealed: attempt.json
+		// says so (what was sealed before still verifies).
+		a.writeFailed(filepath.Join(a.dir, record.EventsFile), err)
+		a.decide()
+		a.save()
+	}
 	return a.rec
+}
+
+// errWriteFailed stops an attempt's processes when one of its records
+// cannot be written.
+var errWriteFailed = errors.New("a record of the attempt could not be written")
+
+// writeFailed ends the attempt because path (one of its records: output,
+// events, attempt.json, egress.log) could not be written: its processes
+// are stopped at once rather than left blocked on a full disk, and the
+// outcome names the folder and the fix. The first failure is the one
+// named.
+func (a *Attempt) writeFailed(path string, err error) {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err // the path is named once
+	}
+	a.mu.Lock()
+	first := a.end.write == nil
+	if first {
+		a.end.write = &Verdict{Outcome: status.OutcomeFailed, Reason: status.ReasonStateWriteFailed,
+			Message: fmt.Sprintf("cannot write %s: %v", path, err),
+			Fix: fmt.Sprintf("free space on the file system that holds %s (df -h %s) or raise its quota, then run the step again; what kusaw sealed before the failure still verifies (kusaw log verify)",
+				a.h.StateDir, a.h.StateDir)}
+	}
+	stop := a.stop
+	a.mu.Unlock()
+	if first && stop != nil {
+		stop(errWriteFailed)
+	}
+}
+
+// writeFailure reports whether a record could not be written.
+func (a *Attempt) writeFailure() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.end.write != nil
+}
+
+// guardedWriter is one of the attempt's output files: a write that fails
+// ends the attempt (writeFailed), and what the process prints after it is
+// drained and dropped, so the process is never left blocked on its pipe.
+type guardedWriter struct {
+	a      *Attempt
+	path   string
+	w      io.Writer
+	mu     sync.Mutex
+	failed bool
+}
+
+func (g *guardedWriter) Write(p []byte) (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.failed {
+		return len(p), nil
+	}
+	if _, err := g.w.Write(p); err != nil {
+		g.failed = true
+		g.a.writeFailed(g.path, err)
+	}
+	return len(p), nil
 }
 
 // guardRefs snapshots, per repo, the branches beside the attempt's own.

@@ -74,10 +74,11 @@ func (o *egressObserver) Decision(d egress.Decision) {
 		"addrs": d.Addrs, "decision": d.Decision, "reason": d.Reason, "detail": d.Detail, "rule": d.Rule,
 		"bytes_up": d.BytesUp, "bytes_down": d.BytesDown, "duration_ms": d.Duration.Milliseconds(),
 	}
+	var failed error
 	o.mu.Lock()
 	if o.log != nil {
 		if err := o.log.Append(line); err != nil && o.err == nil {
-			o.err = err
+			o.err, failed = err, err
 		}
 	}
 	show, showWould := false, false
@@ -100,6 +101,9 @@ func (o *egressObserver) Decision(d egress.Decision) {
 		}
 	}
 	o.mu.Unlock()
+	if failed != nil {
+		o.a.writeFailed(filepath.Join(o.a.dir, record.EgressLogFile), failed)
+	}
 	if d.Blocked() {
 		o.a.refusal(d)
 	}

@@ -36,9 +36,14 @@ type Sink struct {
 	err     error
 	redact  *Redactor
 	sealed  chainlog.SealRef // the final seal, once closed
+	// onErr hears of the first write or seal that failed, at once (an
+	// attempt ends on it rather than go on without its record).
+	onErr func(error)
 }
 
+// Emit numbers, writes and passes on one event.
 func (s *Sink) Emit(typ string, data map[string]any) {
+	var failed error
 	s.mu.Lock()
 	s.seq++
 	ev := record.Event{Seq: s.seq, TS: time.Now().UTC(), Run: s.run, Step: s.step, Attempt: s.attempt, Type: typ, Data: data}
@@ -57,13 +62,24 @@ func (s *Sink) Emit(typ string, data map[string]any) {
 		}
 		if err != nil && s.err == nil {
 			s.err = err
+			failed = err
 		}
 	}
-	emit := s.emit
+	emit, onErr := s.emit, s.onErr
 	s.mu.Unlock()
+	if failed != nil && onErr != nil {
+		onErr(failed)
+	}
 	if emit != nil {
 		emit(ev)
 	}
+}
+
+// Err is the first write or seal that failed (or the open), if any.
+func (s *Sink) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
 }
 
 // Sealed is the file's final seal, once closed.
@@ -143,7 +159,13 @@ func (a *Attempt) openSink() *Sink {
 	if a.job.Volatile {
 		o.DeferOpenSync, o.SyncInterval = true, time.Hour
 	}
-	return OpenSink(filepath.Join(a.dir, record.EventsFile), a.h.Key, o, a.h.OnEvent, a.redact)
+	path := filepath.Join(a.dir, record.EventsFile)
+	s := OpenSink(path, a.h.Key, o, a.h.OnEvent, a.redact)
+	s.onErr = func(err error) { a.writeFailed(path, err) }
+	if err := s.Err(); err != nil {
+		a.writeFailed(path, err)
+	}
+	return s
 }
 
 // redactData replaces secret values in every string of an event's data.

@@ -88,8 +88,7 @@ func (x *remoteExecutor) Run(ctx context.Context, a *attempt.Attempt) *record.At
 	wr := res.Record
 	rec := a.Record()
 	rec.Processes, rec.Allowlist, rec.Egress, rec.ExitCode = wr.Processes, wr.Allowlist, wr.Egress, wr.ExitCode
-	a.SetOutcome(wr.Outcome, wr.Reason, wr.Message)
-	rec.Fix = wr.Fix
+	a.Decide(attempt.Verdict{Outcome: wr.Outcome, Reason: wr.Reason, Message: wr.Message, Fix: wr.Fix})
 	changed := map[string]bool{}
 	for _, w := range wr.Worktrees {
 		changed[w.Repo] = w.Changed
@@ -104,9 +103,7 @@ func (x *remoteExecutor) Run(ctx context.Context, a *attempt.Attempt) *record.At
 		}
 		if err != nil {
 			a.Emit(record.EvCommitted, map[string]any{"repo": sr.Name, "error": err.Error()})
-			if rec.Outcome == status.OutcomePassed {
-				a.SetOutcome(status.OutcomeFailed, status.ReasonCommitFailed, err.Error())
-			}
+			a.CommitFailed(err.Error())
 			w.HeadSHA = ""
 		} else if w.HeadSHA != "" {
 			a.Emit(record.EvCommitted, map[string]any{"repo": sr.Name, "branch": w.Branch, "sha": w.HeadSHA, "changed": w.Changed, "worker": res.Worker})
@@ -121,7 +118,7 @@ func (x *remoteExecutor) Run(ctx context.Context, a *attempt.Attempt) *record.At
 				continue
 			}
 			if err := repos[w.Repo].AdvanceBranch(rr.Branch, w.HeadSHA); err != nil {
-				a.SetOutcome(status.OutcomeFailed, status.ReasonCommitFailed, err.Error())
+				a.CommitFailed(err.Error())
 				break
 			}
 			rr.HeadSHA = w.HeadSHA

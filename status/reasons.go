@@ -45,6 +45,7 @@ const (
 	ReasonRunInterrupted     Reason = "run.interrupted"
 	ReasonRunCanceled        Reason = "run.canceled"
 	ReasonInternal           Reason = "kusaw.internal"
+	ReasonStateWriteFailed   Reason = "state.write_failed"
 	ReasonLost               Reason = "lost"
 	ReasonMergeConflict      Reason = "merge_conflict"
 	ReasonLimitReached       Reason = "limit_reached"
@@ -83,6 +84,7 @@ var Reasons = []ReasonInfo{
 	{ReasonRunInterrupted, "kusaw stopped while the run was running", "start the run again (or set serve.resume: true)"},
 	{ReasonRunCanceled, "the run was canceled", "start the run again when ready"},
 	{ReasonInternal, "kusaw hit an internal error", "report it with the attempt's events.jsonl"},
+	{ReasonStateWriteFailed, "a record of the attempt (its output, events, attempt.json or egress.log) could not be written, so kusaw ended it; the message names the file", "free space on the file system of the state folder (df -h; the fix in attempt.json names the folder) or raise its quota, then run the step again; what was sealed before the failure still verifies (kusaw log verify)"},
 	{ReasonLost, "the worker running the attempt stopped answering (killed, machine gone, network cut); the infrastructure failed, not the step, so the attempt does not count against the step's attempts and is dispatched again", "see kusaw workers; check the worker's machine and its network to serve"},
 	{ReasonMergeConflict, "the commits of a parallel group's members conflict when merged into the run branch", "give the group a resolve step, or change the steps so they touch different files; every member's branch is kept"},
 	{ReasonLimitReached, "a limit of the step or the pipeline was crossed (cost, tokens, turns or duration); the message names it", "raise the limit under limits:, or make the step cheaper"},
