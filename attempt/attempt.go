@@ -172,7 +172,12 @@ func Reopen(h *Host, spec *record.AttemptSpec, job Job, rec *record.AttemptRecor
 		}
 		a.rec = rec
 	}
-	a.events = ContinueSink(filepath.Join(a.dir, record.EventsFile), h.Key, LogOptions(spec.Run, a.step.ID, a.n, chainlog.KindEvents), h.OnEvent, a.redact)
+	path := filepath.Join(a.dir, record.EventsFile)
+	a.events = ContinueSink(path, h.Key, LogOptions(spec.Run, a.step.ID, a.n, chainlog.KindEvents), h.OnEvent, a.redact)
+	a.events.onErr = func(err error) { a.writeFailed(path, err) }
+	if err := a.events.Err(); err != nil {
+		a.writeFailed(path, err)
+	}
 	return a
 }
 
