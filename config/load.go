@@ -595,7 +595,7 @@ func (d *decoder) cluster(f *Factory, n *yaml.Node, path string) *Cluster {
 	c := &Cluster{LocalWorker: true, LostAfter: DefaultLostAfter, Replicas: 1}
 	var urlN, firstExternal *yaml.Node
 	firstKey, sawSigning := "", false
-	for _, fl := range d.fields(n, path, []string{"listen", "nats_url", "account", "signing_key", "ca", "replicas", "local_worker", "lost_after"}) {
+	for _, fl := range d.fields(n, path, []string{"listen", "nats_url", "account", "signing_key", "ca", "replicas", "local_worker", "lost_after", "max_running"}) {
 		kp := join(path, fl.key)
 		switch fl.key {
 		case "listen":
@@ -623,6 +623,11 @@ func (d *decoder) cluster(f *Factory, n *yaml.Node, path string) *Cluster {
 			}
 			if c.LostAfter <= 0 {
 				c.LostAfter = DefaultLostAfter
+			}
+		case "max_running":
+			c.MaxRunning = d.integer(fl.value, kp)
+			if c.MaxRunning < 0 {
+				d.errf(ECodeBadValue, fl.value, kp, "use a number of attempts, or 0 (or no key) for the workers' slots alone", "%s must not be negative", kp)
 			}
 		}
 	}

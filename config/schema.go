@@ -222,7 +222,7 @@ func factorySchema() *schemaNode {
 		p("settings_scripts_writable", list("paths relative to a repo's top that agent or editor settings name (a hook's script, an MCP server's file) and that steps may change anyway, such as build output; never in .git")),
 	)
 	serve := object("settings of kusaw serve",
-		p("max_parallel", integer("attempts at once, across runs and within a run's parallel groups and candidates; 0: the number of cores", intp(0), nil)),
+		p("max_parallel", integer("attempts serve runs itself at once, across runs and within a run's parallel groups and candidates; 0: the number of cores (attempts on workers are bounded by their slots and serve.cluster.max_running)", intp(0), nil)),
 		p("listen", text("an extra TCP address host:port for the API and the web page (with a bearer token)")),
 		p("resume", boolean("after a crash, queue interrupted runs again from their first step that did not pass")),
 		p("public_url", text("where people reach serve's web page, e.g. https://kusaw.example.com: forge comments link to a run's page there")),
@@ -235,6 +235,7 @@ func factorySchema() *schemaNode {
 			p("replicas", integer("with nats_url: copies of each stream and bucket across the NATS cluster's JetStream servers (1 to 5, default 1)", intp(1), intp(5))),
 			p("local_worker", boolean("serve runs attempts of pool default itself (default true)")),
 			p("lost_after", duration("a worker silent this long is lost; its attempts end lost and are dispatched again (default 15s)")),
+			p("max_running", integer("at most this many attempts on workers at once (default: as many as the live workers have slots; serve.max_parallel bounds serve's own attempts only)", intp(0), nil)),
 		)),
 	)
 	stepSandbox := oneOf("the step's sandbox: off or required, or a map that also sets the network and adds to the factory's lists",

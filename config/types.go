@@ -255,6 +255,9 @@ type Cluster struct {
 	Replicas    int
 	LocalWorker bool          // serve runs attempts of pool default itself (default true)
 	LostAfter   time.Duration // a worker silent this long is lost (default 15s)
+	// MaxRunning bounds the attempts on workers at once (0: only the
+	// workers' own slots do); serve.max_parallel bounds serve's own.
+	MaxRunning int
 }
 
 // DefaultLostAfter is serve.cluster.lost_after's default.

@@ -22,7 +22,6 @@ const clusterBenchYAML = `version: 1
 repos:
   app: {path: app}
 serve:
-  max_parallel: 12
   cluster: {listen: "127.0.0.1:0", local_worker: false}
 pipelines:
   default: [nap]
@@ -32,7 +31,8 @@ steps:
 `
 
 // BenchmarkClusterScale runs 12 runs of a sleeping step on 1 worker, then
-// on 3 (each one attempt at a time), in one run of the benchmark: the
+// on 3 (each one attempt at a time), at default settings (serve's
+// max_parallel is its cores; the workers' slots bound theirs), in one run of the benchmark: the
 // ratio is the speed-up (target ≥ 2.5). It also reports dispatch latency,
 // from the attempt being ready on serve (its attempt.started: the spec is
 // made, a bundle may follow) to serve hearing that its process started on

@@ -62,9 +62,11 @@ type Options struct {
 	// CancelPoll is how often a running run looks for a cancel request
 	// (kusaw cancel). Default 100ms.
 	CancelPoll time.Duration
-	// Slots bound the attempts running at once across runs (serve's
-	// max_parallel); nil: no bound.
-	Slots *Slots
+	// Slots bound the attempts running here at once across runs
+	// (serve's max_parallel); nil: no bound. RemoteSlots bound those on
+	// workers (serve.cluster.max_running; nil: only the workers' own
+	// slots do).
+	Slots, RemoteSlots *Slots
 	// RunLink is a run's link in notifications (serve: its web page);
 	// nil: the run's folder as a file:// URL.
 	RunLink func(runID string) string

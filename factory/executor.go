@@ -95,6 +95,16 @@ func (e *Engine) executor(r *Run, spec *record.AttemptSpec, shape attempt.Shape)
 	return attempt.Local{}
 }
 
+// runsRemote reports whether an attempt of s with shape goes to a worker
+// (what executor decides from its spec).
+func (e *Engine) runsRemote(s *config.Step, shape attempt.Shape) bool {
+	pool := s.Pool
+	if pool == "" {
+		pool = config.DefaultPool
+	}
+	return e.opts.Remote != nil && e.opts.Remote.Takes(pool) && remotable(shape)
+}
+
 // partialSpec names an attempt whose spec could not be made, for its
 // record.
 func (e *Engine) partialSpec(r *Run, s *config.Step, n, of int) *record.AttemptSpec {

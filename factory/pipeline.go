@@ -212,9 +212,15 @@ func (r *Run) takeAttempt(step string) int {
 	return n
 }
 
-// runAttempt runs one attempt within the engine's attempt slots.
+// runAttempt runs one attempt within the engine's attempt slots: serve's
+// own (max_parallel) for an attempt that runs here, the cluster's
+// (max_running; the workers' slots bound it too) for one a worker runs.
 func (e *Engine) runAttempt(ctx context.Context, r *Run, s *config.Step, n, of int, opt attemptOpts) *record.AttemptRecord {
-	if release, err := e.opts.Slots.acquire(ctx); err == nil {
+	slots := e.opts.Slots
+	if e.runsRemote(s, opt) {
+		slots = e.opts.RemoteSlots
+	}
+	if release, err := slots.acquire(ctx); err == nil {
 		defer release()
 	}
 	r.mu.Lock()

@@ -154,6 +154,7 @@ func NewServer(f *config.Factory, opts ServeOptions) (*Server, error) {
 	}
 	if cl != nil {
 		s.cl, eo.Remote = cl, cl.d
+		eo.RemoteSlots = factory.NewSlots(f.Serve.Cluster.MaxRunning)
 	}
 	e, err := factory.New(f, eo)
 	if e == nil {
@@ -331,11 +332,31 @@ func (s *Server) Peak() int {
 	return s.peak
 }
 
-// dispatch starts queued runs while slots are free, until stop.
+// dispatch starts queued runs while slots are free, until stop: serve's
+// own (max_parallel) and, with a cluster, the live workers' (bounded by
+// serve.cluster.max_running), since a run whose attempts go to workers
+// takes none of serve's.
 func (s *Server) dispatch(ctx context.Context) {
+	if s.cl != nil {
+		// Workers come, go and drain: look again now and then.
+		go func() {
+			t := time.NewTicker(500 * time.Millisecond)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					s.mu.Lock()
+					s.cond.Broadcast()
+					s.mu.Unlock()
+				}
+			}
+		}()
+	}
 	for {
 		s.mu.Lock()
-		for !s.stopping && (len(s.queue) == 0 || len(s.running)-len(s.waiting) >= s.max) {
+		for !s.stopping && (len(s.queue) == 0 || len(s.running)-len(s.waiting) >= s.max+s.remoteCapacity()) {
 			s.cond.Wait()
 		}
 		if s.stopping {
@@ -368,6 +389,25 @@ func (s *Server) dispatch(ctx context.Context) {
 			s.bus.publish(id)
 		}()
 	}
+}
+
+// remoteCapacity is how many attempts the cluster's workers take at
+// once: the slots of every live worker that is not draining, at most
+// serve.cluster.max_running.
+func (s *Server) remoteCapacity() int {
+	if s.cl == nil {
+		return 0
+	}
+	n := 0
+	for _, w := range s.cl.d.Workers() {
+		if !w.Lost && !w.Stopped && !w.Draining && w.LastSeen != nil {
+			n += max(w.MaxParallel, 1)
+		}
+	}
+	if m := s.F.Serve.Cluster.MaxRunning; m > 0 && n > m {
+		n = m
+	}
+	return n
 }
 
 // stop ends serve's runs: no new runs; queued runs are recorded

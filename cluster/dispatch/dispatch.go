@@ -63,6 +63,11 @@ type Dispatcher struct {
 	down        bool
 	downSince   time.Time
 	disconnects int
+	// backAt is when the connection came back; heard, whether any
+	// heartbeat came since (the heartbeats' watcher may take a moment
+	// to follow again).
+	backAt time.Time
+	heard  bool
 	// settled: serve has said which claims a previous serve left it keeps
 	// (Settle); until then a result nobody waits for may be one a resumed
 	// run is about to re-attach to, and is not recorded as fenced.
@@ -111,6 +116,7 @@ func (d *Dispatcher) watchHeartbeats(ctx context.Context, ch <-chan jetstreamEnt
 			}
 			d.mu.Lock()
 			d.seen[hb.Name], d.hb[hb.Name] = time.Now(), hb
+			d.heard = true
 			d.mu.Unlock()
 			if d.o.Registry != nil {
 				d.o.Registry.Offered(hb.Name, hb.Pools)
@@ -134,7 +140,7 @@ func (d *Dispatcher) ConnChanged(up bool) {
 		d.down, d.downSince = true, now
 		d.disconnects++
 	case up && d.down:
-		d.down = false
+		d.down, d.backAt, d.heard = false, now, false
 		for w, t := range d.seen {
 			if t.Before(now) {
 				d.seen[w] = now
@@ -219,6 +225,12 @@ func (d *Dispatcher) alive(worker string, claimedAt time.Time) bool {
 	}
 	if d.down || !d.o.NC.IsConnected() {
 		return true // serve cannot hear anyone: no one is lost for it
+	}
+	if !d.backAt.IsZero() && !d.heard && time.Since(d.backAt) < 3*d.o.LostAfter {
+		// Back, but no heartbeat of anyone's has come through yet: still
+		// serve's deafness, not the worker's silence (bounded, in case
+		// every worker is gone).
+		return true
 	}
 	seen, ok := d.seen[worker]
 	if !ok {
