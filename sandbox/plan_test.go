@@ -723,3 +723,32 @@ func TestEmptyFileDescriptorPerCommand(t *testing.T) {
 		}
 	}
 }
+
+// Cursor's login folders get the same treatment: what starts a program
+// (mcp.json, hooks.json, cli-config.json, extensions/, rules/) read-only
+// from the original, session state (chats/, projects/) empty, auth.json
+// carried back.
+func TestPlanCursorLoginFolders(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("login copies are Linux's: macOS gives a fresh HOME")
+	}
+	f := newFixture(t)
+	cursor, cfg := filepath.Join(f.home, ".cursor"), filepath.Join(f.home, ".config", "cursor")
+	write(t, filepath.Join(cursor, "mcp.json"), `{"mcpServers":{}}`)
+	write(t, filepath.Join(cursor, "extensions", "ext", "main.js"), "x")
+	write(t, filepath.Join(cursor, "chats", "c1", "store.db"), "another project's chat")
+	write(t, filepath.Join(cfg, "auth.json"), `{"accessToken":"a"}`)
+	write(t, filepath.Join(cfg, "cli-config.json"), `{}`)
+	in := f.input()
+	in.LoginPaths = []string{cursor, cfg}
+	p := mustPlan(t, in)
+	ro := rulePaths(p.ReadOnly)
+	for _, x := range []string{filepath.Join(cursor, "mcp.json"), filepath.Join(cursor, "extensions"), filepath.Join(cursor, "hooks.json"), filepath.Join(cursor, "rules"), filepath.Join(cfg, "cli-config.json")} {
+		if !slices.Contains(ro, x) {
+			t.Errorf("%s is not read-only: %v", x, ro)
+		}
+	}
+	if len(p.LoginCopies) != 2 || !slices.Contains(p.LoginCopies[0].Empty, "chats") || !slices.Equal(p.LoginCopies[1].Credentials, []string{"auth.json"}) {
+		t.Errorf("cursor login copies: %+v", p.LoginCopies)
+	}
+}
