@@ -6,6 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -104,5 +108,26 @@ func TestParseGitLabAndGitea(t *testing.T) {
 		if got.WriteAccess {
 			t.Errorf("%s: write access assumed on %s, which does not say", c.name, c.forge)
 		}
+	}
+}
+
+// TestDeliveriesLogStaysBounded: the ids seen are kept across restarts,
+// and the file is rewritten before it grows past twice what is kept.
+func TestDeliveriesLogStaysBounded(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "serve"), 0o700)
+	in := newIntake(dir, nil)
+	for i := 0; i < 2*seenKeep+5; i++ {
+		if fresh, err := in.firstTime("github", strconv.Itoa(i)); !fresh || err != nil {
+			t.Fatalf("delivery %d: %v %v", i, fresh, err)
+		}
+	}
+	b, _ := os.ReadFile(in.file)
+	if n := strings.Count(string(b), "\n"); n > 2*seenKeep {
+		t.Fatalf("deliveries.log holds %d lines", n)
+	}
+	again := newIntake(dir, nil)
+	if fresh, _ := again.firstTime("github", strconv.Itoa(2*seenKeep+4)); fresh {
+		t.Fatal("a recent delivery was forgotten across the restart")
 	}
 }

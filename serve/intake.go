@@ -45,6 +45,7 @@ type intake struct {
 	seen   map[string]bool
 	order  []string
 	file   string
+	lines  int // lines in file
 	starts map[string][]time.Time // forge/repo → when deliveries started runs
 	hooks  *prometheus.CounterVec
 	now    func() time.Time
@@ -63,6 +64,7 @@ func newIntake(stateDir string, now func() time.Time) *intake {
 		sc := bufio.NewScanner(f)
 		for sc.Scan() {
 			in.remember(sc.Text())
+			in.lines++
 		}
 		f.Close()
 	}
@@ -108,7 +110,19 @@ func (in *intake) firstTime(forge, id string) (bool, error) {
 		return false, err
 	}
 	in.remember(key)
+	if in.lines++; in.lines > 2*seenKeep {
+		in.compact()
+	}
 	return true, nil
+}
+
+// compact rewrites deliveries.log with the ids still remembered, so the
+// file stays bounded.
+func (in *intake) compact() {
+	tmp := in.file + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strings.Join(in.order, "\n")+"\n"), 0o600); err == nil && os.Rename(tmp, in.file) == nil {
+		in.lines = len(in.order)
+	}
 }
 
 // allowRate says whether a repository may have one more run started by
@@ -151,7 +165,11 @@ type hookAnswer struct {
 
 func (s *Server) apiHook(w http.ResponseWriter, r *http.Request) {
 	a := s.hook(r)
-	s.intake.count(r.PathValue("forge"), a.result)
+	forge := r.PathValue("forge")
+	if s.F.Forges[forge] == nil {
+		forge = "unknown" // a sender without the secret picks no metric label
+	}
+	s.intake.count(forge, a.result)
 	ev := s.log.Info()
 	if a.status >= 400 {
 		ev = s.log.Warn()
