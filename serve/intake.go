@@ -45,7 +45,7 @@ type intake struct {
 	seen   map[string]bool
 	order  []string
 	file   string
-	lines  int // lines in file
+	lines  int                    // lines in file
 	starts map[string][]time.Time // forge/repo → when deliveries started runs
 	hooks  *prometheus.CounterVec
 	now    func() time.Time
