@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -46,9 +47,10 @@ var systemFolders = []struct{ path, why string }{
 	{"/etc", "system configuration: users and groups, DNS, TLS roots, alternatives, /etc/gitconfig"},
 }
 
-// systemSecrets are files of /etc only root may read; kusaw often runs as
-// root, and root inside keeps its uid.
-var systemSecrets = []string{"/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-", "/etc/ssh/ssh_host_*_key"}
+// systemSecretsIn is the system folder whose files other users may not
+// read are hidden (etcSecrets): kusaw often runs as root, and root inside
+// keeps its uid.
+const systemSecretsIn = "/etc"
 
 // inSystem reports whether p lies in a system folder (as it resolves).
 func inSystem(p string) bool {
@@ -97,15 +99,33 @@ func (b *builder) system() error {
 		b.plan.Notes = append(b.plan.Notes, "WSL: /mnt and /run/WSL are not in the view, WSL_INTEROP is unset")
 	}
 	b.homeFolder()
-	for _, pat := range systemSecrets {
-		m, _ := filepath.Glob(pat)
-		for _, p := range m {
-			if fi, err := os.Lstat(p); err == nil && fi.Mode().IsRegular() {
-				b.hidePath(p, "hidden: a system secret only root may read (root inside keeps its uid)")
-			}
-		}
-	}
+	b.etcSecrets(systemSecretsIn)
 	return nil
+}
+
+// etcSecrets hides every file and folder of root that its mode keeps from
+// other users (shadow, ssh host keys, ssl/private, a service's credentials,
+// whatever their names): what is not for everyone is not for a step.
+// Links are not followed; a folder hidden is not walked.
+func (b *builder) etcSecrets(root string) {
+	filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == root {
+			return nil
+		}
+		fi, ierr := d.Info()
+		if ierr != nil {
+			return nil
+		}
+		perm := fi.Mode().Perm()
+		switch {
+		case fi.IsDir() && perm&0o005 != 0o005:
+			b.hidePath(p, "hidden: a system folder other users may not read (root inside keeps its uid)")
+			return fs.SkipDir
+		case fi.Mode().IsRegular() && perm&0o004 == 0:
+			b.hidePath(p, "hidden: a system file other users may not read (root inside keeps its uid)")
+		}
+		return nil
+	})
 }
 
 // homeFolder makes the home an empty read-only folder: HOME names a folder
