@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-func startTestServer(t *testing.T) *Server {
+func startTestServer(t testing.TB) *Server {
 	t.Helper()
 	s, err := StartServer(ServerOptions{Dir: filepath.Join(t.TempDir(), "cluster"), Listen: "127.0.0.1:0"})
 	if err != nil {
@@ -43,7 +43,7 @@ func joined(t *testing.T, s *Server, name string) *Identity {
 }
 
 // joinedFor enrolls a worker whose token allows g.
-func joinedFor(t *testing.T, s *Server, name string, g Grant) *Identity {
+func joinedFor(t testing.TB, s *Server, name string, g Grant) *Identity {
 	t.Helper()
 	tok, err := s.NewToken("", g)
 	if err != nil {
