@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // One claim per attempt; after serve revokes it, the next claim's token is
@@ -78,9 +80,20 @@ func TestSetupKeepsClaimsEmptiesQueue(t *testing.T) {
 	if _, err := h.JS.Publish(ctx, WorkSubject("default"), []byte("old work")); err != nil {
 		t.Fatal(err)
 	}
+	// An earlier kusaw's stores for every pool at once.
+	for _, name := range legacyStores {
+		if _, err := h.JS.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"legacy." + name}, MaxBytes: 1 << 20, MaxMsgSize: 1024}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	h2, err := Setup(ctx, nc)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, name := range legacyStores {
+		if _, err := h2.JS.Stream(ctx, name); !errors.Is(err, jetstream.ErrStreamNotFound) {
+			t.Errorf("an earlier kusaw's %s is still there: %v", name, err)
+		}
 	}
 	if c, tok, _ := h2.Holder(ctx, "default", "r/s/1"); tok == 0 || c.Worker != "w" {
 		t.Error("a claim did not survive serve's restart")

@@ -199,3 +199,61 @@ func TestOverwriteRefused(t *testing.T) {
 		t.Fatalf("run branch made.txt %q", got)
 	}
 }
+
+// beforePut runs a hook before each object is stored: the moment before
+// a worker's upload, held open.
+type beforePut struct {
+	cluster.ObjectStore
+	hook func(name string)
+}
+
+func (b beforePut) Put(ctx context.Context, name string, r io.Reader) (cluster.ObjectInfo, error) {
+	b.hook(name)
+	return b.ObjectStore.Put(ctx, name, r)
+}
+
+// Attacker's side: mallory, a worker of the same pool, stores junk under
+// the name w1 is about to store its stdout log under (names are
+// predictable once she reads w1's claim). The store keeps hers, so w1's
+// upload is refused: w1 stores its log under the next name and its result
+// names that one, so serve takes w1's genuine log, never mallory's.
+func TestSquattedNameRetried(t *testing.T) {
+	r := startServe(t, madeArtifact, 30*time.Second)
+	_, _, mh := r.enrolled(t, "mallory")
+	var mu sync.Mutex
+	var squatted []string
+	squat := func(name string) {
+		if !strings.HasSuffix(name, "/"+record.StdoutFile) {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := mh.PutBytes(ctx, name, []byte("squatted-by-mallory\n")); err != nil {
+			t.Errorf("mallory could not store %s: %v", name, err)
+			return
+		}
+		mu.Lock()
+		squatted = append(squatted, name)
+		mu.Unlock()
+	}
+	r.startWorkerWith(t, "w1", Options{}, func(w *Worker) { w.h.Objects = beforePut{w.h.Objects, squat} })
+	ctx, cancel := context.WithTimeout(r.ctx, 60*time.Second)
+	defer cancel()
+	run, err := r.e.Run(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	n := len(squatted)
+	mu.Unlock()
+	if n != 1 {
+		t.Fatalf("mallory squatted %v", squatted)
+	}
+	if run.Record.State != status.RunSucceeded {
+		t.Fatalf("run %s: %s", run.Record.State, run.Record.Message)
+	}
+	dir := record.AttemptDir(run.Dir, "write", 1)
+	if b, err := os.ReadFile(filepath.Join(dir, record.StdoutFile)); err != nil || !strings.Contains(string(b), "genuine-output") || strings.Contains(string(b), "mallory") {
+		t.Errorf("stdout.log: %q %v", b, err)
+	}
+}
