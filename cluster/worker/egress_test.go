@@ -31,6 +31,11 @@ steps:
     run: [sh, -c, 'echo fetched > fetched.txt']
 `
 
+// scriptedLostAfter is lost_after for a rig with a scripted worker,
+// which sends no heartbeats: longer than any of its tests on a loaded
+// machine, so the attempt is never found lost and dispatched again.
+const scriptedLostAfter = 5 * time.Minute
+
 // scripted is an enrolled worker driven by hand: it takes the attempt
 // from the work queue and claims it like any worker, then reports what
 // it likes.
@@ -149,7 +154,7 @@ func (s *scripted) report(ctx context.Context, spec *record.AttemptSpec, tok uin
 // her commit. The twin: the same report with the log as sealed is
 // accepted and the commit lands.
 func TestRemoteEgressLogMustVerify(t *testing.T) {
-	r := startServe(t, proxiedStep, 30*time.Second)
+	r := startServe(t, proxiedStep, scriptedLostAfter)
 	m := r.scripted(t, "mallory")
 	for _, c := range []struct {
 		name   string
@@ -246,7 +251,7 @@ func TestRemoteEgressLogMustVerify(t *testing.T) {
 // twin: the same holder's process, provider and egress events are
 // written, with its name.
 func TestWorkerCannotForgeServeEvents(t *testing.T) {
-	r := startServe(t, madeArtifact, 30*time.Second)
+	r := startServe(t, madeArtifact, scriptedLostAfter)
 	m := r.scripted(t, "mallory")
 	ctx, cancel := context.WithTimeout(r.ctx, 60*time.Second)
 	defer cancel()

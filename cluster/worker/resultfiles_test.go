@@ -24,7 +24,7 @@ import (
 // outside the folder. The twin: the same result's stdout.log, setup.log
 // and worker-events.jsonl are taken.
 func TestResultFilesAllowList(t *testing.T) {
-	r := startServe(t, madeArtifact, 30*time.Second)
+	r := startServe(t, madeArtifact, scriptedLostAfter)
 	m := r.scripted(t, "mallory")
 	ctx, cancel := context.WithTimeout(r.ctx, 60*time.Second)
 	defer cancel()
