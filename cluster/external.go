@@ -157,6 +157,9 @@ func (x *External) Connect(name string, opts ...nats.Option) (*nats.Conn, error)
 	if err != nil && isAuthErr(err) {
 		return nil, fmt.Errorf("the NATS cluster at %s refused serve's credentials: is signing_key a signing key of account %s, and is the account on the cluster? (%v)", x.URLs, x.Account, err)
 	}
+	if why := tlsTrouble(err, x.URLs, len(x.CAPEM) > 0); why != "" {
+		return nil, fmt.Errorf("cannot connect to the NATS cluster at %s: %s (%v)", x.URLs, why, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("cannot connect to the NATS cluster at %s: %v", x.URLs, err)
 	}

@@ -92,6 +92,12 @@ func startCluster(f *config.Factory, log zerolog.Logger) (*serveCluster, error) 
 		}
 		sc.addr, sc.newToken, sc.shutdown, id, reg = c.NatsURL, x.NewToken, nc.Close, x.Identity, x.Registry
 		sc.external = true
+		pctx, pcancel := context.WithTimeout(ctx, 30*time.Second)
+		err = cluster.Preflight(pctx, nc, c.Replicas)
+		pcancel()
+		if err != nil {
+			return fail(err)
+		}
 		if err := x.ServeEnrollments(ctx, nc); err != nil {
 			return fail(err)
 		}
