@@ -183,6 +183,9 @@ func (p *Plan) Prepare() error {
 	if err := p.prepareLogin(); err != nil {
 		return err
 	}
+	if err := p.writeGitExcludes(); err != nil {
+		return err
+	}
 	for _, d := range p.mkdirs {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return fmt.Errorf("sandbox: creating %s: %w", d, err)

@@ -439,6 +439,9 @@ func escapeCases() []escapeCase {
 					t.Errorf("core.hooksPath changed to %q", v)
 				}
 			}},
+		{name: "unhide the sandbox's stand-ins from git (info/exclude)",
+			attack: `refused sh -c "echo > $COMMON/info/exclude"; refused rm -f $COMMON/info/exclude; refused sh -c "git status --porcelain --untracked-files=all | grep mcp.json"; exit 42`,
+			twin:   `cd $WT && test -e .mcp.json && echo n > n.txt && st=$(git status --porcelain --untracked-files=all) && echo "$st" | grep -qx "?? n.txt" && ! echo "$st" | grep -q mcp.json && git add -A && git commit -q -m t && c=$(git show --name-only --format= HEAD) && echo "$c" | grep -qx n.txt && ! echo "$c" | grep -q mcp.json && git reset -q HEAD~1`}, // the fixture is shared: the other cases' files go back to untracked
 		{name: "write .git/info and packed-refs",
 			attack: `refused sh -c "echo '* filter=evil' > $COMMON/info/attributes"; refused sh -c "echo x > $COMMON/packed-refs"; refused sh -c "echo x > $COMMON/commondir"; exit 42`,
 			twin:   `git status --porcelain >/dev/null && git branch --list >/dev/null`,

@@ -172,8 +172,11 @@ type Plan struct {
 	// LoginCopies are the attempt's own copies of the agent's login
 	// folders: Prepare makes them, Cleanup carries the credentials back.
 	LoginCopies []LoginCopy `json:"login_copies,omitempty"`
-	Socket      string      `json:"proxy_socket,omitempty"`
-	ProxyPort   int         `json:"proxy_port,omitempty"` // macOS: the lease's loopback port
+	// GitExcludes are the private info/exclude files that hide the
+	// stand-ins from the step's git (standins_git.go); Prepare writes them.
+	GitExcludes []GitExclude `json:"git_excludes,omitempty"`
+	Socket      string       `json:"proxy_socket,omitempty"`
+	ProxyPort   int          `json:"proxy_port,omitempty"` // macOS: the lease's loopback port
 	// LocalPorts are the leased local-service ports (macOS: admitted by
 	// the profile; Linux: forwarded by the bridge).
 	LocalPorts []int `json:"local_ports,omitempty"`
@@ -316,6 +319,7 @@ func (b *builder) build() error {
 		b.commandFiles, // read-only: the files the step's command names
 		b.writable,     // worktrees and git folders, temp, artifacts, login state, allow_write, checkouts, the proxy socket
 		b.hideSecrets,  // hidden on top: credential folders, the caller's hidden paths, the checkouts
+		b.gitExcludes,  // read-only on top: each repository's info/exclude naming the stand-ins
 		b.workdir,      // where the process starts
 		b.env,          // the step's environment
 	} {
