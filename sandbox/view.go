@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -239,8 +240,18 @@ func toolchainRoot(d, home string) (string, string) {
 			}
 		}
 	}
+	// Only a program's own tree: libraries or tools beside its bin/. A
+	// folder of projects with a bin/ in it (/srv/projects/bin) is not one,
+	// and may hold other factories' state folders.
+	if !slices.ContainsFunc(toolchainMarkers, func(m string) bool { return isDir(filepath.Join(parent, m)) }) {
+		return d, "a folder on the step's PATH (the folder above it holds no lib/, libexec/, pkg/ or the like, so only this one)"
+	}
 	return parent, "the toolchain " + d + " on the step's PATH belongs to (its libraries and tools are next to its bin/)"
 }
+
+// toolchainMarkers are folders beside bin/ that make its parent a
+// program's own tree.
+var toolchainMarkers = []string{"lib", "lib64", "libexec", "pkg", "include", "versions", "plugins"}
 
 // toolchainRootOK refuses folders a toolchain may never widen the view to.
 func toolchainRootOK(p, home string) bool {
@@ -308,6 +319,10 @@ func (b *builder) toolchains() error {
 	for _, tc := range Toolchains(b.stepPath(), b.home) {
 		if b.allowReadHas(tc.Path) {
 			continue // allow_read shows it already
+		}
+		if within(tc.Path, b.attempt) || within(b.attempt, tc.Path) {
+			b.plan.Notes = append(b.plan.Notes, fmt.Sprintf("toolchain %s (for %s) is or holds the attempt's folder; not mounted", tc.Path, tc.From))
+			continue
 		}
 		if b.hiddenAt(tc.Path) {
 			b.plan.Notes = append(b.plan.Notes, fmt.Sprintf("toolchain %s (for %s) lies in a hidden folder; not mounted", tc.Path, tc.From))

@@ -117,16 +117,20 @@ func TestToolchains(t *testing.T) {
 		return p
 	}
 	node := mk(filepath.Join(home, ".nvm", "versions", "node", "v22", "bin"))
+	mk(filepath.Join(home, ".nvm", "versions", "node", "v22", "lib", "node_modules"))
+	projects := mk(filepath.Join(root, "srv", "projects", "bin"))
+	mk(filepath.Join(root, "srv", "projects", "other", ".kusaw", "serve"))
 	local := mk(filepath.Join(home, ".local", "bin"))
 	cargo := mk(filepath.Join(home, ".cargo", "bin"))
 	mine := mk(filepath.Join(home, "bin"))
 	opt := mk(filepath.Join(root, "opt", "tool", "bin"))
+	mk(filepath.Join(root, "opt", "tool", "lib"))
 	share := mk(filepath.Join(home, ".local", "share", "claude", "versions"))
 	write(t, filepath.Join(share, "2.0.0"), "binary")
 	if err := os.Symlink(filepath.Join(share, "2.0.0"), filepath.Join(local, "claude")); err != nil {
 		t.Fatal(err)
 	}
-	path := strings.Join([]string{node, local, cargo, mine, opt, home, "/usr/bin", "relative/bin", "/tmp", filepath.Join(home, ".ssh")}, ":")
+	path := strings.Join([]string{node, local, cargo, mine, opt, projects, home, "/usr/bin", "relative/bin", "/tmp", filepath.Join(home, ".ssh")}, ":")
 	got := map[string]string{}
 	for _, tc := range Toolchains(path, home) {
 		got[tc.Path] = tc.From
@@ -138,6 +142,7 @@ func TestToolchains(t *testing.T) {
 		cargo:                              cargo, // ~/.cargo holds credentials: only its bin/
 		mine:                               mine,  // ~/bin: the folder above is the home
 		filepath.Join(root, "opt", "tool"): opt,
+		projects:                           projects, // a folder of projects: only its bin/
 	}
 	for p, from := range want {
 		if got[p] != from {
