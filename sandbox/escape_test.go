@@ -847,8 +847,8 @@ func TestCommandCancelEndsSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	late := filepath.Join(f.wt, "late.txt")
-	cmd, err := Command(ctx, p, []string{"/bin/sh", "-c", "(sleep 0.6; echo late > " + late + ") & sleep 30"})
+	late, up := filepath.Join(f.wt, "late.txt"), filepath.Join(f.wt, "up.txt")
+	cmd, err := Command(ctx, p, []string{"/bin/sh", "-c", "(sleep 0.6; echo late > " + late + ") & echo up > " + up + "; sleep 30"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -858,7 +858,13 @@ func TestCommandCancelEndsSandbox(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond)
+	// Cancel once the step runs (on a loaded machine its start can take
+	// longer than any fixed wait).
+	for deadline := time.Now().Add(20 * time.Second); !exists(up); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the step did not start within 20s")
+		}
+	}
 	t0 := time.Now()
 	cancel()
 	cmd.Wait()
