@@ -24,6 +24,7 @@ say "go: $(go version | cut -d' ' -f3), bwrap: $(/usr/bin/bwrap --version 2>/dev
 
 bench "sandbox: true under the plan vs the same bwrap argv vs bare true" -bench SandboxTrue -benchtime 100x ./sandbox/
 bench "sandbox: the allowlist view vs the host's / read-only (bwrap start)" -bench ViewVsHostRoot -benchtime 100x ./sandbox/
+bench "kernel filters: what seccomp and the confinement stage (session keyring, Landlock) add to a sandboxed true, vs the same bwrap argv without them" -bench KernelFilters -benchtime 100x ./sandbox/
 bench "worktree: AddAttempt vs plain git worktree add; whole attempt cycle" -bench 'AddAttempt|AttemptCycle' -benchtime 10x ./worktree/
 bench "seam: the private ref store and the checks after each attempt, vs creating its worktree" -bench SeamChecks -benchtime 10x ./worktree/
 bench "limits: starting a process under sandbox.resources (cgroup, rlimits, the holding sh) vs without" -bench RunLimits -benchtime 50x ./internal/proc/
