@@ -93,8 +93,14 @@ func Command(ctx context.Context, p *Plan, argv []string) (*exec.Cmd, error) {
 			return nil
 		}
 		// The step first, so it can end cleanly; bwrap would only die and
-		// take the step down with SIGKILL.
-		Signal(cmd, syscall.SIGTERM)
+		// take the step down with SIGKILL. When nothing of the step runs
+		// yet (bwrap or the confinement stage still starting), there is
+		// nothing to end cleanly: bwrap goes at once, and
+		// --die-with-parent takes whatever it started, rather than a step
+		// that starts after the signal running until WaitDelay.
+		if signalInner(cmd, syscall.SIGTERM) == 0 {
+			return cmd.Process.Kill()
+		}
 		return nil
 	}
 	cmd.WaitDelay = GraceDelay
@@ -132,19 +138,34 @@ func Signal(cmd *exec.Cmd, sig syscall.Signal) error {
 	if cmd == nil || cmd.Process == nil {
 		return errors.New("sandbox: the command has not started")
 	}
+	_, err := signalAll(cmd, sig)
+	return err
+}
+
+// signalInner is Signal, returning how many processes it reached.
+func signalInner(cmd *exec.Cmd, sig syscall.Signal) int {
+	n, _ := signalAll(cmd, sig)
+	return n
+}
+
+func signalAll(cmd *exec.Cmd, sig syscall.Signal) (int, error) {
 	inner := descendants(cmd.Process.Pid)
 	// bwrap's own helper (PID 1 inside) is the first descendant: skip it,
 	// its death would kill the step with SIGKILL at once.
 	var errs []error
+	n := 0
 	for i, pid := range inner {
 		if i == 0 {
 			continue
 		}
-		if err := syscall.Kill(pid, sig); err != nil && err != syscall.ESRCH {
+		err := syscall.Kill(pid, sig)
+		if err == nil {
+			n++
+		} else if err != syscall.ESRCH {
 			errs = append(errs, err)
 		}
 	}
-	return errors.Join(errs...)
+	return n, errors.Join(errs...)
 }
 
 // descendants lists pid's descendants, breadth first, from
