@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/kusaw/kusaw/config"
 	"github.com/kusaw/kusaw/secretstore"
+	"github.com/kusaw/kusaw/serve"
 	"github.com/kusaw/kusaw/status"
 )
 
@@ -110,7 +112,10 @@ func (a *app) setSecret(key string) error {
 	// anything is stored.
 	var field bool
 	p, perr := a.factoryPath()
-	if perr == nil {
+	switch {
+	case slices.Contains(ownSecrets, key):
+		// kusaw's own (serve's API token): no key of the file.
+	case perr == nil:
 		f, _, lerr := config.Load(p)
 		names := func(path string) []string { return fileNames(f, path) }
 		if lerr != nil {
@@ -120,8 +125,10 @@ func (a *app) setSecret(key string) error {
 		if err != nil {
 			return exitf(status.ExitUsage, "%v", err)
 		}
-	} else if ok, ferr := config.SecretField(key, nil); ok || ferr != nil {
-		return perr
+	default:
+		if ok, ferr := config.SecretField(key, nil); ok || ferr != nil {
+			return perr
+		}
 	}
 	if field {
 		// Check the file can take the reference before storing anything.
@@ -197,3 +204,7 @@ func fileNames(f *config.Factory, path string) []string {
 	}
 	return nil
 }
+
+// ownSecrets are the secrets kusaw itself reads by name: stored only,
+// though their names start like a key of the file.
+var ownSecrets = []string{serve.TokenSecretKey}

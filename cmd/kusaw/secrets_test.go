@@ -64,6 +64,14 @@ steps:
 			t.Errorf("config set %s --secret: %d %q, want exit 2 with %q", key, code, errOut, want)
 		}
 	}
+	// serve's API token is kusaw's own named secret: stored only.
+	if code, out, errOut := runKusawIn("tok-0123456789", "config", "set", "-f", file, "serve.token", "--secret"); code != 0 {
+		t.Fatalf("config set serve.token --secret: %d %s %s", code, out, errOut)
+	}
+	if b, _ := os.ReadFile(file); strings.Contains(string(b), "token: {secret: serve.token}") {
+		t.Fatal("serve.token was written into the file")
+	}
+	runKusaw("secrets", "rm", "serve.token")
 	code, out, _ = runKusaw("secrets", "list")
 	if code != 0 || strings.TrimSpace(out) != "pipelines.default.deliver.pull_request.token" {
 		t.Fatalf("secrets list: %d %q (a refused key must not be stored)", code, out)
