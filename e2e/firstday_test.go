@@ -333,7 +333,7 @@ func TestInitValidateRun(t *testing.T) {
 	if again.code != 2 || !strings.Contains(again.stderr, "never overwrites") || readFile(t, filepath.Join(app, "factory.yaml")) != written {
 		t.Errorf("second init: exit %d %q", again.code, again.stderr)
 	}
-	if b := kusaw(dir, "init", "--provider", "codex"); b.code != 2 || !strings.Contains(b.stderr, `--provider "codex" is not one of claude-code, cursor`) {
+	if b := kusaw(dir, "init", "--provider", "no-such-agent"); b.code != 2 || !strings.Contains(b.stderr, `--provider "no-such-agent" is not one of claude-code, codex, cursor`) {
 		t.Errorf("bad provider: exit %d %q", b.code, b.stderr)
 	}
 	empty := t.TempDir()
