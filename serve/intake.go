@@ -3,6 +3,8 @@ package serve
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -83,37 +85,57 @@ func (in *intake) remember(key string) {
 	}
 }
 
-// firstTime records a delivery id and says whether it is new. It is
-// written before the delivery is acted on: a crash in between loses the
-// delivery rather than running it twice.
-func (in *intake) firstTime(forge, id string) (bool, error) {
-	key := forge + " " + strings.Map(func(r rune) rune {
-		if r < ' ' || r == 0x7f {
-			return -1
-		}
-		return r
-	}, id)
+// firstTime records a delivery's ids (its delivery id and bodyKey) and
+// says whether none was seen before. They are written before the delivery
+// is acted on: a crash in between loses the delivery rather than running
+// it twice.
+func (in *intake) firstTime(forge string, ids ...string) (bool, error) {
+	var keys []string
+	for _, id := range ids {
+		keys = append(keys, forge+" "+strings.Map(func(r rune) rune {
+			if r < ' ' || r == 0x7f {
+				return -1
+			}
+			return r
+		}, id))
+	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if in.seen[key] {
-		return false, nil
+	fresh, lines, n := true, "", 0
+	for _, key := range keys {
+		if in.seen[key] {
+			fresh = false
+		} else {
+			lines, n = lines+key+"\n", n+1
+		}
 	}
-	f, err := os.OpenFile(in.file, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return false, err
+	if lines != "" {
+		f, err := os.OpenFile(in.file, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			return false, err
+		}
+		_, err = f.WriteString(lines)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return false, err
+		}
 	}
-	_, err = f.WriteString(key + "\n")
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	for _, key := range keys {
+		in.remember(key)
 	}
-	if err != nil {
-		return false, err
-	}
-	in.remember(key)
-	if in.lines++; in.lines > 2*seenKeep {
+	if in.lines += n; in.lines > 2*seenKeep {
 		in.compact()
 	}
-	return true, nil
+	return fresh, nil
+}
+
+// bodyKey names a delivery by its signed bytes. The delivery id and the
+// event header are not signed: a replay may change them, not the body.
+func bodyKey(body []byte) string {
+	sum := sha256.Sum256(body)
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // compact rewrites deliveries.log with the ids still remembered, so the
@@ -224,7 +246,7 @@ func (s *Server) hook(r *http.Request) hookAnswer {
 	if err != nil {
 		return refuse(http.StatusBadRequest, "bad_request", "bad_payload", "the delivery is not JSON kusaw can read: "+err.Error(), "")
 	}
-	fresh, err := s.intake.firstTime(forge, id)
+	fresh, err := s.intake.firstTime(forge, id, bodyKey(body))
 	if err != nil {
 		return refuse(http.StatusServiceUnavailable, "bad_request", "state", "cannot record the delivery: "+err.Error(), "check that serve's state directory is writable")
 	}
@@ -315,7 +337,7 @@ func (s *Server) fire(t *config.Trigger, ev *forgeEvent, command string) hookAns
 		Repo: ev.Repo, Sender: ev.Sender, Issue: ev.Issue, PullRequest: ev.PullRequest, Command: command}}
 	vals := s.eventValues(t, ev)
 	if ev.PullRequest > 0 && (ev.Event == "pull_request_review.submitted" || command != "") {
-		prev := s.runOfPull(ev.Forge, ev.PullRequest)
+		prev := s.runOfPull(ev.Forge, ev.Repo, ev.PullRequest)
 		if prev == nil {
 			return ignored(fmt.Sprintf("pull request %d is not one kusaw opened", ev.PullRequest))
 		}
@@ -402,25 +424,30 @@ func (s *Server) reviewComments(ev *forgeEvent) string {
 }
 
 // runOfPull is the newest run whose delivery opened or updated pull
-// request n: the one a follow-up continues.
-func (s *Server) runOfPull(forge string, n int) *record.RunRecord {
+// request n of repo: the one a follow-up continues.
+func (s *Server) runOfPull(forge, repo string, n int) *record.RunRecord {
 	runs, err := s.E.State.Runs()
 	if err != nil {
 		return nil
 	}
 	for _, rec := range runs { // newest first
-		if d := rec.Delivery; d != nil && d.PullNumber == n && s.pipelineForge(rec.Pipeline) == forge {
+		if d := rec.Delivery; d != nil && d.PullNumber == n && s.deliversTo(rec.Pipeline, forge, repo) {
 			return rec
 		}
 	}
 	return nil
 }
 
-func (s *Server) pipelineForge(pipeline string) string {
-	if pl := s.F.Pipelines[pipeline]; pl != nil && pl.Deliver != nil && pl.Deliver.PullRequest != nil {
-		return pl.Deliver.PullRequest.Forge
+// deliversTo says whether pipeline opens its pull requests on forge's
+// repo: pull request numbers are per repository, so #100 of another
+// repository the factory takes hooks from is not kusaw's #100.
+func (s *Server) deliversTo(pipeline, forge, repo string) bool {
+	pl := s.F.Pipelines[pipeline]
+	if pl == nil || pl.Deliver == nil || pl.Deliver.PullRequest == nil {
+		return false
 	}
-	return ""
+	pr := pl.Deliver.PullRequest
+	return pr.Forge == forge && strings.EqualFold(pr.Repo, repo)
 }
 
 // runOfThread is the newest run started for an issue, or that delivered
@@ -435,7 +462,7 @@ func (s *Server) runOfThread(ev *forgeEvent) *record.RunRecord {
 			(ev.Issue > 0 && t.Issue == ev.Issue || ev.PullRequest > 0 && t.PullRequest == ev.PullRequest) {
 			return rec
 		}
-		if d := rec.Delivery; ev.PullRequest > 0 && d != nil && d.PullNumber == ev.PullRequest && s.pipelineForge(rec.Pipeline) == ev.Forge {
+		if d := rec.Delivery; ev.PullRequest > 0 && d != nil && d.PullNumber == ev.PullRequest && s.deliversTo(rec.Pipeline, ev.Forge, ev.Repo) {
 			return rec
 		}
 	}
