@@ -136,6 +136,7 @@ type ghIssue struct {
 		Name string `json:"name"`
 	} `json:"labels"`
 	AuthorAssociation string `json:"author_association"`
+	User              ghUser `json:"user"`
 }
 
 type ghPull struct {
@@ -204,7 +205,10 @@ func (ev *forgeEvent) github(kind string, body []byte) error {
 	case kind == "issues" && p.Action == "labeled":
 		ev.Event, ev.Label = "issues.labeled", p.Label.Name
 		ev.fromIssue(p.Issue)
-		ev.WriteAccess = true // GitHub lets only triage and above label an issue
+		// GitHub lets only triage and above label an issue, except the
+		// labels an issue template adds: anyone who opens an issue from
+		// it labels it, so the issue's own author must be a writer.
+		ev.WriteAccess = !strings.EqualFold(p.Sender.Login, p.Issue.User.Login) || isWriter(p.Issue.AuthorAssociation)
 	case kind == "issues" && p.Action == "opened":
 		ev.Event = "issues.opened"
 		ev.fromIssue(p.Issue)

@@ -90,3 +90,31 @@ func mustJSON(t *testing.T, v any) []byte {
 	}
 	return b
 }
+
+// TestIntakeTemplateLabelIsNotTriage: an issue template that adds the
+// trigger's label lets anyone label an issue: opening one from it, the
+// issue's author (no write access) "labels" it. That starts no run; the
+// twins: the owner labelling their own issue, and a maintainer labelling
+// someone else's, each start one.
+func TestIntakeTemplateLabelIsNotTriage(t *testing.T) {
+	ff := newFakeForge(t)
+	s, c, _ := intakeServer(t, ff, "", ServeOptions{})
+	byAuthor := func(issue int, who, assoc string) map[string]any {
+		ev := labeled(issue, "kusaw", "Add my backdoor", "from the template", who)
+		is := ev["issue"].(map[string]any)
+		is["user"], is["author_association"] = map[string]any{"login": who}, assoc
+		return ev
+	}
+	if st, out := sendHook(t, s, "issues", "", hookSecret, byAuthor(21, "mallory", "NONE")); st != http.StatusForbidden {
+		t.Errorf("an issue labelled by its own author without write access (an issue template's label): %d %v, want 403", st, out)
+	}
+	if n := countRuns(t, s); n != 0 {
+		t.Fatalf("%d runs started by a template's label", n)
+	}
+	st, out := sendHook(t, s, "issues", "", hookSecret, byAuthor(22, "alice", "OWNER"))
+	waitRun(t, c, runID(t, st, out), 30*time.Second)
+	other := byAuthor(23, "mallory", "NONE")
+	other["sender"] = map[string]any{"login": "bob"} // a maintainer labels mallory's issue
+	st, out = sendHook(t, s, "issues", "", hookSecret, other)
+	waitRun(t, c, runID(t, st, out), 30*time.Second)
+}
