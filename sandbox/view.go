@@ -263,6 +263,9 @@ func toolchainRootOK(p, home string) bool {
 			return false
 		}
 	}
+	if goWorkspace(p) {
+		return false
+	}
 	if home != "" {
 		if within(p, home) { // the home or a folder holding it
 			return false
@@ -274,6 +277,17 @@ func toolchainRootOK(p, home string) bool {
 		}
 	}
 	return true
+}
+
+// goWorkspace reports whether p is a GOPATH (the folder above go
+// install's bin/): its src/ holds other repositories and pkg/mod module
+// sources, so it is never a toolchain. A Go toolchain (GOROOT) has src/
+// and pkg/ too, and its VERSION file; pyenv has src/ but no pkg/.
+func goWorkspace(p string) bool {
+	if exists(filepath.Join(p, "VERSION")) || !isDir(filepath.Join(p, "pkg")) {
+		return false
+	}
+	return isDir(filepath.Join(p, "pkg", "mod")) || isDir(filepath.Join(p, "src"))
 }
 
 // linkTargets returns the folders that the links in d point to, outside d.
