@@ -385,14 +385,23 @@ func (p *Plan) finishLogin() error {
 
 // carryBack replaces the user's credentials file with the attempt's when
 // the CLI changed it and it is still a credentials file: a regular file
-// (no link, FIFO or device), of at most 64 KiB, holding one JSON object.
+// (no link, FIFO or device), of at most 64 KiB, holding one JSON object
+// with every key of the user's. A refresh changes values (and may add a
+// key, as an MCP server's sign-in does): a login the user does not have is
+// not planted, and the user's is not emptied.
 func carryBack(from, to string) error {
 	b, err := readCredential(from)
 	if err != nil || b == nil {
 		return err
 	}
-	if old, err := readCredential(to); err == nil && bytes.Equal(old, b) {
+	old, err := readCredential(to)
+	switch {
+	case err == nil && old == nil:
+		return nil // a login the user does not have stays in the attempt's copy, removed with it
+	case err == nil && bytes.Equal(old, b):
 		return nil
+	case err == nil && !keepsKeys(old, b):
+		return fmt.Errorf("sandbox: %s: the step's credentials lack keys the user's have; not carried back", to)
 	}
 	if fi, err := os.Lstat(to); err == nil && !fi.Mode().IsRegular() {
 		return fmt.Errorf("sandbox: %s is not a regular file; the refreshed login is not carried back", to)
@@ -409,6 +418,20 @@ func carryBack(from, to string) error {
 		return fmt.Errorf("sandbox: carrying the login back: %w", err)
 	}
 	return os.Rename(tmp, to)
+}
+
+// keepsKeys reports whether JSON object b has every top-level key of a.
+func keepsKeys(a, b []byte) bool {
+	var ma, mb map[string]json.RawMessage
+	if json.Unmarshal(a, &ma) != nil || json.Unmarshal(b, &mb) != nil {
+		return false
+	}
+	for k := range ma {
+		if _, ok := mb[k]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // readCredential reads a credentials file of the expected shape; nil, nil
