@@ -387,6 +387,17 @@ func escapeCases() []escapeCase {
 				}
 				write(t, filepath.Join(f.home, ".claude", ".credentials.json"), credentialsJSON)
 			}},
+		{name: "empty the user's login through the credentials file carried back",
+			attack: `echo '{}' > $HOME_/.claude/.credentials.json; exit 42`,
+			twin:   `echo '{"claudeAiOauth":{"accessToken":"refreshed"},"mcpOAuth":{}}' > $HOME_/.claude/.credentials.json`,
+			check:  unchanged("$ROOT/home/.claude/.credentials.json", credentialsJSON), cleanupErr: "lack keys",
+			twinHost: func(t *testing.T, f *fixture) {
+				b, _ := os.ReadFile(filepath.Join(f.home, ".claude", ".credentials.json"))
+				if !strings.Contains(string(b), "refreshed") {
+					t.Errorf("the refreshed login was not carried back: %q", b)
+				}
+				write(t, filepath.Join(f.home, ".claude", ".credentials.json"), credentialsJSON)
+			}},
 		{name: "carry back a script as the credentials file",
 			attack:     `printf '#!/bin/sh\nevil\n' > $HOME_/.claude/.credentials.json; exit 42`,
 			twin:       `grep -q claudeAiOauth $HOME_/.claude/.credentials.json`,
