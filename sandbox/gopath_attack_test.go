@@ -39,6 +39,7 @@ func TestViewGoPathIsNotAToolchain(t *testing.T) {
 	write(t, mod, "PRIVATE-MODULE-SOURCE\n")
 	sdk := filepath.Join(f.home, "sdk", "go1.99")
 	write(t, filepath.Join(sdk, "VERSION"), "go1.99\n")
+	write(t, filepath.Join(sdk, "pkg", "tool", "linux_amd64", "compile"), "")
 	write(t, filepath.Join(sdk, "src", "runtime", "runtime.go"), "GOROOT-SOURCE\n")
 	write(t, filepath.Join(sdk, "bin", "go99"), "#!/bin/sh\necho GO99-RAN\n")
 	os.Chmod(filepath.Join(sdk, "bin", "go99"), 0o755)
