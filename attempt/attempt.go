@@ -682,7 +682,7 @@ func (a *Attempt) prepare(i int, repos []string, many bool) (*preparedProc, erro
 	if len(spec.Secrets) > 0 {
 		src, err := a.h.secrets()
 		if err != nil {
-			return nil, &status.Error{Reason: status.ReasonSecretMissing, Msg: "cannot open the secret store: " + err.Error(), Fix: status.ReasonSecretMissing.Info().Fix}
+			return nil, &status.Error{Reason: status.ReasonSecretMissing, Msg: "cannot open the secret store: " + err.Error(), Fix: status.SecretStoreFix}
 		}
 		for name, key := range spec.Secrets {
 			v, err := src.Get(key)

@@ -178,7 +178,7 @@ func (a *Attempt) decide() {
 	v := decideOutcome(e)
 	a.rec.Outcome, a.rec.Reason, a.rec.Message, a.rec.Fix = v.Outcome, v.Reason, a.redact.String(v.Message), v.Fix
 	if v.Fix == "" && v.Reason != status.ReasonNone {
-		a.rec.Fix = v.Reason.Info().Fix
+		a.rec.Fix = a.hintedFix(v.Reason)
 	}
 	if v.Fix == "" && v.Reason == status.ReasonNone {
 		a.rec.Fix = ""

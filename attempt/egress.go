@@ -43,6 +43,9 @@ type egressObserver struct {
 	// 20), for the end of the step's stderr.log.
 	refusedLines []string
 	refusedKeys  map[string]bool
+	// first is the first connection refused for want of an allow entry
+	// (the failed attempt's fix names it).
+	first *refusedHost
 }
 
 func (a *Attempt) egressLog() *egressObserver {
@@ -98,6 +101,9 @@ func (o *egressObserver) Decision(d egress.Decision) {
 		}
 		if strings.HasPrefix(d.Reason, "budget.") {
 			o.budget = true
+		}
+		if o.first == nil && notAllowed(d) {
+			o.first = &refusedHost{host: d.Host, port: d.Port, local: d.Reason == egress.ReasonLocalPort}
 		}
 	}
 	o.mu.Unlock()
@@ -243,7 +249,7 @@ func (a *Attempt) injects() ([]egress.Inject, error) {
 		}
 		src, err := a.h.secrets()
 		if err != nil {
-			return nil, &status.Error{Reason: status.ReasonSecretMissing, Msg: "cannot open the secret store: " + err.Error(), Fix: status.ReasonSecretMissing.Info().Fix}
+			return nil, &status.Error{Reason: status.ReasonSecretMissing, Msg: "cannot open the secret store: " + err.Error(), Fix: status.SecretStoreFix}
 		}
 		key, err := src.Get(secretKey)
 		if err != nil {
@@ -297,7 +303,7 @@ func (a *Attempt) closeLeaseAfter(p *preparedProc, l *egress.Lease, obs *egressO
 					fmt.Fprintf(f, "  %s\n", l)
 				}
 				if blocked > len(lines) {
-					fmt.Fprintln(f, "  ... and more: see egress.log (kusaw egress check HOST explains one)")
+					fmt.Fprintf(f, "  ... and more: see egress.log (kusaw egress suggest %s --step %s lists them)\n", a.spec.Run, a.step.ID)
 				}
 				f.Close()
 			}

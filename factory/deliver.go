@@ -41,7 +41,7 @@ func (e *Engine) deliver(ctx context.Context, rec *record.RunRecord, dl *config.
 	fail := func(step string, err error) *record.Delivery {
 		out.State, out.Failed = record.DeliveryFailed, step
 		out.Message = redact(err.Error())
-		out.Fix = status.ReasonDeliverFailed.Info().Fix
+		out.Fix = status.Fill(status.ReasonDeliverFailed.Info().Fix, map[string]string{"RUN": rec.ID})
 		emit(record.EvDeliverFailed, map[string]any{"step": step, "reason": status.ReasonDeliverFailed, "message": out.Message, "fix": out.Fix})
 		return out
 	}

@@ -44,7 +44,7 @@ func (e *Engine) upstream(withAuth bool) (*egress.Upstream, error) {
 	if withAuth && c.Credentials != nil {
 		src, err := e.secretSource()
 		if err != nil {
-			return nil, &status.Error{Reason: status.ReasonSecretMissing, Msg: "cannot open the secret store: " + err.Error(), Fix: status.ReasonSecretMissing.Info().Fix}
+			return nil, &status.Error{Reason: status.ReasonSecretMissing, Msg: "cannot open the secret store: " + err.Error(), Fix: status.SecretStoreFix}
 		}
 		v, err := src.Get(c.Credentials.Key)
 		if err != nil {

@@ -421,14 +421,21 @@ func (r *Run) save() {
 	_ = writeJSON(filepath.Join(r.Dir, record.RunFile), r.Record)
 }
 
-func (r *Run) end(st status.RunState, reason status.Reason, msg string) {
+func (r *Run) end(st status.RunState, reason status.Reason, msg string) { r.endFix(st, reason, msg, "") }
+
+// endFix ends the run with fix ("": the reason's own, the run's id filled
+// in).
+func (r *Run) endFix(st status.RunState, reason status.Reason, msg, fix string) {
 	if st == status.RunCanceled && r.interrupted.Load() {
 		st, reason, msg = status.RunInterrupted, status.ReasonRunInterrupted, "kusaw serve stopped while the run was running"
 	}
 	rec := r.Record
 	rec.State, rec.Reason, rec.Message = st, reason, r.redact.String(msg)
 	if reason != status.ReasonNone {
-		rec.Fix = reason.Info().Fix
+		rec.Fix = fix
+		if fix == "" {
+			rec.Fix = status.Fill(reason.Info().Fix, map[string]string{"RUN": rec.ID})
+		}
 	}
 	if r.refused != nil {
 		rec.Fix = r.refused.Fix

@@ -67,6 +67,9 @@ type itemEnd struct {
 	canceled bool
 	reason   status.Reason
 	msg      string
+	// fix is the failed attempt's fix (filled in with what it found),
+	// which the run's last line repeats; "": the reason's own.
+	fix string
 }
 
 // runItems executes the run's items in order and ends the run.
@@ -108,7 +111,7 @@ func (e *Engine) runItems(ctx context.Context, r *Run) {
 				r.limitEnd(le, end.msg)
 				return
 			}
-			r.end(status.RunFailed, end.reason, end.msg)
+			r.endFix(status.RunFailed, end.reason, end.msg, end.fix)
 			return
 		}
 	}
@@ -151,7 +154,7 @@ func (e *Engine) judgeEnd(s *config.Step, end stepEnd) itemEnd {
 	case s.ContinueOnFailure:
 		return itemEnd{ok: true}
 	}
-	return itemEnd{reason: last.Reason, msg: fmt.Sprintf("step %s %s after %d attempt(s): %s", s.ID, last.Outcome, end.attempts, last.Message)}
+	return itemEnd{reason: last.Reason, fix: last.Fix, msg: fmt.Sprintf("step %s %s after %d attempt(s): %s", s.ID, last.Outcome, end.attempts, last.Message)}
 }
 
 // runStep runs one step to its end: its candidates, or its attempts with
@@ -561,7 +564,7 @@ func (e *Engine) runGroup(ctx context.Context, r *Run, it item) itemEnd {
 			r.stepDone(i, ends[j], ends[j].last.Outcome, ends[j].last.Reason)
 		}
 		f := ends[plan.Failed]
-		return itemEnd{reason: f.last.Reason, msg: fmt.Sprintf("step %s %s after %d attempt(s) in parallel group %s: %s",
+		return itemEnd{reason: f.last.Reason, fix: f.last.Fix, msg: fmt.Sprintf("step %s %s after %d attempt(s) in parallel group %s: %s",
 			ids[plan.Failed], f.last.Outcome, f.attempts, strings.Join(ids, ", "), f.last.Message)}
 	}
 	heads, end := e.mergeGroup(ctx, r, it, ends, tips)

@@ -1,6 +1,9 @@
 package status
 
-import "fmt"
+import (
+	"fmt"
+	"regexp"
+)
 
 // Reason is a typed code that says why an attempt or run ended as it did.
 type Reason string
@@ -122,3 +125,23 @@ func (e *Error) Error() string {
 func Errorf(r Reason, format string, args ...any) *Error {
 	return &Error{Reason: r, Msg: fmt.Sprintf(format, args...), Fix: r.Info().Fix}
 }
+
+// placeholder is a word in capitals a fix in the table stands for a value
+// with: RUN, STEP, KEY, HOST.
+var placeholder = regexp.MustCompile(`\b(RUN|STEP|KEY|HOST)\b`)
+
+// Fill puts the values kusaw knows into a fix's placeholders (RUN, STEP,
+// KEY, HOST); a placeholder without a value stays, so the table's text is
+// still readable.
+func Fill(fix string, known map[string]string) string {
+	return placeholder.ReplaceAllStringFunc(fix, func(w string) string {
+		if v := known[w]; v != "" {
+			return v
+		}
+		return w
+	})
+}
+
+// SecretStoreFix is the fix when the secret store cannot be opened at all
+// (no key is known then).
+const SecretStoreFix = "set KUSAW_SECRETS_DIR to the secret store's folder (or HOME, whose .config/kusaw holds it), readable by this user; kusaw secrets list names it"

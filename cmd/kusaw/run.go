@@ -278,7 +278,7 @@ func (p *progress) event(ev record.Event) {
 	case record.EvEgressBlocked:
 		line = fmt.Sprintf("%s: egress blocked: %v", ev.Step, summary(ev.Data))
 	case record.EvEgressWouldRefuse:
-		line = fmt.Sprintf("%s: egress audit: %v:%v would be refused (kusaw egress suggest RUN lists the entries)", ev.Step, ev.Data["host"], ev.Data["port"])
+		line = fmt.Sprintf("%s: egress audit: %v:%v would be refused (kusaw egress suggest %s lists the entries)", ev.Step, ev.Data["host"], ev.Data["port"], ev.Run)
 	case record.EvCancelRequested:
 		line = "cancel requested"
 	case record.EvGateWaiting:
