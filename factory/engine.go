@@ -421,7 +421,9 @@ func (r *Run) save() {
 	_ = writeJSON(filepath.Join(r.Dir, record.RunFile), r.Record)
 }
 
-func (r *Run) end(st status.RunState, reason status.Reason, msg string) { r.endFix(st, reason, msg, "") }
+func (r *Run) end(st status.RunState, reason status.Reason, msg string) {
+	r.endFix(st, reason, msg, "")
+}
 
 // endFix ends the run with fix ("": the reason's own, the run's id filled
 // in).
