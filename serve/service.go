@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"time"
 )
 
 // ServiceUnit is a user service that runs kusaw serve for one factory: a
@@ -85,6 +86,73 @@ WantedBy=default.target
 			Disable: []string{"launchctl bootout gui/$(id -u)/" + label}}, nil
 	}
 	return nil, fmt.Errorf("kusaw service install supports Linux (systemd) and macOS (launchd), not %s; run kusaw serve under your own supervisor", goos)
+}
+
+// NewWorkerServiceUnit builds the service that runs kusaw worker with its
+// state folder (absolute) for goos. Its stop drains: SIGTERM goes to the
+// worker alone (the attempts' processes go on while it drains), and the
+// service manager waits drainTimeout and a minute more before it kills
+// what is left.
+func NewWorkerServiceUnit(goos, kusaw, stateDir, home, xdgConfig string, drainTimeout time.Duration) (*ServiceUnit, error) {
+	if !filepath.IsAbs(kusaw) || !filepath.IsAbs(stateDir) {
+		return nil, fmt.Errorf("service paths must be absolute: %q, %q", kusaw, stateDir)
+	}
+	sum := sha256.Sum256([]byte(stateDir))
+	id := hex.EncodeToString(sum[:4])
+	stop := int((drainTimeout + time.Minute).Seconds())
+	switch goos {
+	case "linux":
+		if xdgConfig == "" {
+			xdgConfig = filepath.Join(home, ".config")
+		}
+		name := "kusaw-worker-" + id + ".service"
+		content := fmt.Sprintf(`# Written by kusaw service install --worker: kusaw worker for %s
+[Unit]
+Description=kusaw worker (%s)
+Wants=network-online.target
+After=network-online.target
+
+[Service]
+Type=simple
+ExecStart=%s worker --state-dir %s
+# A stop drains: SIGTERM to the worker only (KillMode=mixed), whose running
+# attempts may finish within worker.drain_timeout (%s) before they go back
+# to serve; SIGKILL to all only after that and a minute more.
+KillMode=mixed
+KillSignal=SIGTERM
+TimeoutStopSec=%d
+Restart=on-failure
+RestartSec=2
+
+[Install]
+WantedBy=default.target
+`, stateDir, stateDir, systemdQuote(kusaw), systemdQuote(stateDir), drainTimeout, stop)
+		return &ServiceUnit{Kind: "systemd", Name: name, Path: filepath.Join(xdgConfig, "systemd", "user", name), Content: content,
+			Enable:  []string{"systemctl --user daemon-reload", "systemctl --user enable --now " + name},
+			Disable: []string{"systemctl --user disable --now " + name, "systemctl --user daemon-reload"}}, nil
+	case "darwin":
+		label := "dev.kusaw.worker." + id
+		content := fmt.Sprintf(`<?xml version="1.0" encoding="UTF-8"?>
+<!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN" "http://www.apple.com/DTDs/PropertyList-1.0.dtd">
+<!-- Written by kusaw service install --worker: kusaw worker for %s -->
+<plist version="1.0">
+<dict>
+  <key>Label</key><string>%s</string>
+  <key>ProgramArguments</key>
+  <array><string>%s</string><string>worker</string><string>--state-dir</string><string>%s</string></array>
+  <key>RunAtLoad</key><true/>
+  <key>KeepAlive</key><dict><key>SuccessfulExit</key><false/></dict>
+  <key>ExitTimeOut</key><integer>%d</integer>
+  <key>StandardErrorPath</key><string>%s</string>
+</dict>
+</plist>
+`, xmlText(stateDir), label, xmlText(kusaw), xmlText(stateDir), stop, xmlText(filepath.Join(stateDir, "worker.log")))
+		p := filepath.Join(home, "Library", "LaunchAgents", label+".plist")
+		return &ServiceUnit{Kind: "launchd", Name: label, Path: p, Content: content,
+			Enable:  []string{"launchctl bootstrap gui/$(id -u) " + p},
+			Disable: []string{"launchctl bootout gui/$(id -u)/" + label}}, nil
+	}
+	return nil, fmt.Errorf("kusaw service install --worker supports Linux (systemd) and macOS (launchd), not %s; run kusaw worker under your own supervisor, stopping it with SIGTERM", goos)
 }
 
 // systemdQuote quotes a path for a unit file's command line.

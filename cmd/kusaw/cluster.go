@@ -173,7 +173,7 @@ func workerExit(err error) status.ExitCode {
 }
 
 func newWorkerCmd(a *app) *cobra.Command {
-	var join, name, stateDir string
+	var join, joinFile, name, stateDir string
 	var pools []string
 	var maxParallel int
 	cmd := &cobra.Command{
@@ -230,6 +230,29 @@ func newWorkerCmd(a *app) *cobra.Command {
 					wk.Drain(sig.String(), drainFor)
 				}
 			}()
+			// The token also comes from a file or the environment: on the
+			// command line every local user sees it (ps).
+			if join == "" && joinFile != "" {
+				b, err := os.ReadFile(joinFile)
+				if err != nil {
+					return exitf(status.ExitUsage, "--join-file: %v", err)
+				}
+				join = strings.TrimSpace(string(b))
+			}
+			if join == "" {
+				join = strings.TrimSpace(os.Getenv("KUSAW_JOIN_TOKEN"))
+			}
+			// --max-parallel and --pool are kept in the state folder: a
+			// worker started again without them (a service restart, a
+			// start without its token) keeps them.
+			kept := worker.LoadSettings(stateDir)
+			if c.Flags().Changed("max-parallel") {
+				kept.MaxParallel = maxParallel
+			}
+			if c.Flags().Changed("pool") {
+				kept.Pools = pools
+			}
+			maxParallel, pools = max(kept.MaxParallel, 1), kept.Pools
 			if join != "" {
 				id, err := worker.Join(ctx, stateDir, join, name, versionInfo().Version, pools)
 				if err != nil {
@@ -248,6 +271,9 @@ func newWorkerCmd(a *app) *cobra.Command {
 				return exitf(status.ExitServeUnavailable, "%v", err)
 			}
 			defer w.Close()
+			if err := worker.SaveSettings(stateDir, kept); err != nil {
+				fmt.Fprintf(a.stderr, "kusaw worker %s: cannot keep its settings in %s: %v\n", w.Name(), stateDir, err)
+			}
 			running.Store(w)
 			fmt.Fprintf(a.stderr, "kusaw worker %s: ready (pools %s, %d at once)\n", w.Name(), strings.Join(w.Pools(), ","), max(1, maxParallel))
 			if err := w.Run(ctx); err != nil {
@@ -262,10 +288,11 @@ func newWorkerCmd(a *app) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&join, "join", "", "enroll with a token from kusaw cluster token (the identity stays in --state-dir; a new token joins it again with that token's pools)")
+	cmd.Flags().StringVar(&join, "join", "", "enroll with a token from kusaw cluster token (the identity stays in --state-dir; a new token joins it again with that token's pools); --join-file or KUSAW_JOIN_TOKEN keep it off the command line")
+	cmd.Flags().StringVar(&joinFile, "join-file", "", "read the join token from this file (or set KUSAW_JOIN_TOKEN)")
 	cmd.Flags().StringVar(&name, "name", "", "the worker's name (default: the host name)")
 	cmd.Flags().StringArrayVar(&pools, "pool", nil, "a pool to take attempts from, one its join token allows (repeatable; default: every pool the token allows)")
-	cmd.Flags().IntVar(&maxParallel, "max-parallel", 1, "attempts at once")
+	cmd.Flags().IntVar(&maxParallel, "max-parallel", 1, "attempts at once (kept in --state-dir for the next start, like --pool)")
 	cmd.Flags().StringVar(&stateDir, "state-dir", "", "the worker's folder: identity, cache repositories, attempts (default ~/.local/state/kusaw-worker)")
 	cmd.Flags().String("drain-timeout", "", "after SIGTERM or kusaw workers drain, how long running attempts may finish before they go back to serve (setting worker.drain_timeout; default 10m)")
 	return cmd

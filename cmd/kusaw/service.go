@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kusaw/kusaw/config"
 	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/sandbox"
 	"github.com/kusaw/kusaw/serve"
@@ -145,18 +146,25 @@ func newServiceInstallCmd(a *app, install bool) *cobra.Command {
 	if !install {
 		use, short = "uninstall", "remove the user service kusaw service install wrote"
 	}
-	return &cobra.Command{
+	var asWorker bool
+	var workerState string
+	cmd := &cobra.Command{
 		Use:   use,
 		Short: short,
 		Long: short + `.
 The file is written, not started: the commands that start (or stop) it are
 printed. The service runs the kusaw binary at its current path with -f and
-the factory file's absolute path.`,
+the factory file's absolute path. With --worker it runs kusaw worker with
+--state-dir instead (join it once first: kusaw worker --join-file FILE
+--state-dir DIR); stopping that service drains the worker.`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, args []string) error {
-			f, err := a.loadFactory()
-			if err != nil {
-				return err
+			var f *config.Factory
+			var err error
+			if !asWorker {
+				if f, err = a.loadFactory(); err != nil {
+					return err
+				}
 			}
 			exe, err := os.Executable()
 			if err == nil {
@@ -169,10 +177,30 @@ the factory file's absolute path.`,
 			if err != nil {
 				return exitf(status.ExitInternal, "cannot find the home folder: %v (set HOME)", err)
 			}
-			fp, _ := filepath.Abs(f.Path)
-			u, err := serve.NewServiceUnit(runtime.GOOS, exe, fp, f.StateDir, home, os.Getenv("XDG_CONFIG_HOME"))
-			if err != nil {
-				return exitf(status.ExitUsage, "%v", err)
+			var u *serve.ServiceUnit
+			if asWorker {
+				if workerState == "" {
+					workerState = filepath.Join(home, ".local", "state", "kusaw-worker")
+				}
+				workerState, _ = filepath.Abs(workerState)
+				cfg, err := a.settings(nil)
+				if err != nil {
+					return err
+				}
+				drain, err := time.ParseDuration(cfg.get("worker.drain_timeout"))
+				if err != nil || drain <= 0 {
+					return exitf(status.ExitUsage, "worker.drain_timeout %q (from %s) is not a duration: write it like 30s or 10m", cfg.get("worker.drain_timeout"), cfg.source["worker.drain_timeout"])
+				}
+				u, err = serve.NewWorkerServiceUnit(runtime.GOOS, exe, workerState, home, os.Getenv("XDG_CONFIG_HOME"), drain)
+				if err != nil {
+					return exitf(status.ExitUsage, "%v", err)
+				}
+			} else {
+				fp, _ := filepath.Abs(f.Path)
+				u, err = serve.NewServiceUnit(runtime.GOOS, exe, fp, f.StateDir, home, os.Getenv("XDG_CONFIG_HOME"))
+				if err != nil {
+					return exitf(status.ExitUsage, "%v", err)
+				}
 			}
 			if !install {
 				if err := os.Remove(u.Path); errors.Is(err, os.ErrNotExist) {
@@ -196,4 +224,7 @@ the factory file's absolute path.`,
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&asWorker, "worker", false, "the service of a kusaw worker (its stop drains) instead of kusaw serve's")
+	cmd.Flags().StringVar(&workerState, "state-dir", "", "with --worker: the worker's folder (default ~/.local/state/kusaw-worker)")
+	return cmd
 }
