@@ -987,6 +987,11 @@ func (a *Attempt) Finish() *record.AttemptRecord {
 			_ = RemoveWorktree(w)
 		}
 	}
+	if a.job.Shape.KeepSession && a.step != nil && a.step.Kind() == config.KindAgent {
+		// continue_session: the agent's session files outlive tmp/, in
+		// the attempt's own folder, for the run's next attempt.
+		_ = providers.KeepSession(a.step.Provider, filepath.Join(a.dir, record.TmpDir, ProviderConfigDir), filepath.Join(a.dir, SessionDir))
+	}
 	_ = os.RemoveAll(filepath.Join(a.dir, record.TmpDir))
 	_ = os.RemoveAll(filepath.Join(a.dir, candidatesDir)) // a judge's exports
 	// The step's private refs: its branch was taken (or refused) at commit.

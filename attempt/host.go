@@ -71,6 +71,20 @@ type Shape struct {
 	Candidates []record.SpecCandidate
 	// Role is a helper's part in the shape (fixer, judge, resolve).
 	Role *record.AttemptRole
+	// Resume continues the agent session of the run's previous attempt
+	// of the step (continue_session); nil: a new session.
+	Resume *SessionResume
+	// KeepSession keeps the agent's session files when the attempt ends
+	// (SessionDir), for the next attempt to continue (continue_session).
+	KeepSession bool
+}
+
+// SessionResume is the session an agent attempt continues.
+type SessionResume struct {
+	SessionID string // the previous attempt's result's session id
+	// ConfigDir is the previous attempt's per-attempt provider folder,
+	// whose session files the new attempt gets a copy of.
+	ConfigDir string
 }
 
 // Job is one attempt's place in its run: where its records go, the run's

@@ -52,7 +52,10 @@ func (a *Attempt) agentSpec(spec *steps.Spec, at steps.Attempt, p *preparedProc,
 	in.Writable = a.f.SandboxWritable()
 	// A per-attempt settings folder (Cursor's cli-config.json), inside the
 	// attempt's tmp so the sandbox sees it and it goes with the attempt.
-	in.ConfigDir = filepath.Join(at.Tmp, "provider-config")
+	in.ConfigDir = filepath.Join(at.Tmp, ProviderConfigDir)
+	if rs := a.job.Shape.Resume; rs != nil {
+		in.Resume = rs.SessionID
+	}
 	if s.Limits != nil {
 		in.MaxTurns, in.MaxBudgetUSD = s.Limits.Turns, s.Limits.CostUSD
 	}
@@ -61,6 +64,14 @@ func (a *Attempt) agentSpec(spec *steps.Spec, at steps.Attempt, p *preparedProc,
 	prep, err := providers.Prepare(ctx, in)
 	if err != nil {
 		return asRefusal(err, status.ReasonProviderMissing)
+	}
+	if rs := a.job.Shape.Resume; rs != nil && prep.ConfigDir != "" {
+		// The session's files: a copy of the previous attempt's, in
+		// this attempt's own provider folder.
+		if err := providers.CarrySession(s.Provider, rs.ConfigDir, prep.ConfigDir); err != nil {
+			return &status.Error{Reason: status.ReasonStepStartFailed, Msg: fmt.Sprintf("step %s: cannot carry the previous attempt's session: %v", s.ID, err),
+				Fix: "check that the state folder is readable and writable, or remove continue_session"}
+		}
 	}
 	spec.Argv = prep.Argv
 	// The provider's env goes under the step's own, which wins.
@@ -79,7 +90,11 @@ func (a *Attempt) agentSpec(spec *steps.Spec, at steps.Attempt, p *preparedProc,
 	if prov == nil {
 		prov, _ = providers.Get(s.Provider)
 	}
-	a.events.Emit("provider.probe", map[string]any{"provider": s.Provider, "path": prep.Probe.Path, "version": prep.Probe.Version})
+	probeData := map[string]any{"provider": s.Provider, "path": prep.Probe.Path, "version": prep.Probe.Version}
+	if in.Resume != "" {
+		probeData["resume"] = in.Resume // continue_session: the session it continues
+	}
+	a.events.Emit("provider.probe", probeData)
 	if prep.ConfigDir != "" {
 		// The CLI's settings for this attempt: a copy of the user's with
 		// what the sandbox needs; the user's own file is not touched.
@@ -326,3 +341,12 @@ func expandArgv(argv []string, px *sandbox.Proxy, env map[string]string) ([]stri
 	}
 	return out, nil
 }
+
+// ProviderConfigDir is the per-attempt provider folder under the
+// attempt's tmp (Cursor's config, Codex's and Gemini's homes).
+const ProviderConfigDir = "provider-config"
+
+// SessionDir is where a continue_session step's attempt keeps its agent's
+// session files when it ends (tmp/ goes): the run's next attempt of the
+// step copies them.
+const SessionDir = "session"

@@ -68,7 +68,7 @@ type Notify struct {
 var NotifyEvents = []string{"run.finished", "run.waiting", "step.failed"}
 
 // Shape keys a step may have beside its own.
-var shapeKeys = []string{"retry", "candidates", "select", "on_failure", "continue_on_failure", "resolve", "gate"}
+var shapeKeys = []string{"retry", "candidates", "select", "on_failure", "continue_on_failure", "resolve", "gate", "continue_session"}
 
 // stepShape decodes one shape key of a step; false if key is not one.
 func (d *decoder) stepShape(s *Step, key string, n *yaml.Node, kp string) bool {
@@ -99,6 +99,8 @@ func (d *decoder) stepShape(s *Step, key string, n *yaml.Node, kp string) bool {
 		s.OnFailure = d.str(n, kp)
 	case "continue_on_failure":
 		s.ContinueOnFailure = d.boolean(n, kp)
+	case "continue_session":
+		s.ContinueSession = d.boolean(n, kp)
 	case "resolve":
 		s.Resolve = d.str(n, kp)
 	case "gate":

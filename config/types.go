@@ -318,6 +318,9 @@ type Step struct {
 	Judge              string // select: judge:STEP
 	OnFailure          string // a fixer step run between failed attempts
 	ContinueOnFailure  bool   // the step's failure does not fail its group or run
+	// ContinueSession: a retry or fix loop's next attempt continues the
+	// agent's session of the attempt before it (same run only).
+	ContinueSession bool
 	Resolve            string // on a group's first step: finishes a conflicted merge
 	Gate               *Gate  // wait for approval before the step runs
 	retryAttempts      bool   // retry.attempts was written

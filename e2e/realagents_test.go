@@ -200,3 +200,97 @@ func mayRead(path string) string {
 	b, _ := os.ReadFile(path)
 	return string(b)
 }
+
+// A fix loop that continues the agent's session: the real Codex's first
+// attempt fails (the fake API refuses its request), a fixer runs, and the
+// second attempt resumes the first one's session (codex exec resume),
+// sandboxed with the key injected: its request carries the first
+// attempt's prompt again, as the conversation so far.
+func TestRealCodexCLIContinueSession(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: skipping the npm install and run of the real codex")
+	}
+	needSandbox(t)
+	bin, _ := providertest.InstallNPM(t, providertest.CodexCLI)
+	const realKey = "e2e-real-codex-resume-key-77"
+	api := providertest.NewResponsesAPI(t, "wrote out.txt")
+	api.WantKey = realKey
+	api.FailFirst = 1
+	api.Commands = []string{"printf 'hello from the agent\\n' > out.txt"}
+	fx := &egressFixture{tools: t.TempDir()}
+	fx.makeCA(t)
+	target, _ := url.Parse(api.URL)
+	front := httptest.NewUnstartedServer(httputil.NewSingleHostReverseProxy(target))
+	front.TLS = &tls.Config{Certificates: []tls.Certificate{fx.leaf}}
+	front.StartTLS()
+	t.Cleanup(front.Close)
+	_, port, _ := net.SplitHostPort(front.Listener.Addr().String())
+	dir := factoryDir(t, `version: 1
+repos:
+  app: {path: ./app}
+providers:
+  codex: {command: `+bin+`, model: gpt-fake-1, base_url: "https://localhost:`+port+`/v1"}
+pipelines:
+  default: [write, check]
+steps:
+  write:
+    prompt: the first brief, write hello to out.txt
+    provider: codex
+    attempts: 2
+    on_failure: fixer
+    continue_session: true
+    sandbox: {mode: required, network: allowlist, egress: {inject: provider}}
+  fixer:
+    run: ["true"]
+  check:
+    run: [sh, -c, 'grep -qx "hello from the agent" out.txt']
+`, "app")
+	set := exec.Command(kusawBin, "config", "set", "providers.codex.api_key", "--secret")
+	set.Dir = dir
+	set.Env = testEnv(t, dir)
+	set.Stdin = strings.NewReader(realKey + "\n")
+	if out, err := set.CombinedOutput(); err != nil {
+		t.Fatalf("kusaw config set --secret: %v\n%s", err, out)
+	}
+	res := runKusawEnv(t, dir, []string{"SSL_CERT_FILE=" + fx.caPEM}, "run")
+	if _, err := os.Stat(filepath.Join(dir, ".kusaw", "runs")); err != nil {
+		t.Fatalf("kusaw run exit %d, no run\n%s%s", res.code, res.stdout, res.stderr)
+	}
+	id := onlyRun(t, dir)
+	a2 := filepath.Join(dir, ".kusaw", "runs", id, "steps", "write", "2")
+	if res.code != 0 {
+		out, _ := exec.Command("find", filepath.Join(dir, ".kusaw", "runs", id, "steps", "write")).CombinedOutput()
+		t.Logf("files: %s", out)
+		t.Fatalf("kusaw run exit %d\n%s%s\nattempt 1: %s\nattempt 2: %s %s", res.code, res.stdout, res.stderr,
+			mayRead(filepath.Join(dir, ".kusaw", "runs", id, "steps", "write", "1", "stdout.log")), mayRead(filepath.Join(a2, "stdout.log")), mayRead(filepath.Join(a2, "stderr.log")))
+	}
+	var first, resumed string
+	for _, r := range api.Requests() {
+		if !strings.HasSuffix(r.Path, "/responses") {
+			continue
+		}
+		if r.Header.Get("authorization") != "Bearer "+realKey {
+			t.Fatalf("the API got %q", r.Header.Get("authorization"))
+		}
+		if first == "" {
+			first = r.Header.Get("session-id")
+		} else if resumed == "" {
+			resumed = string(r.Body)
+			if sid := r.Header.Get("session-id"); sid != first {
+				t.Errorf("attempt 2 talked in session %q, not attempt 1's %q", sid, first)
+			}
+		}
+	}
+	if strings.Count(resumed, "the first brief") < 2 || !strings.Contains(resumed, "(kusaw: attempt 1") {
+		t.Fatalf("attempt 2 did not continue attempt 1's conversation:\n%.3000s", resumed)
+	}
+	ev := readFile(t, filepath.Join(a2, "events.jsonl"))
+	if !strings.Contains(ev, `"resume":"`+first+`"`) {
+		t.Errorf("attempt 2's provider.probe does not name the session it continued (%s)", first)
+	}
+	for _, h := range grepDir(t, dir, realKey) {
+		if !strings.HasPrefix(h, filepath.Join(dir, "secrets")+string(filepath.Separator)) {
+			t.Errorf("the real key is in %s", h)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package factory
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -278,9 +279,12 @@ func (e *Engine) runAttempts(ctx context.Context, r *Run, i int, keep bool) step
 		if k > 1 && r.runLimit() != nil {
 			break // the pipeline's limit: no further attempt (runItems says which)
 		}
-		opt := attemptOpts{From: from, Keep: keep}
+		opt := attemptOpts{From: from, Keep: keep, KeepSession: s.ContinueSession}
 		if prev != nil {
 			e.handoff(r, prev, &opt)
+			if s.ContinueSession {
+				opt.Resume = sessionOf(r, prev)
+			}
 		}
 		end.last = e.runAttempt(ctx, r, s, n, first+s.Attempts-1+lost, opt)
 		end.attempts = k
@@ -910,4 +914,24 @@ func (s *Slots) InUse() int {
 		return 0
 	}
 	return len(s.ch)
+}
+
+// sessionOf is the agent session a continue_session attempt continues:
+// the previous attempt's result's session id and its provider folder.
+// Nil when the attempt reported none (it never started its agent).
+func sessionOf(r *Run, prev *record.AttemptRecord) *attempt.SessionResume {
+	for _, p := range prev.Processes {
+		b, err := json.Marshal(p.Result)
+		if err != nil {
+			continue
+		}
+		var res struct {
+			SessionID string `json:"session_id"`
+		}
+		if json.Unmarshal(b, &res) == nil && res.SessionID != "" {
+			return &attempt.SessionResume{SessionID: res.SessionID,
+				ConfigDir: filepath.Join(record.AttemptDir(r.Dir, prev.Step, prev.Number), attempt.SessionDir)}
+		}
+	}
+	return nil
 }

@@ -135,6 +135,9 @@ func (x *remoteExecutor) Run(ctx context.Context, a *attempt.Attempt) *record.At
 // shape passes (TestShapesRemotable); a shape that adds a path of its own
 // runs here until its spec carries it.
 func remotable(o attempt.Shape) bool {
+	if o.Resume != nil || o.KeepSession {
+		return false // the previous attempt's session files are here
+	}
 	for _, p := range o.ReadOnly {
 		if p != o.Handoff {
 			return false

@@ -129,6 +129,7 @@ func (v *Validator) Validate(f *config.Factory, fs config.Findings) Report {
 	fs = append(fs, cacheSharedChecks(f)...)
 	fs = append(fs, v.poolChecks(f)...)
 	fs = append(fs, v.toolchainChecks(f)...)
+	fs = append(fs, continueSessionChecks(f)...)
 	fs.Sort()
 	r.Errors = fs.Errors()
 	r.Warnings = fs.Warnings()
@@ -756,6 +757,39 @@ func (v *Validator) toolchainChecks(f *config.Factory) config.Findings {
 			out = append(out, config.Finding{Code: config.WCodeToolchain, Severity: config.SevWarning, Path: sp, Line: pos.Line, Column: pos.Column, File: f.Path,
 				Message: fmt.Sprintf("step %s: the sandbox shows %s read-only, the toolchain of %s on the step's PATH (%s)", id, tc.Path, tc.From, tc.Reason),
 				Fix:     fmt.Sprintf("if that is the toolchain you mean, list it in steps.%s.sandbox.allow_read to say so; otherwise take %s off the PATH kusaw runs with", id, tc.From)})
+		}
+	}
+	return out
+}
+
+// continueSessionChecks refuses continue_session where no session can be
+// continued (E062): a step that runs no agent, or a provider whose CLI
+// keeps sessions per working folder (each attempt has a worktree of its
+// own) or has none.
+func continueSessionChecks(f *config.Factory) config.Findings {
+	var out config.Findings
+	var can []string
+	for _, n := range providers.Names() {
+		if p, _ := providers.Get(n); p.Spec().SessionByID {
+			can = append(can, n)
+		}
+	}
+	for _, id := range f.StepOrder {
+		s := f.Steps[id]
+		if !s.ContinueSession {
+			continue
+		}
+		path := "steps." + id + ".continue_session"
+		var msg string
+		if s.Kind() != config.KindAgent {
+			msg = fmt.Sprintf("step %s is a %s step: continue_session continues an agent's session", id, s.Kind())
+		} else if p, ok := providers.Get(s.Provider); ok && !p.Spec().SessionByID {
+			msg = fmt.Sprintf("step %s: provider %s keeps its sessions per working folder, and each attempt has a worktree of its own, so its session cannot be continued", id, s.Provider)
+		}
+		if msg != "" {
+			pos := f.PosOf(path)
+			out = append(out, config.Finding{Code: config.ECodeCapMissing, Severity: config.SevError, Path: path, Line: pos.Line, Column: pos.Column,
+				Message: msg, Fix: "remove continue_session, or use a provider that continues a session by its id (" + strings.Join(can, ", ") + ")", File: f.Path})
 		}
 	}
 	return out

@@ -161,8 +161,10 @@ func CapabilitiesOf(provider string, m Mode) Matrix {
 		add(CapResume, NotSupported, "session files live in the fresh HOME, removed with the attempt's temp folder")
 	case spec.Resume == "":
 		add(CapResume, NotSupported, "the CLI cannot continue a session headless")
+	case spec.SessionByID:
+		add(CapResume, Supported, "the result records the session id; continue_session continues it in the run's next attempt ("+spec.Resume+")")
 	default:
-		add(CapResume, Supported, "session files stay in the CLI's login folders; the result records the session id; continue_session: "+spec.Resume)
+		add(CapResume, Supported, "session files stay in the CLI's login folders and the result records the session id ("+spec.Resume+"); continue_session is refused: the CLI keeps sessions per working folder")
 	}
 
 	add(CapCostReporting, spec.Cost, spec.CostNote)

@@ -67,6 +67,7 @@ var codexSpec = Spec{
 	Cost:           Partial,
 	CostNote:       "token usage (input, cached input, output) from turn.completed; no cost in USD, so limits.cost_usd is refused; a resumed session reports the session's running total",
 	Resume:         "codex exec resume SESSION_ID",
+	SessionByID:    true,
 }
 
 func (codex) Spec() Spec { return codexSpec }

@@ -74,9 +74,13 @@ type Spec struct {
 	// Cost is how far the result reports cost and usage, and what.
 	Cost     Level
 	CostNote string
-	// Resume says how the CLI continues a session (continue_session);
-	// empty when it cannot.
+	// Resume says how the CLI continues a session; empty when it cannot.
 	Resume string
+	// SessionByID: the CLI finds a session by its id wherever it ran, so
+	// a new attempt in a new worktree can continue the previous one's
+	// (continue_session). Claude Code and Gemini CLI keep sessions per
+	// working folder, and each attempt has a worktree of its own.
+	SessionByID bool
 }
 
 // EnvNames are the environment variables a provider's CLI reads.

@@ -26,6 +26,9 @@ type ResponsesAPI struct {
 	// Commands are shell commands the fake asks the client to run, one
 	// per request.
 	Commands []string
+	// FailFirst makes the first n model requests fail with 400 (a
+	// refused request the client does not retry): a failed attempt.
+	FailFirst int
 
 	srv  *httptest.Server
 	mu   sync.Mutex
@@ -54,6 +57,10 @@ func (m *ResponsesAPI) serve(w http.ResponseWriter, r *http.Request) {
 	m.mu.Lock()
 	m.reqs = append(m.reqs, Request{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body})
 	want, cmds := m.WantKey, m.Commands
+	fail := m.FailFirst > 0 && r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/responses")
+	if fail {
+		m.FailFirst--
+	}
 	m.mu.Unlock()
 	if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/responses") {
 		w.Header().Set("content-type", "application/json")
@@ -65,6 +72,12 @@ func (m *ResponsesAPI) serve(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("content-type", "application/json")
 		w.WriteHeader(http.StatusUnauthorized)
 		fmt.Fprint(w, `{"error":{"type":"invalid_request_error","code":"invalid_api_key","message":"Incorrect API key provided"}}`)
+		return
+	}
+	if fail {
+		w.Header().Set("content-type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprint(w, `{"error":{"type":"invalid_request_error","code":"invalid_value","message":"the request was refused (FailFirst)"}}`)
 		return
 	}
 	done := bytes.Count(body, []byte(`"type":"function_call_output"`))

@@ -1,0 +1,111 @@
+package providers
+
+import (
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// sessionCarrier is a provider whose sessions live in the attempt's own
+// provider folder (Codex inside kusaw's sandbox): continue_session copies
+// the previous attempt's session files into the new attempt's folder.
+type sessionCarrier interface {
+	// sessionDirs are the folders, relative to the provider folder,
+	// that hold the CLI's session files.
+	sessionDirs() []string
+}
+
+// Codex keeps each thread's rollout under sessions/; its databases index
+// them by absolute path (the previous attempt's), so they stay behind and
+// the new attempt's Codex finds the rollout by its id.
+func (codex) sessionDirs() []string { return []string{filepath.Join(CodexHomeDir, "sessions")} }
+
+// CarrySession copies the session files of a provider's previous attempt
+// (its provider folder from) into this attempt's (to). A provider whose
+// sessions are not per attempt, or a previous attempt that had none, is
+// nothing to copy. Symbolic links are not followed: only the CLI's own
+// files travel.
+func CarrySession(provider, from, to string) error {
+	p, ok := Get(provider)
+	if !ok {
+		return nil
+	}
+	sc, ok := p.(sessionCarrier)
+	if !ok {
+		return nil
+	}
+	for _, d := range sc.sessionDirs() {
+		src, dst := filepath.Join(from, d), filepath.Join(to, d)
+		if _, err := os.Lstat(src); err != nil {
+			continue
+		}
+		err := filepath.WalkDir(src, func(path string, e fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(src, path)
+			out := filepath.Join(dst, rel)
+			switch {
+			case e.IsDir():
+				if e.Name() == "tmp" && path != src {
+					return fs.SkipDir // the CLI's scratch files
+				}
+				return os.MkdirAll(out, 0o700)
+			case e.Type().IsRegular():
+				return copyFile(path, out)
+			}
+			return nil // links and others stay behind
+		})
+		if err != nil {
+			return fmt.Errorf("copying %s: %v", d, err)
+		}
+	}
+	return nil
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// KeepSession moves a provider's session folders from the attempt's
+// provider folder (from, about to be removed with tmp/) to keep, where
+// CarrySession finds them for the run's next attempt.
+func KeepSession(provider, from, keep string) error {
+	p, ok := Get(provider)
+	if !ok {
+		return nil
+	}
+	sc, ok := p.(sessionCarrier)
+	if !ok {
+		return nil
+	}
+	for _, d := range sc.sessionDirs() {
+		src := filepath.Join(from, d)
+		if _, err := os.Lstat(src); err != nil {
+			continue
+		}
+		dst := filepath.Join(keep, d)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+			return err
+		}
+		if err := os.Rename(src, dst); err != nil {
+			return err
+		}
+	}
+	return nil
+}
