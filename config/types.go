@@ -321,9 +321,9 @@ type Step struct {
 	// ContinueSession: a retry or fix loop's next attempt continues the
 	// agent's session of the attempt before it (same run only).
 	ContinueSession bool
-	Resolve            string // on a group's first step: finishes a conflicted merge
-	Gate               *Gate  // wait for approval before the step runs
-	retryAttempts      bool   // retry.attempts was written
+	Resolve         string // on a group's first step: finishes a conflicted merge
+	Gate            *Gate  // wait for approval before the step runs
+	retryAttempts   bool   // retry.attempts was written
 }
 
 // Kind says whether the step is an agent, built-in or command step.
