@@ -280,3 +280,36 @@ func TestKernelLayers(t *testing.T) {
 		}
 	}
 }
+
+// strace inside the sandbox: tracing a program it starts works (it falls
+// back from PTRACE_SEIZE to PTRACE_TRACEME), attaching to a running
+// sibling (strace -p) is refused.
+func TestStraceUnderFilter(t *testing.T) {
+	needTool(t, "/usr/bin/strace", "the twin of the ptrace refusal runs the real strace (apt-get install strace)")
+	s := newSuite(t, os.Geteuid())
+	in := s.f.input()
+	p, err := BuildPlan(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := `strace -f -o "$TMPDIR/trace" /bin/true && grep -q execve "$TMPDIR/trace" && echo own_child=ok
+sleep 30 & SIB=$!
+if strace -o /dev/null -p $SIB 2>"$TMPDIR/err"; then echo attach=ok; else echo attach=refused; fi
+grep -q 'Operation not permitted' "$TMPDIR/err" && echo attach_eperm=yes
+kill $SIB
+`
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd, err := Command(ctx, p, []string{"/bin/sh", "-c", script})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	err = cmd.Run()
+	p.Cleanup()
+	got := parseProbes(buf.String())
+	if err != nil || got["own_child"] != "ok" || got["attach"] != "refused" || got["attach_eperm"] != "yes" {
+		t.Errorf("strace in the sandbox (%v): %v\n%s", err, got, buf.String())
+	}
+}
