@@ -513,7 +513,7 @@ func (s *Server) command(ev *forgeEvent, cmd, arg string) hookAnswer {
 		if prev == nil || prev.State != status.RunWaiting {
 			return ignored("no run of this thread waits at a gate")
 		}
-		d := record.GateDecision{Approve: cmd == "approve", By: ev.Sender, Reason: strings.TrimSpace(arg + " (" + ev.Forge + " comment)"), At: time.Now().UTC()}
+		d := record.GateDecision{Approve: cmd == "approve", By: ev.Forge + ":" + ev.Sender, Reason: strings.TrimSpace(arg + " (" + ev.Forge + " comment)"), At: time.Now().UTC()}
 		if _, err := s.E.State.DecideGate(prev.ID, d); err != nil {
 			return refuse(http.StatusConflict, "bad_request", "gate", err.Error(), "")
 		}

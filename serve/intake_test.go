@@ -143,7 +143,7 @@ steps:
   edit: {run: [sh, -c, 'printf "%%s\n" "$KUSAW_PARAM_TASK" >> notes.txt']}
   check: {run: [true]}
   ship:
-    gate: "ship it?"
+    gate: {message: "ship it?", approvers: [github:alice, ops]}
     run: [sh, -c, "echo shipped > shipped.txt"]
 `, ff.srv.URL, extra))
 	repo := f.Repos["app"].Path
@@ -400,6 +400,14 @@ func TestIntakeCommandApprovesGate(t *testing.T) {
 	}
 	if rec, _ := s.E.State.LoadRun(id); rec.State != status.RunWaiting {
 		t.Fatalf("the refused approval moved the run to %s", rec.State)
+	}
+	// A forge login that is also a local approver's name is not that
+	// approver: the decision is github:ops, and the gate names ops.
+	if st, _ := cmd("ops", "OWNER", "/kusaw approve"); st != http.StatusConflict {
+		t.Fatalf("approve by the forge user ops: %d, want 409 (not an approver)", st)
+	}
+	if rec, _ := s.E.State.LoadRun(id); rec.State != status.RunWaiting {
+		t.Fatalf("github:ops moved the run to %s", rec.State)
 	}
 	if st, out := cmd("alice", "OWNER", "/kusaw approve looks good"); st != http.StatusAccepted {
 		t.Fatalf("approve by the owner: %d %v", st, out)
