@@ -138,6 +138,9 @@ type RunRequest struct {
 	// Resume is the session id the run continues (continue_session);
 	// empty: a new session.
 	Resume string
+	// PromptFile is a file holding the prompt, for a CLI that reads it
+	// from one (an agent described in the factory with {prompt_file}).
+	PromptFile string
 }
 
 // baseURL is the base URL a CLI that takes it in argv should use: a
