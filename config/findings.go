@@ -82,19 +82,20 @@ const (
 	ECodeTrigger         = "E090"
 	ECodeForge           = "E091"
 
-	WCodeProxyIgnored     = "W1"
-	WCodeNoRestriction    = "W2"
-	WCodeHandshake        = "W3"
-	WCodeTokenMissing     = "W4"
-	WCodeUnusedStep       = "W5"
-	WCodeSecretMissing    = "W6"
-	WCodeEnvProxy         = "W7"
-	WCodeRetryOnce        = "W10"
-	WCodeResolveUnused    = "W11"
-	WCodeUnsandboxedAfter = "W12"
-	WCodePoolNeverOffered = "W13"
-	WCodeCacheUnsandboxed = "W14"
-	WCodeToolchain        = "W15"
+	WCodeProxyIgnored      = "W1"
+	WCodeNoRestriction     = "W2"
+	WCodeHandshake         = "W3"
+	WCodeTokenMissing      = "W4"
+	WCodeUnusedStep        = "W5"
+	WCodeSecretMissing     = "W6"
+	WCodeEnvProxy          = "W7"
+	WCodeRetryOnce         = "W10"
+	WCodeResolveUnused     = "W11"
+	WCodeUnsandboxedAfter  = "W12"
+	WCodePoolNeverOffered  = "W13"
+	WCodeCacheUnsandboxed  = "W14"
+	WCodeToolchain         = "W15"
+	WCodePromptPlaceholder = "W16"
 )
 
 // CodeInfo describes every finding code.
@@ -151,6 +152,7 @@ var CodeInfo = []struct{ Code, Meaning string }{
 	{WCodeCacheUnsandboxed, "a cache a sandboxed step writes is used by a step outside the sandbox: that step runs, on the host, what the sandboxed one left in it"},
 	{WCodeToolchain, "the Linux sandbox shows a toolchain folder of a sandboxed step's PATH (outside the system folders) read-only: name it in allow_read to say it is meant"},
 	{WCodePoolNeverOffered, "a step's pool that no worker has ever offered, or that no worker's join token allows (or a pool without serve.cluster): its attempts would wait"},
+	{WCodePromptPlaceholder, "an agent step's prompt is still the placeholder kusaw init wrote: the agent would be asked to describe a change, not make one"},
 }
 
 // Findings is a list of findings with helpers.

@@ -102,7 +102,7 @@ func Scaffold(in ScaffoldInput) []byte {
 	w("steps:\n")
 	w("  implement:\n")
 	w("    provider: %s\n", in.Provider)
-	w("    prompt: Describe the change you want here.   # or prompt_file: prompts/implement.md\n")
+	w("    prompt: %s   # or prompt_file: prompts/implement.md\n", PlaceholderPrompt)
 	w("    timeout: 30m\n")
 	if !in.Sandbox && in.Provider == DefaultProvider {
 		w("    # The agent signs in as claude does on this machine; or give it a key:\n")
@@ -155,3 +155,7 @@ func yamlFlow(items []string) string {
 	}
 	return "[" + strings.Join(q, ", ") + "]"
 }
+
+// PlaceholderPrompt is the prompt init writes for the agent step; validate
+// warns while it is there (W16).
+const PlaceholderPrompt = "Describe the change you want here."

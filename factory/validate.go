@@ -130,6 +130,7 @@ func (v *Validator) Validate(f *config.Factory, fs config.Findings) Report {
 	fs = append(fs, v.poolChecks(f)...)
 	fs = append(fs, v.toolchainChecks(f)...)
 	fs = append(fs, continueSessionChecks(f)...)
+	fs = append(fs, placeholderPromptChecks(f)...)
 	fs.Sort()
 	r.Errors = fs.Errors()
 	r.Warnings = fs.Warnings()
@@ -491,6 +492,30 @@ func (v *Validator) secretChecks(f *config.Factory) config.Findings {
 			refs = append(refs, ref{e.Secret, "sandbox.egress.inject"})
 		}
 	}
+	// inject: provider without providers.NAME.api_key takes the provider's
+	// default key; the run needs it as much as a named one.
+	defaults := map[string]bool{}
+	for _, id := range f.StepOrder {
+		s := f.Steps[id]
+		if s.Kind() != config.KindAgent || defaults[s.Provider] {
+			continue
+		}
+		if pc := f.Providers[s.Provider]; pc != nil && pc.APIKey != nil {
+			continue
+		}
+		p, ok := providers.Get(s.Provider)
+		if !ok || p.Spec().Inject == nil {
+			continue
+		}
+		if slices.ContainsFunc(f.Inject(s), func(e config.InjectEntry) bool { return e.Provider }) {
+			defaults[s.Provider] = true
+			path := "sandbox.egress.inject"
+			if s.Sandbox != nil && s.Sandbox.InjectSet {
+				path = "steps." + id + ".sandbox.egress.inject"
+			}
+			refs = append(refs, ref{p.Spec().Inject.SecretKey, path})
+		}
+	}
 	if up := f.Sandbox.Egress.UpstreamProxy; up != nil && up.Credentials != nil {
 		refs = append(refs, ref{up.Credentials.Key, "sandbox.egress.upstream_proxy.credentials"})
 	}
@@ -791,6 +816,24 @@ func continueSessionChecks(f *config.Factory) config.Findings {
 			out = append(out, config.Finding{Code: config.ECodeCapMissing, Severity: config.SevError, Path: path, Line: pos.Line, Column: pos.Column,
 				Message: msg, Fix: "remove continue_session, or use a provider that continues a session by its id (" + strings.Join(can, ", ") + ")", File: f.Path})
 		}
+	}
+	return out
+}
+
+// placeholderPromptChecks is W16: an agent step still asks for the prompt
+// kusaw init wrote.
+func placeholderPromptChecks(f *config.Factory) config.Findings {
+	var out config.Findings
+	for _, id := range f.StepOrder {
+		s := f.Steps[id]
+		if s.Kind() != config.KindAgent || strings.TrimSpace(s.Prompt) != config.PlaceholderPrompt {
+			continue
+		}
+		sp := "steps." + id + ".prompt"
+		pos := f.PosOf(sp)
+		out = append(out, config.Finding{Code: config.WCodePromptPlaceholder, Severity: config.SevWarning, Path: sp, Line: pos.Line, Column: pos.Column,
+			Message: fmt.Sprintf("step %s's prompt is still init's placeholder (%q)", id, config.PlaceholderPrompt),
+			Fix:     "write what the agent should do in steps." + id + ".prompt (or point prompt_file at a file)", File: f.Path})
 	}
 	return out
 }
