@@ -360,6 +360,11 @@ func (s *Server) fire(t *config.Trigger, ev *forgeEvent, command string) hookAns
 		}
 		req.Params[k] = strings.ReplaceAll(req.Params[k], "\x00", "")
 	}
+	if active := s.activeRunOf(t, ev); active != "" && command == "" {
+		// Gitea names the labels an issue has, not the one added: any
+		// label change while it is on would start the trigger again.
+		return ignored(fmt.Sprintf("run %s of trigger %s for this issue is still running", active, t.Name))
+	}
 	if !s.intake.allowRate(ev.Forge, ev.Repo) {
 		return refuse(http.StatusTooManyRequests, "rate_limited", "rate_limited", fmt.Sprintf("%s has started %d runs in the last hour", ev.Repo, rateRuns), "wait, or start the run with kusaw run")
 	}
@@ -599,4 +604,21 @@ func (s *Server) intakeGather() (string, error) {
 		}
 	}
 	return b.String(), err
+}
+
+// activeRunOf is a run of trigger t for ev's issue that has not ended.
+func (s *Server) activeRunOf(t *config.Trigger, ev *forgeEvent) string {
+	if ev.Issue == 0 || ev.IsPull {
+		return ""
+	}
+	runs, err := s.E.State.Runs()
+	if err != nil {
+		return ""
+	}
+	for _, rec := range runs {
+		if tr := rec.Trigger; tr != nil && tr.Name == t.Name && tr.Issue == ev.Issue && strings.EqualFold(tr.Repo, ev.Repo) && !rec.State.Final() {
+			return rec.ID
+		}
+	}
+	return ""
 }

@@ -390,6 +390,10 @@ func TestIntakeCommandApprovesGate(t *testing.T) {
 		rec, err := s.E.State.LoadRun(id)
 		return err == nil && rec.State == status.RunWaiting
 	})
+	// Labelled again while its run waits: not a second run.
+	if st, out := sendHook(t, s, "issues", "", hookSecret, labeled(9, "kusaw-gated", "ship it", "", "alice")); st != http.StatusOK || out["result"] != "ignored" {
+		t.Fatalf("a second label while the run waits: %d %v", st, out)
+	}
 	cmd := func(who, assoc, text string) (int, map[string]any) {
 		return sendHook(t, s, "issue_comment", "", hookSecret, map[string]any{"action": "created", "issue": map[string]any{"number": 9},
 			"comment":    map[string]any{"body": text, "author_association": assoc, "user": map[string]any{"login": who}},
