@@ -89,7 +89,14 @@ func TestVersionMakeBuild(t *testing.T) {
 // change, and passes on the same module once tidy. Offline: the module
 // is a local replace.
 func TestLintUntidyGoMod(t *testing.T) {
-	dir := t.TempDir()
+	// Not t.TempDir: go may leave a detached child (telemetry) writing
+	// under the test's HOME while the folder is removed, and the test's
+	// cleanup then fails on "directory not empty".
+	dir, err := os.MkdirTemp("", "kusaw-tidy-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	writeFile(t, filepath.Join(dir, "dep", "go.mod"), "module example.invalid/dep\n\ngo 1.22\n")
 	writeFile(t, filepath.Join(dir, "dep", "dep.go"), "package dep\n")
 	writeFile(t, filepath.Join(dir, "main.go"), "package main\n\nfunc main() {}\n")
