@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -111,6 +112,11 @@ func Prepare(ctx context.Context, in PrepareInput) (Prepared, error) {
 		// sandbox; the binary itself is in ReadPaths.
 		req.Command = pr.RealPath
 		out.ReadPaths = []string{pr.InstallDir}
+		// An npm-installed CLI loads sibling packages (Codex its platform
+		// binary, @openai/codex-linux-x64): the node_modules folder it is in.
+		if i := strings.LastIndex(pr.RealPath, string(filepath.Separator)+"node_modules"+string(filepath.Separator)); i > 0 {
+			out.ReadPaths = append(out.ReadPaths, pr.RealPath[:i+len("/node_modules")])
+		}
 	}
 	out.Argv, err = p.Argv(req)
 	if err != nil {
