@@ -9,8 +9,9 @@ import (
 	"strings"
 )
 
-// Suggestion is one allow entry an audit-mode run needed: a host the
-// allowlist lacked, with what went to and from it.
+// Suggestion is one allow entry a run needed: a host the allowlist lacked,
+// admitted by audit mode (with what went to and from it) or refused by
+// allowlist mode (Refused counts those connections).
 type Suggestion struct {
 	Entry       string `json:"entry"` // ready to paste under allow:
 	Host        string `json:"host"`
@@ -18,11 +19,15 @@ type Suggestion struct {
 	Connections int    `json:"connections"`
 	BytesUp     int64  `json:"bytes_up"`
 	BytesDown   int64  `json:"bytes_down"`
+	Refused     int    `json:"refused,omitempty"`
 }
 
 // EgressSuggest reads egress.log contents and lists the entries of every
 // would_refuse decision (network: audit), with the bytes of the
-// connections audit mode admitted to that host and port. Sorted by entry.
+// connections audit mode admitted to that host and port, and of every
+// refusal an allow entry would have admitted (network: allowlist; not the
+// refusals no entry lifts: a metadata address, an IP literal, a private
+// address). Sorted by entry.
 func EgressSuggest(logs ...[]byte) []Suggestion {
 	// Bytes are reported when a connection ends, after its would_refuse
 	// line: collect both by entry, then keep the would_refuse ones.
@@ -50,6 +55,12 @@ func EgressSuggest(logs ...[]byte) []Suggestion {
 			switch fmt.Sprint(field(m, "decision")) {
 			case "would_refuse":
 				would[e] = true
+			case "refuse":
+				switch field(m, "reason") {
+				case "host.not_allowed", "host.port_not_allowed", "local.port_not_allowed":
+					would[e] = true
+					s.Refused++
+				}
 			case "allow", "close":
 				s.Connections++
 				s.BytesUp += num(field(m, "bytes_up"))

@@ -149,13 +149,15 @@ func newEgressSuggestCmd(a *app) *cobra.Command {
 	var asJSON bool
 	c := &cobra.Command{
 		Use:   "suggest RUN [--step S] [--json]",
-		Short: "the allow entries a network: audit run needed, ready to paste, with each host's bytes",
+		Short: "the allow entries a run needed (audit mode's admitted hosts, allowlist mode's refused ones), ready to paste",
 		Long: `Reads the egress.log of each attempt of RUN (or of step S), its
 helpers' (fixers, judges, resolve steps) too, and prints
 the allow entries of every host that audit mode admitted although the
 allowlist lacked it (logged would_refuse), with the connections and the
-bytes sent and received. Paste them under sandbox.egress.allow (or the
-step's), then switch network: audit to allowlist.`,
+bytes sent and received, and of every host allowlist mode refused for
+want of an entry (not an address no entry admits: metadata, IP literals,
+private addresses). Paste them under sandbox.egress.allow (or the
+step's); an audit run's, then switch network: audit to allowlist.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			st, err := a.openStore()
@@ -205,6 +207,10 @@ step's), then switch network: audit to allowlist.`,
 			}
 			fmt.Fprintln(a.stdout, "allow:")
 			for _, s := range sug {
+				if s.Refused > 0 && s.Connections == 0 {
+					fmt.Fprintf(a.stdout, "  - %s  # %d connection(s) refused\n", s.Entry, s.Refused)
+					continue
+				}
 				fmt.Fprintf(a.stdout, "  - %s  # %d connection(s), %d bytes sent, %d received\n", s.Entry, s.Connections, s.BytesUp, s.BytesDown)
 			}
 			return nil

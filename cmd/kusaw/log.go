@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -28,10 +30,12 @@ func newLogCmd(a *app) *cobra.Command {
 	var strict bool
 	var expect string
 	verify := &cobra.Command{
-		Use:   "verify FILE...",
+		Use:   "verify FILE|RUN...",
 		Short: "check a log's hash chain and signed seals; prints OK with counts or the first broken line",
 		Long: `Checks each line's link to the line before it and each seal's signature
-against the factory's public key. Every seal covers the file's place (run,
+against the factory's public key. A run's id stands for every log of the
+run: its events.jsonl and each attempt's (helpers' too) events.jsonl and
+egress.log. Every seal covers the file's place (run,
 step, attempt, and kind: events or egress): a file in a state directory is
 checked against where it lies, a copied file against --expect, and a run's
 events against the last seal its run.json names. Lines after the last seal
@@ -46,7 +50,15 @@ seal, or holds lines recovery found unsealed).`,
 				return err
 			}
 			failed := false
+			var paths []string
 			for _, f := range files {
+				ps, err := a.logsOf(f)
+				if err != nil {
+					return err
+				}
+				paths = append(paths, ps...)
+			}
+			for _, f := range paths {
 				ok, err := verifyLogFile(a, f, pub, strict, expect)
 				if err != nil {
 					return err
@@ -235,4 +247,41 @@ func workerKey(dir, runDir string) (ed25519.PublicKey, string, error) {
 	}
 	pub, err := cluster.PublicSigningKey(e.NKey)
 	return pub, rec.Worker, err
+}
+
+// logsOf is the logs an argument of log verify names: the file itself, or,
+// when no such file exists and a run has that id, every log of the run.
+func (a *app) logsOf(arg string) ([]string, error) {
+	if _, err := os.Stat(arg); err == nil || !errors.Is(err, os.ErrNotExist) || strings.ContainsRune(arg, os.PathSeparator) {
+		return []string{arg}, nil
+	}
+	st, err := a.openState()
+	if err != nil {
+		return nil, err
+	}
+	dir := st.RunDir(arg)
+	if _, err := os.Stat(filepath.Join(dir, record.RunFile)); err != nil {
+		return nil, exitf(status.ExitNotFound, "%s is neither a log file nor a run of %s (kusaw runs lists the runs)", arg, st.Dir)
+	}
+	var out []string
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			switch d.Name() {
+			case record.WorktreesDir, record.TmpDir, record.ObjectsDir, record.RefStoreDir:
+				return filepath.SkipDir // the step's files, not kusaw's logs
+			}
+			return nil
+		}
+		if d.Name() == record.EventsFile || d.Name() == record.EgressLogFile {
+			out = append(out, p)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, exitf(status.ExitInternal, "reading run %s: %v", arg, err)
+	}
+	return out, nil
 }
