@@ -47,3 +47,36 @@ steps:
 		t.Errorf("unknown run: %d %q", bad.code, bad.stderr)
 	}
 }
+
+// egress check without --step decides under the default pipeline's steps:
+// a host only the agent step allows is allowed, and the answer names the
+// step; a host no step allows is refused (exit 8), saying so; --step still
+// asks one step (build refuses what agent allows).
+func TestEgressCheckDefaultPipelineSteps(t *testing.T) {
+	dir := factoryDir(t, "version: 1\n", "app")
+	writeFile(t, filepath.Join(dir, "factory.yaml"), `version: 1
+repos:
+  app: {path: ./app}
+sandbox: {mode: required, network: allowlist}
+pipelines:
+  default: [build, agent]
+steps:
+  build:
+    run: ["true"]
+  agent:
+    sandbox:
+      egress: {allow: ["localhost:8099"]}
+    run: ["true"]
+`)
+	c := runKusaw(t, dir, "egress", "check", "localhost:8099")
+	if c.code != 0 || !strings.Contains(c.stdout, "(step:agent)") || !strings.Contains(c.stdout, "decided under step agent's allowlist: the first step of pipeline default (build, agent)") {
+		t.Errorf("check without --step: %d\n%s%s", c.code, c.stdout, c.stderr)
+	}
+	c = runKusaw(t, dir, "egress", "check", "localhost:8098")
+	if c.code != 8 || !strings.Contains(c.stdout, "no step of pipeline default (build, agent) allows it") {
+		t.Errorf("check of a host no step allows: %d\n%s%s", c.code, c.stdout, c.stderr)
+	}
+	if c = runKusaw(t, dir, "egress", "check", "--step", "build", "localhost:8099"); c.code != 8 {
+		t.Errorf("--step build: %d\n%s", c.code, c.stdout)
+	}
+}

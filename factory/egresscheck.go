@@ -88,3 +88,35 @@ func (e *Engine) anyAttemptSandboxed(s *config.Step) bool {
 	}
 	return false
 }
+
+// EgressCheckPipeline is EgressCheck without a step: under the allowlist
+// of each step of the default pipeline, in order, the first that allows
+// the connection deciding (the note says which, and which were checked),
+// else the first step's refusal. A factory without a default pipeline is
+// checked under the factory's allowlist, as before.
+func (e *Engine) EgressCheckPipeline(ctx context.Context, host string, port int) (egress.Verdict, error) {
+	name, steps, err := e.Pipeline("")
+	if err != nil || len(steps) == 0 {
+		return e.EgressCheck(ctx, "", host, port)
+	}
+	ids := make([]string, len(steps))
+	for i, s := range steps {
+		ids[i] = s.ID
+	}
+	var first egress.Verdict
+	for i, s := range steps {
+		v, err := e.EgressCheck(ctx, s.ID, host, port)
+		if err != nil {
+			return v, err
+		}
+		if v.Allowed {
+			v.Notes = append([]string{fmt.Sprintf("decided under step %s's allowlist: the first step of pipeline %s (%s) that allows it; --step ID asks for one step", s.ID, name, strings.Join(ids, ", "))}, v.Notes...)
+			return v, nil
+		}
+		if i == 0 {
+			first = v
+		}
+	}
+	first.Notes = append([]string{fmt.Sprintf("no step of pipeline %s (%s) allows it; shown: step %s's decision (--step ID asks for one step)", name, strings.Join(ids, ", "), ids[0])}, first.Notes...)
+	return first, nil
+}

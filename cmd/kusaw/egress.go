@@ -36,7 +36,9 @@ func newEgressCheckCmd(a *app) *cobra.Command {
 		Use:   "check HOST[:PORT] [--step ID] [--json]",
 		Short: "what the proxy would do with a connection to HOST:PORT (default 443) from the step's sandbox, and why",
 		Long: `Runs the proxy's own decision on HOST:PORT (a URL works too) under the
-allowlist the step's attempts get (the factory's without --step): allowed by
+allowlist the step's attempts get (without --step, each step's of the
+default pipeline in turn: the first that allows it decides, and the answer
+names it; the factory's when there is no default pipeline): allowed by
 which entry and where it came from (factory, step:ID, provider:NAME), or
 refused by which rule, with the one change that would admit it. The name is
 resolved as the proxy resolves it (sandbox.egress.resolver), so the address
@@ -60,7 +62,12 @@ bad argument or an unknown step.`,
 				return exitf(status.ExitInternal, "%v", err)
 			}
 			defer e.Close()
-			v, err := e.EgressCheck(context.Background(), step, host, port)
+			var v egress.Verdict
+			if step == "" {
+				v, err = e.EgressCheckPipeline(context.Background(), host, port)
+			} else {
+				v, err = e.EgressCheck(context.Background(), step, host, port)
+			}
 			if errors.Is(err, record.ErrUnknownStep) {
 				return exitf(status.ExitUsage, "%v", err)
 			}
@@ -79,7 +86,7 @@ bad argument or an unknown step.`,
 			return nil
 		},
 	}
-	c.Flags().StringVar(&step, "step", "", "decide under this step's allowlist (default: the factory's)")
+	c.Flags().StringVar(&step, "step", "", "decide under this step's allowlist (default: the default pipeline's steps, the first that allows it)")
 	c.Flags().BoolVar(&asJSON, "json", false, "print the decision as JSON")
 	return c
 }
