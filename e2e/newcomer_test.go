@@ -80,3 +80,30 @@ steps:
 		t.Errorf("--step build: %d\n%s", c.code, c.stdout)
 	}
 }
+
+// kusaw logs --events shows the events without the chain's seal lines;
+// --seals shows them too.
+func TestLogsEventsHideSeals(t *testing.T) {
+	dir := factoryDir(t, "version: 1\n", "app")
+	writeFile(t, filepath.Join(dir, "factory.yaml"), `version: 1
+repos:
+  app: {path: ./app}
+pipelines:
+  default: [hello]
+steps:
+  hello:
+    run: [echo, hi]
+`)
+	if r := runKusaw(t, dir, "run"); r.code != 0 {
+		t.Fatalf("run: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	id := onlyRun(t, dir)
+	ev := runKusaw(t, dir, "logs", id, "--events")
+	if ev.code != 0 || !strings.Contains(ev.stdout, `"type":"run.started"`) || !strings.Contains(ev.stdout, `"type":"attempt.finished"`) || strings.Contains(ev.stdout, `{"seal":`) {
+		t.Errorf("logs --events: %d\n%s%s", ev.code, ev.stdout, ev.stderr)
+	}
+	all := runKusaw(t, dir, "logs", id, "--events", "--seals")
+	if all.code != 0 || !strings.Contains(all.stdout, `{"seal":`) || !strings.Contains(all.stdout, `"type":"run.started"`) {
+		t.Errorf("logs --events --seals: %d\n%s%s", all.code, all.stdout, all.stderr)
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kusaw/kusaw/chainlog"
 	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/status"
 )
@@ -19,7 +21,7 @@ func init() { addCommand(newLogsCmd) }
 func newLogsCmd(a *app) *cobra.Command {
 	var step string
 	var attempt int
-	var follow, events, raw bool
+	var follow, events, raw, seals bool
 	cmd := &cobra.Command{
 		Use:   "logs RUN [--step S] [--attempt N] [-f] [--events] [--raw]",
 		Short: "print a run's step output (stdout.log, stderr.log), or its events with --events; -f follows a running run",
@@ -50,6 +52,8 @@ func newLogsCmd(a *app) *cobra.Command {
 					events = true
 				case "--raw":
 					raw = true
+				case "--seals":
+					seals = true
 				case "--step":
 					v, err := next()
 					if err != nil {
@@ -112,7 +116,7 @@ func newLogsCmd(a *app) *cobra.Command {
 				out = forTerminal(out)
 				defer flushSafe(out)
 			}
-			l := &logPrinter{w: out, offsets: map[string]int64{}, headed: map[string]bool{}, st: st, run: r.ID}
+			l := &logPrinter{w: out, offsets: map[string]int64{}, headed: map[string]bool{}, st: st, run: r.ID, hideSeals: events && !seals}
 			for {
 				if events {
 					l.copy(filepath.Join(st.RunDir(r.ID), "events.jsonl"), "")
@@ -162,13 +166,14 @@ func newLogsCmd(a *app) *cobra.Command {
 			}
 		},
 	}
-	cmd.SetHelpTemplate(`Usage: kusaw logs RUN [--step S] [--attempt N] [-f|--follow] [--events] [--raw] [--file FACTORY]
+	cmd.SetHelpTemplate(`Usage: kusaw logs RUN [--step S] [--attempt N] [-f|--follow] [--events [--seals]] [--raw] [--file FACTORY]
 
 Prints the output of a run's attempts (setup.log, stdout.log, stderr.log), each
 file under a header; the attempts of the helpers the pipeline's shapes ran (a
 fixer, a judge, a resolve step) too, after the attempt they served, their
 header naming their role. --step and --attempt narrow it; -f keeps printing new
-output until the run ends; --events prints the events files instead. On a
+output until the run ends; --events prints the events files instead, without
+the chain's seal lines unless --seals asks for them. On a
 terminal, control characters a step wrote (escape sequences) are shown as
 ^[ and the like; --raw prints the bytes as they are.
 `)
@@ -200,6 +205,10 @@ type logPrinter struct {
 	headed  map[string]bool
 	st      RunStore // reads the files itself, or through serve
 	run     string
+	// hideSeals leaves out the chain's seal lines (kusaw log verify
+	// checks them; a reader wants the events): whole lines only, so a
+	// line still being written waits for its end.
+	hideSeals bool
 }
 
 func (l *logPrinter) copy(path, head string) {
@@ -210,12 +219,30 @@ func (l *logPrinter) copy(path, head string) {
 	for {
 		buf, err := l.st.ReadLog(l.run, filepath.ToSlash(rel), l.offsets[path], 64<<10)
 		n := len(buf)
-		if n > 0 {
-			if !l.headed[path] && head != "" {
-				fmt.Fprintln(l.w, head)
+		show := buf
+		if l.hideSeals && n > 0 {
+			end := bytes.LastIndexByte(buf, '\n') + 1
+			if end == 0 && n < 64<<10 {
+				return // not one whole line yet
 			}
-			l.headed[path] = true
-			l.w.Write(buf[:n])
+			if end == 0 {
+				end = n // a line longer than a read: shown as it comes
+			}
+			n, show = end, nil
+			for _, line := range bytes.SplitAfter(buf[:end], []byte("\n")) {
+				if len(line) > 0 && !chainlog.IsSeal(line) {
+					show = append(show, line...)
+				}
+			}
+		}
+		if n > 0 {
+			if len(show) > 0 {
+				if !l.headed[path] && head != "" {
+					fmt.Fprintln(l.w, head)
+				}
+				l.headed[path] = true
+				l.w.Write(show)
+			}
 			l.offsets[path] += int64(n)
 		}
 		if err != nil || n == 0 {
