@@ -244,6 +244,16 @@ func (r *clusterRig) checkRunsVerify(t *testing.T, ids []string, strict bool) ma
 			}
 		}
 	}
+	// A run is final in the API a moment before run.json names its
+	// events' last seal (serve seals after notifications had their
+	// first try): verify once every run's record is complete.
+	for _, id := range ids {
+		p := filepath.Join(r.dir, ".kusaw", "runs", id, "run.json")
+		waitFor(t, "run "+id+"'s record to name its last seal", 30*time.Second, func() bool {
+			b, err := os.ReadFile(p)
+			return err == nil && strings.Contains(string(b), `"events_seal"`)
+		})
+	}
 	if strict {
 		verifyRecords(t, os.Geteuid(), r.dir)
 	} else {
