@@ -175,6 +175,10 @@ func (p *Plan) writeGitExcludes() error {
 		if _, err := os.Lstat(g.Path); err == nil {
 			continue
 		}
+		// kusaw sandbox exec without a factory makes its folder later.
+		if err := os.MkdirAll(filepath.Dir(g.Path), 0o700); err != nil {
+			return fmt.Errorf("sandbox: creating %s: %w", filepath.Dir(g.Path), err)
+		}
 		if err := os.WriteFile(g.Path, []byte(g.Content), 0o444); err != nil {
 			return fmt.Errorf("sandbox: writing %s: %w", g.Path, err)
 		}
