@@ -979,7 +979,7 @@ func (a *Attempt) Finish() *record.AttemptRecord {
 		w := &a.rec.Worktrees[i]
 		if repo := a.repos[w.Repo]; repo != nil {
 			if err := repo.RemoveWorktree(a.wts[w.Repo]); err != nil {
-				a.events.Emit("worktree.remove_failed", map[string]any{"repo": w.Repo, "error": err.Error()})
+				a.events.Emit(record.EvWorktreeRemoveFailed, map[string]any{"repo": w.Repo, "error": err.Error()})
 			} else {
 				w.Removed = true
 			}

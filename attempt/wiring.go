@@ -94,11 +94,11 @@ func (a *Attempt) agentSpec(spec *steps.Spec, at steps.Attempt, p *preparedProc,
 	if in.Resume != "" {
 		probeData["resume"] = in.Resume // continue_session: the session it continues
 	}
-	a.events.Emit("provider.probe", probeData)
+	a.events.Emit(record.EvProviderProbe, probeData)
 	if prep.ConfigDir != "" {
 		// The CLI's settings for this attempt: a copy of the user's with
 		// what the sandbox needs; the user's own file is not touched.
-		a.events.Emit("provider.config", map[string]any{"dir": prep.ConfigDir, "network": in.Network})
+		a.events.Emit(record.EvProviderConfig, map[string]any{"dir": prep.ConfigDir, "network": in.Network})
 	}
 	p.exitGrace = config.DefaultExitGrace
 	if pc := a.f.Providers[s.Provider]; pc != nil && pc.ExitGrace > 0 {

@@ -323,7 +323,7 @@ func (p *progress) event(ev record.Event) {
 func latestDetail(ev record.Event) string {
 	keys := map[string][]string{
 		record.EvWorktreeCreated: {"repo"}, record.EvProcessStarted: {"pid"}, record.EvProcessExited: {"exit_code", "signal"},
-		"provider.tool": {"tool", "name"}, record.EvEgressBlocked: {"host", "port"}, record.EvCommitted: {"repo", "changed"},
+		record.EvProviderTool: {"tool", "name"}, record.EvEgressBlocked: {"host", "port"}, record.EvCommitted: {"repo", "changed"},
 	}[ev.Type]
 	var b strings.Builder
 	for _, k := range keys {
