@@ -17,7 +17,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kusaw/kusaw/cluster"
+	"github.com/kusaw/kusaw/cluster/natsconf"
 	"github.com/kusaw/kusaw/cluster/worker"
+	"github.com/kusaw/kusaw/config"
 	"github.com/kusaw/kusaw/serve/client"
 	"github.com/kusaw/kusaw/status"
 )
@@ -71,8 +73,88 @@ func newClusterCmd(a *app) *cobra.Command {
 	tok.Flags().StringVar(&addr, "addr", "", "the host:port workers reach serve's cluster by (default: serve.cluster.listen); with serve.cluster.nats_url, the cluster's URLs as workers reach them (default: nats_url)")
 	tok.Flags().StringArrayVar(&g.Pools, "pool", nil, "a pool the worker may take attempts of (repeatable; default: pool default only)")
 	tok.Flags().BoolVar(&g.AnyPool, "any-pool", false, "let the worker take attempts of every pool, present and future (not with --pool)")
-	cmd.AddCommand(tok)
+	cmd.AddCommand(tok, newNATSConfigCmd(a))
 	return cmd
+}
+
+func newNATSConfigCmd(a *app) *cobra.Command {
+	var o natsconf.Options
+	var maxStore string
+	var jsonOut bool
+	c := &cobra.Command{
+		Use:   "nats-config --dir DIR --server HOST:PORT [--server HOST:PORT ...]",
+		Short: "write a NATS server configuration for kusaw (1, 3 or 5 servers): TLS, routes, JetStream, operator and account JWTs with a memory resolver, and what serve needs",
+		Long: `Writes into --dir what an existing NATS cluster for kusaw needs (docs/cluster.md,
+"An existing NATS cluster"), without nsc: a CA (or --ca-cert/--ca-key, or your
+own --cert/--key per server), a certificate per server naming its host as
+written in --server, each server's configuration (server_name, cluster.name and
+routes over mutual TLS, JetStream with its store and limits, max_payload 8MB,
+monitoring on loopback), an operator, a system account and kusaw's account
+with a signing key, preloaded in a memory resolver (resolver.conf), and
+serve-cluster.yaml, the factory file's serve.cluster block. Route ports
+default to each client port + 2000, monitoring ports to + 4000 (NATS's 4222,
+6222, 8222). The seeds (*.nk, ca-key.pem, sys.creds) stay with you; only the
+signing key goes to serve's secret store. A folder that holds a
+configuration already is refused: new keys would shut out a running cluster.`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, args []string) error {
+			if maxStore != "" {
+				n, err := config.ParseSize(maxStore)
+				if err != nil {
+					return exitf(status.ExitUsage, "--max-file-store: %v (write it like 20G)", err)
+				}
+				o.MaxFileStore = n
+			}
+			r, err := natsconf.Write(o)
+			if err != nil {
+				return exitf(status.ExitUsage, "%v", err)
+			}
+			if jsonOut {
+				enc := json.NewEncoder(a.stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(r)
+			}
+			printNATSConfig(a, o, r)
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&o.Dir, "dir", "", "the folder to write into (made when missing)")
+	f.StringArrayVar(&o.Servers, "server", nil, "a NATS server's client address as serve and the workers write it in their URLs, HOST:PORT (repeatable: 1, 3 or 5)")
+	f.StringArrayVar(&o.Routes, "route", nil, "a server's route address HOST:PORT, once per --server in the same order (default: its host, client port + 2000)")
+	f.IntSliceVar(&o.Monitor, "monitor-port", nil, "a server's monitoring port on 127.0.0.1, once per --server (default: client port + 4000)")
+	f.StringVar(&o.InstallDir, "install-dir", "", "where the files will be on the NATS servers: the paths the configurations name (default: --dir)")
+	f.StringVar(&o.StoreDir, "store-dir", "", "the JetStream stores' parent folder on the servers (default: INSTALL-DIR/jetstream)")
+	f.StringVar(&maxStore, "max-file-store", "", "what each server's JetStream keeps on disk at most (default 16G; at least what kusaw's streams and one pool take, about 5.3G)")
+	f.StringVar(&o.CACert, "ca-cert", "", "your own CA certificate (PEM): with --ca-key it signs the servers' certificates; with --cert it is the bundle they chain to")
+	f.StringVar(&o.CAKey, "ca-key", "", "your own CA's key (PEM, ECDSA)")
+	f.StringArrayVar(&o.Certs, "cert", nil, "your own server certificate (PEM), once per --server in the same order (with --key and --ca-cert)")
+	f.StringArrayVar(&o.Keys, "key", nil, "your own server certificate's key (PEM), once per --server")
+	f.BoolVar(&jsonOut, "json", false, "print what was written and what serve needs as JSON")
+	return c
+}
+
+func printNATSConfig(a *app, o natsconf.Options, r *natsconf.Result) {
+	dir, _ := filepath.Abs(o.Dir)
+	inst := o.InstallDir
+	if inst == "" {
+		inst = dir
+	}
+	w := a.stdout
+	fmt.Fprintf(w, "wrote the configuration of %d NATS server(s) to %s:\n  %s\n\n", r.Replicas, dir, strings.Join(r.Files, " "))
+	fmt.Fprintf(w, "1. Start each server with its configuration (nats-server 2.10 or later, with the folder at %s on its machine):\n", inst)
+	for _, n := range r.Names {
+		fmt.Fprintf(w, "     nats-server -c %s\n", filepath.Join(inst, n+".conf"))
+	}
+	fmt.Fprintf(w, "   Each needs ca.pem, resolver.conf, operator.jwt and its own NAME.conf, NAME.pem, NAME-key.pem;\n")
+	fmt.Fprintf(w, "   keep the seeds (*.nk, ca-key.pem, sys.creds) off the servers and safe.\n")
+	fmt.Fprintf(w, "2. Add to factory.yaml (also in %s):\n\n", filepath.Join(dir, "serve-cluster.yaml"))
+	for _, l := range strings.Split(strings.TrimRight(natsconf.ServeYAML(r, ""), "\n"), "\n") {
+		fmt.Fprintf(w, "     %s\n", l)
+	}
+	fmt.Fprintf(w, "\n3. Give serve the account's signing key, then remove the file:\n")
+	fmt.Fprintf(w, "     kusaw config set serve.cluster.signing_key --secret < %s\n", r.SigningKeyFile)
+	fmt.Fprintf(w, "4. Start kusaw serve; join workers with kusaw cluster token as usual.\n")
 }
 
 func newWorkersCmd(a *app) *cobra.Command {

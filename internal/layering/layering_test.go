@@ -39,6 +39,8 @@ var never = map[string][]string{
 	"serve":            {"sandbox", "egress", "worktree", "providers", "attempt", "cluster/worker"},
 	"serve/client":     {"serve", "factory", "attempt", "cluster", "sandbox", "egress", "worktree", "providers", "steps"},
 	"cluster":          {"serve", "factory", "attempt", "sandbox"},
+	// what an operator's NATS servers run on: keys and files, no runs
+	"cluster/natsconf": {"serve", "factory", "attempt", "sandbox", "cluster/dispatch", "cluster/worker"},
 	"cluster/dispatch": {"cluster/worker", "attempt", "sandbox", "egress", "serve"},
 	// A worker runs its attempts through the executor, never the engine:
 	// it has no runs, pipelines or pretend Run of its own.
