@@ -34,11 +34,11 @@ var never = map[string][]string{
 	"deliver":         {"factory", "attempt", "serve", "cluster", "sandbox", "egress"},
 	// The executor: one attempt from its spec and a host. What runs
 	// attempts (the engine, a worker) calls it; it calls none of them.
-	"attempt":          {"factory", "serve", "cluster"},
-	"factory":          {"serve", "cluster"},
-	"serve":            {"sandbox", "egress", "worktree", "providers", "attempt", "cluster/worker"},
-	"serve/client":     {"serve", "factory", "attempt", "cluster", "sandbox", "egress", "worktree", "providers", "steps"},
-	"cluster":          {"serve", "factory", "attempt", "sandbox"},
+	"attempt":      {"factory", "serve", "cluster"},
+	"factory":      {"serve", "cluster"},
+	"serve":        {"sandbox", "egress", "worktree", "providers", "attempt", "cluster/worker"},
+	"serve/client": {"serve", "factory", "attempt", "cluster", "sandbox", "egress", "worktree", "providers", "steps"},
+	"cluster":      {"serve", "factory", "attempt", "sandbox"},
 	// what an operator's NATS servers run on: keys and files, no runs
 	"cluster/natsconf": {"serve", "factory", "attempt", "sandbox", "cluster/dispatch", "cluster/worker"},
 	"cluster/dispatch": {"cluster/worker", "attempt", "sandbox", "egress", "serve"},
