@@ -20,7 +20,7 @@ func TestColorSetting(t *testing.T) {
 	if useColor("auto", true) {
 		t.Error("NO_COLOR did not turn auto off")
 	}
-	p := newProgress(&bytes.Buffer{}, false)
+	p := newProgress(&bytes.Buffer{})
 	p.color = true
 	if got := p.paint("passed"); got != "\033[32mpassed\033[0m" {
 		t.Errorf("passed: %q", got)

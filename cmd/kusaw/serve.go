@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"os/signal"
@@ -14,8 +13,6 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
-	"github.com/kusaw/kusaw/factory"
-	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/secretstore"
 	"github.com/kusaw/kusaw/serve"
 	"github.com/kusaw/kusaw/serve/client"
@@ -67,12 +64,8 @@ Logs: JSON lines on stderr.`,
 			}
 			log := zerolog.New(logw).Level(lvl).With().Timestamp().Str("component", "serve").Logger()
 			opts := serve.ServeOptions{Log: log, MaxParallel: maxParallel, Listen: cfg.get("listen"), StopGrace: grace}
-			if v := os.Getenv(killGraceEnv); v != "" {
-				d, err := time.ParseDuration(v)
-				if err != nil || d <= 0 {
-					return exitf(status.ExitUsage, "%s=%q is not a duration (for example 10s)", killGraceEnv, v)
-				}
-				opts.Engine.KillGrace = d
+			if opts.Engine.KillGrace, err = killGrace(); err != nil {
+				return err
 			}
 			if opts.Listen == "" {
 				opts.Listen = f.Serve.Listen
@@ -162,167 +155,4 @@ func (a *app) openStore() (RunStore, error) {
 		return c, err
 	}
 	return a.openState()
-}
-
-// runThroughServe submits a run to serve and follows it with the same
-// output as an in-process run; Ctrl-C cancels it.
-func (a *app) runThroughServe(c *client.Client, pipeline string, params []string, p *progress, jsonOut bool) error {
-	ctx := context.Background()
-	pm, err := parseParams(params)
-	if err != nil {
-		return exitf(status.ExitUsage, "%v", err)
-	}
-	rec, err := c.Submit(ctx, pipeline, pm)
-	if err != nil {
-		if ae, ok := err.(*client.APIError); ok && ae.Code == "bad_params" {
-			return exitf(status.ExitUsage, "%s", ae.Message)
-		}
-		if ae, ok := err.(*client.APIError); ok && ae.Code == "unknown_pipeline" {
-			return exitf(status.ExitUsage, "%s", ae.Message)
-		}
-		return exitf(status.ExitServeUnavailable, "kusaw serve refused the run: %v", err)
-	}
-	// As in-process: the first signal cancels the run (here through serve),
-	// a second one gets the default action and ends kusaw at once.
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sig)
-	finished := make(chan struct{})
-	defer close(finished)
-	go func() {
-		select {
-		case <-finished:
-			return
-		case <-sig:
-		}
-		signal.Stop(sig)
-		if !jsonOut {
-			fmt.Fprintln(a.stderr, "kusaw: canceling the run (signal again to stop at once)")
-		}
-		_, _ = c.CancelCtx(context.Background(), rec.ID)
-	}()
-	p.start()
-	var ferr error
-	// Events already shown are not shown again after a reconnect.
-	seen := map[string]bool{}
-	var refusals []string
-	for tries := 0; tries < 5; tries++ {
-		_, ferr = c.Follow(ctx, rec.ID, func(ev record.Event) {
-			k := fmt.Sprintf("%s/%d/%d", ev.Step, ev.Attempt, ev.Seq)
-			if seen[k] {
-				return
-			}
-			seen[k] = true
-			if ev.Type == record.EvEgressBlocked {
-				refusals = addRefusal(refusals, ev)
-			}
-			p.event(normalizeEvent(ev))
-		})
-		if ferr == nil {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	p.stop()
-	if ferr != nil {
-		return exitf(status.ExitServeUnavailable, "lost kusaw serve while following run %s: %v (see: kusaw show %s)", rec.ID, ferr, rec.ID)
-	}
-	d, err := c.Detail(ctx, rec.ID)
-	if err != nil {
-		return exitf(status.ExitServeUnavailable, "%v", err)
-	}
-	// The same refusal summary as run.go prints from Run.EgressRefusals.
-	if n := d.Run.EgressBlocked; n > 0 {
-		fmt.Fprintf(a.stderr, "kusaw: the egress proxy refused %d connection(s):\n", n)
-		for _, l := range refusals {
-			fmt.Fprintf(a.stderr, "  %s\n", l)
-		}
-		if n > len(refusals) {
-			fmt.Fprintf(a.stderr, "  ... and more: see each attempt's egress.log\n")
-		}
-	}
-	return a.finishRun(d.Run, append(append([]*record.AttemptRecord{}, d.Attempts...), d.Helpers...), jsonOut)
-}
-
-// addRefusal adds an egress.blocked event's line, once per host:port, at
-// most 20, worded as the engine words Run.EgressRefusals.
-func addRefusal(lines []string, ev record.Event) []string {
-	key := fmt.Sprintf("%v:%v", ev.Data["host"], normalizeEvent(ev).Data["port"])
-	for _, l := range lines {
-		if strings.Contains(l, " "+key+" ") {
-			return lines
-		}
-	}
-	if len(lines) >= 20 {
-		return lines
-	}
-	detail := ev.Str("detail")
-	if detail == "" {
-		detail = fmt.Sprint(ev.Data["reason"])
-	}
-	return append(lines, fmt.Sprintf("%s attempt %d: %s refused: %s", ev.Step, ev.Attempt, key, detail))
-}
-
-// normalizeEvent turns JSON numbers that were ints in-process back into
-// ints, so the progress lines read the same either way.
-func normalizeEvent(ev record.Event) record.Event {
-	for _, k := range []string{"of", "attempts", "attempt", "exit_code", "port", "pid", "duration_ms"} {
-		if n, ok := ev.Int(k); ok {
-			ev.Data[k] = n
-		}
-	}
-	return ev
-}
-
-// finishRun prints the end of kusaw run (in-process or through serve) and
-// returns the run's end, from which exitCode decides kusaw's status.
-func (a *app) finishRun(rec *record.RunRecord, atts []*record.AttemptRecord, jsonOut bool) error {
-	if !jsonOut {
-		fmt.Fprintf(a.stdout, "run %s %s in %s\n", rec.ID, rec.State, runDuration(rec))
-		for _, rr := range rec.Repos {
-			fmt.Fprintf(a.stdout, "  %s: %s at %s\n", rr.Name, rr.Branch, short(rr.HeadSHA))
-		}
-		// What the agents cost, when any reported it (kusaw usage sums runs).
-		if rec.Usage != nil {
-			fmt.Fprintf(a.stdout, "  usage: %s\n", usageLine(rec.Usage))
-		}
-	}
-	if rec.State != status.RunSucceeded && rec.Message != "" {
-		fix := ""
-		if rec.Fix != "" {
-			fix = " (fix: " + rec.Fix + ")"
-		}
-		fmt.Fprintf(a.stderr, "kusaw: %s: %s%s\n", rec.Reason, safeFor(a.stderr, rec.Message), fix)
-	}
-	return &runEnded{rec: rec, atts: atts}
-}
-
-// parseParams reads --param NAME=VALUE flags.
-func parseParams(flags []string) (map[string]string, error) {
-	if len(flags) == 0 {
-		return nil, nil
-	}
-	m := map[string]string{}
-	for _, f := range flags {
-		k, v, ok := strings.Cut(f, "=")
-		if !ok || k == "" {
-			return nil, fmt.Errorf("%w: --param %q is not NAME=VALUE", record.ErrBadParams, f)
-		}
-		m[k] = v
-	}
-	return m, nil
-}
-
-// runWithParams is Engine.Run with run parameters.
-func runWithParams(ctx context.Context, e *factory.Engine, pipeline string, flags []string) (*factory.Run, error) {
-	pm, err := parseParams(flags)
-	if err != nil {
-		return nil, err
-	}
-	r, err := e.PrepareWithParams(pipeline, pm)
-	if err != nil {
-		return nil, err
-	}
-	e.Execute(ctx, r)
-	return r, nil
 }
