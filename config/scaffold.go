@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"sort"
 	"strings"
 	"sync"
 )
@@ -16,6 +17,10 @@ type ScaffoldRepo struct {
 	TestWhy  string   // what the command was found from (go.mod, ...)
 	Registry []string // package hosts its tests fetch from (proxy.golang.org, ...)
 	Caches   []string // cache presets its tools keep warm (go, npm, ...)
+	// Env is what its tests need to reach the user's package mirror
+	// (GOPROXY, npm_config_registry): written into the checks step,
+	// since the sandbox passes on only the variables a step names.
+	Env map[string]string
 }
 
 // ScaffoldInput is what kusaw init learned about the folder.
@@ -131,6 +136,23 @@ func Scaffold(in ScaffoldInput) []byte {
 		w("    run: %s   # the repo's own tests (%s)\n", yamlFlow(tested[0].Test), tested[0].TestWhy)
 	} else {
 		w("    builtin: checks            # runs each repo's own test command (make test, go test, npm test, ...)\n")
+	}
+	env := map[string]string{}
+	for _, r := range in.Repos {
+		for k, v := range r.Env {
+			env[k] = v
+		}
+	}
+	if len(env) > 0 {
+		names := make([]string, 0, len(env))
+		for k := range env {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		w("    env:                       # your package mirror, as your environment names it (a sandbox passes on only what the step sets)\n")
+		for _, k := range names {
+			w("      %s: %s\n", k, yamlScalar(env[k]))
+		}
 	}
 	w("    timeout: 20m\n")
 	return []byte(b.String())

@@ -17,6 +17,9 @@ type Ecosystem struct {
 	Why    string   // what it was found from
 	Caches []string // config.CachePresets names
 	Hosts  []string // package hosts the install and tests reach
+	// Env is what the tests need to reach the user's own package mirror
+	// (GOPROXY, npm_config_registry, ...); set by Mirror.
+	Env map[string]string
 }
 
 // Detect finds a repository's ecosystem; ok is false when it finds no test

@@ -40,7 +40,11 @@ prompt, and two pipelines: default (implement, then checks) and checks.
 With --sandbox, and when this machine can run the sandbox, every attempt is
 sandboxed with network: allowlist: the hosts the tests download from and the
 provider's own API hosts; for claude-code the API key stays outside the
-sandbox (inject). It saves the file's JSON Schema in .kusaw/ and points
+sandbox (inject). A package mirror your tools use on this machine (GOPROXY
+and GOSUMDB, in the environment or go env -w's file; npm_config_registry
+or ~/.npmrc's registry) takes the public hosts' place in the allowlist and
+goes into the checks step's env, since the sandbox passes on only the
+variables a step sets. It saves the file's JSON Schema in .kusaw/ and points
 editors at it; it validates what it wrote and prints the next commands. It
 never overwrites a factory.yaml (exit 2).`,
 		Args: cobra.NoArgs,
@@ -107,6 +111,11 @@ func (a *app) runInit(provider string, withSandbox bool) error {
 		mode = "sandbox required, network allowlist"
 	}
 	fmt.Fprintf(a.stdout, "wrote factory.yaml: %s; %s\n", strings.Join(desc, "; "), mode)
+	for _, r := range repos {
+		if len(r.Env) > 0 {
+			fmt.Fprintf(a.stdout, "steps.checks.env: %s from your environment (repo %s's package mirror; the sandbox passes on only what a step sets), and its host in the allowlist\n", strings.Join(steps.EnvNames(r.Env), ", "), r.Name)
+		}
+	}
 	if excluded != "" {
 		fmt.Fprintf(a.stdout, "added .kusaw/ to %s (records stay out of git status)\n", excluded)
 	}
@@ -166,7 +175,9 @@ func scaffoldRepo(name, rel, dir string) config.ScaffoldRepo {
 	if ok {
 		r.Test, r.TestWhy = eco.Test, eco.Why
 	}
-	r.Registry, r.Caches = eco.Hosts, eco.Caches
+	home, _ := os.UserHomeDir()
+	eco = steps.Mirror(eco, dir, home, os.LookupEnv)
+	r.Registry, r.Caches, r.Env = eco.Hosts, eco.Caches, eco.Env
 	return r
 }
 
