@@ -116,7 +116,10 @@ func (m *pkgMirror) goModule(t testing.TB, mod, ver string, files map[string]str
 	}
 	// go.sum's h1: the SHA-256 of the sorted list of the files' SHA-256s
 	// (golang.org/x/mod/sumdb/dirhash's Hash1); go.mod's alone as "go.mod".
-	h1 := func(s string) string { sum := sha256.Sum256([]byte(s)); return "h1:" + base64.StdEncoding.EncodeToString(sum[:]) }
+	h1 := func(s string) string {
+		sum := sha256.Sum256([]byte(s))
+		return "h1:" + base64.StdEncoding.EncodeToString(sum[:])
+	}
 	gomod := files["go.mod"]
 	base := "/" + mod + "/@v/" + ver
 	m.put("/"+mod+"/@v/list", "text/plain", []byte(ver+"\n"))
