@@ -16,27 +16,23 @@ import (
 // `true`, interleaved in one run against the same bwrap argv without them:
 //
 //	ms-seccomp: + the seccomp filter (bwrap reads and installs it);
+//	ms-mask:    + the /proc/keys mask (one more bind);
 //	ms-confine: + the confinement stage (kusaw-bridge __confine: a fresh
 //	            session keyring and Landlock, then exec);
-//	ms-filters: both, what every Linux attempt pays. Target ≤ 1 ms.
+//	ms-filters: all three, what an attempt without an allowlist pays
+//	            (with one, the stage runs in the bridge's own start).
+//	            Target ≤ 1 ms.
 //
 // Run: go test -run '^$' -bench KernelFilters -benchtime 100x ./sandbox/
 func BenchmarkKernelFilters(b *testing.B) {
 	needTool(b, "/usr/bin/bwrap", "the benchmark runs the real sandbox")
 	f := newFixture(b)
-	in := f.input()
-	p, err := BuildPlan(in)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := p.Prepare(); err != nil {
-		b.Fatal(err)
-	}
 	bw, err := FindBwrap()
 	if err != nil {
 		b.Fatal(err)
 	}
-	// The stage as installed: kusaw-bridge, static, as make build makes it.
+	// The stage as installed: kusaw-bridge, static, as make build makes it,
+	// bound read-only by the plan like any program kusaw runs inside.
 	dir, err := os.MkdirTemp("/var/tmp", "kusaw-bench-bridge-")
 	if err != nil {
 		b.Fatal(err)
@@ -48,11 +44,19 @@ func BenchmarkKernelFilters(b *testing.B) {
 	if out, err := build.CombinedOutput(); err != nil {
 		b.Fatalf("building kusaw-bridge: %v\n%s", err, out)
 	}
+	in := f.input()
+	in.ExtraBinaries = []string{bridge}
+	p, err := BuildPlan(in)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := p.Prepare(); err != nil {
+		b.Fatal(err)
+	}
 	base := append(p.Args(), p.envArgs()...)
 	if !disableUsernsSupported(bw) {
 		base = slices.DeleteFunc(base, func(s string) bool { return s == "--unshare-user" || s == "--disable-userns" })
 	}
-	base = append(base, "--ro-bind", bridge, bridge)
 	null, err := os.Open(os.DevNull)
 	if err != nil {
 		b.Fatal(err)
@@ -63,43 +67,52 @@ func BenchmarkKernelFilters(b *testing.B) {
 		w = append(w, r.Path)
 	}
 	stage := append([]string{bridge, "__confine"}, append(confineArgsFor(w), "/bin/true")...)
-	run := func(seccomp, confine bool) {
+	// level 0: the plan's argv alone; 1: + the seccomp filter; 2: + the
+	// /proc/keys mask (what filterArgs gives); 3: + the stage.
+	run := func(level int) {
 		args := slices.Clone(base)
 		cmd := exec.Command(bw)
 		cmd.Env = []string{}
 		for i := 0; i < 1+p.dataFiles(); i++ {
 			cmd.ExtraFiles = append(cmd.ExtraFiles, null)
 		}
-		if seccomp {
+		if level >= 1 {
 			fa, files, err := filterArgs(p, 3+len(cmd.ExtraFiles))
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer files[0].Close()
 			cmd.ExtraFiles = append(cmd.ExtraFiles, files...)
+			if level == 1 {
+				fa = fa[:2] // --seccomp FD only
+			}
 			args = append(args, fa...)
 		}
 		args = append(args, "--")
-		if confine {
+		if level >= 3 {
 			args = append(args, stage...)
 		} else {
 			args = append(args, "/bin/true")
 		}
 		cmd.Args = append([]string{bw}, args...)
 		if out, err := cmd.CombinedOutput(); err != nil {
-			b.Fatalf("bwrap (seccomp %v, stage %v): %v %s", seccomp, confine, err, out)
+			b.Fatalf("bwrap (level %d): %v %s", level, err, out)
 		}
 	}
-	run(false, false)
-	run(true, false)
-	run(true, true)
-	var t0s, t1s, t2s []time.Duration
-	timeIt := func(f func()) time.Duration { t := time.Now(); f(); return time.Since(t) }
+	const levels = 4
+	for l := 0; l < levels; l++ {
+		run(l)
+	}
+	ts := make([][]time.Duration, levels)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		t0s = append(t0s, timeIt(func() { run(false, false) }))
-		t1s = append(t1s, timeIt(func() { run(true, false) }))
-		t2s = append(t2s, timeIt(func() { run(true, true) }))
+		// Each order in turn, so no level always follows the same one.
+		for k := 0; k < levels; k++ {
+			l := (i + k) % levels
+			t := time.Now()
+			run(l)
+			ts[l] = append(ts[l], time.Since(t))
+		}
 	}
 	b.StopTimer()
 	p.Cleanup()
@@ -108,12 +121,13 @@ func BenchmarkKernelFilters(b *testing.B) {
 		slices.Sort(s)
 		return float64(s[len(s)/2]) / 1e6
 	}
-	m0, m1, m2 := med(t0s), med(t1s), med(t2s)
+	m0, m1, m2, m3 := med(ts[0]), med(ts[1]), med(ts[2]), med(ts[3])
 	b.ReportMetric(m0, "ms-bwrap")
 	b.ReportMetric(m1-m0, "ms-seccomp")
-	b.ReportMetric(m2-m1, "ms-confine")
-	b.ReportMetric(m2-m0, "ms-filters")
-	b.ReportMetric(m2/m0, "x-bwrap")
+	b.ReportMetric(m2-m1, "ms-mask")
+	b.ReportMetric(m3-m2, "ms-confine")
+	b.ReportMetric(m3-m0, "ms-filters")
+	b.ReportMetric(m3/m0, "x-bwrap")
 	b.Logf("seccomp filter %d bytes; stage %s with %s writable paths", len(mustFilter(b)), bridge, strconv.Itoa(len(w)))
 }
 

@@ -4,6 +4,12 @@
 // allowlist, the egress bridge (package egress/bridge). It is installed
 // beside kusaw and does what kusaw __confine and kusaw __egress-bridge
 // do, without starting the whole of kusaw first.
+//
+// When the stage's command is this same program's bridge (an allowlist
+// step: `kusaw-bridge __confine -w PATH... -- kusaw-bridge --lease ...
+// -- STEP`), the stage does not exec it again: it runs the bridge itself
+// and confines after the hand-over, right before the step's exec. One Go
+// program starts instead of two (docs/benchmarks.md, "Kernel filters").
 package main
 
 import (
@@ -17,19 +23,51 @@ import (
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == confine.Subcommand {
-		err := confine.Run(os.Args[2:])
-		code := confine.ExitSetup
-		var ce *confine.Error
-		if errors.As(err, &ce) {
-			code = ce.Code
-		}
-		fmt.Fprintf(os.Stderr, "kusaw: %v\n", err)
-		os.Exit(code)
+		exit(stage(os.Args[2:]))
 	}
-	err := bridge.Run(os.Args[1:])
-	var be *bridge.Error
+	exit(bridge.Run(os.Args[1:]))
+}
+
+// stage runs the confinement stage, with the bridge in this process when
+// the stage's command is this program's bridge.
+func stage(args []string) error {
+	s, err := confine.Parse(args)
+	if err != nil {
+		return err
+	}
+	if !isOwnBridge(s.Argv) {
+		return confine.Run(args)
+	}
+	return bridge.RunThen(s.Argv[1:], func() error { return confine.Apply(s.Writable) })
+}
+
+// isOwnBridge says whether argv runs this very program as the bridge, as
+// bridge.Argv writes it (the lease first).
+func isOwnBridge(argv []string) bool {
+	if len(argv) < 2 || argv[1] != "--lease" {
+		return false
+	}
+	if argv[0] == os.Args[0] {
+		return true
+	}
+	self, err := os.Stat("/proc/self/exe")
+	if err != nil {
+		return false
+	}
+	other, err := os.Stat(argv[0])
+	return err == nil && os.SameFile(self, other)
+}
+
+// exit ends with the failure's exit status: the stage's (125, 126, 127)
+// or the bridge's, which are the same numbers.
+func exit(err error) {
 	code := bridge.ExitHandOver
-	if errors.As(err, &be) {
+	var ce *confine.Error
+	var be *bridge.Error
+	switch {
+	case errors.As(err, &ce):
+		code = ce.Code
+	case errors.As(err, &be):
 		code = be.Code
 	}
 	fmt.Fprintf(os.Stderr, "kusaw: %v\n", err)

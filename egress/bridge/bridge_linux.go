@@ -22,7 +22,14 @@ import (
 // namespace has it) and hands those listeners over too: the proxy
 // forwards what connects there to the host's loopback port. It returns only on
 // failure, and then the step has not started.
-func Run(args []string) error {
+func Run(args []string) error { return RunThen(args, nil) }
+
+// RunThen is Run, calling before (when not nil) after the hand-over and
+// right before the step's exec, on the goroutine that execs: kusaw-bridge
+// applies the confinement stage there (sandbox/confine.Apply), which this
+// package does not import. before's error is returned as it is, and the
+// step does not start.
+func RunThen(args []string, before func() error) error {
 	var sock, listen, local string
 	var argv []string
 	for i := 0; i < len(args); i++ {
@@ -71,6 +78,11 @@ func Run(args []string) error {
 	}
 	if err != nil {
 		return &Error{ExitHandOver, "egress bridge: " + err.Error()}
+	}
+	if before != nil {
+		if err := before(); err != nil {
+			return err
+		}
 	}
 	path, err := exec.LookPath(argv[0])
 	if err != nil {

@@ -10,6 +10,9 @@ func Run(args []string) error {
 	return &Error{ExitHandOver, "egress bridge: only Linux sandboxes use the bridge"}
 }
 
+// RunThen exists only on Linux, as Run.
+func RunThen(args []string, before func() error) error { return Run(args) }
+
 // HandOver is Linux-only.
 func HandOver(socketPath string, listenerFD int, localFDs ...int) error {
 	return errors.New("egress hand-over: only on Linux")

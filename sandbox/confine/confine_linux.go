@@ -13,20 +13,13 @@ import (
 )
 
 // Run applies the stage and execs the command; it returns only on failure.
-// Everything happens on one locked thread, the one that calls execve: the
-// keyring and the Landlock domain belong to a thread's credentials, and
-// only the exec'ing thread's carry over to the step.
 func Run(args []string) error {
 	s, err := Parse(args)
 	if err != nil {
 		return err
 	}
-	runtime.LockOSThread()
-	if err := freshKeyring(); err != nil {
-		return &Error{ExitSetup, "confine: cannot give the step a session keyring of its own: " + err.Error()}
-	}
-	if _, err := Landlock(s.Writable); err != nil {
-		return &Error{ExitSetup, "confine: " + err.Error()}
+	if err := Apply(s.Writable); err != nil {
+		return err
 	}
 	path, err := exec.LookPath(s.Argv[0])
 	if err != nil {
@@ -34,6 +27,25 @@ func Run(args []string) error {
 	}
 	err = syscall.Exec(path, s.Argv, os.Environ())
 	return &Error{ExitNoExec, fmt.Sprintf("cannot run %s: %v", s.Argv[0], err)}
+}
+
+// Apply confines the calling goroutine's thread: a fresh session keyring,
+// then Landlock over writable. It locks the goroutine to its thread for
+// good: the keyring and the Landlock domain belong to a thread's
+// credentials, and only the exec'ing thread's carry over to the step, so
+// the caller's next step is execve on the same goroutine. The egress
+// bridge calls it after its hand-over, so an allowlist step's start is
+// one program instead of two (kusaw-bridge __confine ... -- kusaw-bridge
+// --lease ...).
+func Apply(writable []string) error {
+	runtime.LockOSThread()
+	if err := freshKeyring(); err != nil {
+		return &Error{ExitSetup, "confine: cannot give the step a session keyring of its own: " + err.Error()}
+	}
+	if _, err := Landlock(writable); err != nil {
+		return &Error{ExitSetup, "confine: " + err.Error()}
+	}
+	return nil
 }
 
 // freshKeyring joins a new anonymous session keyring: the step holds no

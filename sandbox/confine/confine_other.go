@@ -12,5 +12,8 @@ var errNotLinux = errors.New("confine: Landlock and session keyrings are Linux's
 // Run: the stage exists on Linux only.
 func Run(args []string) error { return &Error{ExitSetup, errNotLinux.Error()} }
 
+// Apply: the stage exists on Linux only.
+func Apply(writable []string) error { return &Error{ExitSetup, errNotLinux.Error()} }
+
 // LandlockABI: none outside Linux.
 func LandlockABI() (int, error) { return 0, errNotLinux }
