@@ -9,7 +9,7 @@
 // step: `kusaw-bridge __confine -w PATH... -- kusaw-bridge --lease ...
 // -- STEP`), the stage does not exec it again: it runs the bridge itself
 // and confines after the hand-over, right before the step's exec. One Go
-// program starts instead of two (docs/benchmarks.md, "Kernel filters").
+// program starts instead of two (the figures: docs/benchmarks.md).
 package main
 
 import (
