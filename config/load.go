@@ -93,7 +93,7 @@ func Parse(data []byte, file string) (*Factory, Findings) {
 		return f, d.findings
 	}
 	root := doc.Content[0]
-	top := d.fields(root, "", []string{"version", "state_dir", "state_dir_mode", "repos", "providers", "setup", "sandbox", "serve", "caches", "pipelines", "steps", "notify", "forges", "triggers"})
+	top := d.fields(root, "", []string{"version", "state_dir", "state_dir_mode", "repos", "providers", "setup", "sandbox", "serve", "caches", "pipelines", "steps", "notify", "forges", "triggers", "retention"})
 	var stepsN, pipesN, cachesN, trigN *yaml.Node
 	haveVersion := false
 	for _, fl := range top {
@@ -133,6 +133,8 @@ func Parse(data []byte, file string) (*Factory, Findings) {
 			d.forges(f, fl.value)
 		case "triggers":
 			trigN = fl.value
+		case "retention":
+			d.retention(f, fl.value)
 		}
 	}
 	// After the loop: a cache's default folder is under state_dir.

@@ -310,6 +310,7 @@ func factorySchema() *schemaNode {
 		p("notify", notifyNode("webhooks for every pipeline's runs")),
 		p("forges", forgesNode()),
 		p("triggers", mapOf("what starts runs besides kusaw run: a forge's event or a schedule (docs/intake.md)", idPatternText, triggerNode())),
+		p("retention", retentionNode()),
 	)
 	root.required = []string{"version", "pipelines"}
 	return root

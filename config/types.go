@@ -84,6 +84,9 @@ type Factory struct {
 	Forges       map[string]*Forge
 	Triggers     map[string]*Trigger
 	TriggerOrder []string
+	// Retention is retention:, nil when the file has none (serve then
+	// removes nothing on its own).
+	Retention *Retention
 
 	Steps     map[string]*Step
 	StepOrder []string

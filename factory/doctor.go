@@ -380,7 +380,7 @@ func (e *Engine) probeStep(ctx context.Context, s *config.Step, ds *DoctorStep, 
 
 	var stdout, stderr strings.Builder
 	res, err := e.Exec(ctx, ExecRequest{Step: s.ID, Argv: []string{e.opts.Kusaw, "__probe", string(arg)},
-		Stdout: &stdout, Stderr: &stderr, Network: config.NetworkAllowlist, SkipSetup: true,
+		Stdout: &stdout, Stderr: &stderr, Network: config.NetworkAllowlist, SkipSetup: true, Pipeline: record.DoctorPipeline,
 		ExtraAllow: []config.AllowedHost{{Pattern: host, Origin: "doctor"}}})
 	for _, p := range outside {
 		if _, err := os.Lstat(p); err == nil {

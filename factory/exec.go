@@ -29,7 +29,7 @@ import (
 const ExecStepID = "_exec"
 
 // ExecPipeline is the pipeline name recorded for kusaw sandbox exec runs.
-const ExecPipeline = "(sandbox exec)"
+const ExecPipeline = record.ExecPipeline
 
 // ExecRequest is one command to run under a step's sandbox.
 type ExecRequest struct {
@@ -45,6 +45,9 @@ type ExecRequest struct {
 	// SkipSetup leaves the factory's setup commands out (doctor's probes
 	// need no npm ci).
 	SkipSetup bool
+	// Pipeline is the name the run is recorded under; default
+	// ExecPipeline (doctor's runs are record.DoctorPipeline).
+	Pipeline string
 }
 
 // execOptions are what kusaw sandbox exec and doctor ask of their run's
@@ -94,7 +97,11 @@ func (e *Engine) Exec(ctx context.Context, req ExecRequest) (*ExecResult, error)
 	}
 	s.Sandbox = &sb
 
-	r, err := e.prepareSteps(ExecPipeline, []*config.Step{&s})
+	name := ExecPipeline
+	if req.Pipeline != "" {
+		name = req.Pipeline
+	}
+	r, err := e.prepareSteps(name, []*config.Step{&s})
 	if err != nil {
 		return nil, err
 	}

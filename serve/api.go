@@ -270,6 +270,12 @@ func (s *Server) apiRuns(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	runs = filterRuns(runs, r.URL.Query().Get("pipeline"), r.URL.Query().Get("state"))
+	// sandbox=false leaves sandbox exec's and doctor's runs out (the web
+	// page's default), unless pipeline names one of them.
+	hidden := 0
+	if r.URL.Query().Get("sandbox") == "false" && r.URL.Query().Get("pipeline") == "" {
+		runs, hidden = pipelineRuns(runs)
+	}
 	if v := r.URL.Query().Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
@@ -283,7 +289,7 @@ func (s *Server) apiRuns(w http.ResponseWriter, r *http.Request) {
 	if runs == nil {
 		runs = []*record.RunRecord{}
 	}
-	writeJSONResponse(w, http.StatusOK, map[string]any{"runs": runs})
+	writeJSONResponse(w, http.StatusOK, map[string]any{"runs": runs, "sandbox_hidden": hidden})
 }
 
 func (s *Server) detail(id string) (*client.RunDetail, error) {
@@ -611,6 +617,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	defer dstop()
 	go s.dispatch(dctx)
 	go s.schedules(dctx)
+	go s.retention(dctx)
 
 	var serveErr error
 	select {

@@ -337,6 +337,20 @@ func (s *Server) copyOut(w http.ResponseWriter, src io.Reader) {
 }
 
 // filterRuns keeps the runs of one pipeline and one state ("" keeps all).
+// pipelineRuns leaves out sandbox exec's and doctor's runs, and counts
+// them.
+func pipelineRuns(runs []*record.RunRecord) ([]*record.RunRecord, int) {
+	out, hidden := []*record.RunRecord{}, 0
+	for _, r := range runs {
+		if r.SandboxRun() {
+			hidden++
+			continue
+		}
+		out = append(out, r)
+	}
+	return out, hidden
+}
+
 func filterRuns(runs []*record.RunRecord, pipeline, state string) []*record.RunRecord {
 	if pipeline == "" && state == "" {
 		return runs

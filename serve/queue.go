@@ -49,6 +49,9 @@ type ServeOptions struct {
 	// (default 15s).
 	Now          func() time.Time
 	ScheduleTick time.Duration
+	// RetentionEvery is how often retention: is applied besides after
+	// each run (default an hour).
+	RetentionEvery time.Duration
 }
 
 // Server is kusaw serve: a queue of runs executed on one engine, and the
@@ -82,6 +85,7 @@ type Server struct {
 	fileSum  [32]byte      // the factory file serve loaded
 	cl       *serveCluster // serve.cluster: the embedded NATS server and the dispatcher
 	intake   *intake       // webhooks and schedules (intake.go)
+	retain   chan struct{} // a run ended: retention looks again (retention.go)
 }
 
 // ErrFactoryChanged is returned by Submit when the factory file on disk is
@@ -117,6 +121,7 @@ func NewServer(f *config.Factory, opts ServeOptions) (*Server, error) {
 	}
 	s := &Server{F: f, opts: opts, log: opts.Log, running: map[string]*activeRun{}, waiting: map[string]bool{}, started: time.Now().UTC(), lock: l, bus: newBus(), fileSum: fileSum(f.Path)}
 	s.cond = sync.NewCond(&s.mu)
+	s.retain = make(chan struct{}, 1)
 	s.intake = newIntake(f.StateDir, opts.Now)
 	s.max = opts.MaxParallel
 	if s.max <= 0 {
@@ -381,6 +386,7 @@ func (s *Server) dispatch(ctx context.Context) {
 			cancel(nil)
 			s.log.Info().Str("run", id).Str("state", string(r.Record.State)).Dur("duration", time.Since(start)).Msg("run finished")
 			s.runEnded(r.Record)
+			s.kickRetention()
 			s.mu.Lock()
 			delete(s.running, id)
 			delete(s.waiting, id)

@@ -14,10 +14,10 @@ import (
 func init() { addCommand(newRunsCmd) }
 
 func newRunsCmd(a *app) *cobra.Command {
-	var jsonOut bool
+	var jsonOut, all bool
 	cmd := &cobra.Command{
-		Use:   "runs",
-		Short: "list the factory's runs, newest first",
+		Use:   "runs [--all] [--json]",
+		Short: "list the factory's runs, newest first (sandbox exec's and doctor's with --all)",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, args []string) error {
 			st, err := a.openStore()
@@ -28,6 +28,10 @@ func newRunsCmd(a *app) *cobra.Command {
 			if err != nil {
 				return exitf(status.ExitInternal, "%v", err)
 			}
+			hidden := 0
+			if !all {
+				runs, hidden = pipelineRuns(runs)
+			}
 			if jsonOut {
 				if runs == nil {
 					runs = []*record.RunRecord{}
@@ -36,8 +40,12 @@ func newRunsCmd(a *app) *cobra.Command {
 				fmt.Fprintf(a.stdout, "%s\n", b)
 				return nil
 			}
-			if len(runs) == 0 {
+			if len(runs) == 0 && hidden == 0 {
 				fmt.Fprintln(a.stdout, "no runs yet (start one with: kusaw run)")
+				return nil
+			}
+			if len(runs) == 0 {
+				fmt.Fprintf(a.stdout, "no pipeline runs yet (start one with: kusaw run); %d sandbox exec/doctor run%s: kusaw runs --all\n", hidden, plural(hidden, "s"))
 				return nil
 			}
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
@@ -63,9 +71,63 @@ func newRunsCmd(a *app) *cobra.Command {
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\n", r.ID, r.Pipeline, r.State, started, runDuration(r), done, len(r.Steps), cost, tokens, trigger, r.Reason)
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if hidden > 0 {
+				fmt.Fprintf(a.stdout, "(%d sandbox exec/doctor run%s not shown: kusaw runs --all)\n", hidden, plural(hidden, "s"))
+			}
+			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print the run records as JSON")
+	cmd.Flags().BoolVar(&all, "all", false, "also list kusaw sandbox exec's and doctor's runs")
+	cmd.AddCommand(newPinCmd(a, true), newPinCmd(a, false))
 	return cmd
+}
+
+// pipelineRuns leaves out sandbox exec's and doctor's runs, and counts
+// them.
+func pipelineRuns(runs []*record.RunRecord) (out []*record.RunRecord, hidden int) {
+	for _, r := range runs {
+		if r.SandboxRun() {
+			hidden++
+			continue
+		}
+		out = append(out, r)
+	}
+	return out, hidden
+}
+
+// kusaw runs pin RUN and unpin RUN: retention (kusaw gc, serve's
+// retention:) keeps a pinned run whatever its bounds.
+func newPinCmd(a *app, pin bool) *cobra.Command {
+	use, short := "pin RUN", "keep a run (its records and kusaw/ branches) whatever kusaw gc and retention: say"
+	if !pin {
+		use, short = "unpin RUN", "let kusaw gc and retention: remove a pinned run again"
+	}
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			st, err := a.openState()
+			if err != nil {
+				return err
+			}
+			if _, err := loadRun(st, args[0]); err != nil {
+				return err
+			}
+			r, err := st.Pin(args[0], pin)
+			if err != nil {
+				return exitf(status.ExitInternal, "%v", err)
+			}
+			if pin {
+				fmt.Fprintf(a.stdout, "pinned run %s: kusaw gc and retention keep it (kusaw runs unpin %s lets it go)\n", r.ID, r.ID)
+			} else {
+				fmt.Fprintf(a.stdout, "unpinned run %s: kusaw gc and retention may remove it\n", r.ID)
+			}
+			return nil
+		},
+	}
 }

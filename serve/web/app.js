@@ -88,6 +88,8 @@ async function showRuns(filter) {
     const q = new URLSearchParams({ limit: "200" });
     if (filter.pipeline) q.set("pipeline", filter.pipeline);
     if (filter.state) q.set("state", filter.state);
+    // sandbox exec's and doctor's runs only when asked (kusaw runs --all).
+    if (!filter.sandbox) q.set("sandbox", "false");
     try { data = await api("/v1/runs?" + q.toString()); } catch (e) { list.replaceChildren(el("p", { class: "reason", text: String(e) })); return; }
     // The filter bar is redrawn only when a new pipeline shows up, so an
     // open menu is not closed under the reader.
@@ -108,11 +110,13 @@ async function showRuns(filter) {
         el("td", { class: "mono", text: r.reason || "" }));
     });
     const filtered = filter.pipeline || filter.state;
-    list.replaceChildren(
+    list.replaceChildren(...[
       rows.length ? el("table", { id: "runs" },
         el("thead", {}, el("tr", {}, ...["run", "pipeline", "state", "started", "duration", "steps", "cost", "trigger", "reason"].map(h => el("th", { text: h })))),
         el("tbody", {}, ...rows))
-        : el("p", { class: "muted", text: filtered ? "No runs match the filter." : "No runs yet. Start one with: kusaw run" }));
+        : el("p", { class: "muted", text: filtered ? "No runs match the filter." : "No runs yet. Start one with: kusaw run" }),
+      data.sandbox_hidden ? el("p", { class: "muted", id: "sandbox-hidden" }, data.sandbox_hidden + " sandbox exec/doctor run" + (data.sandbox_hidden === 1 ? "" : "s") + " not shown: ",
+        el("a", { href: "#/?sandbox=1", text: "show them" })) : null].filter(Boolean));
     workers.replaceChildren(await workersSection());
     health();
   };
@@ -332,7 +336,7 @@ function route() {
     return;
   }
   const q = new URLSearchParams((location.hash.split("?")[1]) || "");
-  showRuns({ pipeline: q.get("pipeline") || "", state: q.get("state") || "" });
+  showRuns({ pipeline: q.get("pipeline") || "", state: q.get("state") || "", sandbox: q.get("sandbox") === "1" });
 }
 
 window.addEventListener("hashchange", route);

@@ -1,0 +1,241 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func kusawBranches(t *testing.T, repo string) []string {
+	t.Helper()
+	return strings.Fields(git(t, repo, "for-each-ref", "--format=%(refname:short)", "refs/heads/"))
+}
+
+func listedRuns(t *testing.T, dir string, all bool) []string {
+	t.Helper()
+	args := []string{"runs", "--json"}
+	if all {
+		args = append(args, "--all")
+	}
+	r := runKusaw(t, dir, args...)
+	if r.code != 0 {
+		t.Fatalf("kusaw runs: %d %s", r.code, r.stderr)
+	}
+	var runs []struct {
+		ID       string `json:"id"`
+		Pipeline string `json:"pipeline"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &runs); err != nil {
+		t.Fatalf("%v\n%s", err, r.stdout)
+	}
+	var ids []string
+	for _, x := range runs {
+		ids = append(ids, x.ID)
+	}
+	return ids
+}
+
+// kusaw gc removes old runs' records and their kusaw/ branches by count,
+// keeps a pinned run, never touches another branch, and refuses bad input
+// in one line; kusaw runs leaves sandbox exec's runs out unless --all.
+func TestGCAndRunsApart(t *testing.T) {
+	need(t, "bwrap")
+	dir := factoryDir(t, `version: 1
+repos:
+  app: {path: app}
+pipelines:
+  default: [build]
+steps:
+  build:
+    run: [sh, -c, "echo $KUSAW_RUN > out.txt"]
+    sandbox: "off"
+`, "app")
+	repo := filepath.Join(dir, "app")
+	git(t, repo, "branch", "feature")
+	var ids []string
+	for range 3 {
+		if r := runKusaw(t, dir, "run"); r.code != 0 {
+			t.Fatalf("kusaw run: %d\n%s%s", r.code, r.stdout, r.stderr)
+		}
+	}
+	if r := runKusaw(t, dir, "sandbox", "exec", "--", "true"); r.code != 0 {
+		t.Fatalf("sandbox exec: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	ids = listedRuns(t, dir, false)
+	all := listedRuns(t, dir, true)
+	if len(ids) != 3 || len(all) != 4 {
+		t.Fatalf("kusaw runs lists %v, --all %v: want 3 and 4", ids, all)
+	}
+	r := runKusaw(t, dir, "runs")
+	if !strings.Contains(r.stdout, "(1 sandbox exec/doctor run not shown: kusaw runs --all)") || strings.Contains(r.stdout, "(sandbox exec)") {
+		t.Errorf("kusaw runs:\n%s", r.stdout)
+	}
+	if r := runKusaw(t, dir, "runs", "--all"); !strings.Contains(r.stdout, "(sandbox exec)") {
+		t.Errorf("kusaw runs --all:\n%s", r.stdout)
+	}
+	newest, middle, oldest := ids[0], ids[1], ids[2]
+	var execRun string
+	for _, id := range all {
+		if !slices.Contains(ids, id) {
+			execRun = id
+		}
+	}
+	for _, id := range ids {
+		for _, b := range []string{"kusaw/" + id, "kusaw/attempts/" + id + "/build/1"} {
+			if !slices.Contains(kusawBranches(t, repo), b) {
+				t.Fatalf("run %s has no branch %s: %v", id, b, kusawBranches(t, repo))
+			}
+		}
+	}
+
+	// Bad input: one line, a documented exit code, the values filled in.
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"gc"}, 2, "kusaw gc needs a bound: --older-than AGE (such as 30d), --keep N, or retention: {max_age: 30d} in " + filepath.Join(dir, "factory.yaml")},
+		{[]string{"gc", "--older-than", "30x"}, 2, `--older-than: "30x" is not an age (write 30d, 2w, 36h or 90m)`},
+		{[]string{"gc", "--keep", "0"}, 2, "--keep 0 keeps no run"},
+		{[]string{"runs", "pin", "../x"}, 5, `"../x"`},
+		{[]string{"runs", "pin", "nope"}, 5, `no such run "nope"`},
+	} {
+		r := runKusaw(t, dir, c.args...)
+		if r.code != c.code || !strings.Contains(r.stderr, c.want) || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+			t.Errorf("kusaw %v: exit %d, want %d with %q:\n%s", c.args, r.code, c.code, c.want, r.stderr)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, ".kusaw", "x")); err == nil {
+		t.Error("pin ../x wrote outside runs/")
+	}
+
+	if r := runKusaw(t, dir, "runs", "pin", oldest); r.code != 0 || !strings.Contains(r.stdout, "pinned run "+oldest) {
+		t.Fatalf("pin: %d %s%s", r.code, r.stdout, r.stderr)
+	}
+	before := kusawBranches(t, repo)
+	r = runKusaw(t, dir, "gc", "--keep", "1", "--dry-run")
+	if r.code != 0 || !strings.Contains(r.stdout, "would remove "+middle+" (default, succeeded") || !strings.Contains(r.stdout, "beyond the newest 1; branches app:kusaw/") ||
+		!strings.Contains(r.stdout, "would remove 1 run and 2 branches") || strings.Contains(r.stdout, "would remove "+newest) {
+		t.Fatalf("gc --dry-run: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if after := kusawBranches(t, repo); !slices.Equal(before, after) || len(listedRuns(t, dir, true)) != 4 {
+		t.Fatalf("a dry run changed something: %v -> %v", before, after)
+	}
+	r = runKusaw(t, dir, "gc", "--keep", "1")
+	if r.code != 0 || !strings.Contains(r.stdout, "removed "+middle) || !strings.Contains(r.stdout, "removed 1 run and 2 branches") {
+		t.Fatalf("gc --keep 1: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if got := listedRuns(t, dir, false); !slices.Equal(got, []string{newest, oldest}) {
+		t.Errorf("runs after gc %v, want %v (the newest and the pinned)", got, []string{newest, oldest})
+	}
+	want := []string{"feature", "kusaw/" + newest, "kusaw/" + oldest, "kusaw/attempts/" + newest + "/build/1", "kusaw/attempts/" + oldest + "/build/1", "main",
+		"kusaw/" + execRun, "kusaw/attempts/" + execRun + "/_exec/1"} // one sandbox run is within its bound
+	slices.Sort(want)
+	if got := kusawBranches(t, repo); !slices.Equal(got, want) {
+		t.Errorf("branches after gc %v, want %v", got, want)
+	}
+	if _, err := os.Stat(filepath.Join(dir, ".kusaw", "runs", middle)); !os.IsNotExist(err) {
+		t.Errorf("the removed run's folder: %v", err)
+	}
+	if r := runKusaw(t, dir, "logs", middle); r.code != 5 {
+		t.Errorf("logs of a removed run: %d %s", r.code, r.stderr)
+	}
+	// Unpinned, it goes too.
+	runKusaw(t, dir, "runs", "unpin", oldest)
+	if r := runKusaw(t, dir, "gc", "--keep", "1", "--json"); r.code != 0 || !strings.Contains(r.stdout, `"run": "`+oldest+`"`) {
+		t.Errorf("gc after unpin: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// serve applies retention: on its own: at its start and after each run
+// ends, with a log line for each run it removed; the API leaves sandbox
+// exec's runs out when the web page asks it to.
+func TestServeAppliesRetention(t *testing.T) {
+	need(t, "bwrap")
+	dir := factoryDir(t, `version: 1
+repos:
+  app: {path: app}
+pipelines:
+  default: [build]
+steps:
+  build:
+    run: [sh, -c, "echo $KUSAW_RUN > out.txt"]
+    sandbox: "off"
+retention:
+  max_runs: 1
+`, "app")
+	repo := filepath.Join(dir, "app")
+	for range 2 {
+		if r := runKusaw(t, dir, "run"); r.code != 0 {
+			t.Fatalf("kusaw run: %d\n%s%s", r.code, r.stdout, r.stderr)
+		}
+	}
+	if r := runKusaw(t, dir, "sandbox", "exec", "--", "true"); r.code != 0 {
+		t.Fatalf("sandbox exec: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	before := listedRuns(t, dir, false)
+	sp := startServe(t, dir)
+	waitFor(t, "retention at serve's start", 20*time.Second, func() bool {
+		return strings.Contains(sp.stderr.String(), "retention removed a run")
+	})
+	if !strings.Contains(sp.stderr.String(), before[1]) || !strings.Contains(sp.stderr.String(), "beyond the newest 1") {
+		t.Errorf("serve's log does not name the run it removed (%s):\n%s", before[1], sp.stderr.String())
+	}
+	if got := listedRuns(t, dir, false); !slices.Equal(got, before[:1]) {
+		t.Fatalf("runs after serve started %v, want %v", got, before[:1])
+	}
+	// The web page's list: sandbox runs only when asked.
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", filepath.Join(dir, ".kusaw", "serve", "serve.sock"))
+	}}}
+	list := func(q string) (n int, hidden int) {
+		req, _ := http.NewRequest("GET", "http://serve/v1/runs"+q, nil)
+		req.Header.Set("X-Kusaw", "1")
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var body struct {
+			Runs   []json.RawMessage `json:"runs"`
+			Hidden int               `json:"sandbox_hidden"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+			t.Fatal(err)
+		}
+		return len(body.Runs), body.Hidden
+	}
+	if n, h := list("?sandbox=false"); n != 1 || h != 1 {
+		t.Errorf("sandbox=false lists %d runs, %d hidden; want 1 and 1", n, h)
+	}
+	if n, _ := list(""); n != 2 {
+		t.Errorf("the API lists %d runs, want 2 (the pipeline's and sandbox exec's)", n)
+	}
+	if n, _ := list("?sandbox=false&pipeline=" + url.QueryEscape("(sandbox exec)")); n != 1 {
+		t.Errorf("a filter naming sandbox exec lists %d runs, want 1", n)
+	}
+
+	// A run through serve: when it ends, the one before it goes.
+	if r := runKusaw(t, dir, "run"); r.code != 0 {
+		t.Fatalf("kusaw run through serve: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	var now []string
+	waitFor(t, "retention after the run", 20*time.Second, func() bool {
+		now = listedRuns(t, dir, false)
+		return len(now) == 1 && now[0] != before[0]
+	})
+	for _, b := range kusawBranches(t, repo) {
+		if strings.Contains(b, before[0]) || strings.Contains(b, before[1]) {
+			t.Errorf("branch %s of a removed run stays", b)
+		}
+	}
+	sp.stop(t)
+}
