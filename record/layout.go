@@ -28,7 +28,7 @@ const (
 	// GCPrefix names a run folder retention is removing (renamed first, so
 	// a half-removed run is never listed): not a valid run id.
 	GCPrefix = ".gc-"
-	StepsDir      = "steps"
+	StepsDir = "steps"
 
 	// Serve's files.
 	ServeSocketDir  = "serve"            // holds the socket; hidden from every sandbox
