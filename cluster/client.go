@@ -86,7 +86,7 @@ func Enroll(ctx context.Context, tok Token, id *Identity, version string, pools 
 	} else {
 		opts = append(opts, nats.UserInfo(EnrollUser, tok.Secret), nats.Secure(PinnedTLS(tok.CA)), nats.CustomInboxPrefix(secretInbox(tok.Secret)))
 	}
-	nc, err := nats.Connect(url, opts...)
+	nc, err := connectPatiently(ctx, url, opts...)
 	if err != nil {
 		if isAuthErr(err) {
 			return fmt.Errorf("serve refused the join token: it was used already or has expired; make a new one with kusaw cluster token")
@@ -205,7 +205,7 @@ func SetupWith(ctx context.Context, nc *nats.Conn, o SetupOptions) (*Handles, er
 	}
 	// Serve withdraws work, so the work queue allows deletes and purges;
 	// no worker may publish there or call either.
-	work, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: WorkStream, Subjects: []string{subjWork + ">"},
+	work, err := createWhenLed(ctx, js, jetstream.StreamConfig{Name: WorkStream, Subjects: []string{subjWork + ">"},
 		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Replicas: replicas,
 		MaxBytes: WorkMaxBytes, MaxMsgSize: MaxPayload, Discard: jetstream.DiscardNew})
 	if err != nil && replicas > 1 {
@@ -263,4 +263,57 @@ func Open(ctx context.Context, nc *nats.Conn) (*Handles, error) {
 		return nil, fmt.Errorf("bucket %s: %v (is serve running?)", WorkersBucket, err)
 	}
 	return h, nil
+}
+
+// connectPatiently connects, trying again for a few seconds when the
+// server was there but the handshake failed: a server under load may
+// send its first RTT PING before the PONG nats.go waits for
+// (nats-server#1174), and a serve just started may not listen yet. A
+// refused identity is final at once.
+func connectPatiently(ctx context.Context, url string, opts ...nats.Option) (*nats.Conn, error) {
+	deadline := time.Now().Add(connectPatience)
+	for {
+		nc, err := nats.Connect(url, opts...)
+		if err == nil || isAuthErr(err) || time.Now().After(deadline) {
+			return nc, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+const connectPatience = 15 * time.Second
+
+// createWhenLed makes the first stream, waiting while a NATS cluster
+// that has just started still elects its JetStream leader (requests time
+// out, or the server answers that JetStream is temporarily unavailable),
+// for up to clusterSettle.
+func createWhenLed(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	deadline := time.Now().Add(clusterSettle)
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		s, err := js.CreateOrUpdateStream(rctx, cfg)
+		cancel()
+		if err == nil || !leaderless(err) || time.Now().After(deadline) || ctx.Err() != nil {
+			return s, err
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+const clusterSettle = 60 * time.Second
+
+// jsTemporarilyUnavailable is the server's "JetStream system temporarily
+// unavailable" (no meta leader yet); nats.go names no constant for it.
+const jsTemporarilyUnavailable jetstream.ErrorCode = 10008
+
+func leaderless(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jsTemporarilyUnavailable {
+		return true
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders)
 }

@@ -135,9 +135,12 @@ func startChromium(t *testing.T, bin string) *cdp {
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("chromium's stderr:\n%s", stderr.String())
+		}
 	})
 	var port string
-	waitFor(t, "chromium's DevTools port", 30*time.Second, func() bool {
+	waitFor(t, "chromium's DevTools port", 90*time.Second, func() bool {
 		b, err := os.ReadFile(filepath.Join(prof, "DevToolsActivePort"))
 		if err != nil {
 			return false
