@@ -228,7 +228,7 @@ func (a *Attempt) injects() ([]egress.Inject, error) {
 		in := egress.Inject{Host: e.Host, Header: e.Header, Upstream: e.BaseURL, BaseURLEnv: e.BaseURLEnv, KeyEnv: e.KeyEnv, Name: fmt.Sprintf("inject-%d", i+1)}
 		secretKey := e.Secret
 		if e.Provider {
-			prov, ok := providers.Get(s.Provider)
+			prov, ok := providers.Of(a.f, s.Provider)
 			if !ok || s.Kind() != config.KindAgent || prov.Spec().Inject == nil {
 				continue // validation reports inject: provider on a step without one
 			}

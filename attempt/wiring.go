@@ -31,7 +31,7 @@ func (a *Attempt) agentSpec(spec *steps.Spec, at steps.Attempt, p *preparedProc,
 	// A trigger's task reaches the agent as text, never through a shell.
 	prompt := config.ExpandParams(s.Prompt, a.spec.Params) + a.job.Shape.Note
 	in := providers.PrepareInput{Provider: s.Provider, Step: s.ID, Prompt: prompt, Sandboxed: sandboxed,
-		Network: providerNetwork(sp.Network), FreshHome: providers.FreshHome(runtime.GOOS, sandboxed)}
+		Network: providerNetwork(sp.Network), FreshHome: providers.FreshHome(runtime.GOOS, sandboxed), Agent: providers.DefOf(a.f, s.Provider)}
 	if pc := a.f.Providers[s.Provider]; pc != nil {
 		in.Command, in.Args, in.Model, in.BaseURL = pc.Command, pc.Args, pc.Model, pc.BaseURL
 	}
@@ -86,10 +86,7 @@ func (a *Attempt) agentSpec(spec *steps.Spec, at steps.Attempt, p *preparedProc,
 	}
 	p.loginPaths, p.readPaths, p.egressHosts = prep.LoginPaths, prep.ReadPaths, prep.Probe.EgressHosts
 	p.probe = &record.ProviderProbe{Path: prep.Probe.Path, Version: prep.Probe.Version}
-	prov, _ := providers.Get(prep.Probe.Provider)
-	if prov == nil {
-		prov, _ = providers.Get(s.Provider)
-	}
+	prov := prep.Provider
 	probeData := map[string]any{"provider": s.Provider, "path": prep.Probe.Path, "version": prep.Probe.Version}
 	if in.Resume != "" {
 		probeData["resume"] = in.Resume // continue_session: the session it continues

@@ -16,6 +16,9 @@ type decoder struct {
 	file     string
 	findings Findings
 	pos      map[string]Pos
+	// fac is the factory being decoded: what later parts check against
+	// what earlier parts defined (a candidate's provider).
+	fac *Factory
 }
 
 func (d *decoder) add(sev Severity, code string, n *yaml.Node, path, fix, format string, args ...any) {

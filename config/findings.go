@@ -81,6 +81,7 @@ const (
 	ECodeGate            = "E082"
 	ECodeTrigger         = "E090"
 	ECodeForge           = "E091"
+	ECodeAgent           = "E092"
 	ECodeRetention       = "E100"
 
 	WCodeProxyIgnored      = "W1"
@@ -140,6 +141,7 @@ var CodeInfo = []struct{ Code, Meaning string }{
 	{ECodeGate, "a gate without a message, or on a step with per_repo, candidates, or in a parallel group"},
 	{ECodeTrigger, "a trigger that cannot fire or names what does not exist: no on:, an unknown pipeline, a schedule that is not cron, a template field no event has, a GitLab or Gitea trigger without allow:"},
 	{ECodeForge, "an unknown forge, a forge without api_url, or a trigger on a forge whose webhook_secret is not set"},
+	{ECodeAgent, "a providers.NAME.agent block kusaw cannot run: a built-in name, argv without {prompt} or {prompt_file}, a stream without its result pointer, a login folder outside the CLI's own, inject without the CLI's key and base URL variables"},
 	{ECodeRetention, "retention: that names no bound, a max_runs below 1, or a max_age under an hour"},
 	{WCodeProxyIgnored, "allowlist mode with a tool known to ignore HTTP(S)_PROXY: it will fail closed"},
 	{WCodeNoRestriction, "network: allowlist on an attempt whose sandbox is off: nothing is restricted"},

@@ -72,6 +72,7 @@ func Parse(data []byte, file string) (*Factory, Findings) {
 		Steps:     map[string]*Step{},
 		pos:       d.pos,
 	}
+	d.fac = f
 	f.Sandbox = SandboxPolicy{Mode: ModeOff, Network: NetworkOpen, Egress: Egress{ProviderHosts: true,
 		Budgets: Budgets{Enabled: true, PerHost: DefaultBudgetPerHost, Total: DefaultBudgetTotal}}}
 	f.StateDir = filepath.Join(f.Dir, ".kusaw")
@@ -245,14 +246,25 @@ func (d *decoder) secretRef(n *yaml.Node, path string) *SecretRef {
 func (d *decoder) providers(f *Factory, n *yaml.Node) {
 	for _, fl := range d.fields(n, "providers", nil) {
 		p := join("providers", fl.key)
-		if !contains(ProviderNames, fl.key) {
-			d.errf(ECodeUnknownProvider, fl.keyN, p, "known providers: "+strings.Join(ProviderNames, ", "), "unknown provider %q", fl.key)
+		agentN := mapValue(fl.value, "agent")
+		builtin := contains(ProviderNames, fl.key)
+		switch {
+		case !builtin && agentN == nil:
+			d.errf(ECodeUnknownProvider, fl.keyN, p, "known providers: "+strings.Join(ProviderNames, ", ")+"; describe another agent CLI under "+p+".agent (docs/providers.md)", "unknown provider %q", fl.key)
+			continue
+		case builtin && agentN != nil:
+			d.errf(ECodeAgent, agentN, p+".agent", "give the described agent a name of its own, such as my-"+fl.key, "%s.agent: %s is a built-in provider; an agent described in the file needs another name", p, fl.key)
+			continue
+		case !idPattern().MatchString(fl.key):
+			d.errf(ECodeBadName, fl.keyN, p, "use letters, digits, '.', '_' and '-'", "provider name %q has characters it may not have", fl.key)
 			continue
 		}
 		pc := &ProviderConfig{}
-		for _, pf := range d.fields(fl.value, p, []string{"command", "args", "base_url", "api_key", "exit_grace", "model"}) {
+		for _, pf := range d.fields(fl.value, p, []string{"command", "args", "base_url", "api_key", "exit_grace", "model", "agent"}) {
 			kp := join(p, pf.key)
 			switch pf.key {
+			case "agent":
+				pc.Agent = d.agent(fl.key, pf.value, kp)
 			case "command":
 				pc.Command = d.str(pf.value, kp)
 			case "model":
@@ -837,8 +849,8 @@ func (d *decoder) steps(f *Factory, n *yaml.Node) {
 			switch sf.key {
 			case "provider":
 				s.Provider = d.str(sf.value, kp)
-				if !contains(ProviderNames, s.Provider) {
-					d.errf(ECodeUnknownProvider, sf.value, kp, "known providers: "+strings.Join(ProviderNames, ", "), "unknown provider %q", s.Provider)
+				if !f.KnowsProvider(s.Provider) {
+					d.errf(ECodeUnknownProvider, sf.value, kp, "known providers: "+strings.Join(f.ProviderChoices(), ", ")+"; or describe it under providers."+s.Provider+".agent", "unknown provider %q", s.Provider)
 				}
 			case "builtin":
 				kinds++
@@ -1104,4 +1116,18 @@ func (d *decoder) stateDirMode(n *yaml.Node) os.FileMode {
 		return 0
 	}
 	return os.FileMode(m)
+}
+
+// mapValue is the value of key in a mapping node, or nil.
+func mapValue(n *yaml.Node, key string) *yaml.Node {
+	n = resolve(n)
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if resolve(n.Content[i]).Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return nil
 }

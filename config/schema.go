@@ -52,6 +52,10 @@ type schemaNode struct {
 	alts     []*schemaNode // oneOf
 	required []string      // object
 	keyPat   string        // map keys
+	// names are the keys a map always knows without being limited to
+	// them (the built-in providers; the file may describe more): what
+	// kusaw config set checks a key against, never rendered.
+	names    []string
 	constInt *int
 	// inline: the decoder checks this alternative itself, without a
 	// traced read (inject: provider).
@@ -174,16 +178,17 @@ func factorySchema() *schemaNode {
 	)
 	repo.required = []string{"path"}
 
-	provider := object("overrides of one built-in agent provider",
+	provider := object("overrides of one built-in agent provider, or (with agent) an agent CLI described here",
 		p("command", text("the CLI: a name on PATH or a path")),
 		p("args", list("arguments added to every run of this provider")),
 		p("base_url", text("the upstream inject forwards to (an API gateway may replace the provider's own)")),
 		p("api_key", secretRefNode("the provider's API key, from the secret store (never written in the file)")),
 		p("exit_grace", duration("how long the agent may take to exit by itself after its result before kusaw stops it (default 5s)")),
 		p("model", text("the model the CLI runs (its --model), unless args name one; e.g. gpt-5-codex, gemini-2.5-pro, sonnet")),
+		p("agent", agentNode()),
 	)
-	providers := mapOf("overrides of the built-in agent providers, by name", "", provider)
-	providers.values = ProviderNames
+	providers := mapOf("the built-in agent providers' overrides ("+strings.Join(ProviderNames, ", ")+"), and agent CLIs described with agent:, by name", idPatternText, provider)
+	providers.names = ProviderNames
 
 	budgets := object("byte limits of the egress proxy, counted on the wire; past one, new connections are refused",
 		p("per_host", size("bytes per host (default 512MiB)")),
@@ -255,7 +260,7 @@ func factorySchema() *schemaNode {
 	envValue := oneOf("a value, or {secret: KEY} read from the secret store when the process starts",
 		text(""), secretRefNode(""))
 	step := object("one unit of work: an agent step (prompt), a built-in step (builtin) or a command step (run)",
-		p("provider", enum("the agent CLI of an agent step (default claude-code)", ProviderNames...)),
+		p("provider", &schemaNode{kind: kindText, pattern: idPatternText, desc: "the agent CLI of an agent step (default claude-code): " + strings.Join(ProviderNames, ", ") + ", or one described under providers.NAME.agent"}),
 		p("builtin", enum("a built-in step", BuiltinNames...)),
 		p("run", list("the argv of a command step: [program, arg, ...]")),
 		p("prompt", text("the agent's task")),
@@ -582,7 +587,50 @@ func notifyNode(desc string) *schemaNode {
 
 // candidateNode is one entry of candidates written as a list.
 func candidateNode() *schemaNode {
-	n := object("one candidate", p("provider", enum("the candidate's agent CLI", ProviderNames...)))
+	n := object("one candidate", p("provider", &schemaNode{kind: kindText, pattern: idPatternText, desc: "the candidate's agent CLI: " + strings.Join(ProviderNames, ", ") + ", or one described under providers.NAME.agent"}))
 	n.required = []string{"provider"}
+	return n
+}
+
+// agentNode is providers.NAME.agent: an agent CLI described as data.
+func agentNode() *schemaNode {
+	ptr := func(desc string) *schemaNode {
+		return &schemaNode{kind: kindText, pattern: `^/`, desc: desc}
+	}
+	usage := object("JSON pointers into the result line to its usage",
+		p("input_tokens", ptr("input tokens")),
+		p("output_tokens", ptr("output tokens")),
+		p("cache_read_tokens", ptr("input tokens read from the cache")),
+		p("cost_usd", ptr("the cost in USD; without it limits.cost_usd is refused")),
+	)
+	stream := object("what the CLI's stdout is and how kusaw reads its outcome",
+		p("format", enum("jsonl (default): JSON lines, the result line decides; text: plain output, the exit code decides", AgentJSONL, AgentText)),
+		p("result", ptr(`which line is the result: "/type=result" (the pointer's value is that text) or "/usage" (the pointer exists); no result line fails the attempt`)),
+		p("success", ptr(`the result's success: "/ok" (a boolean) or "/is_error=false", "/subtype=success" (the value that means success); unset: a result line is a success`)),
+		p("text", ptr("the result's final text")),
+		p("session", ptr("the session id (any line)")),
+		p("usage", usage),
+	)
+	argv := list(`the headless run: [program, arg, ...]; "{prompt}" is the prompt, "{prompt_file}" a file holding it, "{model}" providers.NAME.model (an argument naming {model} is left out when no model is set, so write --model={model} as one)`)
+	argv.minItems = 1
+	inject := object("how the egress proxy holds the CLI's key (sandbox.egress.inject: provider)",
+		p("host", text("the API's host")),
+		p("header", text("the header carrying the key (Authorization gets Bearer)")),
+		p("upstream", text("the API's base URL (default https://HOST; providers.NAME.base_url overrides)")),
+	)
+	n := object("an agent CLI kusaw has no built-in provider for, described so a step can run it as provider: NAME (docs/providers.md)",
+		p("argv", argv),
+		p("stream", stream),
+		p("key_env", &schemaNode{kind: kindText, pattern: envNamePatternText, desc: "the variable the CLI reads its API key from (inject sets it to a placeholder)"}),
+		p("base_url_env", &schemaNode{kind: kindText, pattern: envNamePatternText, desc: "the variable the CLI reads its API base URL from (inject points it at the proxy)"}),
+		p("login_token_env", list("variables any one of which signs the CLI in (needed with a fresh HOME)")),
+		p("env", mapOf("set for every run (telemetry and update checks off); the step's env wins; never a key", envNamePatternText, text(""))),
+		p("login_folders", list("the CLI's own state folders under the home (~/.NAME), mounted read/write in the Linux sandbox")),
+		p("egress_hosts", hostList("the hosts the CLI needs to work (added to an allowlist with provider_hosts)")),
+		p("handshake_hosts", hostList("login, telemetry and update hosts: warned about (W3), never allowed automatically")),
+		p("sandbox_off_args", list("arguments added when kusaw's sandbox wraps the step: what turns the CLI's own sandbox and approval prompts off")),
+		p("inject", inject),
+	)
+	n.required = []string{"argv"}
 	return n
 }

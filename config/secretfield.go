@@ -46,6 +46,9 @@ func SecretField(key string, names func(mapPath string) []string) (ok bool, err 
 			n = next
 		case kindMap:
 			allowed := n.values
+			if allowed == nil {
+				allowed = n.names
+			}
 			if names != nil {
 				allowed = append(append([]string(nil), allowed...), names(path)...)
 			}

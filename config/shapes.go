@@ -323,8 +323,8 @@ func (d *decoder) candidateList(s *Step, n *yaml.Node, kp string) {
 		name := ""
 		for _, fl := range d.fields(c, ip, []string{"provider"}) {
 			name = d.str(fl.value, join(ip, "provider"))
-			if !contains(ProviderNames, name) {
-				d.errf(ECodeUnknownProvider, fl.value, join(ip, "provider"), "known providers: "+strings.Join(ProviderNames, ", "), "unknown provider %q", name)
+			if !d.fac.KnowsProvider(name) {
+				d.errf(ECodeUnknownProvider, fl.value, join(ip, "provider"), "known providers: "+strings.Join(d.fac.ProviderChoices(), ", "), "unknown provider %q", name)
 				return
 			}
 		}

@@ -3,6 +3,7 @@ package config
 import (
 	"net/netip"
 	"os"
+	"sort"
 	"time"
 )
 
@@ -126,6 +127,72 @@ type ProviderConfig struct {
 	APIKey    *SecretRef
 	// Model is the CLI's model (its --model flag) unless args name one.
 	Model string
+	// Agent describes an agent CLI kusaw has no built-in provider for
+	// (providers.NAME.agent); nil for the built-in providers.
+	Agent *Agent
+}
+
+// Agent is an agent CLI described in the factory file, so a team adds an
+// agent without a kusaw release.
+type Agent struct {
+	// Argv is the headless run: argv[0] the program (providers.NAME.command
+	// overrides it), {prompt}, {prompt_file} and {model} filled in.
+	Argv   []string
+	Format string // AgentJSONL or AgentText
+	// JSON pointers into the stream's lines (format jsonl). Result and
+	// Success are POINTER or POINTER=VALUE.
+	Result, Success, Text, Session                      string
+	InputTokens, OutputTokens, CacheReadTokens, CostUSD string
+	// The environment names the CLI reads.
+	KeyEnv, BaseURLEnv string
+	LoginTokenEnv      []string
+	// Env is set for every run (telemetry and update checks off); the
+	// step's env wins. "NAME=value", in file order.
+	Env []string
+	// LoginFolders are its state folders (~/.NAME), mounted read/write in
+	// the Linux sandbox like a built-in provider's.
+	LoginFolders   []string
+	EgressHosts    []string
+	HandshakeHosts []string
+	// SandboxOffArgs are added when kusaw's sandbox wraps the step: what
+	// turns the CLI's own sandbox and approval prompts off.
+	SandboxOffArgs []string
+	// Inject: the API host, the header carrying the key, the upstream base
+	// URL (default https://HOST); empty Host: the key cannot be injected.
+	InjectHost, InjectHeader, InjectUpstream string
+}
+
+// Stream formats of an agent described in the factory.
+const (
+	AgentJSONL = "jsonl" // JSON lines; the result line decides
+	AgentText  = "text"  // plain output; the exit code decides
+)
+
+// AgentPlaceholders are what an agent's argv may name.
+var AgentPlaceholders = []string{"{prompt}", "{prompt_file}", "{model}"}
+
+// KnowsProvider reports whether a step may name provider: a built-in one,
+// or an agent this factory describes.
+func (f *Factory) KnowsProvider(name string) bool {
+	if contains(ProviderNames, name) {
+		return true
+	}
+	pc := f.Providers[name]
+	return pc != nil && pc.Agent != nil
+}
+
+// ProviderChoices lists the providers a step of f may name: the built-in
+// ones, then the factory's agents, sorted.
+func (f *Factory) ProviderChoices() []string {
+	out := append([]string(nil), ProviderNames...)
+	var agents []string
+	for n, pc := range f.Providers {
+		if pc.Agent != nil {
+			agents = append(agents, n)
+		}
+	}
+	sort.Strings(agents)
+	return append(out, agents...)
 }
 
 // EnvValue is a step environment value: a literal, or a reference to the

@@ -134,7 +134,7 @@ func (e *Engine) Doctor(ctx context.Context, o DoctorOptions) (*DoctorReport, er
 		}
 		if len(ds.Allowlist) == 0 {
 			// Shown even when the network is open: what allowlist would admit.
-			for _, h := range e.F.Allowlist(s, providerHosts(s)) {
+			for _, h := range e.F.Allowlist(s, providerHosts(e.F, s)) {
 				ds.Allowlist = append(ds.Allowlist, HostReport{Host: h.Pattern.String(), Origin: h.Origin})
 			}
 			ds.Inject = InjectedEnvNames(e.F, s)
@@ -150,7 +150,8 @@ func (e *Engine) Doctor(ctx context.Context, o DoctorOptions) (*DoctorReport, er
 				injects = injects || in.Provider
 			}
 			sandboxed := ds.Mode == string(config.ModeRequired)
-			mx := providers.CapabilitiesOf(s.Provider, providers.Mode{Sandboxed: sandboxed, Network: providerNetwork(config.Network(ds.Network)),
+			prov, _ := providers.Of(e.F, s.Provider)
+			mx := providers.MatrixOf(prov, providers.Mode{Sandboxed: sandboxed, Network: providerNetwork(config.Network(ds.Network)),
 				Inject: injects && config.Network(ds.Network).Proxied(), FreshHome: providers.FreshHome(runtime.GOOS, sandboxed)})
 			ds.Capabilities = &mx
 		}

@@ -23,7 +23,7 @@ func (e *Engine) EgressPolicy(stepID string) (egress.Policy, error) {
 	}
 	pol := egress.Policy{AllowRanges: e.F.Sandbox.Egress.AllowRanges, PolicyKey: config.AllowPolicyKey(s.ID),
 		Audit: e.F.StepNetwork(s) == config.NetworkAudit}
-	for _, h := range e.F.Allowlist(s, providerHosts(s)) {
+	for _, h := range e.F.Allowlist(s, providerHosts(e.F, s)) {
 		pol.Allow = append(pol.Allow, egress.Rule{Pattern: h.Pattern, Origin: h.Origin})
 	}
 	pol.Upstream, _ = e.upstream(false)

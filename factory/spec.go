@@ -142,7 +142,7 @@ func specSecrets(f *config.Factory, s *config.Step) []string {
 		case s.Kind() == config.KindAgent:
 			if pc := f.Providers[s.Provider]; pc != nil && pc.APIKey != nil {
 				seen[pc.APIKey.Key] = true
-			} else if p, ok := providers.Get(s.Provider); ok && p.Spec().Inject != nil {
+			} else if p, ok := providers.Of(f, s.Provider); ok && p.Spec().Inject != nil {
 				seen[p.Spec().Inject.SecretKey] = true
 			}
 		}

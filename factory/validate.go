@@ -191,9 +191,9 @@ func candidateVariants(f *config.Factory) []*config.Factory {
 // the stream (Cursor's --stream-partial-output), a key in argv.
 func providerArgChecks(f *config.Factory) config.Findings {
 	var out config.Findings
-	for _, name := range config.ProviderNames {
+	for _, name := range f.ProviderChoices() {
 		pc := f.Providers[name]
-		p, ok := providers.Get(name)
+		p, ok := providers.Of(f, name)
 		if pc == nil || !ok || len(pc.Args) == 0 {
 			continue
 		}
@@ -221,7 +221,11 @@ func limitChecks(f *config.Factory) config.Findings {
 		if s.Kind() != config.KindAgent {
 			return false
 		}
-		cell, _ := providers.CapabilitiesOf(s.Provider, providers.Mode{Network: "open"}).Get(providers.CapCostReporting)
+		p, ok := providers.Of(f, s.Provider)
+		if !ok {
+			return false
+		}
+		cell, _ := providers.MatrixOf(p, providers.Mode{Network: "open"}).Get(providers.CapCostReporting)
 		return cell.Level != providers.Supported
 	}
 	for _, id := range f.StepOrder {
@@ -257,11 +261,11 @@ func limitChecks(f *config.Factory) config.Findings {
 	return out
 }
 
-func providerHosts(s *config.Step) []string {
+func providerHosts(f *config.Factory, s *config.Step) []string {
 	if s.Kind() != config.KindAgent {
 		return nil
 	}
-	if p, ok := providers.Get(s.Provider); ok {
+	if p, ok := providers.Of(f, s.Provider); ok {
 		return p.Spec().EgressHosts
 	}
 	return nil
@@ -286,7 +290,7 @@ func stepReport(f *config.Factory, s *config.Step) StepReport {
 	}
 	if config.Network(sr.Network).Proxied() {
 		var rules []egress.Rule
-		for _, h := range f.Allowlist(s, providerHosts(s)) {
+		for _, h := range f.Allowlist(s, providerHosts(f, s)) {
 			sr.Allowlist = append(sr.Allowlist, HostReport{Host: h.Pattern.String(), Origin: h.Origin})
 			rules = append(rules, egress.Rule{Pattern: h.Pattern, Origin: h.Origin})
 		}
@@ -302,7 +306,7 @@ func InjectedEnvNames(f *config.Factory, s *config.Step) []string {
 	names := []string{}
 	for _, e := range f.Inject(s) {
 		if e.Provider {
-			if p, ok := providers.Get(s.Provider); ok && s.Kind() == config.KindAgent && p.Spec().Inject != nil {
+			if p, ok := providers.Of(f, s.Provider); ok && s.Kind() == config.KindAgent && p.Spec().Inject != nil {
 				in := p.Spec().Inject
 				names = append(names, in.BaseURLEnv, in.KeyEnv)
 			}
@@ -362,12 +366,12 @@ func (v *Validator) providerChecks(f *config.Factory) config.Findings {
 			if s.Kind() != config.KindAgent {
 				break
 			}
-			p, ok := providers.Get(s.Provider)
+			p, ok := providers.Of(f, s.Provider)
 			if !ok {
 				break
 			}
 			// W3: handshake hosts are never added automatically.
-			allowed := f.Allowlist(s, providerHosts(s))
+			allowed := f.Allowlist(s, providerHosts(f, s))
 			var missing []string
 			for _, h := range p.Spec().HandshakeHosts {
 				if !hostAllowed(allowed, h) {
@@ -391,11 +395,15 @@ func (v *Validator) providerChecks(f *config.Factory) config.Findings {
 				}
 			}
 			if s.Kind() == config.KindAgent {
-				if p, ok := providers.Get(s.Provider); ok && injects && p.Spec().Inject == nil {
+				p, ok := providers.Of(f, s.Provider)
+				if !ok {
+					break // the loader reported the unknown provider
+				}
+				if injects && p.Spec().Inject == nil {
 					add(config.SevError, config.ECodeCapMissing, sp, "remove inject: provider for this step, or use an explicit inject entry",
 						"step %s: provider %s cannot take an injected key (its CLI has no custom endpoint)", id, s.Provider)
 				}
-				mx := providers.CapabilitiesOf(s.Provider, providers.Mode{Sandboxed: mode == config.ModeRequired, Network: providerNetwork(netw),
+				mx := providers.MatrixOf(p, providers.Mode{Sandboxed: mode == config.ModeRequired, Network: providerNetwork(netw),
 					Inject: injects, FreshHome: providers.FreshHome(v.GOOS, mode == config.ModeRequired)})
 				for _, err := range mx.Unmet(s.Requires) {
 					var ue *providers.UnmetError
@@ -405,7 +413,7 @@ func (v *Validator) providerChecks(f *config.Factory) config.Findings {
 					add(config.SevError, config.ECodeCapMissing, sp+".requires", "remove it from requires, or change the step's provider or sandbox", "step %s %v", id, err)
 				}
 				// W4: a fresh HOME needs a login token.
-				need := providers.NeedsToken(s.Provider, id, providers.FreshHome(v.GOOS, mode == config.ModeRequired), injects)
+				need := providers.NeedsTokenOf(p, id, providers.FreshHome(v.GOOS, mode == config.ModeRequired), injects)
 				var names []string
 				for n := range s.Env {
 					names = append(names, n+"=")
@@ -503,7 +511,7 @@ func (v *Validator) secretChecks(f *config.Factory) config.Findings {
 		if pc := f.Providers[s.Provider]; pc != nil && pc.APIKey != nil {
 			continue
 		}
-		p, ok := providers.Get(s.Provider)
+		p, ok := providers.Of(f, s.Provider)
 		if !ok || p.Spec().Inject == nil {
 			continue
 		}
@@ -808,7 +816,9 @@ func continueSessionChecks(f *config.Factory) config.Findings {
 		var msg string
 		if s.Kind() != config.KindAgent {
 			msg = fmt.Sprintf("step %s is a %s step: continue_session continues an agent's session", id, s.Kind())
-		} else if p, ok := providers.Get(s.Provider); ok && !p.Spec().SessionByID {
+		} else if p, ok := providers.Of(f, s.Provider); ok && p.Spec().Resume == "" {
+			msg = fmt.Sprintf("step %s: provider %s has no way kusaw knows to continue a session", id, s.Provider)
+		} else if ok && !p.Spec().SessionByID {
 			msg = fmt.Sprintf("step %s: provider %s keeps its sessions per working folder, and each attempt has a worktree of its own, so its session cannot be continued", id, s.Provider)
 		}
 		if msg != "" {

@@ -114,12 +114,22 @@ func CapabilityNames() []string {
 // CapabilitiesOf computes the matrix of a provider in a mode. An unknown
 // provider yields an empty matrix.
 func CapabilitiesOf(provider string, m Mode) Matrix {
-	mx := Matrix{Provider: provider, Mode: m}
 	p, ok := Get(provider)
 	if !ok {
-		return mx
+		return Matrix{Provider: provider, Mode: m}
 	}
+	return MatrixOf(p, m)
+}
+
+// MatrixOf computes the matrix of a provider already looked up (one the
+// factory describes: Of).
+func MatrixOf(p Provider, m Mode) Matrix {
+	mx := Matrix{Provider: p.Name(), Mode: m}
 	spec := p.Spec()
+	ownOff := "its own sandbox is off (" + strings.Join(spec.SandboxOffArgs, " ") + ")"
+	if len(spec.SandboxOffArgs) == 0 {
+		ownOff = "no arguments turn a sandbox of its own off (sandbox_off_args)"
+	}
 	allow := m.Sandboxed && m.Network == "allowlist"
 	add := func(c Capability, l Level, note string) {
 		mx.Cells = append(mx.Cells, Cell{c, l, note})
@@ -129,9 +139,9 @@ func CapabilitiesOf(provider string, m Mode) Matrix {
 	case !m.Sandboxed:
 		add(CapSandbox, NotSupported, "the effective sandbox mode is off; set sandbox: required")
 	case m.FreshHome:
-		add(CapSandbox, Supported, fmt.Sprintf("fresh HOME; the agent signs in with %s from the step's env; its own sandbox is off (%s)", strings.Join(spec.Env.LoginToken, " or "), strings.Join(spec.SandboxOffArgs, " ")))
+		add(CapSandbox, Supported, fmt.Sprintf("fresh HOME; the agent signs in with %s from the step's env; %s", strings.Join(spec.Env.LoginToken, " or "), ownOff))
 	default:
-		add(CapSandbox, Supported, fmt.Sprintf("its login folders are mounted read/write; its own sandbox is off (%s)", strings.Join(spec.SandboxOffArgs, " ")))
+		add(CapSandbox, Supported, "its login folders are mounted read/write; "+ownOff)
 	}
 
 	switch {
@@ -145,7 +155,11 @@ func CapabilitiesOf(provider string, m Mode) Matrix {
 
 	switch {
 	case spec.Inject == nil:
-		add(CapInject, NotSupported, "the CLI cannot be pointed at another API endpoint; keep "+spec.Env.APIKey+" as a step secret")
+		key := spec.Env.APIKey
+		if key == "" {
+			key = "its key"
+		}
+		add(CapInject, NotSupported, "the CLI cannot be pointed at another API endpoint; keep "+key+" as a step secret")
 	case !allow:
 		add(CapInject, NotSupported, "inject needs a sandboxed step with network: allowlist (the proxy holds the key)")
 	case !m.Inject:
@@ -154,7 +168,11 @@ func CapabilitiesOf(provider string, m Mode) Matrix {
 		add(CapInject, Supported, fmt.Sprintf("the proxy adds %s; the step sees %s=<local endpoint> and %s=%s; API keys only, not subscription logins", spec.Inject.Header, spec.Inject.BaseURLEnv, spec.Inject.KeyEnv, PlaceholderKey))
 	}
 
-	add(CapStreamEvents, Supported, spec.Stream)
+	if g, ok := p.(generic); ok && g.d.Format == "text" {
+		add(CapStreamEvents, NotSupported, spec.Stream)
+	} else {
+		add(CapStreamEvents, Supported, spec.Stream)
+	}
 
 	switch {
 	case m.FreshHome:
@@ -254,7 +272,42 @@ func CapabilitiesMarkdown() string {
 		}
 		fmt.Fprintf(&b, "- checked against: %s\n", s.CheckedAgainst)
 	}
+	described(&b)
 	return b.String()
+}
+
+// pageAgent is the agent the page's last section shows: one described in
+// the factory, as docs/providers.md's worked example writes it.
+var pageAgent = AgentDef{Name: "NAME", Argv: []string{"qwen", "{prompt}"}, Format: "jsonl", ResultWhen: "/type=result",
+	InputTokens: "/usage/input_tokens", OutputTokens: "/usage/output_tokens", APIKeyEnv: "OPENAI_API_KEY", BaseURLEnv: "OPENAI_BASE_URL",
+	SandboxOffArgs: []string{"--yolo"}, InjectHost: "api.openai.com", InjectHeader: "Authorization"}
+
+// described writes the section on agents described in the factory: their
+// matrix follows from what the description says.
+func described(b *strings.Builder) {
+	b.WriteString("\n## agents described in the factory (providers.NAME.agent)\n\n")
+	b.WriteString("An agent CLI described in the factory file gets its matrix from its description; `kusaw sandbox doctor` prints it per step. ")
+	b.WriteString("`inject` needs `agent.inject` with `key_env` and `base_url_env`; `stream_events` needs `stream.format: jsonl`; ")
+	b.WriteString("`cost_reporting` is `supported` with `stream.usage.cost_usd`, `partial` with token pointers only; `resume` is never supported (kusaw does not know how the CLI continues a session). ")
+	b.WriteString("The agent of docs/providers.md's worked example (jsonl, tokens, inject):\n\n")
+	p, _ := NewAgent(pageAgent)
+	b.WriteString("| capability |")
+	for _, pm := range PageModes {
+		fmt.Fprintf(b, " %s |", pm.Label)
+	}
+	b.WriteString("\n|---|")
+	for range PageModes {
+		b.WriteString("---|")
+	}
+	b.WriteString("\n")
+	for _, c := range Capabilities {
+		fmt.Fprintf(b, "| `%s` |", c.Name)
+		for _, pm := range PageModes {
+			cell, _ := MatrixOf(p, pm.Mode).Get(c.Name)
+			fmt.Fprintf(b, " %s |", cell.Level)
+		}
+		b.WriteString("\n")
+	}
 }
 
 func codeList(xs []string) string {

@@ -19,9 +19,10 @@ import (
 type AgentDef struct {
 	Name    string
 	Command string // the program; argv[0] of the template when empty
-	// Argv is the headless run's arguments after the command: {prompt},
-	// {prompt_file} (a file holding the prompt) and {model} are filled
-	// in; an element that is only {model} is dropped when no model is set.
+	// Argv is the headless run, argv[0] the program (Command, when set,
+	// replaces it): {prompt}, {prompt_file} (a file holding the prompt)
+	// and {model} are filled in; an element naming {model} is left out
+	// when no model is set (so --model={model} is written as one).
 	Argv []string
 	// Format is "jsonl" (JSON lines; the result line decides) or "text"
 	// (the exit code decides).
@@ -42,6 +43,8 @@ type AgentDef struct {
 	// Env names the CLI reads.
 	APIKeyEnv, BaseURLEnv string
 	LoginTokenEnv         []string
+	// Env ("NAME=value") is set for every run; the step's env wins.
+	Env []string
 	// LoginFolders are the CLI's state folders (~/ is the home).
 	LoginFolders []string
 	EgressHosts  []string
@@ -57,7 +60,8 @@ type AgentDef struct {
 // generic is a provider described by an AgentDef.
 type generic struct{ d AgentDef }
 
-// NewAgent checks def and returns its provider. Errors name the field.
+// NewAgent checks def and returns its provider. Errors name the key of
+// providers.NAME.agent (the loader reports the same with its position).
 func NewAgent(def AgentDef) (Provider, error) {
 	if def.Name == "" {
 		return nil, fmt.Errorf("agent: a name is needed")
@@ -66,26 +70,26 @@ func NewAgent(def AgentDef) (Provider, error) {
 		return nil, fmt.Errorf("providers.%s.agent: %s is a built-in provider; give the agent another name", def.Name, def.Name)
 	}
 	where := "providers." + def.Name + ".agent"
-	if def.Command == "" && len(def.Argv) == 0 {
-		return nil, fmt.Errorf("%s: set command (and argv with {prompt} or {prompt_file})", where)
+	if len(def.Argv) == 0 {
+		return nil, fmt.Errorf("%s.argv: write the headless run as [program, ..., \"{prompt}\"]", where)
 	}
-	if !strings.Contains(strings.Join(def.Argv, "\x00"), "{prompt") {
+	if !strings.Contains(strings.Join(def.Argv[1:], "\x00"), "{prompt") {
 		return nil, fmt.Errorf("%s.argv: name {prompt} or {prompt_file}, or the agent never gets the step's prompt", where)
 	}
 	switch def.Format {
 	case "jsonl":
 		if def.ResultWhen == "" {
-			return nil, fmt.Errorf("%s.result: with format jsonl, say which line is the result (e.g. \"/type=result\")", where)
+			return nil, fmt.Errorf("%s.stream.result: with format jsonl, say which line is the result (e.g. \"/type=result\")", where)
 		}
 		for field, ptr := range map[string]string{"result": strings.SplitN(def.ResultWhen, "=", 2)[0], "success": def.Success, "text": def.Text, "session": def.Session,
-			"usage.input_tokens": def.InputTokens, "usage.output_tokens": def.OutputTokens, "usage.cache_read_tokens": def.CacheReadTokens, "cost_usd": def.CostUSD} {
+			"usage.input_tokens": def.InputTokens, "usage.output_tokens": def.OutputTokens, "usage.cache_read_tokens": def.CacheReadTokens, "usage.cost_usd": def.CostUSD} {
 			if ptr != "" && !strings.HasPrefix(ptr, "/") {
-				return nil, fmt.Errorf("%s.%s: %q is not a JSON pointer; write it as /key/sub", where, field, ptr)
+				return nil, fmt.Errorf("%s.stream.%s: %q is not a JSON pointer; write it as /key/sub", where, field, ptr)
 			}
 		}
 	case "text":
 	default:
-		return nil, fmt.Errorf("%s.format: %q is not jsonl or text", where, def.Format)
+		return nil, fmt.Errorf("%s.stream.format: %q is not jsonl or text", where, def.Format)
 	}
 	if (def.InjectHost == "") != (def.InjectHeader == "") || def.InjectHost != "" && (def.BaseURLEnv == "" || def.APIKeyEnv == "") {
 		return nil, fmt.Errorf("%s.inject: needs host and header, and the agent's base_url_env and key_env", where)
@@ -156,34 +160,31 @@ func (g generic) Argv(req RunRequest) ([]string, error) {
 		return nil, err
 	}
 	cmd := req.Command
-	tmpl := g.d.Argv
-	if g.d.Command == "" {
-		if cmd == "" {
-			cmd = tmpl[0]
-		}
-		tmpl = tmpl[1:]
-	}
 	if cmd == "" {
-		cmd = g.d.Command
+		cmd = g.Spec().DefaultCommand
 	}
 	argv := []string{cmd}
 	if req.Sandboxed {
 		argv = append(argv, g.d.SandboxOffArgs...)
 	}
-	for _, a := range tmpl {
-		if a == "{model}" && req.Model == "" {
+	fill := strings.NewReplacer("{prompt}", req.Prompt, "{prompt_file}", req.PromptFile, "{model}", req.Model)
+	for _, a := range g.d.Argv[1:] {
+		if strings.Contains(a, "{model}") && req.Model == "" {
 			continue
 		}
 		if strings.Contains(a, "{prompt_file}") && req.PromptFile == "" {
 			return nil, fmt.Errorf("%s: {prompt_file} needs the attempt's folder for the prompt", g.d.Name)
 		}
-		a = strings.NewReplacer("{prompt}", req.Prompt, "{prompt_file}", req.PromptFile, "{model}", req.Model).Replace(a)
-		argv = append(argv, a)
+		argv = append(argv, fill.Replace(a))
 	}
 	return append(argv, req.Args...), nil
 }
 
-func (g generic) Env(RunRequest) []string { return nil }
+func (g generic) Env(RunRequest) []string { return g.d.Env }
+
+func (g generic) readsPromptFile() bool {
+	return strings.Contains(strings.Join(g.d.Argv, "\x00"), "{prompt_file}")
+}
 
 func (g generic) Outcome(res Result, exitCode int) (status.Outcome, status.Reason) {
 	if g.d.Format == "text" {

@@ -30,11 +30,22 @@ func FreshHome(goos string, sandboxed bool) bool {
 // token. Only a fresh HOME requires one. With inject the egress proxy adds
 // the API key itself, so a provider that supports inject needs none.
 func NeedsToken(provider, step string, freshHome, inject bool) TokenNeed {
-	n := TokenNeed{Provider: provider, Step: step}
 	p, ok := Get(provider)
 	if !ok {
-		return n
+		return TokenNeed{Provider: provider, Step: step}
 	}
+	return needsToken(p, step, freshHome, inject)
+}
+
+// NeedsTokenOf is NeedsToken for a provider already looked up (one the
+// factory describes).
+func NeedsTokenOf(p Provider, step string, freshHome, inject bool) TokenNeed {
+	return needsToken(p, step, freshHome, inject)
+}
+
+func needsToken(p Provider, step string, freshHome, inject bool) TokenNeed {
+	provider := p.Name()
+	n := TokenNeed{Provider: provider, Step: step}
 	spec := p.Spec()
 	n.EnvNames = append([]string(nil), spec.Env.LoginToken...)
 	if len(n.EnvNames) > 0 {

@@ -14,7 +14,10 @@ import (
 // PrepareInput is what the engine knows about one agent process before it
 // starts, as plain data.
 type PrepareInput struct {
-	Provider  string   // steps.<id>.provider ("" = Default)
+	Provider string // steps.<id>.provider ("" = Default)
+	// Agent is the provider's description when the factory describes it
+	// (providers.NAME.agent, DefOf); nil for a built-in provider.
+	Agent     *AgentDef
 	Step      string   // step id, for messages and fixes
 	Command   string   // providers.<name>.command ("" = the default names)
 	Args      []string // providers.<name>.args
@@ -53,8 +56,11 @@ type PrepareInput struct {
 
 // Prepared is everything needed to start the process.
 type Prepared struct {
-	Probe Probe
-	Argv  []string
+	// Provider is the provider that runs: what parses its stream and
+	// decides its outcome.
+	Provider Provider
+	Probe    Probe
+	Argv     []string
 	// Env goes into the process environment before the step's own env
 	// (which wins).
 	Env []string
@@ -80,12 +86,20 @@ func Prepare(ctx context.Context, in PrepareInput) (Prepared, error) {
 		name = Default
 	}
 	p, ok := Get(name)
+	if in.Agent != nil && !ok {
+		var err error
+		if p, err = NewAgent(*in.Agent); err != nil {
+			return Prepared{}, &status.Error{Reason: status.ReasonProviderMissing, Msg: fmt.Sprintf("step %s: %v", stepName(in.Step), err),
+				Fix: "fix providers." + name + ".agent as the message says (kusaw validate names the line)"}
+		}
+		ok = true
+	}
 	if !ok {
 		return Prepared{}, &status.Error{Reason: status.ReasonProviderMissing,
-			Msg: fmt.Sprintf("step %s: unknown provider %q", stepName(in.Step), name), Fix: "use one of: " + strings.Join(Names(), ", ")}
+			Msg: fmt.Sprintf("step %s: unknown provider %q", stepName(in.Step), name), Fix: "use one of: " + strings.Join(Names(), ", ") + ", or describe it under providers." + name + ".agent"}
 	}
-	var out Prepared
-	out.Token = NeedsToken(name, in.Step, in.FreshHome, in.Inject)
+	out := Prepared{Provider: p}
+	out.Token = needsToken(p, in.Step, in.FreshHome, in.Inject)
 	if err := out.Token.Err(in.StepEnv); err != nil {
 		return Prepared{}, err
 	}
@@ -116,6 +130,22 @@ func Prepare(ctx context.Context, in PrepareInput) (Prepared, error) {
 		// binary, @openai/codex-linux-x64): the node_modules folder it is in.
 		if i := strings.LastIndex(pr.RealPath, string(filepath.Separator)+"node_modules"+string(filepath.Separator)); i > 0 {
 			out.ReadPaths = append(out.ReadPaths, pr.RealPath[:i+len("/node_modules")])
+		}
+	}
+	if g, ok := p.(generic); ok && g.readsPromptFile() {
+		// The prompt in a file of the attempt's own, which its sandbox
+		// can read; kept with the attempt.
+		if in.ConfigDir == "" {
+			return Prepared{}, &status.Error{Reason: status.ReasonStepStartFailed, Msg: fmt.Sprintf("step %s: %s reads its prompt from a file, and this executor gives it no folder", stepName(in.Step), name),
+				Fix: "use {prompt} in providers." + name + ".agent.argv"}
+		}
+		req.PromptFile = filepath.Join(in.ConfigDir, "prompt.txt")
+		if err := os.MkdirAll(in.ConfigDir, 0o700); err == nil {
+			err = os.WriteFile(req.PromptFile, []byte(in.Prompt), 0o600)
+		}
+		if err != nil {
+			return Prepared{}, &status.Error{Reason: status.ReasonStepStartFailed, Msg: fmt.Sprintf("step %s: writing the prompt file: %v", stepName(in.Step), err),
+				Fix: "check that the state folder is writable"}
 		}
 	}
 	out.Argv, err = p.Argv(req)

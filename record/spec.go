@@ -21,7 +21,9 @@ import (
 // RunBase: a version-1 worker would run such an attempt without them.
 // Version 3 has wire types of its own for the step, policy and provider
 // (spec_wire.go) where version 2 carried the config structs' Go fields.
-const SpecVersion = 3
+// Version 4 carries an agent described in the factory (provider.agent):
+// an older worker would not know the provider.
+const SpecVersion = 4
 
 // SpecFile is the attempt's spec beside attempt.json: what it was asked to
 // run, as it would cross to a worker.

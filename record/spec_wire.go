@@ -138,6 +138,34 @@ type SpecProvider struct {
 	BaseURL     string   `json:"base_url,omitempty"`
 	APIKey      string   `json:"api_key,omitempty"` // a secret-store key
 	Model       string   `json:"model,omitempty"`
+	// Agent is the provider's description when the factory describes
+	// it (providers.NAME.agent): a worker runs it without the file.
+	Agent *SpecAgent `json:"agent,omitempty"`
+}
+
+// SpecAgent is providers.NAME.agent on the wire.
+type SpecAgent struct {
+	Argv            []string `json:"argv"`
+	Format          string   `json:"format"`
+	Result          string   `json:"result,omitempty"`
+	Success         string   `json:"success,omitempty"`
+	Text            string   `json:"text,omitempty"`
+	Session         string   `json:"session,omitempty"`
+	InputTokens     string   `json:"input_tokens,omitempty"`
+	OutputTokens    string   `json:"output_tokens,omitempty"`
+	CacheReadTokens string   `json:"cache_read_tokens,omitempty"`
+	CostUSD         string   `json:"cost_usd,omitempty"`
+	KeyEnv          string   `json:"key_env,omitempty"`
+	BaseURLEnv      string   `json:"base_url_env,omitempty"`
+	LoginTokenEnv   []string `json:"login_token_env,omitempty"`
+	Env             []string `json:"env,omitempty"` // NAME=value, never a secret (the loader refuses one)
+	LoginFolders    []string `json:"login_folders,omitempty"`
+	EgressHosts     []string `json:"egress_hosts,omitempty"`
+	HandshakeHosts  []string `json:"handshake_hosts,omitempty"`
+	SandboxOffArgs  []string `json:"sandbox_off_args,omitempty"`
+	InjectHost      string   `json:"inject_host,omitempty"`
+	InjectHeader    string   `json:"inject_header,omitempty"`
+	InjectUpstream  string   `json:"inject_upstream,omitempty"`
 }
 
 func ms(d time.Duration) int64   { return d.Milliseconds() }
@@ -201,7 +229,15 @@ func ProviderOf(p *config.ProviderConfig) *SpecProvider {
 	if p == nil {
 		return nil
 	}
-	return &SpecProvider{Command: p.Command, Args: p.Args, ExitGraceMS: ms(p.ExitGrace), BaseURL: p.BaseURL, APIKey: secretKey(p.APIKey), Model: p.Model}
+	sp := &SpecProvider{Command: p.Command, Args: p.Args, ExitGraceMS: ms(p.ExitGrace), BaseURL: p.BaseURL, APIKey: secretKey(p.APIKey), Model: p.Model}
+	if a := p.Agent; a != nil {
+		sp.Agent = &SpecAgent{Argv: a.Argv, Format: a.Format, Result: a.Result, Success: a.Success, Text: a.Text, Session: a.Session,
+			InputTokens: a.InputTokens, OutputTokens: a.OutputTokens, CacheReadTokens: a.CacheReadTokens, CostUSD: a.CostUSD,
+			KeyEnv: a.KeyEnv, BaseURLEnv: a.BaseURLEnv, LoginTokenEnv: a.LoginTokenEnv, Env: a.Env, LoginFolders: a.LoginFolders,
+			EgressHosts: a.EgressHosts, HandshakeHosts: a.HandshakeHosts, SandboxOffArgs: a.SandboxOffArgs,
+			InjectHost: a.InjectHost, InjectHeader: a.InjectHeader, InjectUpstream: a.InjectUpstream}
+	}
+	return sp
 }
 
 func hostsOf(hs []config.HostEntry) []SpecHost {
@@ -267,7 +303,15 @@ func (w SpecPolicy) config() config.SandboxPolicy {
 }
 
 func (w *SpecProvider) config() *config.ProviderConfig {
-	return &config.ProviderConfig{Command: w.Command, Args: w.Args, ExitGrace: dur(w.ExitGraceMS), BaseURL: w.BaseURL, APIKey: secretRef(w.APIKey), Model: w.Model}
+	pc := &config.ProviderConfig{Command: w.Command, Args: w.Args, ExitGrace: dur(w.ExitGraceMS), BaseURL: w.BaseURL, APIKey: secretRef(w.APIKey), Model: w.Model}
+	if a := w.Agent; a != nil {
+		pc.Agent = &config.Agent{Argv: a.Argv, Format: a.Format, Result: a.Result, Success: a.Success, Text: a.Text, Session: a.Session,
+			InputTokens: a.InputTokens, OutputTokens: a.OutputTokens, CacheReadTokens: a.CacheReadTokens, CostUSD: a.CostUSD,
+			KeyEnv: a.KeyEnv, BaseURLEnv: a.BaseURLEnv, LoginTokenEnv: a.LoginTokenEnv, Env: a.Env, LoginFolders: a.LoginFolders,
+			EgressHosts: a.EgressHosts, HandshakeHosts: a.HandshakeHosts, SandboxOffArgs: a.SandboxOffArgs,
+			InjectHost: a.InjectHost, InjectHeader: a.InjectHeader, InjectUpstream: a.InjectUpstream}
+	}
+	return pc
 }
 
 func (r SpecResources) config() config.Resources {
@@ -310,6 +354,20 @@ func (s *AttemptSpec) checkWire() error {
 	for _, r := range s.Policy.Egress.AllowRanges {
 		if _, err := netip.ParsePrefix(r); err != nil {
 			return fmt.Errorf("attempt spec allow_ranges %q: %v", r, err)
+		}
+	}
+	if p := s.Provider; p != nil && p.Agent != nil {
+		// The machine that runs the attempt mounts these read/write: the
+		// loader's rule holds for a spec that never saw a file.
+		for _, lf := range p.Agent.LoginFolders {
+			if err := config.CheckLoginFolder(lf); err != nil {
+				return fmt.Errorf("attempt spec agent login folder: %v", err)
+			}
+		}
+		for _, h := range append(append([]string(nil), p.Agent.EgressHosts...), p.Agent.HandshakeHosts...) {
+			if _, err := config.ParseHostPattern(h); err != nil {
+				return fmt.Errorf("attempt spec agent host %q: %v", h, err)
+			}
 		}
 	}
 	return nil
