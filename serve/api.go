@@ -222,10 +222,11 @@ func runError(w http.ResponseWriter, err error) {
 
 func (s *Server) health() client.Health {
 	ch := s.clusterHealth()
+	sh := s.state.health()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return client.Health{OK: !s.stopping && (ch == nil || ch.Connected), PID: os.Getpid(), Queued: len(s.queue), Running: len(s.running), MaxParallel: s.max,
-		PeakRunning: s.peak, Started: s.started, StateDir: s.F.StateDir, Factory: s.F.Path, Stopping: s.stopping, Cluster: ch}
+	return client.Health{OK: !s.stopping && (ch == nil || ch.Connected) && sh.Writable, PID: os.Getpid(), Queued: len(s.queue), Running: len(s.running), MaxParallel: s.max,
+		PeakRunning: s.peak, Started: s.started, StateDir: s.F.StateDir, Factory: s.F.Path, Stopping: s.stopping, Cluster: ch, State: sh}
 }
 
 func (s *Server) apiHealth(w http.ResponseWriter, r *http.Request) {

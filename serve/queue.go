@@ -86,6 +86,7 @@ type Server struct {
 	cl       *serveCluster // serve.cluster: the embedded NATS server and the dispatcher
 	intake   *intake       // webhooks and schedules (intake.go)
 	retain   chan struct{} // a run ended: retention looks again (retention.go)
+	state    *stateHealth  // does the state folder take writes (statehealth.go)
 }
 
 // ErrFactoryChanged is returned by Submit when the factory file on disk is
@@ -122,6 +123,7 @@ func NewServer(f *config.Factory, opts ServeOptions) (*Server, error) {
 	s := &Server{F: f, opts: opts, log: opts.Log, running: map[string]*activeRun{}, waiting: map[string]bool{}, started: time.Now().UTC(), lock: l, bus: newBus(), fileSum: fileSum(f.Path)}
 	s.cond = sync.NewCond(&s.mu)
 	s.retain = make(chan struct{}, 1)
+	s.state = newStateHealth(f.StateDir, s.log)
 	s.intake = newIntake(f.StateDir, opts.Now)
 	s.max = opts.MaxParallel
 	if s.max <= 0 {
@@ -147,6 +149,7 @@ func NewServer(f *config.Factory, opts ServeOptions) (*Server, error) {
 	}
 	eo.OnEvent = func(ev record.Event) {
 		s.gateEvent(ev)
+		s.state.event(ev)
 		s.bus.publish(ev.Run)
 		if user != nil {
 			user(ev)

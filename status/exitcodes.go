@@ -31,7 +31,7 @@ var ExitCodes = []struct {
 	{ExitInvalidConfig, "invalid_config", "the factory file is missing or invalid"},
 	{ExitSandboxUnavailable, "sandbox_unavailable", "a required sandbox cannot run on this machine"},
 	{ExitNotFound, "not_found", "the named run, step, attempt, key or file does not exist"},
-	{ExitServeUnavailable, "serve_unavailable", "kusaw serve is not running (service status)"},
+	{ExitServeUnavailable, "serve_unavailable", "kusaw serve is not running, or cannot work: not connected to its NATS server, or its state folder takes no writes (service status)"},
 	{ExitVerifyFailed, "verify_failed", "a log's hash chain or seal does not verify"},
 	{ExitEgressRefused, "egress_refused", "kusaw egress check: the proxy would refuse the connection"},
 	{ExitDeliverFailed, "deliver_failed", "kusaw deliver: a delivery step (merge, push, pull request) failed; the run itself stays succeeded"},

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -41,6 +42,8 @@ type serviceStatus struct {
 		Error       string `json:"error,omitempty"`
 		// Cluster: serve's connection to NATS and its workers.
 		Cluster *client.ClusterHealth `json:"cluster,omitempty"`
+		// State: does the state folder take writes (serve's write test).
+		State *client.StateHealth `json:"state,omitempty"`
 	} `json:"serve"`
 	Sandbox sandbox.CheckResult `json:"sandbox"`
 }
@@ -49,89 +52,124 @@ func newServiceStatusCmd(a *app) *cobra.Command {
 	var jsonOut bool
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "is kusaw serve running (socket, queue) and can this machine run the sandbox backend",
+		Short: "is kusaw serve running (socket, queue, state folder) and can this machine run the sandbox backend",
 		Long: `Exit status: 0 serve is running and the sandbox backend is available;
-6 serve is not running, or it runs a cluster and is not connected to its
-NATS server; 4 serve is running but the sandbox backend is not available
-(the reason and fix are printed).`,
+6 serve is not running, it runs a cluster and is not connected to its
+NATS server, or its state folder takes no writes (full, or read-only:
+the folder and the fix are printed); 4 serve is running but the sandbox
+backend is not available (the reason and fix are printed).`,
 		Args: cobra.NoArgs,
-		RunE: func(c *cobra.Command, args []string) error {
-			f, err := a.loadFactory()
-			if err != nil {
-				return err
-			}
-			var st serviceStatus
-			st.Serve.Socket = filepath.Join(f.StateDir, record.ServeSocketFile)
-			if os.Getenv("KUSAW_NO_SERVE") != "1" {
-				cl, derr := client.DialServe(f.StateDir)
-				if derr == nil {
-					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-					h, herr := cl.Health(ctx)
-					cancel()
-					if herr == nil {
-						st.Serve.Running, st.Serve.PID, st.Serve.Queued, st.Serve.RunningRuns, st.Serve.MaxParallel = true, h.PID, h.Queued, h.Running, h.MaxParallel
-						st.Serve.Cluster = h.Cluster
-						var info client.ServeInfo
-						if b, err := os.ReadFile(filepath.Join(f.StateDir, record.ServeInfoFile)); err == nil && json.Unmarshal(b, &info) == nil {
-							st.Serve.Listen = info.Listen
-						}
-					} else {
-						derr = herr
-					}
-				}
-				if derr != nil && !errors.Is(derr, client.ErrServeDown) {
-					st.Serve.Error = derr.Error()
-				}
-			}
-			st.Sandbox = sandboxCheck()
-			if jsonOut {
-				b, _ := json.MarshalIndent(st, "", "  ")
-				fmt.Fprintf(a.stdout, "%s\n", b)
-			} else {
-				w := a.stdout
-				if st.Serve.Running {
-					fmt.Fprintf(w, "serve:     running (pid %d)\n", st.Serve.PID)
-					fmt.Fprintf(w, "socket:    %s\n", st.Serve.Socket)
-					if st.Serve.Listen != "" {
-						fmt.Fprintf(w, "listen:    %s (bearer token: %s in the secret store)\n", st.Serve.Listen, serve.TokenSecretKey)
-					}
-					fmt.Fprintf(w, "queue:     %d queued, %d running, at most %d at once\n", st.Serve.Queued, st.Serve.RunningRuns, st.Serve.MaxParallel)
-					if ch := st.Serve.Cluster; ch != nil {
-						workers := fmt.Sprintf("%d up, %d lost, %d draining, %d stopped", ch.WorkersUp, ch.WorkersLost, ch.WorkersDraining, ch.WorkersStopped)
-						if ch.Connected {
-							fmt.Fprintf(w, "cluster:   connected to NATS (%s); workers %s\n", ch.NATS, workers)
-						} else {
-							fmt.Fprintf(w, "cluster:   NOT connected to NATS (%s) since %s; serve retries, and finds no worker lost meanwhile\n", ch.NATS, ch.DisconnectedSince.Local().Format(time.RFC3339))
-							fmt.Fprintf(w, "fix:       start the NATS server, or check the network between serve and it\n")
-						}
-					}
-				} else {
-					fmt.Fprintf(w, "serve:     not running (no answer on %s)\n", st.Serve.Socket)
-					if st.Serve.Error != "" {
-						fmt.Fprintf(w, "error:     %s\n", st.Serve.Error)
-					}
-					fmt.Fprintf(w, "fix:       start it: kusaw serve (or install it: kusaw service install)\n")
-				}
-				fmt.Fprintf(w, "backend:   %s", orNone(st.Sandbox.Backend))
-				if st.Sandbox.Available {
-					fmt.Fprintf(w, " available\n")
-				} else {
-					fmt.Fprintf(w, " NOT available\nreason:    %s: %s\nfix:       %s\n", st.Sandbox.Reason, st.Sandbox.Msg, st.Sandbox.Fix)
-				}
-			}
-			switch {
-			case !st.Serve.Running:
-				return silentExit(status.ExitServeUnavailable)
-			case st.Serve.Cluster != nil && !st.Serve.Cluster.Connected:
-				return silentExit(status.ExitServeUnavailable)
-			case !st.Sandbox.Available:
-				return silentExit(status.ExitSandboxUnavailable)
-			}
-			return nil
-		},
+		RunE: func(c *cobra.Command, args []string) error { return a.serviceStatus(jsonOut) },
 	}
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print the status as JSON")
 	return cmd
+}
+
+// serviceStatus is kusaw service status: what serve's health says, the
+// sandbox check, printed as text or JSON, and the exit code they give.
+func (a *app) serviceStatus(jsonOut bool) error {
+	f, err := a.loadFactory()
+	if err != nil {
+		return err
+	}
+	st := readServiceStatus(f.StateDir)
+	if jsonOut {
+		b, _ := json.MarshalIndent(st, "", "  ")
+		fmt.Fprintf(a.stdout, "%s\n", b)
+	} else {
+		printServiceStatus(a.stdout, st)
+	}
+	return st.exit()
+}
+
+// readServiceStatus asks the state folder's serve for its health.
+func readServiceStatus(stateDir string) *serviceStatus {
+	st := &serviceStatus{}
+	st.Serve.Socket = filepath.Join(stateDir, record.ServeSocketFile)
+	if os.Getenv("KUSAW_NO_SERVE") != "1" {
+		cl, derr := client.DialServe(stateDir)
+		if derr == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			h, herr := cl.Health(ctx)
+			cancel()
+			if herr == nil {
+				st.Serve.Running, st.Serve.PID, st.Serve.Queued, st.Serve.RunningRuns, st.Serve.MaxParallel = true, h.PID, h.Queued, h.Running, h.MaxParallel
+				st.Serve.Cluster, st.Serve.State = h.Cluster, h.State
+				var info client.ServeInfo
+				if b, err := os.ReadFile(filepath.Join(stateDir, record.ServeInfoFile)); err == nil && json.Unmarshal(b, &info) == nil {
+					st.Serve.Listen = info.Listen
+				}
+			} else {
+				derr = herr
+			}
+		}
+		if derr != nil && !errors.Is(derr, client.ErrServeDown) {
+			st.Serve.Error = derr.Error()
+		}
+	}
+	st.Sandbox = sandboxCheck()
+	return st
+}
+
+// exit is kusaw service status's exit code for st.
+func (st *serviceStatus) exit() error {
+	switch {
+	case !st.Serve.Running:
+		return silentExit(status.ExitServeUnavailable)
+	case st.Serve.Cluster != nil && !st.Serve.Cluster.Connected:
+		return silentExit(status.ExitServeUnavailable)
+	case st.Serve.State != nil && !st.Serve.State.Writable:
+		return silentExit(status.ExitServeUnavailable)
+	case !st.Sandbox.Available:
+		return silentExit(status.ExitSandboxUnavailable)
+	}
+	return nil
+}
+
+// printServiceStatus is kusaw service status's text.
+func printServiceStatus(w io.Writer, st *serviceStatus) {
+	if st.Serve.Running {
+		fmt.Fprintf(w, "serve:     running (pid %d)\n", st.Serve.PID)
+		fmt.Fprintf(w, "socket:    %s\n", st.Serve.Socket)
+		if st.Serve.Listen != "" {
+			fmt.Fprintf(w, "listen:    %s (bearer token: %s in the secret store)\n", st.Serve.Listen, serve.TokenSecretKey)
+		}
+		fmt.Fprintf(w, "queue:     %d queued, %d running, at most %d at once\n", st.Serve.Queued, st.Serve.RunningRuns, st.Serve.MaxParallel)
+		if sh := st.Serve.State; sh != nil {
+			if sh.Writable {
+				fmt.Fprintf(w, "state:     %s writable\n", sh.Dir)
+			} else {
+				since := ""
+				if sh.Since != nil {
+					since = " since " + sh.Since.Local().Format(time.RFC3339)
+				}
+				fmt.Fprintf(w, "state:     %s FULL or not writable%s; attempts fail with %s until it takes writes again\n", sh.Dir, since, sh.Reason)
+				fmt.Fprintf(w, "error:     %s\n", safeFor(w, sh.Message))
+				fmt.Fprintf(w, "fix:       %s\n", sh.Fix)
+			}
+		}
+		if ch := st.Serve.Cluster; ch != nil {
+			workers := fmt.Sprintf("%d up, %d lost, %d draining, %d stopped", ch.WorkersUp, ch.WorkersLost, ch.WorkersDraining, ch.WorkersStopped)
+			if ch.Connected {
+				fmt.Fprintf(w, "cluster:   connected to NATS (%s); workers %s\n", ch.NATS, workers)
+			} else {
+				fmt.Fprintf(w, "cluster:   NOT connected to NATS (%s) since %s; serve retries, and finds no worker lost meanwhile\n", ch.NATS, ch.DisconnectedSince.Local().Format(time.RFC3339))
+				fmt.Fprintf(w, "fix:       start the NATS server, or check the network between serve and it\n")
+			}
+		}
+	} else {
+		fmt.Fprintf(w, "serve:     not running (no answer on %s)\n", st.Serve.Socket)
+		if st.Serve.Error != "" {
+			fmt.Fprintf(w, "error:     %s\n", st.Serve.Error)
+		}
+		fmt.Fprintf(w, "fix:       start it: kusaw serve (or install it: kusaw service install)\n")
+	}
+	fmt.Fprintf(w, "backend:   %s", orNone(st.Sandbox.Backend))
+	if st.Sandbox.Available {
+		fmt.Fprintf(w, " available\n")
+	} else {
+		fmt.Fprintf(w, " NOT available\nreason:    %s: %s\nfix:       %s\n", st.Sandbox.Reason, st.Sandbox.Msg, st.Sandbox.Fix)
+	}
 }
 
 func orNone(s string) string {

@@ -44,6 +44,21 @@ type Health struct {
 	// Cluster is serve's cluster, when it has one: OK is false while
 	// serve is not connected to its NATS server.
 	Cluster *ClusterHealth `json:"cluster,omitempty"`
+	// State is the state folder: OK is false while it takes no writes.
+	State *StateHealth `json:"state,omitempty"`
+}
+
+// StateHealth is whether serve's state folder takes writes: serve writes
+// a test file there (at most every 2 s, and at once after an attempt
+// ended with state.write_failed). While it fails, attempts fail with
+// state.write_failed; Message names the error and the last such attempt.
+type StateHealth struct {
+	Dir      string        `json:"dir"`
+	Writable bool          `json:"writable"`
+	Since    *time.Time    `json:"since,omitempty"` // when the test first failed
+	Reason   status.Reason `json:"reason,omitempty"`
+	Message  string        `json:"message,omitempty"`
+	Fix      string        `json:"fix,omitempty"`
 }
 
 // ClusterHealth is serve's connection to NATS and its workers.
