@@ -328,7 +328,7 @@ func (a *Attempt) createWorktrees() error {
 		}
 		a.repos[w.Repo], a.wts[w.Repo] = repo, wt
 		w.GitDir, w.BaseSHA, w.Path = wt.GitDir, wt.BaseSHA, wt.Path
-		a.events.Emit(record.EvWorktreeCreated, map[string]any{"repo": w.Repo, "path": w.Path, "branch": w.Branch, "base": w.BaseSHA})
+		a.events.Emit(record.EvWorktreeCreated, worktreeCreated(w, wt))
 	}
 	return nil
 }
@@ -337,17 +337,19 @@ func (a *Attempt) createWorktrees() error {
 // a run branch not made yet (Job.NewBranches) is made first, with the
 // attempt's own branch when the attempt starts from it.
 func (a *Attempt) addAttempt(repo *worktree.Repo, name, from, branch, path string) (*worktree.Worktree, error) {
+	o := worktree.AddOptions{Pool: a.pool(repo)}
 	if !a.job.NewBranches {
-		return repo.AddAttempt(from, branch, path)
+		return repo.AddAttemptWith(from, branch, path, o)
 	}
 	rr := a.job.repo(name)
 	if from == rr.Branch {
-		return repo.AddAttemptNewRun(from, rr.HeadSHA, branch, path)
+		o.NewRunBase = rr.HeadSHA
+		return repo.AddAttemptWith(from, branch, path, o)
 	}
 	if err := repo.SetBranch(rr.Branch, "", rr.HeadSHA); err != nil {
 		return nil, err
 	}
-	return repo.AddAttempt(from, branch, path)
+	return repo.AddAttemptWith(from, branch, path, o)
 }
 
 // setup runs the factory's setup commands in each new worktree, with the
@@ -978,6 +980,9 @@ func (a *Attempt) Finish() *record.AttemptRecord {
 	for i := range a.rec.Worktrees {
 		w := &a.rec.Worktrees[i]
 		if repo := a.repos[w.Repo]; repo != nil {
+			if a.releaseWorktree(repo, w) {
+				continue
+			}
 			if err := repo.RemoveWorktree(a.wts[w.Repo]); err != nil {
 				a.events.Emit(record.EvWorktreeRemoveFailed, map[string]any{"repo": w.Repo, "error": err.Error()})
 			} else {

@@ -21,6 +21,51 @@ import (
 // starts: gitignored files copied from the main checkout (repos.NAME.
 // include), named caches shared across attempts, and leased host ports.
 
+// pool is the repository's pool of worktrees in the state folder
+// (docs/factory.md, "Worktree reuse"): the attempt's tree comes from it
+// when an earlier attempt left one, and goes back to it at the end. None
+// without a state folder.
+func (a *Attempt) pool(repo *worktree.Repo) *worktree.Pool {
+	if a.h.StateDir == "" {
+		return nil
+	}
+	return repo.Pool(a.h.StateDir)
+}
+
+// worktreeCreated is the worktree.created event's data: whether the tree
+// was reused, and what its cleaning removed or repaired.
+func worktreeCreated(w *record.WorktreeRecord, wt *worktree.Worktree) map[string]any {
+	d := map[string]any{"repo": w.Repo, "path": w.Path, "branch": w.Branch, "base": w.BaseSHA}
+	if wt.Reused {
+		d["reused"] = true
+		d["cleaned"] = map[string]any{"untracked": wt.Cleaned.Untracked, "replaced": wt.Cleaned.Replaced, "changed": wt.Cleaned.Changed, "folders": wt.Cleaned.Folders}
+	}
+	if wt.ReuseFailed != "" {
+		d["reuse_failed"] = wt.ReuseFailed
+	}
+	return d
+}
+
+// releaseWorktree hands an ended attempt's tree to its repository's pool
+// (no process of the step runs any more: Finish comes after them). false:
+// the tree is still there for RemoveWorktree.
+func (a *Attempt) releaseWorktree(repo *worktree.Repo, w *record.WorktreeRecord) bool {
+	wt := a.wts[w.Repo]
+	if wt == nil {
+		return false
+	}
+	ok, err := repo.Release(wt)
+	if err != nil {
+		a.events.Emit(record.EvWorktreeRemoveFailed, map[string]any{"repo": w.Repo, "error": err.Error()})
+	}
+	if !ok {
+		wt.DropIndex()
+		return false
+	}
+	w.Removed = true
+	return true
+}
+
 // attemptExtras is what set-up gave one attempt, to undo after it.
 type attemptExtras struct {
 	included map[string][]string // worktree path → copied files (relative)

@@ -94,9 +94,13 @@ type gitError struct {
 
 func (e *gitError) Error() string {
 	sub := "git"
-	for _, a := range e.args {
-		if !strings.HasPrefix(a, "-") {
-			sub = "git " + a
+	for i := 0; i < len(e.args); i++ {
+		if e.args[i] == "-c" {
+			i++ // -c name=value
+			continue
+		}
+		if !strings.HasPrefix(e.args[i], "-") {
+			sub = "git " + e.args[i]
 			break
 		}
 	}

@@ -22,14 +22,42 @@ type Worktree struct {
 	// MergeParents are further parents of the next CommitAll: set by
 	// StartMerge, so a resolve step's commit completes the merge.
 	MergeParents []string
+	// Reused: the tree came from the repository's pool, cleaned (what the
+	// cleaning found is in Cleaned); ReuseFailed says why a tree the pool
+	// gave was checked out afresh instead.
+	Reused      bool
+	Cleaned     CleanReport
+	ReuseFailed string
 
-	repo *Repo
+	repo  *Repo
+	index string // the trusted index of its checkout (held in pool), "" when none
+	pool  *Pool
+}
+
+// AddOptions are what AddAttemptWith adds to AddAttempt.
+type AddOptions struct {
+	// Pool, when set, gives a tree an earlier attempt left (cleaned)
+	// instead of a fresh checkout, keeps kusaw's own index of the checkout
+	// for CommitAll, and takes the tree back at Release.
+	Pool *Pool
+	// NewRunBase, when set, makes the run branch at this commit first
+	// (AddAttemptNewRun).
+	NewRunBase string
 }
 
 // AddAttempt creates branch attemptBranch at the current head of runBranch
 // and a linked worktree for it at dir (which must not exist or be empty).
 func (r *Repo) AddAttempt(runBranch, attemptBranch, dir string) (*Worktree, error) {
-	return r.addAttempt(runBranch, attemptBranch, dir, "")
+	return r.addAttempt(runBranch, attemptBranch, dir, AddOptions{})
+}
+
+// AddAttemptWith is AddAttempt (or AddAttemptNewRun, with o.NewRunBase)
+// with a pool of trees to reuse.
+func (r *Repo) AddAttemptWith(runBranch, attemptBranch, dir string, o AddOptions) (*Worktree, error) {
+	if o.NewRunBase != "" && !isHash(o.NewRunBase) {
+		return nil, fmt.Errorf("add worktree: base %q is not a full commit hash", o.NewRunBase)
+	}
+	return r.addAttempt(runBranch, attemptBranch, dir, o)
 }
 
 // AddAttemptNewRun is AddAttempt on a run branch that does not exist yet:
@@ -40,7 +68,7 @@ func (r *Repo) AddAttemptNewRun(runBranch, base, attemptBranch, dir string) (*Wo
 	if !isHash(base) {
 		return nil, fmt.Errorf("add worktree: base %q is not a full commit hash", base)
 	}
-	return r.addAttempt(runBranch, attemptBranch, dir, base)
+	return r.addAttempt(runBranch, attemptBranch, dir, AddOptions{NewRunBase: base})
 }
 
 func isHash(s string) bool {
@@ -55,9 +83,10 @@ func isHash(s string) bool {
 	return true
 }
 
-// addAttempt makes the worktree; newRun, when set, is the commit at which
-// runBranch is created first.
-func (r *Repo) addAttempt(runBranch, attemptBranch, dir, newRun string) (*Worktree, error) {
+// addAttempt makes the worktree; o.NewRunBase, when set, is the commit at
+// which runBranch is created first.
+func (r *Repo) addAttempt(runBranch, attemptBranch, dir string, o AddOptions) (*Worktree, error) {
+	newRun := o.NewRunBase
 	if err := checkBranch(runBranch); err != nil {
 		return nil, err
 	}
@@ -87,12 +116,19 @@ func (r *Repo) addAttempt(runBranch, attemptBranch, dir, newRun string) (*Worktr
 	}
 	// The hash, not the branch name, is the start point, so BaseSHA is
 	// exactly what was checked out even if the run branch moves meanwhile.
+	var reused *reusedTree
+	var reuseErr error
 	if r.plainAdd && plainName(filepath.Base(abs)) {
 		newRunBranch := ""
 		if newRun != "" {
 			newRunBranch = runBranch
 		}
-		if err := r.addPlain(abs, attemptBranch, head, newRunBranch); err != nil {
+		// Only a plain worktree is reused: git's own add copies what a
+		// sparse checkout or per-worktree config needs.
+		if o.Pool != nil {
+			reused, reuseErr = r.prepareReuse(o.Pool, abs)
+		}
+		if err := r.addPlain(abs, attemptBranch, head, newRunBranch, reused, &reuseErr); err != nil {
 			return nil, fmt.Errorf("add worktree %s in %s: %v", abs, r, err)
 		}
 	} else {
@@ -102,7 +138,7 @@ func (r *Repo) addAttempt(runBranch, attemptBranch, dir, newRun string) (*Worktr
 			}
 		}
 		unlock := r.lockWorktrees()
-		_, err = r.git.run(gitCmd{dir: r.workDir(), args: []string{"worktree", "add", "--quiet", "-b", attemptBranch, "--", abs, head}})
+		_, err = r.git.run(gitCmd{dir: r.workDir(), args: append(append([]string{}, indexConfig...), "worktree", "add", "--quiet", "-b", attemptBranch, "--", abs, head)})
 		unlock()
 		if err != nil {
 			r.undoAdd(abs, attemptBranch, head)
@@ -117,7 +153,22 @@ func (r *Repo) addAttempt(runBranch, attemptBranch, dir, newRun string) (*Worktr
 		r.undoAdd(abs, attemptBranch, head)
 		return nil, fmt.Errorf("add worktree %s: %v", abs, err)
 	}
-	return &Worktree{Repo: r.String(), Path: abs, Branch: attemptBranch, GitDir: gitDir, CommonDir: r.CommonDir, BaseSHA: head, repo: r}, nil
+	w := &Worktree{Repo: r.String(), Path: abs, Branch: attemptBranch, GitDir: gitDir, CommonDir: r.CommonDir, BaseSHA: head, repo: r}
+	if reused != nil {
+		_ = os.Remove(reused.index)
+		if reuseErr == nil {
+			w.Reused, w.Cleaned = true, reused.report
+		}
+	}
+	if reuseErr != nil {
+		w.ReuseFailed = reuseErr.Error()
+	}
+	if o.Pool != nil {
+		// Before anything else touches the tree: include and setup run
+		// next, the step after them.
+		w.keepIndex(o.Pool)
+	}
+	return w, nil
 }
 
 // addPlain makes what `git worktree add -b branch -- abs head` makes, with
@@ -132,7 +183,11 @@ func (r *Repo) addAttempt(runBranch, attemptBranch, dir, newRun string) (*Worktr
 //
 // runBranch, when set, is created at head in the same update-ref
 // transaction (both or neither), and stays if the worktree then fails.
-func (r *Repo) addPlain(abs, branch, head, runBranch string) error {
+//
+// reused, when set, is a cleaned tree from the pool already at abs: head
+// is checked out over it (checkoutReused); if that fails, *reuseErr says
+// why and the tree is emptied and checked out afresh.
+func (r *Repo) addPlain(abs, branch, head, runBranch string, reused *reusedTree, reuseErr *error) error {
 	var stdin strings.Builder
 	for _, b := range []string{runBranch, branch} {
 		if b != "" {
@@ -147,11 +202,28 @@ func (r *Repo) addPlain(abs, branch, head, runBranch string) error {
 		refs <- err
 	}()
 	admin, made, err := r.makeAdmin(abs, branch)
-	if err == nil {
-		env := []string{"GIT_DIR=" + admin, "GIT_WORK_TREE=" + abs}
-		_, err = r.git.run(gitCmd{dir: abs, env: env, args: []string{"read-tree", "--reset", "-u", head}})
+	var rerr error
+	if err == nil && reused != nil {
+		rerr = r.checkoutReused(admin, abs, head, reused)
 	}
 	refErr := <-refs
+	if err == nil && reused != nil && rerr == nil && refErr == nil {
+		// Only now: status compares with HEAD, the branch just made.
+		rerr = r.verifyClean(admin, abs)
+	}
+	if rerr != nil {
+		*reuseErr = fmt.Errorf("checking out over the reused tree: %v", rerr)
+		if err = clearTree(abs); err == nil {
+			err = os.Remove(filepath.Join(admin, "index"))
+			if errors.Is(err, fs.ErrNotExist) {
+				err = nil
+			}
+		}
+	}
+	if err == nil && (reused == nil || rerr != nil) {
+		env := []string{"GIT_DIR=" + admin, "GIT_WORK_TREE=" + abs}
+		_, err = r.git.run(gitCmd{dir: abs, env: env, args: append(append([]string{}, indexConfig...), "read-tree", "--reset", "-u", head)})
+	}
 	if err == nil && refErr == nil {
 		return os.Remove(filepath.Join(admin, "locked"))
 	}
@@ -353,10 +425,10 @@ func (w *Worktree) CommitAll(msg string) (sha string, changed bool, err error) {
 	// locked there), and nothing of it is needed to commit a tree.
 	env := []string{"GIT_DIR=" + r.CommonDir, "GIT_WORK_TREE=" + w.Path, "GIT_INDEX_FILE=" + index}
 	run := func(args ...string) (string, error) {
-		out, err := r.git.run(gitCmd{dir: w.Path, env: env, args: args})
+		out, err := r.git.run(gitCmd{dir: w.Path, env: env, args: append(append([]string{}, indexConfig...), args...)})
 		return strings.TrimSpace(string(out)), err
 	}
-	if _, err := run("read-tree", parent); err != nil {
+	if err := w.startIndex(index, parent, run); err != nil {
 		return "", false, fmt.Errorf("commit on %s: %v", w.Branch, err)
 	}
 	if _, err := run("add", "--all"); err != nil {
@@ -396,6 +468,27 @@ func (w *Worktree) CommitAll(msg string) (sha string, changed bool, err error) {
 		return result, tree != parentTree, nil
 	}
 	return result, result != w.BaseSHA, nil
+}
+
+// startIndex makes the private index the commit starts from: parent's
+// tree. From the trusted index of the worktree's checkout when kusaw has
+// one, so add hashes only the files whose stat data changed since (ctime
+// included: a step cannot forge it); when the step committed itself, a
+// two-way read-tree from the base keeps that stat data for every path its
+// commits left alone. Otherwise a bare read-tree of parent, and add hashes
+// every file.
+func (w *Worktree) startIndex(index, parent string, run func(args ...string) (string, error)) error {
+	if w.index != "" && copyIndex(w.index, index) == nil {
+		if parent == w.BaseSHA {
+			return nil
+		}
+		if _, err := run("read-tree", "-i", "-m", w.BaseSHA, parent); err == nil {
+			return nil
+		}
+		_ = os.Remove(index)
+	}
+	_, err := run("read-tree", parent)
+	return err
 }
 
 // syncIndex puts the private index in place as the worktree's own when the

@@ -1,0 +1,300 @@
+package worktree
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Cleaning a reused tree (docs/factory.md, "Worktree reuse"). The tree is
+// what a step left: hostile input. It is compared with the trusted index of
+// its last checkout by kusaw, and what this keeps is only what provably is
+// still the file kusaw's git wrote: the same inode, never changed since
+// (ctime cannot be set by a process; chmod, chown, link, xattrs and every
+// write move it), no other name. Everything else goes, and git writes it
+// again: a path the index does not name (untracked or ignored, a nested
+// repository, a FIFO, a socket), an entry of another type than the index's
+// (a link or file where a folder was), a tracked file with any change.
+// Folders get the mode a checkout gives them and lose extended attributes
+// (a default ACL would set the modes of the files checked out into them).
+// No process of the step runs any more, so nothing changes under the walk;
+// it still never follows a link.
+
+// CleanReport counts what cleaning a reused tree removed or repaired.
+type CleanReport struct {
+	Untracked int `json:"untracked,omitempty"` // paths the index does not name (ignored files too), removed with what is below them
+	Replaced  int `json:"replaced,omitempty"`  // tracked paths of another type than the index's, removed
+	Changed   int `json:"changed,omitempty"`   // tracked files or links changed since kusaw's checkout, removed and checked out again
+	Folders   int `json:"folders,omitempty"`   // folders whose mode or extended attributes were reset
+}
+
+// Total is the number of paths that were not as kusaw left them.
+func (c CleanReport) Total() int { return c.Untracked + c.Replaced + c.Changed + c.Folders }
+
+// cleanTree cleans root against idx. restore lists the tracked entries it
+// removed (to check out again from the index).
+func cleanTree(root string, idx *trustedIndex) (restore []string, rep CleanReport, err error) {
+	files := make(map[string]*indexEntry, len(idx.entries))
+	dirs := map[string]bool{"": true}
+	for i := range idx.entries {
+		e := &idx.entries[i]
+		files[e.name] = e
+		for d := filepath.Dir(e.name); d != "." && !dirs[d]; d = filepath.Dir(d) {
+			dirs[d] = true
+		}
+	}
+	c := &cleaner{root: root, files: files, dirs: dirs, idx: idx, seen: make(map[*indexEntry]bool, len(files)), dirMode: 0o777 &^ processUmask(), fileMode: 0o666 &^ processUmask()}
+	if err := c.fixDir(root); err != nil {
+		return nil, rep, err
+	}
+	if err := c.walk(""); err != nil {
+		return nil, c.rep, err
+	}
+	// What the step deleted, and what was below a folder it replaced.
+	for i := range idx.entries {
+		if e := &idx.entries[i]; !c.seen[e] {
+			c.rep.Changed++
+			c.restore = append(c.restore, e.name)
+		}
+	}
+	return c.restore, c.rep, nil
+}
+
+type cleaner struct {
+	root              string
+	files             map[string]*indexEntry
+	seen              map[*indexEntry]bool // entries found in the tree (kept or restored)
+	dirs              map[string]bool
+	idx               *trustedIndex
+	dirMode, fileMode uint32
+	restore           []string
+	rep               CleanReport
+}
+
+// walk cleans the folder rel (relative to root, "" for root), which is
+// known to be a real folder of the right mode.
+func (c *cleaner) walk(rel string) error {
+	dir := filepath.Join(c.root, rel)
+	f, err := os.OpenFile(dir, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_DIRECTORY, 0)
+	if err != nil {
+		return err
+	}
+	ents, err := f.ReadDir(-1)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	for _, d := range ents {
+		name := d.Name()
+		p := name
+		if rel != "" {
+			p = rel + "/" + name
+		}
+		full := filepath.Join(dir, name)
+		if e := c.files[p]; e != nil {
+			c.seen[e] = true
+			if err := c.tracked(full, p, e); err != nil {
+				return err
+			}
+			continue
+		}
+		if c.dirs[p] {
+			if d.Type() != fs.ModeDir {
+				c.rep.Replaced++
+				if err := forceRemoveAll(full); err != nil {
+					return err
+				}
+				continue // what the index has below it is restored
+			}
+			if err := c.fixDir(full); err != nil {
+				return err
+			}
+			if err := c.walk(p); err != nil {
+				return err
+			}
+			continue
+		}
+		c.rep.Untracked++
+		if err := forceRemoveAll(full); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// tracked keeps the entry at full only while it is exactly what kusaw's
+// checkout wrote.
+func (c *cleaner) tracked(full, p string, e *indexEntry) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(full, &st); err != nil {
+		return err
+	}
+	typ := st.Mode & unix.S_IFMT
+	want := uint32(unix.S_IFREG)
+	switch e.mode {
+	case modeLink:
+		want = unix.S_IFLNK
+	case modeGitlink:
+		want = unix.S_IFDIR
+	}
+	if uint32(typ) != want {
+		c.rep.Replaced++
+		c.restore = append(c.restore, p)
+		return forceRemoveAll(full)
+	}
+	if e.mode == modeGitlink {
+		// A submodule's folder: a checkout leaves it empty.
+		if err := c.fixDir(full); err != nil {
+			return err
+		}
+		ents, err := os.ReadDir(full)
+		if err != nil {
+			return err
+		}
+		for _, d := range ents {
+			c.rep.Untracked++
+			if err := forceRemoveAll(filepath.Join(full, d.Name())); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if !c.unchanged(&st, e) {
+		c.rep.Changed++
+		c.restore = append(c.restore, p)
+		return os.Remove(full)
+	}
+	return nil
+}
+
+// unchanged: st is the very inode kusaw's checkout recorded in e, and it
+// has not changed since, nor was it stamped in the clock tick the index
+// was written in.
+func (c *cleaner) unchanged(st *unix.Stat_t, e *indexEntry) bool {
+	ctime, mtime := statTimes(st)
+	if uint32(ctime.Unix()) != e.ctimeS || uint32(ctime.Nanosecond()) != e.ctimeN ||
+		uint32(mtime.Unix()) != e.mtimeS || uint32(mtime.Nanosecond()) != e.mtimeN {
+		return false
+	}
+	if !ctime.Before(c.idx.written) || !mtime.Before(c.idx.written) {
+		return false
+	}
+	if uint32(st.Ino) != e.ino || uint32(st.Dev) != e.dev || st.Uid != e.uid || st.Gid != e.gid || uint32(st.Size) != e.size {
+		return false
+	}
+	if e.mode == modeLink {
+		return true
+	}
+	perm := c.fileMode
+	if e.mode == modeExec {
+		perm = 0o777 &^ processUmask()
+	}
+	return st.Nlink == 1 && uint32(st.Mode)&0o7777 == perm
+}
+
+// fixDir gives folder p the mode a checkout gives it and drops its
+// extended attributes.
+func (c *cleaner) fixDir(p string) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return fmt.Errorf("%s is not a folder", p)
+	}
+	fixed := false
+	if uint32(st.Mode)&0o7777 != c.dirMode {
+		if err := os.Chmod(p, fs.FileMode(c.dirMode)); err != nil {
+			return err
+		}
+		fixed = true
+	}
+	dropped, err := dropXattrs(p)
+	if err != nil {
+		return err
+	}
+	if fixed || dropped {
+		c.rep.Folders++
+	}
+	return nil
+}
+
+var umask struct {
+	once sync.Once
+	v    uint32
+}
+
+// processUmask is kusaw's umask, which git's checkout applies to the
+// files and folders it makes. Linux reports it in /proc/self/status;
+// elsewhere 022 is assumed (a tree checked out under another umask is
+// then only checked out again, never kept wrongly: a mode that differs
+// from the expected one never counts as unchanged).
+func processUmask() uint32 {
+	umask.once.Do(func() {
+		umask.v = 0o022
+		b, err := os.ReadFile("/proc/self/status")
+		if err != nil {
+			return
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "Umask:"); ok {
+				var m uint32
+				if _, err := fmt.Sscanf(strings.TrimSpace(v), "%o", &m); err == nil {
+					umask.v = m & 0o777
+				}
+			}
+		}
+	})
+	return umask.v
+}
+
+// clearTree empties root except its .git, for a fresh checkout into it.
+func clearTree(root string) error {
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, d := range ents {
+		if d.Name() != ".git" {
+			errs = append(errs, forceRemoveAll(filepath.Join(root, d.Name())))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func statTimes(st *unix.Stat_t) (ctime, mtime time.Time) {
+	return time.Unix(st.Ctim.Unix()), time.Unix(st.Mtim.Unix())
+}
+
+// dropXattrs removes every extended attribute of p (never following a
+// link); a filesystem without them has none to remove.
+func dropXattrs(p string) (bool, error) {
+	n, err := unix.Llistxattr(p, nil)
+	if err != nil || n == 0 {
+		return false, nil
+	}
+	buf := make([]byte, n)
+	if n, err = unix.Llistxattr(p, buf); err != nil {
+		return false, nil
+	}
+	for _, name := range strings.Split(strings.TrimRight(string(buf[:n]), "\x00"), "\x00") {
+		// security.* are the system's labels (SELinux, Smack): not the
+		// step's to set, and not kusaw's to drop.
+		if name == "" || strings.HasPrefix(name, "security.") {
+			continue
+		}
+		if err := unix.Lremovexattr(p, name); err != nil {
+			return true, fmt.Errorf("remove extended attribute %s of %s: %v", name, p, err)
+		}
+	}
+	return true, nil
+}

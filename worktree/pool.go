@@ -1,0 +1,338 @@
+package worktree
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Worktree reuse (docs/factory.md, "Worktree reuse"). A fresh checkout
+// costs what the repository weighs (a 20,000-file tree takes as long as
+// git worktree add); an attempt should cost what it changes. So the trees
+// of ended attempts wait in a pool per repository in the state folder, and
+// the next attempt on that repository takes one, cleans it against the
+// index kusaw wrote at its last checkout, and checks the new base out over
+// it: git rewrites only what differs.
+//
+// Layout of a pool (no sandbox sees the state folder):
+//
+//	pool/<repo>-<hash>/idle-<id>/tree    a tree, its .git link stale
+//	pool/<repo>-<hash>/idle-<id>/index   the trusted index of its last checkout
+//	pool/<repo>-<hash>/idle-<id>/base    the commit that index holds
+//	pool/<repo>-<hash>/held/<id>.index   the trusted index of a tree in use
+//
+// An idle tree is taken by renaming its folder away, so two attempts never
+// get the same one; a tree goes back only by a rename of a folder complete
+// with its trusted metadata, written first. An attempt that crashes leaves
+// its tree in the attempt folder, out of the pool; recovery removes it.
+
+// PoolIdleMax is how many idle trees a repository's pool keeps: enough
+// for the candidates of a step running side by side.
+const PoolIdleMax = 4
+
+// heldMaxAge is when the trusted index of a tree in use is taken for what
+// a crashed kusaw left.
+const heldMaxAge = 7 * 24 * time.Hour
+
+// Pool is the idle worktrees of one repository in a state folder.
+type Pool struct {
+	dir string
+	max int
+}
+
+// Pool returns the repository's pool under stateDir (made when first used).
+func (r *Repo) Pool(stateDir string) *Pool {
+	sum := sha256.Sum256([]byte(r.CommonDir))
+	name := filepath.Base(r.Path)
+	if !plainName(name) {
+		name = "repo"
+	}
+	return &Pool{dir: filepath.Join(stateDir, "pool", name+"-"+hex.EncodeToString(sum[:6])), max: PoolIdleMax}
+}
+
+// Dir is the pool's folder.
+func (p *Pool) Dir() string { return p.dir }
+
+// Idle counts the trees waiting in the pool.
+func (p *Pool) Idle() int {
+	ents, _ := os.ReadDir(p.dir)
+	n := 0
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "idle-") {
+			n++
+		}
+	}
+	return n
+}
+
+func newID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// newHeld is a new path for the trusted index of a tree in use.
+func (p *Pool) newHeld() (string, error) {
+	dir := filepath.Join(p.dir, "held")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, newID()+".index"), nil
+}
+
+// reusedTree is a tree taken from the pool and cleaned, waiting for its
+// administrative folder and the checkout of the attempt's base.
+type reusedTree struct {
+	index   string   // its trusted index (of base), held
+	base    string   // the commit the index holds
+	restore []string // tracked paths the cleaning removed
+	report  CleanReport
+}
+
+// take moves an idle tree to abs (which must not exist yet) and its
+// trusted index to a held path. ok is false when the pool has none (or
+// none can be moved: another filesystem).
+func (p *Pool) take(abs string) (index, base string, ok bool) {
+	ents, err := os.ReadDir(p.dir)
+	if err != nil {
+		return "", "", false
+	}
+	stage := filepath.Join(filepath.Dir(abs), ".pool-"+filepath.Base(abs))
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), "idle-") {
+			continue
+		}
+		if err := os.Rename(filepath.Join(p.dir, e.Name()), stage); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue // another attempt took it
+			}
+			return "", "", false
+		}
+		index, base, err = p.unpack(stage, abs)
+		if err != nil {
+			_ = forceRemoveAll(abs)
+			_ = os.Remove(index)
+		}
+		_ = forceRemoveAll(stage)
+		if err == nil {
+			return index, base, true
+		}
+	}
+	return "", "", false
+}
+
+// unpack moves a taken slot's tree to abs and its index to a held path.
+func (p *Pool) unpack(stage, abs string) (index, base string, err error) {
+	b, err := readRegular(filepath.Join(stage, "base"), 200)
+	if err != nil {
+		return "", "", err
+	}
+	base = strings.TrimSpace(string(b))
+	if !isHash(base) {
+		return "", "", fmt.Errorf("pool slot %s names no commit", stage)
+	}
+	if index, err = p.newHeld(); err != nil {
+		return "", "", err
+	}
+	if err := os.Rename(filepath.Join(stage, "index"), index); err != nil {
+		return "", "", err
+	}
+	if err := os.Rename(filepath.Join(stage, "tree"), abs); err != nil {
+		return index, "", err
+	}
+	return index, base, nil
+}
+
+// prepareReuse takes an idle tree for abs and cleans it: its .git (a
+// link, a folder or a file the step put there) goes without being read or
+// followed, then everything the trusted index does not prove is kusaw's
+// own checkout. nil: the pool had no tree to give; why: the tree it gave
+// could not be used (it is gone, abs is free again).
+func (r *Repo) prepareReuse(p *Pool, abs string) (rt *reusedTree, why error) {
+	index, base, ok := p.take(abs)
+	if !ok {
+		return nil, nil
+	}
+	rt = &reusedTree{index: index, base: base}
+	err := forceRemoveAll(filepath.Join(abs, ".git"))
+	var idx *trustedIndex
+	if err == nil {
+		idx, err = readTrustedIndex(index, len(base))
+	}
+	if err == nil {
+		rt.restore, rt.report, err = cleanTree(abs, idx)
+	}
+	if err != nil {
+		_ = forceRemoveAll(abs)
+		_ = os.Remove(index)
+		return nil, fmt.Errorf("cleaning the reused tree: %v", err)
+	}
+	return rt, nil
+}
+
+// indexConfig is given to every git that reads or writes an attempt's
+// index against its files. Whether a file changed is decided by all of its
+// stat data, ctime included (a step can set a file's mtime, never its
+// ctime), whatever the user's config says; no cache a step could fool
+// (untracked cache, fsmonitor), no split index whose shared part would
+// stay behind in a folder kusaw removes.
+var indexConfig = []string{"-c", "core.trustctime=true", "-c", "core.checkStat=default", "-c", "core.ignoreStat=false",
+	"-c", "core.untrackedCache=false", "-c", "core.splitIndex=false", "-c", "index.skipHash=false"}
+
+// checkoutReused checks head out over a cleaned tree registered with
+// admin: the entries the cleaning removed come back from the trusted
+// index, then a two-way read-tree moves from the index's commit to head,
+// writing only what differs (every other file was just proved unchanged).
+// verifyClean then has git itself check the result.
+func (r *Repo) checkoutReused(admin, abs, head string, rt *reusedTree) error {
+	if err := copyIndex(rt.index, filepath.Join(admin, "index")); err != nil {
+		return err
+	}
+	env := []string{"GIT_DIR=" + admin, "GIT_WORK_TREE=" + abs}
+	git := func(stdin string, args ...string) ([]byte, error) {
+		c := gitCmd{dir: abs, env: env, args: append(append([]string{}, indexConfig...), args...)}
+		if stdin != "" {
+			c.stdin = strings.NewReader(stdin)
+		}
+		return r.git.run(c)
+	}
+	if len(rt.restore) > 0 {
+		if _, err := git(strings.Join(rt.restore, "\x00")+"\x00", "checkout-index", "-u", "-f", "-z", "--stdin"); err != nil {
+			return err
+		}
+	}
+	if rt.base != head {
+		if _, err := git("", "read-tree", "-m", "-u", rt.base, head); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// verifyClean: git itself finds the tree registered with admin clean
+// against its HEAD, ignored files included.
+func (r *Repo) verifyClean(admin, abs string) error {
+	env := []string{"GIT_DIR=" + admin, "GIT_WORK_TREE=" + abs}
+	out, err := r.git.run(gitCmd{dir: abs, env: env, args: append(append([]string{}, indexConfig...), "status", "--porcelain", "-z", "--ignored", "--untracked-files=all")})
+	if err != nil {
+		return err
+	}
+	if len(out) > 0 {
+		return fmt.Errorf("git status after the checkout is not clean: %q", firstLine([]byte(strings.ReplaceAll(string(out), "\x00", "\n"))))
+	}
+	return nil
+}
+
+// keepIndex copies the index kusaw's git just wrote at the checkout of w
+// to a held path of p, if it is one kusaw can trust; CommitAll starts
+// from it and Release hands it to the pool.
+func (w *Worktree) keepIndex(p *Pool) {
+	held, err := p.newHeld()
+	if err != nil {
+		return
+	}
+	if err := copyIndex(filepath.Join(w.GitDir, "index"), held); err != nil {
+		return
+	}
+	if _, err := readTrustedIndex(held, len(w.BaseSHA)); err != nil {
+		_ = os.Remove(held)
+		return
+	}
+	w.index, w.pool = held, p
+}
+
+// DropIndex removes the worktree's trusted index (when its tree is removed
+// instead of released).
+func (w *Worktree) DropIndex() {
+	if w.index != "" {
+		_ = os.Remove(w.index)
+		w.index = ""
+	}
+}
+
+// Release hands the tree of an ended attempt (committed or failed; no
+// process of its step runs any more) to the pool it came from or was
+// checked out for, and drops its registration with the repository. The
+// slot's metadata is written first and the slot appears in the pool by one
+// rename, complete. false: the tree stays where it is (the pool is full,
+// or the worktree has no trusted index) for RemoveWorktree.
+func (r *Repo) Release(w *Worktree) (bool, error) {
+	p := w.pool
+	if p == nil || w.index == "" || !isHash(w.BaseSHA) {
+		return false, nil
+	}
+	p.sweep()
+	if p.Idle() >= p.max {
+		return false, nil
+	}
+	if err := r.checkAdminDir(w.GitDir); err != nil {
+		return false, fmt.Errorf("release worktree: %v", err)
+	}
+	if st, err := os.Lstat(w.Path); err != nil || !st.IsDir() {
+		return false, fmt.Errorf("release worktree: %s is missing or not a directory", w.Path)
+	}
+	id := newID()
+	slot := filepath.Join(p.dir, ".new-"+id)
+	if err := os.MkdirAll(p.dir, 0o700); err != nil {
+		return false, fmt.Errorf("release worktree: %v", err)
+	}
+	if err := os.Mkdir(slot, 0o700); err != nil {
+		return false, fmt.Errorf("release worktree: %v", err)
+	}
+	fail := func(err error) (bool, error) {
+		_ = os.RemoveAll(slot)
+		return false, fmt.Errorf("release worktree: %v", err)
+	}
+	if err := writeNew(filepath.Join(slot, "base"), w.BaseSHA+"\n"); err != nil {
+		return fail(err)
+	}
+	if err := os.Rename(w.index, filepath.Join(slot, "index")); err != nil {
+		return fail(err)
+	}
+	w.index = filepath.Join(slot, "index")
+	if err := os.Rename(w.Path, filepath.Join(slot, "tree")); err != nil {
+		_ = os.Rename(w.index, filepath.Join(p.dir, "held", id+".index"))
+		w.index = filepath.Join(p.dir, "held", id+".index")
+		return fail(err)
+	}
+	// The registration goes with the tree (a crash before this leaves
+	// one whose folder is gone: git worktree prune drops it).
+	unlock := r.lockWorktrees()
+	err := os.RemoveAll(w.GitDir)
+	unlock()
+	w.index = ""
+	if err := os.Rename(slot, filepath.Join(p.dir, "idle-"+id)); err != nil {
+		_ = forceRemoveAll(slot)
+		return true, fmt.Errorf("release worktree: %v", err)
+	}
+	if err != nil {
+		return true, fmt.Errorf("release worktree: remove its registration %s: %v", w.GitDir, err)
+	}
+	return true, nil
+}
+
+// sweep removes what a crashed kusaw left in the pool: a slot half
+// assembled (older than an hour: a release takes milliseconds) and held
+// indexes too old to belong to an attempt still running.
+func (p *Pool) sweep() {
+	now := time.Now()
+	ents, _ := os.ReadDir(p.dir)
+	for _, e := range ents {
+		if fi, err := e.Info(); err == nil && strings.HasPrefix(e.Name(), ".new-") && now.Sub(fi.ModTime()) > time.Hour {
+			_ = forceRemoveAll(filepath.Join(p.dir, e.Name()))
+		}
+	}
+	held, _ := os.ReadDir(filepath.Join(p.dir, "held"))
+	for _, e := range held {
+		if fi, err := e.Info(); err == nil && now.Sub(fi.ModTime()) > heldMaxAge {
+			_ = os.Remove(filepath.Join(p.dir, "held", e.Name()))
+		}
+	}
+}
