@@ -429,28 +429,22 @@ func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) {
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
 	lastWrite := time.Now()
-	sawEnd := false
 	for {
 		for _, ev := range t.poll() {
 			b, _ := json.Marshal(ev)
 			writeSSE(w, ev, b)
 			lastWrite = time.Now()
-			if ev.Type == record.EvRunFinished && ev.Step == "" {
-				sawEnd = true
-			}
 		}
 		flush()
-		if cur, err := s.E.State.LoadRun(rec.ID); err != nil || cur.State.Final() && (sawEnd || !s.isActive(rec.ID)) {
-			// A final record and its run.finished read: the stream is
-			// complete. (A run recovered after a crash has no run.finished;
-			// its final record ends the stream.)
-			if err == nil && !sawEnd {
-				// The record is written just before its run.finished line.
-				time.Sleep(100 * time.Millisecond)
-				for _, ev := range t.poll() {
-					b, _ := json.Marshal(ev)
-					writeSSE(w, ev, b)
-				}
+		if cur, err := s.E.State.LoadRun(rec.ID); err != nil || cur.State.Final() && !s.isActive(rec.ID) {
+			// A final record of a run serve no longer runs: the stream is
+			// complete, and its record names the events' last seal (serve
+			// seals after run.finished and the notifications' first try).
+			// A run recovered after a crash has no run.finished; its final
+			// record ends the stream.
+			for _, ev := range t.poll() {
+				b, _ := json.Marshal(ev)
+				writeSSE(w, ev, b)
 			}
 			fmt.Fprintf(w, "event: end\ndata: {\"state\":%q}\n\n", stateOf(cur))
 			flush()
