@@ -24,11 +24,11 @@ const (
 	LeaseNoteFile = "lease.path" // the temp folder of the lease socket, when the attempt folder's path is too long for a socket
 	LockFile      = "lock"
 	CancelFile    = "cancel"
+	StepsDir      = "steps"
 	PinFile       = "pinned" // kusaw runs pin: retention keeps the run
 	// GCPrefix names a run folder retention is removing (renamed first, so
 	// a half-removed run is never listed): not a valid run id.
 	GCPrefix = ".gc-"
-	StepsDir = "steps"
 
 	// Serve's files.
 	ServeSocketDir  = "serve"            // holds the socket; hidden from every sandbox

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kusaw/kusaw/chainlog"
+	"github.com/kusaw/kusaw/config"
 	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/status"
 )
@@ -21,10 +23,10 @@ func init() { addCommand(newLogsCmd) }
 func newLogsCmd(a *app) *cobra.Command {
 	var step string
 	var attempt int
-	var follow, events, raw, seals bool
+	var follow, events, raw, seals, transcript, jsonOut bool
 	cmd := &cobra.Command{
-		Use:   "logs RUN [--step S] [--attempt N] [-f] [--events] [--raw]",
-		Short: "print a run's step output (stdout.log, stderr.log), or its events with --events; -f follows a running run",
+		Use:   "logs RUN [--step S] [--attempt N] [-f] [--events] [--raw | --transcript | --json]",
+		Short: "print a run's step output (an agent's as a transcript on a terminal: docs/logs.md), or its events with --events; -f follows a running run",
 		// -f means follow here, while the root's -f is --file: the flags
 		// are parsed by hand (--file FILE still works).
 		DisableFlagParsing: true,
@@ -54,6 +56,10 @@ func newLogsCmd(a *app) *cobra.Command {
 					raw = true
 				case "--seals":
 					seals = true
+				case "--transcript":
+					transcript = true
+				case "--json":
+					jsonOut = true
 				case "--step":
 					v, err := next()
 					if err != nil {
@@ -116,7 +122,20 @@ func newLogsCmd(a *app) *cobra.Command {
 				out = forTerminal(out)
 				defer flushSafe(out)
 			}
-			l := &logPrinter{w: out, offsets: map[string]int64{}, headed: map[string]bool{}, st: st, run: r.ID, hideSeals: events && !seals}
+			if raw && (transcript || jsonOut) {
+				return exitf(status.ExitUsage, "--raw prints the bytes as written; --transcript and --json print the agent's transcript: give one of them")
+			}
+			l := &logPrinter{w: out, offsets: map[string]int64{}, headed: map[string]bool{}, st: st, run: r.ID, hideSeals: events && !seals,
+				transcripts: map[string]*transcriptState{}, follow: follow, onlyTranscripts: jsonOut}
+			// An agent's stream-json is for programs: a reader at a
+			// terminal gets its transcript, a pipe the bytes (scripts and
+			// jq read the stream) unless --transcript or --json asks.
+			if !raw && !events && (transcript || jsonOut || isTerminal(a.stdout)) {
+				l.tp = &textTranscript{w: out}
+				if jsonOut {
+					l.tp = &jsonTranscript{w: a.stdout}
+				}
+			}
 			for {
 				if events {
 					l.copy(filepath.Join(st.RunDir(r.ID), "events.jsonl"), "")
@@ -137,6 +156,13 @@ func newLogsCmd(a *app) *cobra.Command {
 					}
 					if events {
 						l.copy(filepath.Join(dir, "events.jsonl"), head+" events ==")
+						continue
+					}
+					if l.tp != nil && at.Kind == config.KindAgent {
+						l.agent(at, dir, head)
+						continue
+					}
+					if l.onlyTranscripts {
 						continue
 					}
 					for _, p := range at.Processes {
@@ -166,7 +192,7 @@ func newLogsCmd(a *app) *cobra.Command {
 			}
 		},
 	}
-	cmd.SetHelpTemplate(`Usage: kusaw logs RUN [--step S] [--attempt N] [-f|--follow] [--events [--seals]] [--raw] [--file FACTORY]
+	cmd.SetHelpTemplate(`Usage: kusaw logs RUN [--step S] [--attempt N] [-f|--follow] [--events [--seals]] [--raw | --transcript | --json] [--file FACTORY]
 
 Prints the output of a run's attempts (setup.log, stdout.log, stderr.log), each
 file under a header; the attempts of the helpers the pipeline's shapes ran (a
@@ -176,6 +202,16 @@ output until the run ends; --events prints the events files instead, without
 the chain's seal lines unless --seals asks for them. On a
 terminal, control characters a step wrote (escape sequences) are shown as
 ^[ and the like; --raw prints the bytes as they are.
+
+An agent step's stdout.log is its CLI's event stream (Claude Code's
+stream-json, Codex's and Gemini's JSON events). On a terminal kusaw logs
+shows it as a transcript instead: a line per tool call with its name and
+one argument, its result shortened under it, the agent's text, the final
+message in full and the attempt's usage last. Piped into a file or a
+program it prints the stream's bytes, unless --transcript asks for the
+transcript there too; --json prints the transcript as JSON lines (one per
+entry, a last one of kind usage; other steps' output is left out); --raw
+prints the bytes on a terminal.
 `)
 	return cmd
 }
@@ -209,6 +245,112 @@ type logPrinter struct {
 	// checks them; a reader wants the events): whole lines only, so a
 	// line still being written waits for its end.
 	hideSeals bool
+	// tp prints agent attempts as transcripts (nil: their bytes);
+	// onlyTranscripts leaves the other attempts' output out (--json).
+	tp              transcriptPrinter
+	transcripts     map[string]*transcriptState
+	follow          bool
+	onlyTranscripts bool
+}
+
+// transcriptState is how far an agent attempt's transcript is printed.
+type transcriptState struct {
+	events  []byte // the events file read so far
+	printed int    // entries printed
+	headed  bool
+	ended   bool
+}
+
+// agent prints an agent attempt: its setup log, its transcript so far,
+// and its stderr. Following a running attempt, a tool call waits for its
+// result before it is printed, so a call and its result stay together.
+func (l *logPrinter) agent(at *record.AttemptRecord, dir, head string) {
+	l.copy(filepath.Join(dir, record.SetupLogFile), head+" setup ==")
+	ts := l.transcripts[dir]
+	if ts == nil {
+		ts = &transcriptState{}
+		l.transcripts[dir] = ts
+	}
+	if !ts.ended {
+		ts.events = append(ts.events, l.readNew(filepath.Join(dir, record.EventsFile))...)
+		t := record.BuildTranscript(bytes.NewReader(ts.events))
+		done := at.Finished != nil
+		th := head + " transcript (" + at.Provider + ") =="
+		for ts.printed < len(t.Entries) {
+			e := t.Entries[ts.printed]
+			if l.follow && !done && e.Kind == "tool" && e.Tool != nil && !e.Tool.Done {
+				break
+			}
+			if !ts.headed {
+				l.tp.Head(at, th)
+				ts.headed = true
+			}
+			final := ""
+			if e.Kind == "result" && e.Data["truncated"] == true && at.Provider == "claude-code" && len(at.Processes) > 0 {
+				final = claudeFinal(l.readAll(filepath.Join(dir, at.Processes[0].Stdout)))
+			}
+			l.tp.Entry(at, e, final)
+			ts.printed++
+		}
+		if done {
+			if !ts.headed {
+				l.tp.Head(at, th)
+				ts.headed = true
+			}
+			u := at.Usage
+			if u == nil && t.Usage != nil {
+				// The last running total the stream reported.
+				b, _ := json.Marshal(t.Usage)
+				u = &record.Usage{}
+				if json.Unmarshal(b, u) != nil {
+					u = nil
+				}
+			}
+			l.tp.End(at, u)
+			ts.ended = true
+		}
+	}
+	if l.onlyTranscripts {
+		return
+	}
+	for _, p := range at.Processes {
+		l.copy(filepath.Join(dir, p.Stderr), head+" "+p.Stderr+" ==")
+	}
+}
+
+// readNew returns a file's bytes not read before (through the store: the
+// files themselves, or serve).
+func (l *logPrinter) readNew(path string) []byte {
+	rel, err := filepath.Rel(l.st.RunDir(l.run), path)
+	if err != nil {
+		return nil
+	}
+	var out []byte
+	for {
+		buf, err := l.st.ReadLog(l.run, filepath.ToSlash(rel), l.offsets[path], 64<<10)
+		out = append(out, buf...)
+		l.offsets[path] += int64(len(buf))
+		if err != nil || len(buf) == 0 {
+			return out
+		}
+	}
+}
+
+// readAll returns a whole file, apart from what readNew has read.
+func (l *logPrinter) readAll(path string) []byte {
+	rel, err := filepath.Rel(l.st.RunDir(l.run), path)
+	if err != nil {
+		return nil
+	}
+	var out []byte
+	for off := int64(0); ; {
+		buf, err := l.st.ReadLog(l.run, filepath.ToSlash(rel), off, 1<<20)
+		out = append(out, buf...)
+		off += int64(len(buf))
+		if err != nil || len(buf) == 0 {
+			return out
+		}
+	}
 }
 
 func (l *logPrinter) copy(path, head string) {

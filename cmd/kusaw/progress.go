@@ -246,7 +246,7 @@ func (p *textProgress) Event(ev record.Event) {
 	case record.EvStepFinished:
 		line = fmt.Sprintf("%v: %v after %v attempt(s)", ev.Data["step"], ev.Data["outcome"], ev.Data["attempts"])
 	case record.EvEgressBlocked:
-		line = fmt.Sprintf("%s: egress blocked: %v", ev.Step, summary(ev.Data))
+		line = egressBlockedLine(ev)
 	case record.EvEgressWouldRefuse:
 		line = fmt.Sprintf("%s: egress audit: %v:%v would be refused (kusaw egress suggest %s lists the entries)", ev.Step, ev.Data["host"], ev.Data["port"], ev.Run)
 	case record.EvCancelRequested:
