@@ -605,6 +605,9 @@ type preparedProc struct {
 	exitGrace time.Duration
 	// loginPaths are the agent's own state folders, mounted in the sandbox.
 	loginPaths []string
+	// loginSessionDirs are the login folder's session folders
+	// continue_session carries to the run's next attempt.
+	loginSessionDirs []string
 	// readPaths must be readable in the sandbox (the agent CLI's install).
 	readPaths []string
 	// egressHosts are the provider's hosts for the allowlist.

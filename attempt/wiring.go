@@ -68,7 +68,7 @@ func (a *Attempt) agentSpec(spec *steps.Spec, at steps.Attempt, p *preparedProc,
 	if rs := a.job.Shape.Resume; rs != nil && prep.ConfigDir != "" {
 		// The session's files: a copy of the previous attempt's, in
 		// this attempt's own provider folder.
-		if err := providers.CarrySession(s.Provider, rs.ConfigDir, prep.ConfigDir); err != nil {
+		if err := providers.CarrySession(s.Provider, rs.SessionID, rs.ConfigDir, prep.ConfigDir); err != nil {
 			return &status.Error{Reason: status.ReasonStepStartFailed, Msg: fmt.Sprintf("step %s: cannot carry the previous attempt's session: %v", s.ID, err),
 				Fix: "check that the state folder is readable and writable, or remove continue_session"}
 		}
@@ -85,6 +85,9 @@ func (a *Attempt) agentSpec(spec *steps.Spec, at steps.Attempt, p *preparedProc,
 		}
 	}
 	p.loginPaths, p.readPaths, p.egressHosts = prep.LoginPaths, prep.ReadPaths, prep.Probe.EgressHosts
+	if pv, ok := providers.Get(s.Provider); ok && (a.job.Shape.KeepSession || a.job.Shape.Resume != nil) {
+		p.loginSessionDirs = pv.Spec().LoginSessionDirs
+	}
 	p.probe = &record.ProviderProbe{Path: prep.Probe.Path, Version: prep.Probe.Version}
 	prov := prep.Provider
 	probeData := map[string]any{"provider": s.Provider, "path": prep.Probe.Path, "version": prep.Probe.Version}
@@ -207,6 +210,15 @@ func (a *Attempt) sandboxed(i int, repos []string, spec *steps.Spec, env map[str
 		in.ExtraBinaries = append(in.ExtraBinaries, a.h.Kusaw)
 	}
 	in.LoginPaths = p.loginPaths
+	if len(p.loginSessionDirs) > 0 {
+		// continue_session: the session folders of the attempt's login
+		// copy are kept in its folder, and the previous attempt's kept
+		// ones start this copy; never the user's own.
+		in.LoginSession = &sandbox.LoginSession{Dirs: p.loginSessionDirs, Keep: filepath.Join(a.dir, SessionDir, "login")}
+		if rs := a.job.Shape.Resume; rs != nil {
+			in.LoginSession.From = filepath.Join(rs.ConfigDir, "login")
+		}
+	}
 	// The view is an allowlist: a script the command names outside it
 	// (run: [sh, /srv/factory/check.sh]) is shown read-only.
 	in.Argv = spec.Argv

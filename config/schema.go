@@ -564,7 +564,7 @@ func shapeProps() []*schemaProp {
 		p("select", sel),
 		p("on_failure", stepRef("a fixer step run on a failed attempt's branch; the next attempt starts from its commit")),
 		p("continue_on_failure", boolean("the step's failure neither stops its group's siblings nor fails the run")),
-		p("continue_session", boolean("a retry or fix loop's next attempt continues the agent's session of the attempt before it, within the run (providers that find a session by its id: codex)")),
+		p("continue_session", boolean("a retry or fix loop's next attempt continues the agent's session of the attempt before it, within the run (claude-code, codex and gemini; inside the sandbox the session files are the attempt's own and go to the run's next attempt only)")),
 		p("resolve", stepRef("on a parallel group's first step: runs in a worktree holding a conflicted merge; its commit completes it")),
 		p("gate", gate),
 	}

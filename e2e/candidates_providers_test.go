@@ -74,8 +74,9 @@ steps:
 		t.Fatalf("validate accepted a cost limit over a Codex candidate: exit %d\n%s%s", res.code, res.stdout, res.stderr)
 	}
 
-	// continue_session needs a CLI that finds a session by its id: Claude
-	// Code keeps sessions per working folder and each attempt has its own.
+	// continue_session needs a CLI whose session a new worktree can
+	// continue: Cursor keeps its chats per working folder and each
+	// attempt has its own.
 	bad = factoryDir(t, `version: 1
 repos:
   app: {path: ./app}
@@ -84,10 +85,11 @@ pipelines:
 steps:
   try:
     prompt: write ANSWER.md
+    provider: cursor
     attempts: 2
     continue_session: true
 `, "app")
-	if res := runKusaw(t, bad, "validate"); res.code == 0 || !strings.Contains(res.stdout+res.stderr, "keeps its sessions per working folder") || !strings.Contains(res.stdout+res.stderr, "codex") {
-		t.Fatalf("validate accepted continue_session on claude-code: exit %d\n%s%s", res.code, res.stdout, res.stderr)
+	if res := runKusaw(t, bad, "validate"); res.code == 0 || !strings.Contains(res.stdout+res.stderr, "keeps its sessions per working folder") || !strings.Contains(res.stdout+res.stderr, "claude-code, codex, gemini") {
+		t.Fatalf("validate accepted continue_session on cursor: exit %d\n%s%s", res.code, res.stdout, res.stderr)
 	}
 }

@@ -70,6 +70,10 @@ var claudeSpec = Spec{
 	Cost:           Supported,
 	CostNote:       "total_cost_usd, usage and modelUsage (per model) from the result; per-message usage while it runs",
 	Resume:         "--resume SESSION_ID (the previous attempt's session)",
+	// --resume ID finds a session in any project folder (checked with
+	// 2.1.332), so one made in the previous attempt's worktree resumes.
+	SessionByID:      true,
+	LoginSessionDirs: []string{"projects"},
 }
 
 func (claudeCode) Spec() Spec { return claudeSpec }

@@ -144,11 +144,17 @@ func TestGeminiArgv(t *testing.T) {
 		!strings.Contains(s, "--resume s1") || !strings.Contains(s, "--model gemini-2.5-pro") || argv[len(argv)-1] != "--prompt=-x" {
 		t.Fatalf("sandboxed: %q", argv)
 	}
+	// With the attempt's own Gemini home, the previous attempt's session
+	// is imported from the file CarrySession puts there.
+	argv, _ = p.Argv(RunRequest{Prompt: "x", Resume: "s1", ConfigDir: "/a/pc"})
+	if s := strings.Join(argv, " "); !strings.Contains(s, "--session-file /a/pc/gemini-home/"+GeminiResumeFile) || strings.Contains(s, "--resume") {
+		t.Fatalf("resume with a config folder: %q", argv)
+	}
 	argv, _ = p.Argv(RunRequest{Prompt: "x"})
 	if s := strings.Join(argv, " "); strings.Contains(s, "--yolo") || !strings.Contains(s, "--approval-mode auto_edit") {
 		t.Fatalf("unsandboxed: %q", argv)
 	}
-	for _, bad := range [][]string{{"-y"}, {"--sandbox"}, {"-o", "json"}, {"--resume", "latest"}} {
+	for _, bad := range [][]string{{"-y"}, {"--sandbox"}, {"-o", "json"}, {"--resume", "latest"}, {"--session-file", "/x.json"}} {
 		if _, err := p.Argv(RunRequest{Prompt: "x", Args: bad}); err == nil {
 			t.Errorf("args %q accepted", bad)
 		}

@@ -65,7 +65,11 @@ var geminiSpec = Spec{
 	Stream:    "init (session, model), assistant text (deltas folded per reply), tool_use/tool_result, warnings and the result (status, duration, token stats per model)",
 	Cost:      Partial,
 	CostNote:  "token usage (input, cached, output; per model) from the result's stats; no cost in USD, so limits.cost_usd is refused",
-	Resume:    "--resume SESSION_ID",
+	Resume:    "--session-file (the previous attempt's session, imported)",
+	// --resume looks only among the working folder's sessions and each
+	// attempt has a worktree of its own: kusaw hands the CLI the previous
+	// attempt's session file instead (GeminiResumeFile).
+	SessionByID: true,
 }
 
 func (gemini) Spec() Spec { return geminiSpec }
@@ -82,6 +86,7 @@ var geminiManaged = map[string]string{
 	"--approval-mode": "kusaw sets it (yolo inside its sandbox, auto_edit outside)",
 	"-s":              "kusaw's sandbox wraps the step", "--sandbox": "kusaw's sandbox wraps the step",
 	"-r": "kusaw resumes with continue_session", "--resume": "kusaw resumes with continue_session",
+	"--session-file": "kusaw resumes with continue_session",
 }
 
 // Argv builds `gemini --output-format stream-json --skip-trust
@@ -115,7 +120,12 @@ func (gemini) Argv(req RunRequest) ([]string, error) {
 	if req.Model != "" && !hasFlag(req.Args, "-m") && !hasFlag(req.Args, "--model") {
 		argv = append(argv, "--model", req.Model)
 	}
-	if req.Resume != "" {
+	switch {
+	case req.Resume != "" && req.ConfigDir != "":
+		// CarrySession copies the session there; the CLI imports it
+		// into a new session of this worktree.
+		argv = append(argv, "--session-file", filepath.Join(req.ConfigDir, GeminiHomeDir, GeminiResumeFile))
+	case req.Resume != "":
 		argv = append(argv, "--resume", req.Resume)
 	}
 	argv = append(argv, req.Args...)

@@ -111,8 +111,15 @@ func Prepare(ctx context.Context, in PrepareInput) (Prepared, error) {
 	}
 	out.Probe = pr
 	req := RunRequest{Command: pr.Path, Args: in.Args, Prompt: in.Prompt, ExtraDirs: in.ExtraDirs, Sandboxed: in.Sandboxed, Network: in.Network,
-		MaxTurns: in.MaxTurns, MaxBudgetUSD: in.MaxBudgetUSD, Model: in.Model, Resume: in.Resume}
+		MaxTurns: in.MaxTurns, MaxBudgetUSD: in.MaxBudgetUSD, Model: in.Model, Resume: in.Resume, ConfigDir: in.ConfigDir}
 	spec := p.Spec()
+	if in.Resume != "" && in.FreshHome && len(spec.LoginSessionDirs) > 0 {
+		// The session's files were in the previous attempt's fresh HOME,
+		// removed with its temp folder.
+		return Prepared{}, &status.Error{Reason: status.ReasonStepStartFailed,
+			Msg: fmt.Sprintf("step %s: continue_session: %s keeps its sessions in its login folder, and this sandbox gives each attempt a fresh HOME (macOS), so session %s cannot be continued", stepName(in.Step), name, in.Resume),
+			Fix: fmt.Sprintf("remove continue_session from steps.%s, or run it on Linux", stepName(in.Step))}
+	}
 	switch {
 	case in.Inject && spec.Inject != nil:
 		req.BaseURLFromEnv = true

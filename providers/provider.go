@@ -76,11 +76,17 @@ type Spec struct {
 	CostNote string
 	// Resume says how the CLI continues a session; empty when it cannot.
 	Resume string
-	// SessionByID: the CLI finds a session by its id wherever it ran, so
-	// a new attempt in a new worktree can continue the previous one's
-	// (continue_session). Claude Code and Gemini CLI keep sessions per
-	// working folder, and each attempt has a worktree of its own.
+	// SessionByID: a new attempt in a new worktree can continue the
+	// previous one's session (continue_session): the CLI finds it by its
+	// id wherever it ran (Codex; Claude Code's --resume looks in every
+	// project folder), or kusaw hands it the session's file (Gemini CLI,
+	// whose --resume looks only in the working folder's sessions).
 	SessionByID bool
+	// LoginSessionDirs are the sub-folders of the CLI's login folder
+	// that hold its sessions (Claude Code: projects). Inside kusaw's
+	// sandbox they are the attempt's own (sandbox.LoginSession):
+	// continue_session carries them to the run's next attempt only.
+	LoginSessionDirs []string
 }
 
 // EnvNames are the environment variables a provider's CLI reads.
@@ -138,6 +144,9 @@ type RunRequest struct {
 	// Resume is the session id the run continues (continue_session);
 	// empty: a new session.
 	Resume string
+	// ConfigDir is the attempt's provider folder (PrepareInput.ConfigDir),
+	// where CarrySession puts the session a CLI loads from a file.
+	ConfigDir string
 	// PromptFile is a file holding the prompt, for a CLI that reads it
 	// from one (an agent described in the factory with {prompt_file}).
 	PromptFile string

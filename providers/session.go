@@ -1,6 +1,7 @@
 package providers
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
@@ -22,15 +23,77 @@ type sessionCarrier interface {
 // the new attempt's Codex finds the rollout by its id.
 func (codex) sessionDirs() []string { return []string{filepath.Join(CodexHomeDir, "sessions")} }
 
+// Gemini CLI keeps each session under tmp/PROJECT/chats of its home
+// (GEMINI_CLI_HOME, the attempt's own).
+func (gemini) sessionDirs() []string { return []string{filepath.Join(GeminiHomeDir, ".gemini", "tmp")} }
+
+// GeminiResumeFile is where, in the attempt's Gemini home folder,
+// CarrySession puts the session the CLI imports (--session-file).
+const GeminiResumeFile = "resume-session.jsonl"
+
+// sessionImporter is a provider whose CLI continues a session from a file
+// kusaw hands it, found among the previous attempt's session files.
+type sessionImporter interface {
+	importSession(id, from, to string) error
+}
+
+// importSession copies the previous attempt's session file of id (one
+// whose first line names it) to GeminiResumeFile. A session that was
+// itself imported has two such files, a stub the CLI starts and the one
+// it records the conversation in: the larger is taken.
+func (gemini) importSession(id, from, to string) error {
+	files, _ := filepath.Glob(filepath.Join(from, GeminiHomeDir, ".gemini", "tmp", "*", "chats", "session-*.json*"))
+	best, size := "", int64(-1)
+	for _, f := range files {
+		fi, err := os.Lstat(f)
+		if err != nil || !fi.Mode().IsRegular() {
+			continue // the CLI's own files only, no link a step left
+		}
+		if fi.Size() > size && geminiSessionID(f) == id {
+			best, size = f, fi.Size()
+		}
+	}
+	if best == "" {
+		return fmt.Errorf("the previous attempt's Gemini session %s has no session file in %s", id, filepath.Join(from, GeminiHomeDir))
+	}
+	dst := filepath.Join(to, GeminiHomeDir, GeminiResumeFile)
+	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+		return err
+	}
+	return copyFile(best, dst)
+}
+
+// geminiSessionID is the sessionId a Gemini CLI session file names: the
+// first line of its JSON-lines form, or the whole older JSON form.
+func geminiSessionID(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	var head struct {
+		SessionID string `json:"sessionId"`
+	}
+	dec := json.NewDecoder(io.LimitReader(f, 1<<20))
+	if dec.Decode(&head) != nil {
+		return ""
+	}
+	return head.SessionID
+}
+
 // CarrySession copies the session files of a provider's previous attempt
-// (its provider folder from) into this attempt's (to). A provider whose
-// sessions are not per attempt, or a previous attempt that had none, is
-// nothing to copy. Symbolic links are not followed: only the CLI's own
-// files travel.
-func CarrySession(provider, from, to string) error {
+// (its provider folder from) into this attempt's (to), or the one session
+// file of id a CLI imports. A provider whose sessions are not per attempt
+// (or live in its login folder, which the sandbox carries), or a previous
+// attempt that had none, is nothing to copy. Symbolic links are not
+// followed: only the CLI's own files travel.
+func CarrySession(provider, id, from, to string) error {
 	p, ok := Get(provider)
 	if !ok {
 		return nil
+	}
+	if si, ok := p.(sessionImporter); ok {
+		return si.importSession(id, from, to)
 	}
 	sc, ok := p.(sessionCarrier)
 	if !ok {

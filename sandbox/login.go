@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -41,6 +43,27 @@ type LoginCopy struct {
 	Made  []Precreated `json:"made,omitempty"`
 	// Credentials are the names carried back to Src after the step.
 	Credentials []string `json:"credentials,omitempty"`
+	// Session are the session-state folders carried between the attempts
+	// of one run (continue_session): filled from SessionFrom (the
+	// previous attempt's) before the step, moved to SessionKeep (this
+	// attempt's) after it. Never from or to Src.
+	Session     []string `json:"session,omitempty"`
+	SessionFrom string   `json:"session_from,omitempty"`
+	SessionKeep string   `json:"session_keep,omitempty"`
+}
+
+// LoginSession names what of the agent's login state continues a session
+// in the run's next attempt, and where it is kept in between.
+type LoginSession struct {
+	// Dirs are the login folder's sub-folders holding the CLI's sessions
+	// (Claude Code: projects); each must be session state (loginState),
+	// which the copy starts empty.
+	Dirs []string
+	// Keep is a folder of this attempt where Cleanup keeps them (one
+	// sub-folder per login folder).
+	Keep string
+	// From is the previous attempt's Keep ("": a new session).
+	From string
 }
 
 // Precreated is a file or folder Prepare makes in a login copy.
@@ -173,7 +196,48 @@ func (b *builder) loginCopy(lc *LoginCopy) error {
 		}
 	}
 	b.loginMissing(lc, set.files, set.dirs)
+	if err := b.loginSession(lc); err != nil {
+		return err
+	}
 	return b.loginScripts(lc)
+}
+
+// loginSession plans which session folders of a login copy travel to the
+// run's next attempt: only those LoginSession names, each session state,
+// so no setting, script or credentials file can travel with them.
+func (b *builder) loginSession(lc *LoginCopy) error {
+	ls := b.in.LoginSession
+	if ls == nil || len(ls.Dirs) == 0 {
+		return nil
+	}
+	key := url.PathEscape(lc.Src)
+	if ls.Keep != "" {
+		k, err := abs("login session folder", ls.Keep)
+		if err != nil {
+			return err
+		}
+		if !within(b.attempt, k) || k == b.attempt || within(filepath.Join(b.attempt, "login"), k) {
+			return refuse("keep the session in the attempt's own folder", "login session folder %s is not a folder of the attempt folder %s beside its login copies", ls.Keep, b.attempt)
+		}
+		lc.SessionKeep = filepath.Join(k, key)
+	}
+	if ls.From != "" {
+		f, err := abs("previous session folder", ls.From)
+		if err != nil {
+			return err
+		}
+		if within(lc.Src, f) || within(f, lc.Src) {
+			return refuse("name the previous attempt's session folder", "previous session folder %s is in the agent's own login folder %s", ls.From, lc.Src)
+		}
+		lc.SessionFrom = filepath.Join(f, key)
+	}
+	for _, d := range ls.Dirs {
+		if !slices.Contains(loginState, d) || d != filepath.Base(d) {
+			return refuse("name session-state folders only ("+strings.Join(loginState, ", ")+")", "login session folder %q is not session state of the agent's login folder", d)
+		}
+		lc.Session = append(lc.Session, d)
+	}
+	return nil
 }
 
 // loginLink shows a link of the login folder read-only at its name when
@@ -328,6 +392,9 @@ func (lc LoginCopy) make() error {
 			return err
 		}
 	}
+	if err := lc.carrySession(); err != nil {
+		return err
+	}
 	for _, m := range lc.Made {
 		q := filepath.Join(lc.Copy, m.Path)
 		if m.Dir {
@@ -363,8 +430,77 @@ func copyRegular(src, dst string, max int64) error {
 	return errors.Join(err, out.Close())
 }
 
-// finishLogin carries the credentials back from each copy, then removes
-// the copies (they hold the login).
+// maxSessionTotal bounds the session files carried into one login copy.
+const maxSessionTotal = 256 << 20
+
+// carrySession copies the previous attempt's session folders into the
+// copy: folders and regular files only (a link or FIFO the previous step
+// left stays behind), at most maxSessionTotal bytes.
+func (lc LoginCopy) carrySession() error {
+	if lc.SessionFrom == "" {
+		return nil
+	}
+	var total int64
+	for _, n := range lc.Session {
+		src := filepath.Join(lc.SessionFrom, n)
+		if fi, err := os.Lstat(src); err != nil || !fi.IsDir() {
+			continue
+		}
+		err := filepath.WalkDir(src, func(path string, e fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			out := filepath.Join(lc.Copy, n, rel(src, path))
+			switch {
+			case e.IsDir():
+				return os.MkdirAll(out, 0o700)
+			case e.Type().IsRegular():
+				fi, err := e.Info()
+				if err != nil {
+					return err
+				}
+				if total += fi.Size(); total > maxSessionTotal {
+					return fmt.Errorf("the previous attempt's session is over %d MiB", maxSessionTotal>>20)
+				}
+				return copyRegular(path, out, maxSessionTotal)
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("carrying the previous attempt's session (%s): %w", n, err)
+		}
+	}
+	return nil
+}
+
+// keepSession moves the copy's session folders to SessionKeep, for the
+// run's next attempt.
+func (lc LoginCopy) keepSession() error {
+	if lc.SessionKeep == "" {
+		return nil
+	}
+	for _, n := range lc.Session {
+		src := filepath.Join(lc.Copy, n)
+		if fi, err := os.Lstat(src); err != nil || !fi.IsDir() {
+			continue
+		}
+		if err := os.MkdirAll(lc.SessionKeep, 0o700); err != nil {
+			return err
+		}
+		dst := filepath.Join(lc.SessionKeep, n)
+		if err := os.RemoveAll(dst); err != nil {
+			return err
+		}
+		if err := os.Rename(src, dst); err != nil {
+			return fmt.Errorf("sandbox: keeping the agent's session: %w", err)
+		}
+	}
+	return nil
+}
+
+// finishLogin carries the credentials back from each copy, keeps the
+// session folders continue_session names, then removes the copies (they
+// hold the login).
 func (p *Plan) finishLogin() error {
 	var errs []error
 	for _, lc := range p.LoginCopies {
@@ -372,6 +508,9 @@ func (p *Plan) finishLogin() error {
 			if err := carryBack(filepath.Join(lc.Copy, n), filepath.Join(lc.Src, n)); err != nil {
 				errs = append(errs, err)
 			}
+		}
+		if err := lc.keepSession(); err != nil {
+			errs = append(errs, err)
 		}
 		if err := os.RemoveAll(lc.Copy); err != nil {
 			errs = append(errs, err)

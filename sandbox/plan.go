@@ -96,6 +96,10 @@ type Input struct {
 	Home       string   // the real home: hidden
 	FreshHome  bool     // HOME is a fresh, empty folder in TmpDir and LoginPaths are not mounted (always on macOS: the agent signs in with a token)
 	LoginPaths []string // agent login folders/files, mounted read-write
+	// LoginSession carries the agent's session from one attempt of a run
+	// to the next (continue_session); nil: session state goes with the
+	// attempt's login copy.
+	LoginSession *LoginSession
 
 	AllowRead  []string
 	AllowWrite []string

@@ -27,6 +27,13 @@ type GeminiAPI struct {
 	// Writes are files the fake asks the client to write (path relative
 	// to the client's working directory, and content), one per request.
 	Writes []GeminiWrite
+	// FailToolResultsUnless, when set, makes every streamGenerateContent
+	// request that answers a tool call (carries a functionResponse) and
+	// lacks it fail with 400: an attempt that fails after its first turn
+	// (Gemini CLI drops a turn that failed from its session, so a session
+	// continued later has that first turn). A fix loop's next attempt
+	// carries kusaw's note, for one. Set it before requests arrive.
+	FailToolResultsUnless string
 
 	srv  *httptest.Server
 	mu   sync.Mutex
@@ -57,7 +64,7 @@ func (m *GeminiAPI) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(io.LimitReader(r.Body, 8<<20))
 	m.mu.Lock()
 	m.reqs = append(m.reqs, Request{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body})
-	want, writes := m.WantKey, m.Writes
+	want, writes, failUnless := m.WantKey, m.Writes, m.FailToolResultsUnless
 	m.mu.Unlock()
 	w.Header().Set("content-type", "application/json")
 	stream := strings.HasSuffix(r.URL.Path, ":streamGenerateContent")
@@ -73,6 +80,11 @@ func (m *GeminiAPI) serve(w http.ResponseWriter, r *http.Request) {
 	if want != "" && r.Header.Get("x-goog-api-key") != want {
 		w.WriteHeader(http.StatusBadRequest)
 		fmt.Fprint(w, `{"error":{"code":400,"message":"API key not valid. Please pass a valid API key.","status":"INVALID_ARGUMENT","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"API_KEY_INVALID","domain":"googleapis.com"}]}}`)
+		return
+	}
+	if stream && failUnless != "" && bytes.Contains(body, []byte(`"functionResponse"`)) && !bytes.Contains(body, []byte(failUnless)) {
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprint(w, `{"error":{"code":400,"message":"refused by the fake (FailToolResultsUnless)","status":"INVALID_ARGUMENT"}}`)
 		return
 	}
 	usage := map[string]any{"promptTokenCount": 100, "candidatesTokenCount": 10, "totalTokenCount": 115, "cachedContentTokenCount": 20, "thoughtsTokenCount": 5}

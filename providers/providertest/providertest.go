@@ -111,6 +111,12 @@ type MessagesAPI struct {
 	// once every tool has its result the answer is Text. Set it before
 	// requests arrive.
 	Tools []ToolUse
+	// FailUnless, when set, makes every Messages request whose body lacks
+	// it fail with 400: Claude Code retries a refused request in other
+	// shapes, so a failed attempt is one whose every request is refused
+	// (a fix loop's next attempt carries kusaw's note, for one). Set it
+	// before requests arrive.
+	FailUnless string
 
 	srv  *httptest.Server
 	mu   sync.Mutex
@@ -169,6 +175,15 @@ func (m *MessagesAPI) serve(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("content-type", "application/json")
 		w.WriteHeader(http.StatusUnauthorized)
 		fmt.Fprint(w, `{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}`)
+		return
+	}
+	m.mu.Lock()
+	fail := m.FailUnless != "" && !bytes.Contains(body, []byte(m.FailUnless))
+	m.mu.Unlock()
+	if fail {
+		w.Header().Set("content-type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprint(w, `{"type":"error","error":{"type":"invalid_request_error","message":"refused by the fake (FailUnless)"}}`)
 		return
 	}
 	done := bytes.Count(body, []byte(`"type":"tool_result"`))
