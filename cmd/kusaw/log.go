@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -44,38 +45,43 @@ and are reported as not sealed. Exit status 0 when every file verifies, 7
 when one does not (with --strict also when one is not closed with a final
 seal, or holds lines recovery found unsealed).`,
 		Args: cobra.MinimumNArgs(1),
-		RunE: func(c *cobra.Command, files []string) error {
-			pub, err := logVerifyKey(keyFile)
-			if err != nil {
-				return err
-			}
-			failed := false
-			var paths []string
-			for _, f := range files {
-				ps, err := a.logsOf(f)
-				if err != nil {
-					return err
-				}
-				paths = append(paths, ps...)
-			}
-			for _, f := range paths {
-				ok, err := verifyLogFile(a, f, pub, strict, expect)
-				if err != nil {
-					return err
-				}
-				failed = failed || !ok
-			}
-			if failed {
-				return silentExit(status.ExitVerifyFailed)
-			}
-			return nil
-		},
+		RunE: func(c *cobra.Command, args []string) error { return a.logVerify(args, keyFile, expect, strict) },
 	}
 	verify.Flags().StringVar(&keyFile, "key", "", "the factory's public key (PEM); default: "+chainlog.PublicKeyFile+" in kusaw's secret-store folder")
 	verify.Flags().BoolVar(&strict, "strict", false, "also fail when a log is not closed with a final seal, or holds lines recovery found unsealed")
 	verify.Flags().StringVar(&expect, "expect", "", "the place a copied log must be from: RUN (a run's events) or RUN/STEP/N (an attempt's events.jsonl or egress.log)")
 	cmd.AddCommand(verify)
 	return cmd
+}
+
+// logVerify is kusaw log verify: each file (or each log of a run) is
+// checked, its verdict printed, and the exit code is 7 when one fails.
+func (a *app) logVerify(args []string, keyFile, expect string, strict bool) error {
+	pub, err := logVerifyKey(keyFile)
+	if err != nil {
+		return err
+	}
+	var paths []string
+	for _, arg := range args {
+		ps, err := a.logsOf(arg)
+		if err != nil {
+			return err
+		}
+		paths = append(paths, ps...)
+	}
+	failed := false
+	for _, p := range paths {
+		v, err := verifyLog(p, pub, expect)
+		if err != nil {
+			return err
+		}
+		printVerdict(a.stdout, v)
+		failed = failed || !v.passes(strict)
+	}
+	if failed {
+		return silentExit(status.ExitVerifyFailed)
+	}
+	return nil
 }
 
 // logVerifyKey finds the key seals are checked against. It comes from the
@@ -132,11 +138,40 @@ func logExpect(path, expect string) (b chainlog.Binding, runDir, how string, err
 	return chainlog.Binding{}, "", "", nil
 }
 
-// verifyLogFile prints one file's verdict and reports whether it passed.
-func verifyLogFile(a *app, path string, pub ed25519.PublicKey, strict bool, expect string) (bool, error) {
+// logVerdict is what kusaw log verify found in one file.
+type logVerdict struct {
+	path string
+	// broken is why the file does not verify; breakAt says it is a line
+	// that breaks the chain (or a seal), and sealed how many lines before
+	// it verify and are sealed.
+	broken  error
+	breakAt bool
+	sealed  int
+	empty   bool     // no line at all
+	counts  string   // lines, records, seals, key and place
+	closed  string   // how it ends, when nothing is wrong
+	notes   []string // lines the seals do not vouch for (they fail --strict)
+}
+
+// passes is the verdict's part in the exit code: a broken file fails; an
+// empty one, or one with lines its seals do not vouch for, fails --strict.
+func (v *logVerdict) passes(strict bool) bool {
+	switch {
+	case v.broken != nil:
+		return false
+	case v.empty || len(v.notes) > 0:
+		return !strict
+	}
+	return true
+}
+
+// verifyLog checks one file against its place (logExpect) and the key.
+// An error is a file that cannot be read (with its exit code).
+func verifyLog(path string, pub ed25519.PublicKey, expect string) (*logVerdict, error) {
+	v := &logVerdict{path: path}
 	want, runDir, how, err := logExpect(path, expect)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	// A remote attempt's egress.log is sealed on the worker that ran it,
 	// with the key the worker enrolled: check it against that key, which
@@ -144,8 +179,8 @@ func verifyLogFile(a *app, path string, pub ed25519.PublicKey, strict bool, expe
 	if want.Kind == chainlog.KindEgress && runDir != "" {
 		wpub, worker, werr := workerKey(filepath.Dir(path), runDir)
 		if werr != nil {
-			fmt.Fprintf(a.stdout, "%s: BROKEN: %v\n", path, werr)
-			return false, nil
+			v.broken = werr
+			return v, nil
 		}
 		if wpub != nil {
 			pub = wpub
@@ -154,50 +189,46 @@ func verifyLogFile(a *app, path string, pub ed25519.PublicKey, strict bool, expe
 	}
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return false, exitf(status.ExitNotFound, "log %s does not exist", path)
+		return nil, exitf(status.ExitNotFound, "log %s does not exist", path)
 	}
 	if err != nil {
-		return false, exitf(status.ExitNotFound, "%v", err)
+		return nil, exitf(status.ExitNotFound, "%v", err)
 	}
 	defer f.Close()
 	res, verr := chainlog.Verify(f, pub, want)
 	if verr != nil {
 		var be *chainlog.BreakError
 		if !errors.As(verr, &be) {
-			return false, exitf(status.ExitRunFailed, "%s: %v", path, verr)
+			return nil, exitf(status.ExitRunFailed, "%s: %v", path, verr)
 		}
-		fmt.Fprintf(a.stdout, "%s: BROKEN at %v\n", path, be)
-		if res.Sealed > 0 {
-			fmt.Fprintf(a.stdout, "%s:   lines 1-%d verify and are sealed\n", path, res.Sealed)
-		}
-		return false, nil
+		v.broken, v.breakAt, v.sealed = be, true, res.Sealed
+		return v, nil
 	}
 	if res.Lines == 0 {
-		fmt.Fprintf(a.stdout, "%s: OK: empty (the writer never wrote a line)\n", path)
-		return !strict, nil
+		v.empty = true
+		return v, nil
 	}
-	ok := true
-	var problems []string
 	if runDir != "" && res.Binding.Step == "" {
 		if err := record.CheckRunSeal(runDir, res); err != nil {
-			fmt.Fprintf(a.stdout, "%s: BROKEN: %v\n", path, err)
-			return false, nil
+			v.broken = err
+			return v, nil
 		}
 	}
+	v.sealed = res.Sealed
 	for _, r := range res.Recovered {
 		if r.Unsealed > 0 {
-			problems = append(problems, fmt.Sprintf("%s recovered-unsealed: the writer died before sealing them; recovery (line %d) found them unsigned and did not vouch for them, so they could have been changed", span(r.From, r.To), r.Line))
+			v.notes = append(v.notes, fmt.Sprintf("%s recovered-unsealed: the writer died before sealing them; recovery (line %d) found them unsigned and did not vouch for them, so they could have been changed", span(r.From, r.To), r.Line))
 		}
 		if r.DroppedBytes > 0 {
-			problems = append(problems, fmt.Sprintf("line %d: recovery cut off a torn last line of %d bytes before it", r.Line, r.DroppedBytes))
+			v.notes = append(v.notes, fmt.Sprintf("line %d: recovery cut off a torn last line of %d bytes before it", r.Line, r.DroppedBytes))
 		}
 	}
 	switch {
 	case res.Final:
 	case res.Unsealed() > 0:
-		problems = append(problems, fmt.Sprintf("%s NOT sealed (the writer stopped without closing, or is still running), so could have been changed", span(res.Sealed+1, res.Lines)))
+		v.notes = append(v.notes, fmt.Sprintf("%s NOT sealed (the writer stopped without closing, or is still running), so could have been changed", span(res.Sealed+1, res.Lines)))
 	default:
-		problems = append(problems, fmt.Sprintf("not closed: no final seal after line %d (the writer stopped without closing, or is still running)", res.Lines))
+		v.notes = append(v.notes, fmt.Sprintf("not closed: no final seal after line %d (the writer stopped without closing, or is still running)", res.Lines))
 	}
 	where := "the " + res.Binding.String()
 	if how != "" {
@@ -205,21 +236,34 @@ func verifyLogFile(a *app, path string, pub ed25519.PublicKey, strict bool, expe
 	} else {
 		where += " (as the log says; pass --expect to check a copied file)"
 	}
-	counts := fmt.Sprintf("%d lines (%d records, %d seals), key %s, %s", res.Lines, res.Records, res.Seals, res.KeyID, where)
-	closed := "closed with a final seal"
+	v.counts = fmt.Sprintf("%d lines (%d records, %d seals), key %s, %s", res.Lines, res.Records, res.Seals, res.KeyID, where)
+	v.closed = "closed with a final seal"
 	if len(res.Recovered) > 0 {
-		closed += fmt.Sprintf("; continued by recovery after its writer died (line %d)", res.Recovered[len(res.Recovered)-1].Line)
+		v.closed += fmt.Sprintf("; continued by recovery after its writer died (line %d)", res.Recovered[len(res.Recovered)-1].Line)
 	}
-	if len(problems) == 0 {
-		fmt.Fprintf(a.stdout, "%s: OK: %s; %s\n", path, counts, closed)
-		return true, nil
+	return v, nil
+}
+
+// printVerdict is a file's verdict, each line starting with its path.
+func printVerdict(w io.Writer, v *logVerdict) {
+	switch {
+	case v.broken != nil && v.breakAt:
+		fmt.Fprintf(w, "%s: BROKEN at %v\n", v.path, v.broken)
+		if v.sealed > 0 {
+			fmt.Fprintf(w, "%s:   lines 1-%d verify and are sealed\n", v.path, v.sealed)
+		}
+	case v.broken != nil:
+		fmt.Fprintf(w, "%s: BROKEN: %v\n", v.path, v.broken)
+	case v.empty:
+		fmt.Fprintf(w, "%s: OK: empty (the writer never wrote a line)\n", v.path)
+	case len(v.notes) == 0:
+		fmt.Fprintf(w, "%s: OK: %s; %s\n", v.path, v.counts, v.closed)
+	default:
+		fmt.Fprintf(w, "%s: OK up to line %d (its last seal): %s\n", v.path, v.sealed, v.counts)
+		for _, n := range v.notes {
+			fmt.Fprintf(w, "%s:   %s\n", v.path, n)
+		}
 	}
-	fmt.Fprintf(a.stdout, "%s: OK up to line %d (its last seal): %s\n", path, res.Sealed, counts)
-	for _, p := range problems {
-		fmt.Fprintf(a.stdout, "%s:   %s\n", path, p)
-		ok = false
-	}
-	return ok || !strict, nil
 }
 
 func span(from, to int) string {

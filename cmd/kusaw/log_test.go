@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -172,5 +173,31 @@ func TestLogVerifyRunCutBack(t *testing.T) {
 	os.WriteFile(filepath.Join(runDir, "run.json"), []byte(`{"id":"20261201-100000-abcd","state":"failed"}`), 0o600)
 	if code, out, _ := runKusaw("log", "verify", path); code != 7 || !strings.Contains(out, "names no last seal") {
 		t.Fatalf("run.json without events_seal: %d %q", code, out)
+	}
+}
+
+// The verdict decides, the printer prints: each kind of verdict, its
+// lines and whether it passes with and without --strict.
+func TestLogVerdictPrintAndPass(t *testing.T) {
+	for _, c := range []struct {
+		v                logVerdict
+		out              string
+		pass, passStrict bool
+	}{
+		{logVerdict{path: "e.jsonl", counts: "8 lines", closed: "closed with a final seal"}, "e.jsonl: OK: 8 lines; closed with a final seal\n", true, true},
+		{logVerdict{path: "e.jsonl", empty: true}, "e.jsonl: OK: empty (the writer never wrote a line)\n", true, false},
+		{logVerdict{path: "e.jsonl", counts: "8 lines", sealed: 6, notes: []string{"lines 7-8 are NOT sealed"}},
+			"e.jsonl: OK up to line 6 (its last seal): 8 lines\ne.jsonl:   lines 7-8 are NOT sealed\n", true, false},
+		{logVerdict{path: "e.jsonl", broken: errors.New("line 2: hash mismatch"), breakAt: true, sealed: 1},
+			"e.jsonl: BROKEN at line 2: hash mismatch\ne.jsonl:   lines 1-1 verify and are sealed\n", false, false},
+		{logVerdict{path: "e.jsonl", broken: errors.New("line 2: hash mismatch"), breakAt: true}, "e.jsonl: BROKEN at line 2: hash mismatch\n", false, false},
+		{logVerdict{path: "egress.log", broken: errors.New("sealed by worker w1, which this serve never enrolled")},
+			"egress.log: BROKEN: sealed by worker w1, which this serve never enrolled\n", false, false},
+	} {
+		var b bytes.Buffer
+		printVerdict(&b, &c.v)
+		if b.String() != c.out || c.v.passes(false) != c.pass || c.v.passes(true) != c.passStrict {
+			t.Errorf("%+v: printed %q (want %q), passes %v/%v (want %v/%v)", c.v, b.String(), c.out, c.v.passes(false), c.v.passes(true), c.pass, c.passStrict)
+		}
 	}
 }
