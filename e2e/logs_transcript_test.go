@@ -2,8 +2,11 @@ package e2e
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // kusaw logs shows an agent's stream-json as a transcript on a terminal
@@ -76,5 +79,46 @@ steps:
 	}
 	if r := runKusaw(t, dir, "logs", id, "--raw", "--transcript"); r.code != 2 || !strings.Contains(r.stderr, "give one of them") {
 		t.Errorf("--raw with --transcript: %d %s", r.code, r.stderr)
+	}
+}
+
+// Following a running agent: each entry once, a tool call with its
+// result, the usage when the attempt ends.
+func TestLogsFollowAgentTranscript(t *testing.T) {
+	f := buildFakes(t)
+	dir := agentFactory(t, f.Claude, `pipelines:
+  default: [plan]
+steps:
+  plan:
+    prompt: Write PLAN.md.
+    repos: [app]
+    sandbox: "off"
+    env:
+      CLAUDE_CODE_OAUTH_TOKEN: {secret: agent.token}
+      FAKE_AGENT_SCENARIO: edit_file,sleep
+      FAKE_AGENT_SLEEP: 3s
+      FAKE_AGENT_FILE: PLAN.md
+      FAKE_AGENT_TEXT: followed to the end
+`)
+	run, out, errb := startKusaw(t, dir, "run")
+	var id string
+	waitFor(t, "the run's record", 30*time.Second, func() bool {
+		ents, _ := os.ReadDir(filepath.Join(dir, ".kusaw", "runs"))
+		for _, e := range ents {
+			if _, err := os.Stat(filepath.Join(dir, ".kusaw", "runs", e.Name(), "run.json")); err == nil {
+				id = e.Name()
+			}
+		}
+		return id != ""
+	})
+	r := runKusaw(t, dir, "logs", id, "-f", "--transcript")
+	if err := run.Wait(); err != nil {
+		t.Fatalf("kusaw run: %v\n%s%s", err, out, errb)
+	}
+	for want, n := range map[string]int{"== plan attempt 1 transcript (claude-code) ==": 1, "→ Write  PLAN.md\n    ← File created successfully at: PLAN.md\n": 1,
+		"  followed to the end\n": 1, "✓ finished (success": 1, "usage: $": 1} {
+		if got := strings.Count(r.stdout, want); got != n {
+			t.Errorf("logs -f shows %q %d times, want %d:\n%s", want, got, n, r.stdout)
+		}
 	}
 }

@@ -239,3 +239,59 @@ retention:
 	}
 	sp.stop(t)
 }
+
+// A run being run is never removed, even when its record says it ended
+// long ago (a record someone rewrote): gc takes the run's lock, which its
+// executor holds, and leaves the run and its branches alone.
+func TestGCLeavesARunningRun(t *testing.T) {
+	dir := factoryDir(t, `version: 1
+repos:
+  app: {path: app}
+pipelines:
+  default: [wait]
+steps:
+  wait:
+    run: [sh, -c, 'while [ ! -e "$0" ]; do sleep 0.1; done', GO_FILE]
+    sandbox: "off"
+`, "app")
+	goFile := filepath.Join(dir, "go")
+	writeFile(t, filepath.Join(dir, "factory.yaml"), strings.Replace(readFile(t, filepath.Join(dir, "factory.yaml")), "GO_FILE", goFile, 1))
+	repo := filepath.Join(dir, "app")
+	run, out, errb := startKusaw(t, dir, "run")
+	var id string
+	waitFor(t, "the run's attempt", 30*time.Second, func() bool {
+		ents, _ := os.ReadDir(filepath.Join(dir, ".kusaw", "runs"))
+		for _, e := range ents {
+			if _, err := os.Stat(filepath.Join(dir, ".kusaw", "runs", e.Name(), "steps", "wait", "1", "attempt.json")); err == nil {
+				id = e.Name()
+			}
+		}
+		return id != ""
+	})
+	// The record lies: ended 40 days ago.
+	p := filepath.Join(dir, ".kusaw", "runs", id, "run.json")
+	var rec map[string]any
+	if err := json.Unmarshal([]byte(readFile(t, p)), &rec); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-40 * 24 * time.Hour).UTC().Format(time.RFC3339)
+	rec["state"], rec["finished"], rec["created"] = "failed", old, old
+	b, _ := json.Marshal(rec)
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := runKusaw(t, dir, "gc", "--older-than", "30d")
+	if r.code != 0 || !strings.Contains(r.stdout, "kept "+id+" (default): could not remove it: held by another kusaw") || !strings.Contains(r.stdout, "removed 0 runs") {
+		t.Errorf("gc of a running run: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if !slices.Contains(kusawBranches(t, repo), "kusaw/"+id) {
+		t.Errorf("the running run's branch is gone: %v", kusawBranches(t, repo))
+	}
+	writeFile(t, goFile, "")
+	if err := run.Wait(); err != nil {
+		t.Fatalf("the run did not end well after gc: %v\n%s%s", err, out, errb)
+	}
+	if _, err := os.Stat(filepath.Join(dir, ".kusaw", "runs", id, "steps", "wait", "1", "stdout.log")); err != nil {
+		t.Errorf("the run's records: %v", err)
+	}
+}
