@@ -26,6 +26,7 @@ bench "sandbox: true under the plan vs the same bwrap argv vs bare true" -bench 
 bench "sandbox: the allowlist view vs the host's / read-only (bwrap start)" -bench ViewVsHostRoot -benchtime 100x ./sandbox/
 bench "kernel filters: what seccomp and the confinement stage (session keyring, Landlock) add to a sandboxed true, vs the same bwrap argv without them" -bench KernelFilters -benchtime 100x ./sandbox/
 bench "worktree: AddAttempt vs plain git worktree add; whole attempt cycle" -bench 'AddAttempt|AttemptCycle' -benchtime 10x ./worktree/
+bench "worktree reuse: a no-op attempt's start, commit and release on 1k, 20k and 100k files vs git worktree add of the same repository (repositories cached under ~/.cache/kusaw-bench)" -bench WorktreeReuse -benchtime 3x -timeout 60m ./worktree/
 bench "seam: the private ref store and the checks after each attempt, vs creating its worktree" -bench SeamChecks -benchtime 10x ./worktree/
 bench "limits: starting a process under sandbox.resources (cgroup, rlimits, the holding sh) vs without" -bench RunLimits -benchtime 50x ./internal/proc/
 bench "pipeline: kusaw run of a no-op 3-step pipeline (binary, end to end) vs the git worktree floor" -bench 'KusawRunNoop3Steps|GitFloorNoop3Steps' -benchtime 10x ./e2e/

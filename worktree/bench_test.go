@@ -2,8 +2,10 @@ package worktree
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -172,4 +174,119 @@ func BenchmarkSeamChecks(b *testing.B) {
 	b.ReportMetric(float64(tChecks.Microseconds())/n/1000, "checks-ms/op")
 	b.ReportMetric(float64(tAdd.Microseconds())/n/1000, "add-ms/op")
 	b.ReportMetric(float64(tStore+tChecks)/float64(tAdd), "ratio-to-add")
+}
+
+// benchRepo is a repository of n small files (folders of 100), made once
+// and kept under the user's cache folder: a 100,000-file repository takes
+// minutes to make.
+func benchRepo(b testing.TB, n int) string {
+	b.Helper()
+	needGit(b)
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	dir := filepath.Join(cache, "kusaw-bench", fmt.Sprintf("repo-%d", n))
+	if _, err := os.Stat(filepath.Join(dir, ".git", "kusaw-bench-done")); err == nil {
+		return dir
+	}
+	os.RemoveAll(dir)
+	tgit(b, "", "init", "-q", "-b", "main", dir)
+	tgit(b, dir, "config", "user.name", "Bench")
+	tgit(b, dir, "config", "user.email", "bench@example.test")
+	for i := range n {
+		p := filepath.Join(dir, "src", fmt.Sprintf("d%04d", i/100), fmt.Sprintf("f%03d.go", i%100))
+		if i%100 == 0 {
+			os.MkdirAll(filepath.Dir(p), 0o755)
+		}
+		if err := os.WriteFile(p, []byte(fmt.Sprintf("package p\n\nconst X%d = %d\n", i, i)), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	tgit(b, dir, "add", "-A")
+	tgit(b, dir, "commit", "-q", "-m", "files")
+	write(b, filepath.Join(dir, ".git", "kusaw-bench-done"), "")
+	return dir
+}
+
+// BenchmarkWorktreeReuse measures an attempt's worktree on repositories of
+// 1,000, 20,000 and 100,000 files (KUSAW_BENCH_SIZES to choose): a fresh
+// `git worktree add` of the same commit as the baseline, measured in the
+// same run, then kusaw's no-op attempt after the first: taking the tree
+// from the pool, cleaning it and checking the base out (start), committing
+// nothing (commit), and giving it back (release). Each as ms per attempt
+// and as a ratio to git worktree add.
+// Run: go test -run '^$' -bench WorktreeReuse -benchtime 5x ./worktree/
+func BenchmarkWorktreeReuse(b *testing.B) {
+	sizes := []int{1000, 20000, 100000}
+	if s := os.Getenv("KUSAW_BENCH_SIZES"); s != "" {
+		sizes = nil
+		for _, f := range strings.Split(s, ",") {
+			var n int
+			fmt.Sscan(f, &n)
+			sizes = append(sizes, n)
+		}
+	}
+	for _, n := range sizes {
+		b.Run(fmt.Sprintf("files=%d", n), func(b *testing.B) {
+			isolateHome(b)
+			dir := benchRepo(b, n)
+			r := open(b, dir)
+			run := fmt.Sprintf("bench-%d", time.Now().UnixNano())
+			if _, _, err := r.CreateRunBranch(run, ""); err != nil {
+				b.Fatal(err)
+			}
+			runBranch := RunBranch(run)
+			head := tgit(b, dir, "rev-parse", "main")
+			state := b.TempDir()
+			pool := r.Pool(state)
+			// The baseline, once per size (it is what a fresh attempt costs).
+			plain := filepath.Join(state, "plain", "app")
+			start := time.Now()
+			tgit(b, dir, "worktree", "add", "--quiet", "-b", "plain/"+run, plain, head)
+			tGit := time.Since(start)
+			tgit(b, dir, "worktree", "remove", "--force", plain)
+			// The first attempt fills the pool.
+			w, err := r.AddAttemptWith(runBranch, AttemptBranch(run, "s", 0), filepath.Join(state, "0", "app"), AddOptions{Pool: pool})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if ok, err := r.Release(w); !ok || err != nil {
+				b.Fatalf("release: %v %v", ok, err)
+			}
+			var tStart, tCommit, tRelease time.Duration
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				start := time.Now()
+				w, err := r.AddAttemptWith(runBranch, AttemptBranch(run, "s", i+1), filepath.Join(state, fmt.Sprint(i+1), "app"), AddOptions{Pool: pool})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if !w.Reused {
+					b.Fatalf("attempt %d was not reused: %s", i+1, w.ReuseFailed)
+				}
+				tStart += time.Since(start)
+				start = time.Now()
+				if _, _, err := w.CommitAll("m"); err != nil {
+					b.Fatal(err)
+				}
+				tCommit += time.Since(start)
+				start = time.Now()
+				if ok, err := r.Release(w); !ok || err != nil {
+					b.Fatalf("release: %v %v", ok, err)
+				}
+				tRelease += time.Since(start)
+			}
+			b.StopTimer()
+			nn := float64(b.N)
+			ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / nn / 1000 }
+			b.ReportMetric(float64(tGit.Microseconds())/1000, "git-add-ms")
+			b.ReportMetric(ms(tStart), "start-ms")
+			b.ReportMetric(ms(tCommit), "commit-ms")
+			b.ReportMetric(ms(tRelease), "release-ms")
+			b.ReportMetric(float64(tStart)/nn/float64(tGit), "start/git-add")
+			b.ReportMetric(float64(tStart+tCommit+tRelease)/nn/float64(tGit), "attempt/git-add")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
 }

@@ -231,18 +231,17 @@ func (r *Repo) verifyClean(admin, abs string) error {
 }
 
 // keepIndex copies the index kusaw's git just wrote at the checkout of w
-// to a held path of p, if it is one kusaw can trust; CommitAll starts
-// from it and Release hands it to the pool.
+// to a held path of p; CommitAll starts from it and Release hands it to
+// the pool.
 func (w *Worktree) keepIndex(p *Pool) {
 	held, err := p.newHeld()
 	if err != nil {
 		return
 	}
+	// Not parsed here: the next acquire parses it (and throws the tree
+	// away if it is not a plain checkout's), and CommitAll's git reads it
+	// as git wrote it.
 	if err := copyIndex(filepath.Join(w.GitDir, "index"), held); err != nil {
-		return
-	}
-	if _, err := readTrustedIndex(held, len(w.BaseSHA)); err != nil {
-		_ = os.Remove(held)
 		return
 	}
 	w.index, w.pool = held, p
@@ -278,6 +277,17 @@ func (r *Repo) Release(w *Worktree) (bool, error) {
 	if st, err := os.Lstat(w.Path); err != nil || !st.IsDir() {
 		return false, fmt.Errorf("release worktree: %s is missing or not a directory", w.Path)
 	}
+	// What the step left does not wait in the state folder (a socket, a
+	// setuid file, an ignored file holding a secret): the tree is cleaned
+	// now, and again when it is taken, in case anything changed it while
+	// it was idle.
+	idx, err := readTrustedIndex(w.index, len(w.BaseSHA))
+	if err == nil {
+		_, _, err = cleanTree(w.Path, idx)
+	}
+	if err != nil {
+		return false, nil // RemoveWorktree takes it
+	}
 	id := newID()
 	slot := filepath.Join(p.dir, ".new-"+id)
 	if err := os.MkdirAll(p.dir, 0o700); err != nil {
@@ -305,7 +315,7 @@ func (r *Repo) Release(w *Worktree) (bool, error) {
 	// The registration goes with the tree (a crash before this leaves
 	// one whose folder is gone: git worktree prune drops it).
 	unlock := r.lockWorktrees()
-	err := os.RemoveAll(w.GitDir)
+	err = os.RemoveAll(w.GitDir)
 	unlock()
 	w.index = ""
 	if err := os.Rename(slot, filepath.Join(p.dir, "idle-"+id)); err != nil {

@@ -387,3 +387,47 @@ func TestPoolHoldsOnlyReleasedTrees(t *testing.T) {
 	assertNoHeldLeft()
 	_ = time.Now
 }
+
+// A tree is cleaned when it is released (nothing the step left waits in
+// the state folder) and again when it is taken: whatever changed it while
+// it was idle (a process an unsandboxed step left running) is gone too.
+func TestPoolCleansAtReleaseAndAtTake(t *testing.T) {
+	isolateHome(t)
+	dir, c1, _ := poolRepo(t)
+	want := freshManifest(t, dir, c1)
+	state := t.TempDir()
+	r := open(t, dir)
+	pool := r.Pool(state)
+	tgit(t, dir, "update-ref", "refs/heads/kusaw/r", c1)
+	w, err := r.AddAttemptWith("kusaw/r", AttemptBranch("r", "s", 1), filepath.Join(state, "1", "app"), AddOptions{Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(w.Path, "secret.log"), "token\n")
+	syscall.Mkfifo(filepath.Join(w.Path, "pipe"), 0o644)
+	if ok, err := r.Release(w); !ok || err != nil {
+		t.Fatalf("release: %v %v", ok, err)
+	}
+	idle, _ := filepath.Glob(filepath.Join(pool.Dir(), "idle-*", "tree"))
+	if len(idle) != 1 {
+		t.Fatalf("idle trees: %v", idle)
+	}
+	for _, p := range []string{"secret.log", "pipe", ".git"} {
+		if _, err := os.Lstat(filepath.Join(idle[0], p)); err == nil {
+			t.Errorf("%s waits in the pool", p)
+		}
+	}
+	// While idle.
+	write(t, filepath.Join(idle[0], "late.txt"), "late\n")
+	write(t, filepath.Join(idle[0], "src", "a.go"), "package late\n")
+	w2, err := r.AddAttemptWith("kusaw/r", AttemptBranch("r", "s", 2), filepath.Join(state, "2", "app"), AddOptions{Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !w2.Reused || w2.Cleaned.Untracked != 1 || w2.Cleaned.Changed < 1 { // (a file stamped in the tick of its index counts too)
+		t.Errorf("reused %v, cleaned %+v (%s)", w2.Reused, w2.Cleaned, w2.ReuseFailed)
+	}
+	if got := manifest(t, w2.Path); got != want {
+		t.Errorf("the reused tree differs from a fresh checkout:\n%s\nwant:\n%s", got, want)
+	}
+}
