@@ -589,6 +589,7 @@ func (a *Attempt) procEnd(res procResult, ctx, actx context.Context) procEnd {
 		p.setupFailed, _ = a.setupFailed()
 		if o := a.egressObs(); o != nil {
 			p.budget = o.budgetHit()
+			p.untrusted = o.untrustedUpstream()
 		}
 	}
 	return p

@@ -2,6 +2,7 @@ package attempt
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/kusaw/kusaw/status"
@@ -91,9 +92,12 @@ type procEnd struct {
 	// failed.
 	setupFailed string
 	// budget: an egress byte budget was reached.
-	budget  bool
-	hasExit bool
-	exit    int
+	budget bool
+	// untrusted: the proxy refused an inject upstream's certificate (its
+	// line, naming the host and the ca_file setting).
+	untrusted string
+	hasExit   bool
+	exit      int
 }
 
 // decideProcess is how one process ended. A process that ended on its own
@@ -125,6 +129,9 @@ func decideProcess(p procEnd) Verdict {
 	v := p.ended
 	if p.setupFailed != "" && v.Outcome != status.OutcomePassed {
 		v = Verdict{Outcome: status.OutcomeFailed, Reason: status.ReasonSetupFailed, Message: p.setupFailed}
+	}
+	if v.Outcome == status.OutcomeFailed && p.untrusted != "" {
+		v.Reason, v.Message = status.ReasonEgressUpstreamUntrusted, strings.TrimPrefix(p.untrusted, "kusaw: ")
 	}
 	if v.Outcome == status.OutcomeFailed && p.budget {
 		v.Reason, v.Message = status.ReasonEgressBudget, v.Message+"; an egress byte budget was reached (see egress.log)"

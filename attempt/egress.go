@@ -1,6 +1,7 @@
 package attempt
 
 import (
+	"crypto/x509"
 	"encoding/base64"
 	"fmt"
 	"net"
@@ -46,6 +47,9 @@ type egressObserver struct {
 	// first is the first connection refused for want of an allow entry
 	// (the failed attempt's fix names it).
 	first *refusedHost
+	// untrusted is the proxy's line for the first inject upstream whose
+	// certificate it refused (egress.ReasonUpstreamTLS).
+	untrusted string
 }
 
 func (a *Attempt) egressLog() *egressObserver {
@@ -85,6 +89,9 @@ func (o *egressObserver) Decision(d egress.Decision) {
 		}
 	}
 	show, showWould := false, false
+	if d.Reason == egress.ReasonUpstreamTLS && o.untrusted == "" {
+		o.untrusted = d.Detail
+	}
 	if d.Decision == egress.WouldRefuse {
 		o.would++
 		showWould = o.would <= MaxBlockedEvents
@@ -119,6 +126,12 @@ func (o *egressObserver) Decision(d egress.Decision) {
 	if show {
 		o.a.events.Emit(record.EvEgressBlocked, map[string]any{"host": d.Host, "port": d.Port, "kind": d.Kind, "reason": d.Reason, "detail": d.Detail, "decision": d.Decision})
 	}
+}
+
+func (o *egressObserver) untrustedUpstream() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.untrusted
 }
 
 func (o *egressObserver) budgetHit() bool {
@@ -235,9 +248,18 @@ func (a *Attempt) injects() ([]egress.Inject, error) {
 			sp := prov.Spec().Inject
 			in = egress.Inject{Name: s.Provider, Host: sp.Host, Header: sp.Header, Upstream: sp.Upstream, BaseURLEnv: sp.BaseURLEnv, KeyEnv: sp.KeyEnv}
 			secretKey = sp.SecretKey
+			in.CAKey = "providers." + s.Provider + ".ca_file"
 			if pc := a.f.Providers[s.Provider]; pc != nil {
 				if pc.BaseURL != "" {
 					in.Upstream = pc.BaseURL
+				}
+				if pc.CAFile != "" || len(pc.CAPEM) > 0 {
+					pool, err := caPool(pc.CAFile, pc.CAPEM)
+					if err != nil {
+						return nil, &status.Error{Reason: status.ReasonEgressLeaseFailed, Msg: fmt.Sprintf("%s: %v", in.CAKey, err),
+							Fix: "name a readable PEM file of CA certificates in " + in.CAKey + " (kusaw validate checks it)"}
+					}
+					in.RootCAs = pool
 				}
 				if pc.APIKey != nil {
 					secretKey = pc.APIKey.Key
@@ -324,4 +346,23 @@ func (a *Attempt) closeLeaseAfter(p *preparedProc, l *egress.Lease, obs *egressO
 		}
 		a.events.Emit(record.EvEgressSummary, data)
 	}
+}
+
+// caPool is the system's roots and the certificates of a PEM file
+// (providers.<name>.ca_file): its content as loaded, else the file.
+func caPool(path string, b []byte) (*x509.CertPool, error) {
+	if len(b) == 0 {
+		var err error
+		if b, err = os.ReadFile(path); err != nil {
+			return nil, err
+		}
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil || pool == nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", path)
+	}
+	return pool, nil
 }

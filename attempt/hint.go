@@ -56,7 +56,7 @@ func notAllowed(d egress.Decision) bool {
 // allow entry, a missing cache, else the reason's own fix with the run,
 // step and attempt filled in.
 func (a *Attempt) hintedFix(r status.Reason) string {
-	fill := status.Fill(r.Info().Fix, map[string]string{"RUN": a.spec.Run, "STEP": a.stepRef()})
+	fill := status.Fill(r.Info().Fix, map[string]string{"RUN": a.spec.Run, "STEP": a.stepRef(), "PROVIDER": a.step.Provider})
 	if !hintable(r) {
 		return fill
 	}

@@ -68,6 +68,7 @@ const (
 	ECodeUpstreamProxy   = "E045"
 	ECodeNatsAccount     = "E046"
 	ECodeNatsCA          = "E047"
+	ECodeProviderCA      = "E048"
 	ECodeStepKind        = "E050"
 	ECodeNoPrompt        = "E051"
 	ECodeInjectNeedsList = "E060"
@@ -123,11 +124,12 @@ var CodeInfo = []struct{ Code, Meaning string }{
 	{ECodeHostRefused, "an allowlist entry kusaw refuses (IP literal, bare *, public-suffix wildcard, metadata name)"},
 	{ECodeBadCIDR, "allow_ranges entry that is not a CIDR"},
 	{ECodeBadAddress, "resolver or listen address that is not host:port"},
-	{ECodeBadURL, "base_url that is not an http(s) URL"},
+	{ECodeBadURL, "base_url that is not an http(s) URL, or one inject forwards a key to that is not https:// (or has credentials, a query or a fragment)"},
 	{ECodeBadNatsURL, "serve.cluster.nats_url that is not a nats:// or tls:// URL, or set beside serve.cluster.listen"},
 	{ECodeUpstreamProxy, "sandbox.egress.upstream_proxy that is not an http:// or https:// proxy address (host and port, no path; credentials only through {secret: KEY})"},
 	{ECodeNatsAccount, "serve.cluster.nats_url without account or signing_key, an account that is not an account's public nkey (A...), a signing_key not given as {secret: KEY}, or account, signing_key, ca or replicas without nats_url"},
 	{ECodeNatsCA, "serve.cluster.ca that cannot be read or is not a PEM file of certificates"},
+	{ECodeProviderCA, "providers.NAME.ca_file that cannot be read or is not a PEM file of certificates"},
 	{ECodeStepKind, "a step that is more than one of agent, builtin and run"},
 	{ECodeNoPrompt, "an agent step without prompt or prompt_file, or with both"},
 	{ECodeInjectNeedsList, "inject without network: allowlist (there is no proxy to hold the key)"},

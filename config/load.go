@@ -260,7 +260,7 @@ func (d *decoder) providers(f *Factory, n *yaml.Node) {
 			continue
 		}
 		pc := &ProviderConfig{}
-		for _, pf := range d.fields(fl.value, p, []string{"command", "args", "base_url", "api_key", "exit_grace", "model", "agent"}) {
+		for _, pf := range d.fields(fl.value, p, []string{"command", "args", "base_url", "api_key", "exit_grace", "model", "agent", "ca_file"}) {
 			kp := join(p, pf.key)
 			switch pf.key {
 			case "agent":
@@ -276,6 +276,13 @@ func (d *decoder) providers(f *Factory, n *yaml.Node) {
 			case "base_url":
 				pc.BaseURL = d.str(pf.value, kp)
 				d.checkURL(pf.value, kp, pc.BaseURL)
+			case "ca_file":
+				pc.CAFile = f.abs(d.str(pf.value, kp))
+				if msg := checkCABundle(pc.CAFile); msg == "" {
+					pc.CAPEM, _ = os.ReadFile(pc.CAFile)
+				} else {
+					d.errf(ECodeProviderCA, pf.value, kp, "name a PEM file with the CA certificate(s) the upstream's certificate chains to (relative paths start at the factory file's folder)", "%s: %s", kp, msg)
+				}
 			case "api_key":
 				if resolve(pf.value).Kind == yaml.MappingNode {
 					pc.APIKey = d.secretRef(pf.value, kp)
@@ -403,7 +410,9 @@ func (d *decoder) inject(n *yaml.Node, path string) []InjectEntry {
 				e.Secret = v
 			case "base_url":
 				e.BaseURL = v
-				d.checkURL(fl.value, kp, v)
+				if err := CheckInjectUpstream(v); err != nil {
+					d.errf(ECodeBadURL, fl.value, kp, "write an https:// URL such as https://api.example.com: inject forwards the key only over verified TLS", "%s: %v", kp, err)
+				}
 			case "base_url_env", "key_env":
 				if !envNamePattern().MatchString(v) {
 					d.errf(ECodeBadName, fl.value, kp, "use an environment variable name such as API_BASE_URL", "%s: %q is not an environment variable name", kp, v)
@@ -1015,11 +1024,13 @@ func (d *decoder) stepSandbox(f *Factory, n *yaml.Node, path string) *StepSandbo
 
 // crossChecks are the rules that look at more than one key.
 func (d *decoder) crossChecks(f *Factory) {
+	upstreamChecked := map[string]bool{}
 	for _, id := range f.StepOrder {
 		s := f.Steps[id]
 		p := join("steps", id)
 		net := f.StepNetwork(s)
 		hasInject := len(f.Inject(s)) > 0
+		d.checkProviderUpstream(f, s, upstreamChecked)
 		if hasInject && !net.Proxied() {
 			at := f.posNode(join(p, "sandbox"), "sandbox.egress.inject")
 			d.errf(ECodeInjectNeedsList, at, p, "set network: allowlist for this step (sandbox.network or steps."+id+".sandbox.network)", "step %s injects a key but its network is not allowlist: there is no proxy to hold the key", id)
@@ -1130,4 +1141,27 @@ func mapValue(n *yaml.Node, key string) *yaml.Node {
 		}
 	}
 	return nil
+}
+
+// checkProviderUpstream refuses, once per provider, a base_url that a step
+// of that provider injects its key to and the proxy would refuse at the
+// run (CheckInjectUpstream), with the proxy's words.
+func (d *decoder) checkProviderUpstream(f *Factory, s *Step, done map[string]bool) {
+	pc := f.Providers[s.Provider]
+	if s.Provider == "" || pc == nil || pc.BaseURL == "" || done[s.Provider] {
+		return
+	}
+	for _, e := range f.Inject(s) {
+		if !e.Provider {
+			continue
+		}
+		done[s.Provider] = true
+		if err := CheckInjectUpstream(pc.BaseURL); err != nil {
+			kp := join(join("providers", s.Provider), "base_url")
+			d.errf(ECodeBadURL, f.posNode(kp, join("providers", s.Provider)), kp,
+				"write an https:// URL such as https://gateway.example.com (a private CA: providers."+s.Provider+".ca_file)",
+				"%s: %v: step %s injects the key there, and inject forwards it only over verified TLS", kp, err, s.ID)
+		}
+		return
+	}
 }

@@ -182,6 +182,7 @@ func factorySchema() *schemaNode {
 		p("command", text("the CLI: a name on PATH or a path")),
 		p("args", list("arguments added to every run of this provider")),
 		p("base_url", text("the upstream inject forwards to (an API gateway may replace the provider's own)")),
+		p("ca_file", text("a PEM file of CA certificates kusaw's proxy trusts, besides the system's, for base_url under inject (a gateway with a private CA)")),
 		p("api_key", secretRefNode("the provider's API key, from the secret store (never written in the file)")),
 		p("exit_grace", duration("how long the agent may take to exit by itself after its result before kusaw stops it (default 5s)")),
 		p("model", text("the model the CLI runs (its --model), unless args name one; e.g. gpt-5-codex, gemini-2.5-pro, sonnet")),

@@ -124,7 +124,14 @@ type ProviderConfig struct {
 	// its result event before kusaw stops it (0: DefaultExitGrace).
 	ExitGrace time.Duration
 	BaseURL   string
-	APIKey    *SecretRef
+	// CAFile is providers.<name>.ca_file (absolute): a PEM file of the CA
+	// certificates kusaw's proxy trusts, besides the system's, when inject
+	// forwards to base_url (a gateway with a private CA).
+	CAFile string
+	// CAPEM is CAFile's content, read when the file is loaded: a run's
+	// spec carries it, so a cluster worker needs no copy of the file.
+	CAPEM  []byte
+	APIKey *SecretRef
 	// Model is the CLI's model (its --model flag) unless args name one.
 	Model string
 	// Agent describes an agent CLI kusaw has no built-in provider for

@@ -3,6 +3,8 @@ package egress
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -49,6 +51,10 @@ func (l *Lease) newInjector(in Inject) (*injector, error) {
 		return nil, fmt.Errorf("egress lease: inject %s: %v", in.Name, err)
 	}
 	ij := &injector{in: in, base: base, host: host, port: port, prefix: injectPrefix + in.Name + "/" + l.injectToken}
+	roots := l.c.RootCAs
+	if in.RootCAs != nil {
+		roots = in.RootCAs
+	}
 	ij.tr = &http.Transport{
 		Proxy: nil,
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -61,7 +67,7 @@ func (l *Lease) newInjector(in Inject) (*injector, error) {
 			}
 			return nil, ref
 		},
-		TLSClientConfig:     &tls.Config{RootCAs: l.c.RootCAs, MinVersion: tls.VersionTLS12},
+		TLSClientConfig:     &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
 		TLSHandshakeTimeout: l.p.o.HandshakeTimeout,
 		ForceAttemptHTTP2:   true,
 		IdleConnTimeout:     90 * time.Second,
@@ -95,6 +101,10 @@ func (l *Lease) newInjector(in Inject) (*injector, error) {
 				return
 			}
 			if r.Context().Err() != nil {
+				return
+			}
+			if why := untrustedCert(err); why != "" {
+				l.untrustedUpstream(w, in, host, port, why)
 				return
 			}
 			// The error text never carries header values, so the key
@@ -147,4 +157,50 @@ func injectPath(raw string) (rest, rawRest, rule string) {
 		dec[i] = d
 	}
 	return "/" + strings.Join(dec, "/"), raw, ""
+}
+
+// untrustedCert says why a TLS handshake refused the upstream's
+// certificate ("" when err is no such refusal).
+func untrustedCert(err error) string {
+	var unknown x509.UnknownAuthorityError
+	var name x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	var verify *tls.CertificateVerificationError
+	switch {
+	case errors.As(err, &unknown):
+		return "its certificate is signed by an authority kusaw's proxy does not trust"
+	case errors.As(err, &name):
+		return "its certificate does not name it (" + sanitize(name.Error()) + ")"
+	case errors.As(err, &invalid):
+		return "its certificate is not valid (" + sanitize(invalid.Error()) + ")"
+	case errors.As(err, &verify):
+		return "its certificate could not be verified (" + sanitize(verify.Err.Error()) + ")"
+	}
+	return ""
+}
+
+// untrustedStatus is the status of an inject request whose upstream's
+// certificate was refused: a 4xx, which the agent CLIs' API clients do not
+// retry (they retry 408, 409, 429 and 5xx: a 502 cost ten retries and
+// three minutes), with X-Should-Retry: false, which Anthropic's and
+// OpenAI's SDKs obey before the status. 495 is nginx's "SSL Certificate
+// Error".
+const untrustedStatus = 495
+
+// untrustedUpstream answers an inject request whose upstream's
+// certificate was refused so that the client stops, and records the
+// failure (the attempt's last line names the cause and the CA setting).
+func (l *Lease) untrustedUpstream(w http.ResponseWriter, in Inject, host string, port int, why string) {
+	fix := "give the upstream a certificate from a CA the system trusts"
+	if in.CAKey != "" {
+		fix = "set " + in.CAKey + " to the PEM file of the CA that signed it"
+	}
+	line := fmt.Sprintf("kusaw: inject %s: %s refused: %s; %s", in.Name, hostPort(host, port), why, fix)
+	l.record(Decision{Time: time.Now(), Kind: KindInject, Host: host, Port: port, Decision: Fail, Reason: ReasonUpstreamTLS, Detail: line})
+	body, _ := json.Marshal(map[string]any{"type": "error", "error": map[string]string{"type": "kusaw_upstream_untrusted", "message": line}})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Should-Retry", "false")
+	w.Header().Set("X-Kusaw-Reason", ReasonUpstreamTLS)
+	w.WriteHeader(untrustedStatus)
+	w.Write(body)
 }

@@ -475,20 +475,15 @@ func (l *Lease) budgetLine(host string, why string) string {
 }
 
 func validUpstream(raw string) (*url.URL, string, int, error) {
-	u, err := url.Parse(raw)
-	if err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-		return nil, "", 0, fmt.Errorf("base URL %q must be an https:// URL without credentials, query or fragment", raw)
+	// validate refuses the same URLs with the same words.
+	if err := config.CheckInjectUpstream(raw); err != nil {
+		return nil, "", 0, err
 	}
-	host, err := config.NormalizeHostName(u.Hostname())
-	if err != nil {
-		return nil, "", 0, fmt.Errorf("base URL %q: %v", raw, err)
-	}
+	u, _ := url.Parse(raw)
+	host, _ := config.NormalizeHostName(u.Hostname())
 	port := 443
 	if ps := u.Port(); ps != "" {
-		port, err = strconv.Atoi(ps)
-		if err != nil || port < 1 || port > 65535 {
-			return nil, "", 0, fmt.Errorf("base URL %q has a bad port", raw)
-		}
+		port, _ = strconv.Atoi(ps)
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
 	u.RawPath = ""

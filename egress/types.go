@@ -90,6 +90,13 @@ type Inject struct {
 	// base URL and the placeholder key.
 	BaseURLEnv string
 	KeyEnv     string
+	// RootCAs, when set, are the CAs the upstream's certificate is checked
+	// against (the system's and providers.<name>.ca_file's) instead of
+	// the lease's.
+	RootCAs *x509.CertPool
+	// CAKey is the setting that trusts a private CA for this upstream
+	// (providers.<name>.ca_file), named when its certificate is refused.
+	CAKey string
 }
 
 // String and GoString keep the key out of any printed form.
@@ -200,6 +207,9 @@ const (
 	ReasonTimeout      = "upstream.timeout"
 	ReasonIdle         = "idle_timeout"
 	ReasonLeaseClosed  = "lease.closed"
+	// ReasonUpstreamTLS: inject's upstream presented a certificate the
+	// proxy does not trust (unknown authority, wrong name, expired).
+	ReasonUpstreamTLS = "upstream.tls_untrusted"
 	// ReasonUpstreamProxy: the upstream proxy was down, refused the
 	// CONNECT or asked for credentials.
 	ReasonUpstreamProxy = "upstream_proxy.failed"

@@ -23,7 +23,9 @@ import (
 // (spec_wire.go) where version 2 carried the config structs' Go fields.
 // Version 4 carries an agent described in the factory (provider.agent):
 // an older worker would not know the provider.
-const SpecVersion = 4
+// Version 5 carries the provider's ca_file and its certificates: a
+// version-4 worker would forward to the upstream without trusting its CA.
+const SpecVersion = 5
 
 // SpecFile is the attempt's spec beside attempt.json: what it was asked to
 // run, as it would cross to a worker.

@@ -41,7 +41,7 @@ func fullSpec() *AttemptSpec {
 				Budgets:       SpecBudgets{Enabled: true, PerHost: 1 << 20, Total: 8 << 20},
 				UpstreamProxy: &SpecUpstream{URL: "http://proxy.corp.example:3128", Credentials: "corp-proxy"}, UpstreamNoProxy: []SpecHost{{Host: "git.corp.example", Path: "sandbox.egress.upstream_no_proxy[0]"}}},
 			Resources: res, SettingsScriptsWritable: []string{".vscode/tasks.json"}},
-		Provider: &SpecProvider{Command: "claude", Args: []string{"--verbose"}, ExitGraceMS: 5000, BaseURL: "https://llm.example.com", APIKey: "llm", Model: "sonnet",
+		Provider: &SpecProvider{Command: "claude", Args: []string{"--verbose"}, ExitGraceMS: 5000, BaseURL: "https://llm.example.com", CAFile: "/etc/kusaw/gateway-ca.pem", CAPEM: "-----BEGIN CERTIFICATE-----\n...\n-----END CERTIFICATE-----\n", APIKey: "llm", Model: "sonnet",
 			Agent: &SpecAgent{Argv: []string{"qwen", "--output-format", "stream-json", "--model={model}", "{prompt}"}, Format: "jsonl", Result: "/type=result",
 				Success: "/is_error=false", Text: "/result", Session: "/session_id", InputTokens: "/usage/input_tokens", OutputTokens: "/usage/output_tokens",
 				CacheReadTokens: "/usage/cache_read_input_tokens", CostUSD: "/total_cost_usd", KeyEnv: "OPENAI_API_KEY", BaseURLEnv: "OPENAI_BASE_URL",
@@ -141,7 +141,7 @@ func TestSpecConfigRoundTrip(t *testing.T) {
 		Egress: config.Egress{Allow: []config.HostEntry{pat("api.example.com:443")}, ProviderHosts: true, Resolver: "1.1.1.1:53",
 			Budgets:       config.Budgets{Enabled: true, PerHost: 1, Total: 2},
 			UpstreamProxy: &config.UpstreamProxy{URL: "http://p:3128", Credentials: &config.SecretRef{Key: "pp"}}}}
-	pc := &config.ProviderConfig{Command: "c", Args: []string{"-x"}, ExitGrace: 3 * time.Second, BaseURL: "https://b", APIKey: &config.SecretRef{Key: "k"}, Model: "m"}
+	pc := &config.ProviderConfig{Command: "c", Args: []string{"-x"}, ExitGrace: 3 * time.Second, BaseURL: "https://b", CAFile: "/ca.pem", CAPEM: []byte("pem"), APIKey: &config.SecretRef{Key: "k"}, Model: "m"}
 	sp := testSpec()
 	sp.StepConfig, sp.Policy, sp.Provider = StepOf(step, step.Prompt), PolicyOf(pol), ProviderOf(pc)
 	sp.StepConfig.ID, sp.Step = "build", "build"

@@ -136,6 +136,8 @@ type SpecProvider struct {
 	Args        []string `json:"args,omitempty"`
 	ExitGraceMS int64    `json:"exit_grace_ms,omitempty"`
 	BaseURL     string   `json:"base_url,omitempty"`
+	CAFile      string   `json:"ca_file,omitempty"`
+	CAPEM       string   `json:"ca_pem,omitempty"`  // CAFile's certificates (public)
 	APIKey      string   `json:"api_key,omitempty"` // a secret-store key
 	Model       string   `json:"model,omitempty"`
 	// Agent is the provider's description when the factory describes
@@ -229,7 +231,7 @@ func ProviderOf(p *config.ProviderConfig) *SpecProvider {
 	if p == nil {
 		return nil
 	}
-	sp := &SpecProvider{Command: p.Command, Args: p.Args, ExitGraceMS: ms(p.ExitGrace), BaseURL: p.BaseURL, APIKey: secretKey(p.APIKey), Model: p.Model}
+	sp := &SpecProvider{Command: p.Command, Args: p.Args, ExitGraceMS: ms(p.ExitGrace), BaseURL: p.BaseURL, CAFile: p.CAFile, CAPEM: string(p.CAPEM), APIKey: secretKey(p.APIKey), Model: p.Model}
 	if a := p.Agent; a != nil {
 		sp.Agent = &SpecAgent{Argv: a.Argv, Format: a.Format, Result: a.Result, Success: a.Success, Text: a.Text, Session: a.Session,
 			InputTokens: a.InputTokens, OutputTokens: a.OutputTokens, CacheReadTokens: a.CacheReadTokens, CostUSD: a.CostUSD,
@@ -303,7 +305,7 @@ func (w SpecPolicy) config() config.SandboxPolicy {
 }
 
 func (w *SpecProvider) config() *config.ProviderConfig {
-	pc := &config.ProviderConfig{Command: w.Command, Args: w.Args, ExitGrace: dur(w.ExitGraceMS), BaseURL: w.BaseURL, APIKey: secretRef(w.APIKey), Model: w.Model}
+	pc := &config.ProviderConfig{Command: w.Command, Args: w.Args, ExitGrace: dur(w.ExitGraceMS), BaseURL: w.BaseURL, CAFile: w.CAFile, CAPEM: pemBytes(w.CAPEM), APIKey: secretRef(w.APIKey), Model: w.Model}
 	if a := w.Agent; a != nil {
 		pc.Agent = &config.Agent{Argv: a.Argv, Format: a.Format, Result: a.Result, Success: a.Success, Text: a.Text, Session: a.Session,
 			InputTokens: a.InputTokens, OutputTokens: a.OutputTokens, CacheReadTokens: a.CacheReadTokens, CostUSD: a.CostUSD,
@@ -371,4 +373,11 @@ func (s *AttemptSpec) checkWire() error {
 		}
 	}
 	return nil
+}
+
+func pemBytes(s string) []byte {
+	if s == "" {
+		return nil
+	}
+	return []byte(s)
 }

@@ -44,18 +44,21 @@ const (
 	ReasonEgressBudget       Reason = "egress.budget"
 	ReasonEgressLeaseFailed  Reason = "egress.lease_failed"
 	ReasonEgressBridgeFailed Reason = "egress.bridge_failed"
-	ReasonSecretMissing      Reason = "secret.missing"
-	ReasonRunInterrupted     Reason = "run.interrupted"
-	ReasonRunCanceled        Reason = "run.canceled"
-	ReasonInternal           Reason = "kusaw.internal"
-	ReasonStateWriteFailed   Reason = "state.write_failed"
-	ReasonLost               Reason = "lost"
-	ReasonMergeConflict      Reason = "merge_conflict"
-	ReasonLimitReached       Reason = "limit_reached"
-	ReasonResourceLimit      Reason = "resource_limit"
-	ReasonGateRejected       Reason = "gate_rejected"
-	ReasonGateTimeout        Reason = "gate_timeout"
-	ReasonDeliverFailed      Reason = "deliver.failed"
+	// ReasonEgressUpstreamUntrusted: inject's upstream (the provider's
+	// base_url) presented a certificate kusaw's proxy does not trust.
+	ReasonEgressUpstreamUntrusted Reason = "egress.upstream_untrusted"
+	ReasonSecretMissing           Reason = "secret.missing"
+	ReasonRunInterrupted          Reason = "run.interrupted"
+	ReasonRunCanceled             Reason = "run.canceled"
+	ReasonInternal                Reason = "kusaw.internal"
+	ReasonStateWriteFailed        Reason = "state.write_failed"
+	ReasonLost                    Reason = "lost"
+	ReasonMergeConflict           Reason = "merge_conflict"
+	ReasonLimitReached            Reason = "limit_reached"
+	ReasonResourceLimit           Reason = "resource_limit"
+	ReasonGateRejected            Reason = "gate_rejected"
+	ReasonGateTimeout             Reason = "gate_timeout"
+	ReasonDeliverFailed           Reason = "deliver.failed"
 )
 
 // Reasons lists every reason code with its message and fix. The reference
@@ -83,6 +86,7 @@ var Reasons = []ReasonInfo{
 	{ReasonEgressBudget, "an egress byte budget was reached; further connections were refused", "raise sandbox.egress.budgets or find out why the step sent so much"},
 	{ReasonEgressLeaseFailed, "the egress proxy could not give the attempt a lease", "check the state directory is writable and not on a filesystem without Unix sockets"},
 	{ReasonEgressBridgeFailed, "the in-sandbox bridge could not hand its listener to the proxy", "run `kusaw sandbox doctor` (probe P5) for details"},
+	{ReasonEgressUpstreamUntrusted, "the provider's upstream (its base_url) presented a certificate kusaw's proxy does not trust, so the key was not sent and the agent was told to stop", "set providers.PROVIDER.ca_file to the PEM file of the CA that signed the upstream's certificate (or give the upstream one from a CA the system trusts), then run again"},
 	{ReasonSecretMissing, "a secret the step needs is not in the secret store", "kusaw config set KEY --secret (the message names the KEY)"},
 	{ReasonRunInterrupted, "kusaw stopped while the run was running", "start the run again (or set serve.resume: true)"},
 	{ReasonRunCanceled, "the run was canceled", "start the run again when ready"},
@@ -128,7 +132,7 @@ func Errorf(r Reason, format string, args ...any) *Error {
 
 // placeholder is a word in capitals a fix in the table stands for a value
 // with: RUN, STEP, KEY, HOST.
-var placeholder = regexp.MustCompile(`\b(RUN|STEP|KEY|HOST)\b`)
+var placeholder = regexp.MustCompile(`\b(RUN|STEP|KEY|HOST|PROVIDER)\b`)
 
 // Fill puts the values kusaw knows into a fix's placeholders (RUN, STEP,
 // KEY, HOST); a placeholder without a value stays, so the table's text is
