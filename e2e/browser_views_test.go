@@ -482,6 +482,19 @@ steps:
 		}
 		screenshot(t, p.c, "view-filters.png")
 	})
+	// sandbox exec's and doctor's runs are left out of the list unless
+	// asked; the list says how many and links to them.
+	t.Run("sandbox runs apart", func(t *testing.T) {
+		id := "20200101-000000-5a5a"
+		now := time.Now().UTC().Format(time.RFC3339)
+		writeFile(t, filepath.Join(dir, ".kusaw", "runs", id, "run.json"),
+			`{"id":"`+id+`","pipeline":"(sandbox exec)","state":"succeeded","created":"`+now+`","started":"`+now+`","finished":"`+now+`","repos":[],"steps":[{"id":"_exec","outcome":"passed","attempts":1}]}`)
+		p.open(t, "#/")
+		p.until(t, "the note on the hidden sandbox run", `document.querySelectorAll("#runs tbody tr").length === 3 && (document.getElementById("sandbox-hidden") || {}).textContent === "1 sandbox exec/doctor run not shown: show them"`)
+		p.js(t, `(() => { document.querySelector("#sandbox-hidden a").click(); return 1 })()`)
+		p.until(t, "the sandbox run listed", `location.hash === "#/?sandbox=1" && document.querySelectorAll("#runs tbody tr").length === 4 && document.getElementById("runs").textContent.includes("(sandbox exec)")`)
+		screenshot(t, p.c, "view-sandbox-runs.png")
+	})
 }
 
 // jsString quotes s as a JavaScript string literal.
