@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"strconv"
@@ -49,46 +50,48 @@ only audit admits it), 8 (egress_refused) when it would be refused, 2 for a
 bad argument or an unknown step.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			host, port, err := parseCheckTarget(args[0])
-			if err != nil {
-				return exitf(status.ExitUsage, "%v", err)
-			}
-			f, err := a.loadFactory()
-			if err != nil {
-				return err
-			}
-			e, err := factory.New(f, factory.Options{})
-			if e == nil {
-				return exitf(status.ExitInternal, "%v", err)
-			}
-			defer e.Close()
-			var v egress.Verdict
-			if step == "" {
-				v, err = e.EgressCheckPipeline(context.Background(), host, port)
-			} else {
-				v, err = e.EgressCheck(context.Background(), step, host, port)
-			}
-			if errors.Is(err, record.ErrUnknownStep) {
-				return exitf(status.ExitUsage, "%v", err)
-			}
-			if err != nil {
-				return exitf(status.ExitInternal, "%v", err)
-			}
-			if asJSON {
-				b, _ := json.MarshalIndent(v, "", "  ")
-				fmt.Fprintln(a.stdout, string(b))
-			} else {
-				writeVerdict(a, v)
-			}
-			if !v.Allowed {
-				return silentExit(status.ExitEgressRefused)
-			}
-			return nil
+			return a.egressCheck(args[0], step, newPrinter(a.stdout, asJSON, printEgressVerdict))
 		},
 	}
 	c.Flags().StringVar(&step, "step", "", "decide under this step's allowlist (default: the default pipeline's steps, the first that allows it)")
 	c.Flags().BoolVar(&asJSON, "json", false, "print the decision as JSON")
 	return c
+}
+
+// egressCheck is kusaw egress check: the proxy's decision on target under
+// the step's allowlist (or the default pipeline's steps'), printed; exit
+// 8 when it would be refused.
+func (a *app) egressCheck(target, step string, p printer[egress.Verdict]) error {
+	host, port, err := parseCheckTarget(target)
+	if err != nil {
+		return exitf(status.ExitUsage, "%v", err)
+	}
+	f, err := a.loadFactory()
+	if err != nil {
+		return err
+	}
+	e, err := factory.New(f, factory.Options{})
+	if e == nil {
+		return exitf(status.ExitInternal, "%v", err)
+	}
+	defer e.Close()
+	var v egress.Verdict
+	if step == "" {
+		v, err = e.EgressCheckPipeline(context.Background(), host, port)
+	} else {
+		v, err = e.EgressCheck(context.Background(), step, host, port)
+	}
+	if errors.Is(err, record.ErrUnknownStep) {
+		return exitf(status.ExitUsage, "%v", err)
+	}
+	if err != nil {
+		return exitf(status.ExitInternal, "%v", err)
+	}
+	p.Print(v)
+	if !v.Allowed {
+		return silentExit(status.ExitEgressRefused)
+	}
+	return nil
 }
 
 // parseCheckTarget reads HOST, HOST:PORT, [V6]:PORT or a URL.
@@ -120,17 +123,18 @@ func parseCheckTarget(s string) (string, int, error) {
 	return strings.TrimSuffix(strings.TrimPrefix(s, "["), "]"), 443, nil
 }
 
-func writeVerdict(a *app, v egress.Verdict) {
+// printEgressVerdict is kusaw egress check's text.
+func printEgressVerdict(w io.Writer, v egress.Verdict) {
 	where := net.JoinHostPort(v.Host, strconv.Itoa(v.Port))
 	switch {
 	case v.WouldRefuse:
-		fmt.Fprintf(a.stdout, "allowed (audit only): %s\n  allowlist would refuse it: %s\n", where, v.Line)
+		fmt.Fprintf(w, "allowed (audit only): %s\n  allowlist would refuse it: %s\n", where, v.Line)
 	case v.Allowed:
-		fmt.Fprintf(a.stdout, "allowed: %s by %s (%s)\n", where, v.Rule, v.Origin)
+		fmt.Fprintf(w, "allowed: %s by %s (%s)\n", where, v.Rule, v.Origin)
 	default:
-		fmt.Fprintf(a.stdout, "refused: %s (%s)\n  %s\n", where, v.Reason, v.Line)
+		fmt.Fprintf(w, "refused: %s (%s)\n  %s\n", where, v.Reason, v.Line)
 		if v.Rule != "" {
-			fmt.Fprintf(a.stdout, "  the name is admitted by %s (%s)\n", v.Rule, v.Origin)
+			fmt.Fprintf(w, "  the name is admitted by %s (%s)\n", v.Rule, v.Origin)
 		}
 	}
 	if len(v.Addrs) > 0 {
@@ -138,16 +142,16 @@ func writeVerdict(a *app, v egress.Verdict) {
 		for i, ad := range v.Addrs {
 			addrs[i] = ad.String()
 		}
-		fmt.Fprintf(a.stdout, "  addresses: %s\n", strings.Join(addrs, ", "))
+		fmt.Fprintf(w, "  addresses: %s\n", strings.Join(addrs, ", "))
 	}
 	for _, n := range v.Notes {
-		fmt.Fprintf(a.stdout, "  note: %s\n", n)
+		fmt.Fprintf(w, "  note: %s\n", n)
 	}
 	switch {
 	case v.Fix != "":
-		fmt.Fprintf(a.stdout, "  fix: %s\n", v.Fix)
+		fmt.Fprintf(w, "  fix: %s\n", v.Fix)
 	case !v.Allowed:
-		fmt.Fprintln(a.stdout, "  fix: none; no setting admits it")
+		fmt.Fprintln(w, "  fix: none; no setting admits it")
 	}
 }
 
@@ -167,63 +171,77 @@ private addresses). Paste them under sandbox.egress.allow (or the
 step's); an audit run's, then switch network: audit to allowlist.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			st, err := a.openStore()
-			if err != nil {
-				return err
-			}
-			r, err := loadRun(st, args[0])
-			if err != nil {
-				return err
-			}
-			atts, err := st.Attempts(r)
-			if err != nil {
-				return exitf(status.ExitInternal, "%v", err)
-			}
-			// A fixer, a judge or a resolve step connects out too: its
-			// hosts belong in the allowlist as much as the steps'.
-			helpers, err := st.Helpers(r)
-			if err != nil {
-				return exitf(status.ExitInternal, "%v", err)
-			}
-			atts = append(atts, helpers...)
-			var logs [][]byte
-			found := step == ""
-			for _, at := range atts {
-				if step != "" && at.Step != step {
-					continue
-				}
-				found = true
-				b, err := st.ReadLog(r.ID, fmt.Sprintf("%s/%s/%d/%s", record.StepsDir, at.Step, at.Number, record.EgressLogFile), 0, 256<<20)
-				if err != nil {
-					return exitf(status.ExitInternal, "%v", err)
-				}
-				logs = append(logs, b)
-			}
-			if !found {
-				return exitf(status.ExitNotFound, "run %s has no step %q", r.ID, step)
-			}
-			sug := record.EgressSuggest(logs...)
-			if asJSON {
-				b, _ := json.MarshalIndent(sug, "", "  ")
-				fmt.Fprintln(a.stdout, string(b))
-				return nil
-			}
-			if len(sug) == 0 {
-				fmt.Fprintf(a.stdout, "# run %s needed no host outside its allowlist\n", r.ID)
-				return nil
-			}
-			fmt.Fprintln(a.stdout, "allow:")
-			for _, s := range sug {
-				if s.Refused > 0 && s.Connections == 0 {
-					fmt.Fprintf(a.stdout, "  - %s  # %d connection(s) refused\n", s.Entry, s.Refused)
-					continue
-				}
-				fmt.Fprintf(a.stdout, "  - %s  # %d connection(s), %d bytes sent, %d received\n", s.Entry, s.Connections, s.BytesUp, s.BytesDown)
-			}
-			return nil
+			return a.egressSuggest(args[0], step, newPrinter(a.stdout, asJSON, printSuggestions))
 		},
 	}
 	c.Flags().StringVar(&step, "step", "", "only this step's attempts")
 	c.Flags().BoolVar(&asJSON, "json", false, "print the entries as JSON")
 	return c
+}
+
+// suggestions is what kusaw egress suggest found for a run; its JSON is
+// the list of entries.
+type suggestions struct {
+	run     string
+	entries []record.Suggestion
+}
+
+func (s suggestions) MarshalJSON() ([]byte, error) { return json.Marshal(s.entries) }
+
+// egressSuggest is kusaw egress suggest: the allow entries a run (or one
+// of its steps) needed, from each attempt's egress.log, helpers' too.
+func (a *app) egressSuggest(id, step string, p printer[suggestions]) error {
+	st, err := a.openStore()
+	if err != nil {
+		return err
+	}
+	r, err := loadRun(st, id)
+	if err != nil {
+		return err
+	}
+	atts, err := st.Attempts(r)
+	if err != nil {
+		return exitf(status.ExitInternal, "%v", err)
+	}
+	// A fixer, a judge or a resolve step connects out too: its hosts
+	// belong in the allowlist as much as the steps'.
+	helpers, err := st.Helpers(r)
+	if err != nil {
+		return exitf(status.ExitInternal, "%v", err)
+	}
+	atts = append(atts, helpers...)
+	var logs [][]byte
+	found := step == ""
+	for _, at := range atts {
+		if step != "" && at.Step != step {
+			continue
+		}
+		found = true
+		b, err := st.ReadLog(r.ID, fmt.Sprintf("%s/%s/%d/%s", record.StepsDir, at.Step, at.Number, record.EgressLogFile), 0, 256<<20)
+		if err != nil {
+			return exitf(status.ExitInternal, "%v", err)
+		}
+		logs = append(logs, b)
+	}
+	if !found {
+		return exitf(status.ExitNotFound, "run %s has no step %q", r.ID, step)
+	}
+	p.Print(suggestions{run: r.ID, entries: record.EgressSuggest(logs...)})
+	return nil
+}
+
+// printSuggestions is kusaw egress suggest's text: entries to paste.
+func printSuggestions(w io.Writer, s suggestions) {
+	if len(s.entries) == 0 {
+		fmt.Fprintf(w, "# run %s needed no host outside its allowlist\n", s.run)
+		return
+	}
+	fmt.Fprintln(w, "allow:")
+	for _, e := range s.entries {
+		if e.Refused > 0 && e.Connections == 0 {
+			fmt.Fprintf(w, "  - %s  # %d connection(s) refused\n", e.Entry, e.Refused)
+			continue
+		}
+		fmt.Fprintf(w, "  - %s  # %d connection(s), %d bytes sent, %d received\n", e.Entry, e.Connections, e.BytesUp, e.BytesDown)
+	}
 }

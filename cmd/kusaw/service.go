@@ -73,12 +73,7 @@ func (a *app) serviceStatus(jsonOut bool) error {
 		return err
 	}
 	st := readServiceStatus(f.StateDir)
-	if jsonOut {
-		b, _ := json.MarshalIndent(st, "", "  ")
-		fmt.Fprintf(a.stdout, "%s\n", b)
-	} else {
-		printServiceStatus(a.stdout, st)
-	}
+	newPrinter(a.stdout, jsonOut, printServiceStatus).Print(st)
 	return st.exit()
 }
 
@@ -196,73 +191,78 @@ the factory file's absolute path. With --worker it runs kusaw worker with
 --state-dir instead (join it once first: kusaw worker --join-file FILE
 --state-dir DIR); stopping that service drains the worker.`,
 		Args: cobra.NoArgs,
-		RunE: func(c *cobra.Command, args []string) error {
-			var f *config.Factory
-			var err error
-			if !asWorker {
-				if f, err = a.loadFactory(); err != nil {
-					return err
-				}
-			}
-			exe, err := os.Executable()
-			if err == nil {
-				exe, err = filepath.EvalSymlinks(exe)
-			}
-			if err != nil {
-				return exitf(status.ExitInternal, "cannot find the kusaw binary: %v", err)
-			}
-			home, err := os.UserHomeDir()
-			if err != nil {
-				return exitf(status.ExitInternal, "cannot find the home folder: %v (set HOME)", err)
-			}
-			var u *serve.ServiceUnit
-			if asWorker {
-				if workerState == "" {
-					workerState = filepath.Join(home, ".local", "state", "kusaw-worker")
-				}
-				workerState, _ = filepath.Abs(workerState)
-				cfg, err := a.settings(nil)
-				if err != nil {
-					return err
-				}
-				drain, err := time.ParseDuration(cfg.get("worker.drain_timeout"))
-				if err != nil || drain <= 0 {
-					return exitf(status.ExitUsage, "worker.drain_timeout %q (from %s) is not a duration: write it like 30s or 10m", cfg.get("worker.drain_timeout"), cfg.source["worker.drain_timeout"])
-				}
-				u, err = serve.NewWorkerServiceUnit(runtime.GOOS, exe, workerState, home, os.Getenv("XDG_CONFIG_HOME"), drain)
-				if err != nil {
-					return exitf(status.ExitUsage, "%v", err)
-				}
-			} else {
-				fp, _ := filepath.Abs(f.Path)
-				u, err = serve.NewServiceUnit(runtime.GOOS, exe, fp, f.StateDir, home, os.Getenv("XDG_CONFIG_HOME"))
-				if err != nil {
-					return exitf(status.ExitUsage, "%v", err)
-				}
-			}
-			if !install {
-				if err := os.Remove(u.Path); errors.Is(err, os.ErrNotExist) {
-					return exitf(status.ExitNotFound, "no %s service for this factory at %s", u.Kind, u.Path)
-				} else if err != nil {
-					return exitf(status.ExitInternal, "%v", err)
-				}
-				fmt.Fprintf(a.stdout, "removed %s\nif it is running, stop it first or now:\n", u.Path)
-				for _, c := range u.Disable {
-					fmt.Fprintf(a.stdout, "  %s\n", c)
-				}
-				return nil
-			}
-			if err := u.Write(); err != nil {
-				return exitf(status.ExitInternal, "cannot write %s: %v", u.Path, err)
-			}
-			fmt.Fprintf(a.stdout, "wrote %s (%s %s):\n\n%s\nstart it with:\n", u.Path, u.Kind, u.Name, u.Content)
-			for _, c := range u.Enable {
-				fmt.Fprintf(a.stdout, "  %s\n", c)
-			}
-			return nil
-		},
+		RunE: func(c *cobra.Command, args []string) error { return a.serviceInstall(install, asWorker, workerState) },
 	}
 	cmd.Flags().BoolVar(&asWorker, "worker", false, "the service of a kusaw worker (its stop drains) instead of kusaw serve's")
 	cmd.Flags().StringVar(&workerState, "state-dir", "", "with --worker: the worker's folder (default ~/.local/state/kusaw-worker)")
 	return cmd
+}
+
+// serviceInstall is kusaw service install (and uninstall): the unit of
+// serve for this factory, or of a worker, written (or removed) and the
+// commands that start (or stop) it printed.
+func (a *app) serviceInstall(install, asWorker bool, workerState string) error {
+	var f *config.Factory
+	var err error
+	if !asWorker {
+		if f, err = a.loadFactory(); err != nil {
+			return err
+		}
+	}
+	exe, err := os.Executable()
+	if err == nil {
+		exe, err = filepath.EvalSymlinks(exe)
+	}
+	if err != nil {
+		return exitf(status.ExitInternal, "cannot find the kusaw binary: %v", err)
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return exitf(status.ExitInternal, "cannot find the home folder: %v (set HOME)", err)
+	}
+	var u *serve.ServiceUnit
+	if asWorker {
+		if workerState == "" {
+			workerState = filepath.Join(home, ".local", "state", "kusaw-worker")
+		}
+		workerState, _ = filepath.Abs(workerState)
+		cfg, err := a.settings(nil)
+		if err != nil {
+			return err
+		}
+		drain, err := time.ParseDuration(cfg.get("worker.drain_timeout"))
+		if err != nil || drain <= 0 {
+			return exitf(status.ExitUsage, "worker.drain_timeout %q (from %s) is not a duration: write it like 30s or 10m", cfg.get("worker.drain_timeout"), cfg.source["worker.drain_timeout"])
+		}
+		u, err = serve.NewWorkerServiceUnit(runtime.GOOS, exe, workerState, home, os.Getenv("XDG_CONFIG_HOME"), drain)
+		if err != nil {
+			return exitf(status.ExitUsage, "%v", err)
+		}
+	} else {
+		fp, _ := filepath.Abs(f.Path)
+		u, err = serve.NewServiceUnit(runtime.GOOS, exe, fp, f.StateDir, home, os.Getenv("XDG_CONFIG_HOME"))
+		if err != nil {
+			return exitf(status.ExitUsage, "%v", err)
+		}
+	}
+	if !install {
+		if err := os.Remove(u.Path); errors.Is(err, os.ErrNotExist) {
+			return exitf(status.ExitNotFound, "no %s service for this factory at %s", u.Kind, u.Path)
+		} else if err != nil {
+			return exitf(status.ExitInternal, "%v", err)
+		}
+		fmt.Fprintf(a.stdout, "removed %s\nif it is running, stop it first or now:\n", u.Path)
+		for _, c := range u.Disable {
+			fmt.Fprintf(a.stdout, "  %s\n", c)
+		}
+		return nil
+	}
+	if err := u.Write(); err != nil {
+		return exitf(status.ExitInternal, "cannot write %s: %v", u.Path, err)
+	}
+	fmt.Fprintf(a.stdout, "wrote %s (%s %s):\n\n%s\nstart it with:\n", u.Path, u.Kind, u.Name, u.Content)
+	for _, c := range u.Enable {
+		fmt.Fprintf(a.stdout, "  %s\n", c)
+	}
+	return nil
 }
