@@ -30,7 +30,20 @@ type realAgent struct {
 	keyEnv, baseEnv string
 	// baseURL turns the API's root URL into the provider's base_url.
 	baseURL func(root string) string
+	// agent is the provider's agent: block (flow YAML) when the factory
+	// describes it; offArgs its args with kusaw's sandbox off.
+	agent, offArgs string
 }
+
+// qwenAgent is docs/providers.md's worked example: Qwen Code described
+// in the factory file.
+const qwenAgent = `{argv: [qwen, --auth-type=openai, --output-format=stream-json, "--model={model}", "{prompt}"],
+    stream: {result: /type=result, success: /is_error=false, text: /result, session: /session_id,
+      usage: {input_tokens: /usage/input_tokens, output_tokens: /usage/output_tokens, cache_read_tokens: /usage/cache_read_input_tokens}},
+    key_env: OPENAI_API_KEY, base_url_env: OPENAI_BASE_URL, login_folders: [~/.qwen],
+    env: {QWEN_USAGE_STATISTICS_ENABLED: "false", QWEN_TELEMETRY_ENABLED: "false", QWEN_CODE_SUPPRESS_YOLO_WARNING: "1"},
+    egress_hosts: [dashscope.aliyuncs.com], handshake_hosts: [gb4w8c3ygj-default-sea.rum.aliyuncs.com], sandbox_off_args: [--yolo],
+    inject: {host: dashscope.aliyuncs.com, header: Authorization, upstream: "https://dashscope.aliyuncs.com/compatible-mode/v1"}}`
 
 var realAgents = map[string]realAgent{
 	"gemini": {
@@ -68,6 +81,36 @@ var realAgents = map[string]realAgent{
 		},
 		baseURL: func(root string) string { return root + "/v1" },
 	},
+	"qwen": {
+		provider: "qwen", cli: providertest.QwenCLI, model: "fake-model",
+		start: func(t *testing.T, key string) (string, func() []string) {
+			api := providertest.NewChatAPI(t, "wrote out.txt")
+			api.WantKey = key
+			api.Commands = []string{"printf 'hello from the agent\\n' > out.txt"}
+			return api.URL, func() (keys []string) {
+				for _, r := range api.Completions() {
+					keys = append(keys, strings.TrimPrefix(r.Header.Get("authorization"), "Bearer ")+"|"+string(r.Body))
+				}
+				return keys
+			}
+		},
+		keyEnv: "OPENAI_API_KEY", baseEnv: "OPENAI_BASE_URL",
+		baseURL: func(root string) string { return root + "/v1" },
+		agent:   qwenAgent, offArgs: "[--yolo]",
+	},
+}
+
+// providerYAML is the provider's entry in the factory (flow YAML).
+func (a realAgent) providerYAML(bin, baseURL string) string {
+	s := `{command: ` + bin + `, model: ` + a.model
+	if baseURL != "" {
+		s += `, base_url: "` + baseURL + `"`
+	}
+	if a.agent != "" {
+		s += `,
+    agent: ` + a.agent
+	}
+	return s + `}`
 }
 
 // The agent writes out.txt, the next step reads it.
@@ -114,7 +157,7 @@ func runRealAgent(t *testing.T, a realAgent, sandboxed bool) {
 repos:
   app: {path: ./app}
 providers:
-  `+a.provider+`: {command: `+bin+`, model: `+a.model+`, base_url: "`+a.baseURL("https://localhost:"+port)+`"}
+  `+a.provider+`: `+a.providerYAML(bin, a.baseURL("https://localhost:"+port))+`
 `+strings.Replace(strings.Replace(realAgentPipeline, "PROVIDER", a.provider, 1), "STEP", "    sandbox: {mode: required, network: allowlist, egress: {inject: provider}}", 1), "app")
 		set := exec.Command(kusawBin, "config", "set", "providers."+a.provider+".api_key", "--secret")
 		set.Dir = dir
@@ -129,11 +172,16 @@ providers:
 		switch a.provider {
 		case "codex":
 			// Codex takes its base URL from kusaw's model provider.
-			prov = `{command: ` + bin + `, model: ` + a.model + `, base_url: "` + a.baseURL(root) + `"}`
+			prov = a.providerYAML(bin, a.baseURL(root))
 			env = "      OPENAI_API_KEY: {secret: agent.key}"
 		default:
-			prov = `{command: ` + bin + `, model: ` + a.model + `}`
+			prov = a.providerYAML(bin, "")
 			env = "      " + a.keyEnv + ": {secret: agent.key}\n      " + a.baseEnv + ": " + a.baseURL(root)
+		}
+		if a.offArgs != "" {
+			// Outside kusaw's sandbox the CLI's own approvals stay on
+			// unless the factory turns them off itself.
+			prov = strings.Replace(prov, "{command: ", "{args: "+a.offArgs+", command: ", 1)
 		}
 		dir = factoryDir(t, `version: 1
 repos:
@@ -180,6 +228,10 @@ providers:
 		if !strings.Contains(elog, `"kind":"inject"`) || strings.Contains(elog, "address.refused") {
 			t.Errorf("egress.log: want the inject, no refusal:\n%s", elog)
 		}
+		if a.agent != "" && strings.Contains(elog, "host.not_allowed") {
+			// The description's env turns the CLI's usage statistics off.
+			t.Errorf("egress.log: the described agent tried a host its allowlist lacks:\n%s", elog)
+		}
 	}
 	// The key may be in the secret store only (encrypted or not, it is
 	// not the factory's); nowhere else of the factory folder and home.
@@ -194,6 +246,11 @@ func TestRealGeminiCLISandboxedInject(t *testing.T) { runRealAgent(t, realAgents
 func TestRealGeminiCLIOffKeyInEnv(t *testing.T)     { runRealAgent(t, realAgents["gemini"], false) }
 func TestRealCodexCLIOffKeyInEnv(t *testing.T)      { runRealAgent(t, realAgents["codex"], false) }
 func TestRealCodexCLISandboxedInject(t *testing.T)  { runRealAgent(t, realAgents["codex"], true) }
+
+// Qwen Code through an agent described in the factory (no built-in
+// provider): the same run as the built-in ones'.
+func TestRealQwenAgentSandboxedInject(t *testing.T) { runRealAgent(t, realAgents["qwen"], true) }
+func TestRealQwenAgentOffKeyInEnv(t *testing.T)     { runRealAgent(t, realAgents["qwen"], false) }
 
 // mayRead is a file's text for a failure message; a missing file is "".
 func mayRead(path string) string {

@@ -177,6 +177,16 @@ func Prepare(ctx context.Context, in PrepareInput) (Prepared, error) {
 			out.Env, out.ConfigDir = append(out.Env, env...), in.ConfigDir
 		}
 	}
+	if _, described := p.(generic); described && !in.FreshHome {
+		// The CLI makes its state folder on first use; in the sandbox it
+		// could not (only existing login folders are mounted), so kusaw
+		// makes it, private, as the CLI would have on the host.
+		for _, lp := range pr.LoginPaths {
+			if _, err := os.Lstat(lp); os.IsNotExist(err) {
+				_ = os.MkdirAll(lp, 0o700)
+			}
+		}
+	}
 	if !in.FreshHome {
 		for _, lp := range pr.LoginPaths {
 			if _, err := os.Lstat(lp); err == nil {

@@ -45,6 +45,9 @@ func InstallClaude(t testing.TB) (bin, version string) {
 var (
 	CodexCLI  = NPMCLI{Package: "@openai/codex", Bin: "codex", Dir: "codex", Want: "codex-cli"}
 	GeminiCLI = NPMCLI{Package: "@google/gemini-cli", Bin: "gemini", Dir: "gemini"}
+	// QwenCLI is Qwen Code, run through an agent described in the
+	// factory (providers.NAME.agent): OpenAI chat completions.
+	QwenCLI = NPMCLI{Package: "@qwen-code/qwen-code", Bin: "qwen", Dir: "qwen-code"}
 )
 
 // NPMCLI is an agent CLI installed from the npm registry for tests.
