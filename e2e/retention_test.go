@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/url"
@@ -293,5 +294,63 @@ steps:
 	}
 	if _, err := os.Stat(filepath.Join(dir, ".kusaw", "runs", id, "steps", "wait", "1", "stdout.log")); err != nil {
 		t.Errorf("the run's records: %v", err)
+	}
+}
+
+// gc removes a run whose step took write permission away from its own
+// folders (artifacts/ stays after the attempt), as root and as a user
+// whom the permissions bind.
+func TestGCRemovesWhatAStepLocked(t *testing.T) {
+	need(t, "git")
+	for _, uid := range seamUIDs() {
+		t.Run(fmt.Sprint("uid", uid), func(t *testing.T) {
+			dir, app := seamDir(t, uid)
+			writeFile(t, filepath.Join(dir, "factory.yaml"), `version: 1
+repos:
+  app: {path: app}
+pipelines:
+  default: [lock]
+steps:
+  lock:
+    run: [sh, -c, 'mkdir -p "$KUSAW_ARTIFACTS/locked/deep" && echo x > "$KUSAW_ARTIFACTS/locked/deep/f" && chmod 0500 "$KUSAW_ARTIFACTS/locked/deep" "$KUSAW_ARTIFACTS/locked"']
+    sandbox: "off"
+`)
+			for range 2 {
+				if r := runKusawAs(t, uid, 2*time.Minute, dir, "run"); r.code != 0 {
+					t.Fatalf("kusaw run: %d\n%s%s", r.code, r.stdout, r.stderr)
+				}
+			}
+			ents, _ := os.ReadDir(filepath.Join(dir, ".kusaw", "runs"))
+			var ids []string
+			for _, e := range ents {
+				if e.IsDir() && e.Name() != "active" {
+					ids = append(ids, e.Name())
+				}
+			}
+			slices.Sort(ids)
+			if len(ids) != 2 {
+				t.Fatalf("runs %v", ids)
+			}
+			r := runKusawAs(t, uid, 2*time.Minute, dir, "gc", "--keep", "1")
+			gone, kept := ids[0], ids[1]
+			if strings.Contains(r.stdout, "removed "+kept+" ") {
+				gone, kept = kept, gone // made in the same second: the record's time decides
+			}
+			if r.code != 0 || !strings.Contains(r.stdout, "removed "+gone) || !strings.Contains(r.stdout, "removed 1 run and 2 branches") {
+				t.Fatalf("gc: %d\n%s%s", r.code, r.stdout, r.stderr)
+			}
+			if _, err := os.Lstat(filepath.Join(dir, ".kusaw", "runs", gone)); !os.IsNotExist(err) {
+				t.Errorf("the run's folder stays: %v", err)
+			}
+			if _, err := os.Stat(filepath.Join(dir, ".kusaw", "runs", kept, "run.json")); err != nil {
+				t.Errorf("the newest run: %v", err)
+			}
+			if left, _ := filepath.Glob(filepath.Join(dir, ".kusaw", "runs", ".gc-*")); len(left) != 0 {
+				t.Errorf("half-removed folders: %v", left)
+			}
+			if out := gitBounded(t, app, "branch", "--list", "kusaw/*"+gone+"*"); out != "" {
+				t.Errorf("branches of the removed run: %s", out)
+			}
+		})
 	}
 }
