@@ -167,3 +167,59 @@ func kusawStdin(t *testing.T, dir, stdin string, args ...string) result {
 	}
 	return result{out.String(), errb.String(), exitCode(err)}
 }
+
+// TestFirstDayDoctorProviderLocalPort: a provider whose base_url is a
+// local service (https://localhost:PORT, something listening there):
+// validate passes, egress check says the step reaches it directly, and
+// sandbox doctor's P8 reaches it straight from the sandbox, as the step
+// would (doctor's probe run used to lose the provider's settings, so its
+// sandbox had no such port and P8 failed).
+func TestFirstDayDoctorProviderLocalPort(t *testing.T) {
+	needSandbox(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	dir := factoryDir(t, `version: 1
+repos:
+  app: {path: ./app}
+providers:
+  claude-code: {base_url: "https://localhost:`+port+`"}
+sandbox:
+  mode: required
+  network: allowlist
+  egress: {inject: provider, provider_hosts: true}
+pipelines:
+  default: [implement]
+steps:
+  implement: {provider: claude-code, prompt: do it}
+`, "app")
+	if r := kusawStdin(t, dir, "sk-unused\n", "config", "set", "providers.claude-code.api_key", "--secret"); r.code != 0 {
+		t.Fatalf("config set: %d %s", r.code, r.stderr)
+	}
+	if v := runKusaw(t, dir, "validate"); v.code != 0 {
+		t.Fatalf("validate: %d %s%s", v.code, v.stdout, v.stderr)
+	}
+	c := runKusaw(t, dir, "egress", "check", "--step", "implement", "localhost:"+port)
+	if c.code != 0 || !strings.Contains(c.stdout, "directly on its own localhost:"+port) {
+		t.Errorf("egress check: %d\n%s%s", c.code, c.stdout, c.stderr)
+	}
+	d := runKusaw(t, dir, "sandbox", "doctor", "--step", "implement")
+	if !strings.Contains(d.stdout, "P8 pass") || !strings.Contains(d.stdout, "the step's local services reached: 127.0.0.1:"+port) {
+		t.Errorf("doctor's P8 disagrees with egress check: %d\n%s%s", d.code, d.stdout, d.stderr)
+	}
+	if strings.Contains(d.stdout, "P7 fail") {
+		t.Errorf("P7 (a port no entry lists) is reached now:\n%s", d.stdout)
+	}
+}

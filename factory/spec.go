@@ -53,7 +53,11 @@ func (e *Engine) AttemptSpec(r *Run, s *config.Step, n, of int) (*record.Attempt
 	sp.StepConfig = record.StepOf(s, prompt)
 	// (kusaw sandbox doctor's extra allowlist entries stay with its own
 	// local runs: they are not part of the step.)
-	if pc := e.F.Providers[s.Provider]; pc != nil && s.Kind() == config.KindAgent {
+	// A command run in an agent step's place (sandbox exec, doctor's
+	// probes) keeps the provider's settings too: its base_url is in the
+	// step's allowlist (a local service on localhost:PORT), as validate
+	// and egress check say.
+	if pc := e.F.Providers[s.Provider]; pc != nil && s.Provider != "" {
 		sp.Provider = record.ProviderOf(pc)
 	}
 	active := e.F.ActiveRepos(s)
