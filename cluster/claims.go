@@ -43,7 +43,7 @@ func (h *Handles) Claim(ctx context.Context, pool, attemptID, worker string) (ui
 // Holder reads the attempt's current claim and its token; token 0 when
 // nobody holds it.
 func (h *Handles) Holder(ctx context.Context, pool, attemptID string) (Claim, uint64, error) {
-	b, seq, err := directGet(ctx, h.JS.Conn(), ClaimsStream(pool), claimSubject(pool, attemptID))
+	b, seq, err := readMsg(ctx, h.JS.Conn(), h.leader, ClaimsStream(pool), claimSubject(pool, attemptID))
 	if errors.Is(err, ErrNoObject) {
 		return Claim{}, 0, nil
 	}

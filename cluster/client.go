@@ -130,6 +130,9 @@ type Handles struct {
 	mu       sync.Mutex
 	pools    map[string]bool // pools whose streams this serve made
 	poolOpts PoolOptions
+	// leader: serve's, reading claims and objects from the streams'
+	// leaders (see readMsg).
+	leader bool
 }
 
 // What workers write lands on serve's disk (or the NATS cluster's), so
@@ -225,7 +228,7 @@ func SetupWith(ctx context.Context, nc *nats.Conn, o SetupOptions) (*Handles, er
 		MaxBytes: o.EventsMaxBytes, MaxMsgSize: EventMaxSize, Discard: jetstream.DiscardOld, DenyDelete: true, DenyPurge: true}); err != nil {
 		return nil, fmt.Errorf("stream %s: %v", EventsStream, err)
 	}
-	h := &Handles{JS: js, Objects: streamObjects{js}, pools: map[string]bool{},
+	h := &Handles{JS: js, Objects: streamObjects{js: js, leader: true}, pools: map[string]bool{}, leader: true,
 		poolOpts: PoolOptions{Replicas: replicas, ClaimsMaxBytes: o.ClaimsMaxBytes, ObjectsMaxBytes: o.ObjectsMaxBytes}}
 	// The heartbeats bucket as nats.go would make it, less roll-ups,
 	// deletes and purges: each worker puts its own key, serve only reads.
@@ -258,7 +261,7 @@ func Open(ctx context.Context, nc *nats.Conn) (*Handles, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Handles{JS: js, Objects: streamObjects{js}, pools: map[string]bool{}}
+	h := &Handles{JS: js, Objects: streamObjects{js: js}, pools: map[string]bool{}}
 	if h.Workers, err = js.KeyValue(ctx, WorkersBucket); err != nil {
 		return nil, fmt.Errorf("bucket %s: %v (is serve running?)", WorkersBucket, err)
 	}

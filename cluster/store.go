@@ -145,7 +145,12 @@ type ObjectStore interface {
 }
 
 // streamObjects stores objects in the pools' object streams.
-type streamObjects struct{ js jetstream.JetStream }
+type streamObjects struct {
+	js jetstream.JetStream
+	// leader: read from each stream's leader (serve), not whichever
+	// replica answers first (direct gets, a worker's).
+	leader bool
+}
 
 // Put stores r's bytes as name: its chunks first, then its description,
 // which only a name not yet stored takes, so no object is ever replaced.
@@ -241,7 +246,7 @@ func (s streamObjects) Get(ctx context.Context, name string) (io.ReadCloser, Obj
 	if err != nil {
 		return nil, ObjectInfo{}, err
 	}
-	b, _, err := directGet(ctx, s.js.Conn(), o.stream(), o.meta())
+	b, _, err := readMsg(ctx, s.js.Conn(), s.leader, o.stream(), o.meta())
 	if err != nil {
 		return nil, ObjectInfo{}, fmt.Errorf("object %s: %w", name, err)
 	}
@@ -272,7 +277,7 @@ func (s streamObjects) readChunks(ctx context.Context, o objectRef, info ObjectI
 		next++
 		slots = append(slots, c)
 		go func() {
-			b, _, err := directGet(ctx, s.js.Conn(), o.stream(), o.chunk(info.ID, n))
+			b, _, err := readMsg(ctx, s.js.Conn(), s.leader, o.stream(), o.chunk(info.ID, n))
 			c <- got{b, err}
 		}()
 	}
@@ -309,6 +314,40 @@ func (r readCloser) Close() error { r.cancel(); return r.PipeReader.Close() }
 // directGet reads the last message on subject of stream, and its
 // sequence, with a direct get naming the subject: the only way a worker's
 // permissions let it read a pool's streams.
+// readMsg reads subject's last message: from the stream's leader when
+// leader, which holds whatever was acknowledged (with replicas a
+// follower's direct get may answer from before a claim or an object
+// reached it), else by a direct get (what a worker's permissions allow).
+func readMsg(ctx context.Context, nc *nats.Conn, leader bool, stream, subject string) ([]byte, uint64, error) {
+	if !leader {
+		return directGet(ctx, nc, stream, subject)
+	}
+	req, _ := json.Marshal(map[string]string{"last_by_subj": subject})
+	m, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
+	if err != nil {
+		return nil, 0, err
+	}
+	var resp struct {
+		Message *struct {
+			Seq  uint64 `json:"seq"`
+			Data []byte `json:"data"`
+		} `json:"message"`
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return nil, 0, fmt.Errorf("a message get answered %q", m.Data)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return nil, 0, ErrNoObject
+	case resp.Error != nil:
+		return nil, 0, resp.Error
+	case resp.Message == nil:
+		return nil, 0, errors.New("a message get without a message")
+	}
+	return resp.Message.Data, resp.Message.Seq, nil
+}
+
 func directGet(ctx context.Context, nc *nats.Conn, stream, subject string) ([]byte, uint64, error) {
 	m, err := nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+stream+"."+subject, nil)
 	if err != nil {
@@ -317,6 +356,9 @@ func directGet(ctx context.Context, nc *nats.Conn, stream, subject string) ([]by
 	if st := m.Header.Get("Status"); st != "" {
 		if st == "404" {
 			return nil, 0, ErrNoObject
+		}
+		if st == "503" { // the stream has no leader (an election): try again
+			return nil, 0, nats.ErrNoResponders
 		}
 		return nil, 0, fmt.Errorf("%s %s", st, m.Header.Get("Description"))
 	}

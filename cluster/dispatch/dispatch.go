@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -21,6 +22,7 @@ import (
 	"github.com/kusaw/kusaw/cluster"
 	"github.com/kusaw/kusaw/record"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Options configure a Dispatcher.
@@ -44,6 +46,9 @@ type Options struct {
 	// nkey (the embedded server; on an existing cluster the account
 	// revokes it).
 	Disconnect func(nkey string) int
+	// SweepEvery is how often serve removes claims and objects of
+	// attempts it does not wait for (Sweep); zero: a minute.
+	SweepEvery time.Duration
 }
 
 // FencedFile records results refused because their token was stale.
@@ -57,6 +62,9 @@ type Dispatcher struct {
 	seen   map[string]time.Time // worker → when serve last heard its heartbeat (serve's clock)
 	hb     map[string]cluster.Heartbeat
 	active map[string]bool // attempt keys Run is waiting on
+	// kept: keys Settle kept for resumed runs that have not re-attached
+	// yet; the sweep leaves them.
+	kept map[string]bool
 	// down: serve's own connection to NATS is down (since downSince);
 	// meanwhile no worker is found lost, and lost_after counts again from
 	// when it is back.
@@ -84,7 +92,8 @@ func New(ctx context.Context, o Options) (*Dispatcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	go d.watchHeartbeats(ctx, w.Updates())
+	go d.keepWatching(ctx, w)
+	go d.sweepLoop(ctx)
 	sub, err := o.NC.Subscribe("kusaw.result.>", d.lateResult)
 	if err != nil {
 		return nil, err
@@ -98,24 +107,81 @@ func (d *Dispatcher) Takes(pool string) bool {
 	return !(d.o.LocalWorker && (pool == "" || pool == "default"))
 }
 
-func (d *Dispatcher) watchHeartbeats(ctx context.Context, ch <-chan jetstreamEntry) {
+// keepWatching reads heartbeats from w and makes a new watcher when w
+// ends or goes quiet: its consumer lives on one NATS server (the
+// bucket's leader when it was made), and when that server goes (a kill
+// of the leader, every server down) nats.go may not notice for long.
+// Without heartbeats serve would find every worker lost. Workers beat
+// every second, so a bucket silent for a third of lost_after while serve
+// is connected means the watcher, not the workers.
+func (d *Dispatcher) keepWatching(ctx context.Context, w jetstream.KeyWatcher) {
+	quiet := max(d.o.LostAfter/3, 2*time.Second)
+	replay := false
+	for {
+		d.watchHeartbeats(ctx, w.Updates(), replay, quiet)
+		_ = w.Stop()
+		replay = true
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(250 * time.Millisecond):
+			}
+			var err error
+			if w, err = d.o.H.Workers.WatchAll(ctx); err == nil {
+				break
+			}
+		}
+	}
+}
+
+// watchHeartbeats takes heartbeats from ch until it closes, ctx ends, or
+// (serve connected, some worker heard) none came for quiet. A new
+// watcher (replay) first delivers each worker's last heartbeat again,
+// however old: those say nothing of the worker now, so only a worker
+// serve has not heard of yet is taken from them.
+func (d *Dispatcher) watchHeartbeats(ctx context.Context, ch <-chan jetstreamEntry, replay bool, quiet time.Duration) {
+	tick := time.NewTicker(quiet / 2)
+	defer tick.Stop()
+	last := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-tick.C:
+			d.mu.Lock()
+			deaf := false
+			if !d.down && d.o.NC.IsConnected() {
+				for _, t := range d.seen {
+					// a worker heard of late: one still beating, unless the
+					// watcher is deaf (every worker gone stops this soon)
+					deaf = deaf || time.Since(t) < 3*d.o.LostAfter
+				}
+			}
+			d.mu.Unlock()
+			if deaf && time.Since(last) > quiet {
+				return
+			}
 		case e, ok := <-ch:
 			if !ok {
 				return
 			}
 			if e == nil {
-				continue // the watcher's "caught up" marker
+				replay = false // the watcher's "caught up" marker
+				continue
 			}
 			var hb cluster.Heartbeat
 			if json.Unmarshal(e.Value(), &hb) != nil || hb.Name != e.Key() {
 				continue
 			}
 			d.mu.Lock()
-			d.seen[hb.Name], d.hb[hb.Name] = time.Now(), hb
+			_, known := d.seen[hb.Name]
+			if replay && known {
+				d.mu.Unlock()
+				continue
+			}
+			last = time.Now()
+			d.seen[hb.Name], d.hb[hb.Name] = last, hb
 			d.heard = true
 			d.mu.Unlock()
 			if d.o.Registry != nil {
@@ -317,7 +383,9 @@ func (d *Dispatcher) lateResult(m *nats.Msg) {
 		return
 	}
 	d.mu.Lock()
-	waiting := d.active[cluster.Key(r.Attempt)] || !d.settled
+	// kept: a resumed run re-attaches to it soon and reads its result
+	// from the events stream then.
+	waiting := d.active[cluster.Key(r.Attempt)] || d.kept[cluster.Key(r.Attempt)] || !d.settled
 	d.mu.Unlock()
 	if waiting {
 		return
@@ -358,6 +426,63 @@ func (d *Dispatcher) Release(attemptID string) {
 // re-attach to: every claim but keep's (attempt ids) is released, its
 // worker told to stop, and objects of attempts neither kept nor running
 // go. Serve calls it once, after it resumed its runs.
+func (d *Dispatcher) sweepLoop(ctx context.Context) {
+	every := d.o.SweepEvery
+	if every <= 0 {
+		every = time.Minute
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			d.Sweep(ctx)
+		}
+	}
+}
+
+// Sweep removes the claims and objects of every attempt serve does not
+// wait for: junk keys a worker claimed or stored for attempts that never
+// were (they would hold their pool's room until serve restarted), and
+// what an ended attempt left when its clean-up failed. Until Settle has
+// said which claims a resumed run keeps, it removes nothing. Keys are
+// listed before serve's attempts are looked at: an attempt is registered
+// before anything of it is claimed or stored, so one listed and not
+// registered has ended or never was.
+func (d *Dispatcher) Sweep(ctx context.Context) (claims, objects int) {
+	d.mu.Lock()
+	settled := d.settled
+	d.mu.Unlock()
+	if !settled {
+		return 0, 0
+	}
+	pools, _ := d.o.H.Pools(ctx)
+	for _, p := range pools {
+		keys, _ := d.o.H.ClaimedKeys(ctx, p)
+		objs, _ := d.o.H.ObjectKeys(ctx, p)
+		d.mu.Lock()
+		active := maps.Clone(d.active)
+		maps.Copy(active, d.kept)
+		d.mu.Unlock()
+		for _, key := range keys {
+			if !active[key] {
+				_ = d.o.NC.Publish(cluster.CancelSubject(key), nil)
+				if d.o.H.Revoke(ctx, p, key) == nil {
+					claims++
+				}
+			}
+		}
+		for _, key := range objs {
+			if !active[key] && d.o.H.DeleteObjects(ctx, p, key) == nil {
+				objects++
+			}
+		}
+	}
+	return claims, objects
+}
+
 func (d *Dispatcher) Settle(ctx context.Context, keep []string) {
 	kept := map[string]bool{}
 	for _, id := range keep {
@@ -388,6 +513,12 @@ func (d *Dispatcher) Settle(ctx context.Context, keep []string) {
 	}
 	d.mu.Lock()
 	d.settled = true
+	d.kept = map[string]bool{}
+	for _, id := range keep {
+		if !d.active[cluster.Key(id)] {
+			d.kept[cluster.Key(id)] = true
+		}
+	}
 	d.mu.Unlock()
 }
 

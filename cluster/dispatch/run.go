@@ -25,6 +25,10 @@ type jetstreamEntry = jetstream.KeyValueEntry
 // maxArtifacts bounds what a worker may return as artifacts.
 const maxArtifacts = 1 << 30
 
+// fenceWait is how long serve tries to read a claim before it takes a
+// message for a stale holder's.
+const fenceWait = 30 * time.Second
+
 // cancelWait is how long a canceled attempt's worker has to report.
 const cancelWait = 30 * time.Second
 
@@ -35,7 +39,7 @@ func (d *Dispatcher) Run(ctx context.Context, spec *record.AttemptSpec, job reco
 		return res
 	}
 	defer a.end()
-	if err := d.o.H.EnsurePool(ctx, poolOf(spec)); err != nil {
+	if err := untilNATS(ctx, func() error { return d.o.H.EnsurePool(ctx, poolOf(spec)) }); err != nil {
 		return record.RemoteResult{Message: err.Error()}
 	}
 
@@ -70,7 +74,14 @@ func (d *Dispatcher) Run(ctx context.Context, spec *record.AttemptSpec, job reco
 	a.published = time.Now()
 	w.Published = a.published.UTC()
 	work, _ := json.Marshal(w)
-	ack, err := d.o.H.JS.Publish(ctx, cluster.WorkSubject(spec.Pool), work)
+	// Tried again through an election: the message id lets the stream
+	// drop a copy whose first try it had kept without answering.
+	var ack *jetstream.PubAck
+	msgID := fmt.Sprintf("%s@%d", a.key, a.published.UnixNano())
+	err := untilNATS(ctx, func() (err error) {
+		ack, err = d.o.H.JS.Publish(ctx, cluster.WorkSubject(spec.Pool), work, jetstream.WithMsgID(msgID))
+		return err
+	})
 	if err != nil {
 		return record.RemoteResult{Message: "cannot publish the attempt: " + err.Error()}
 	}
@@ -190,6 +201,7 @@ func (d *Dispatcher) begin(ctx context.Context, spec *record.AttemptSpec, job re
 		secrets: make(chan *nats.Msg, 4), bundles: make(chan *nats.Msg, 4)}
 	d.mu.Lock()
 	d.active[key] = true
+	delete(d.kept, key)
 	d.mu.Unlock()
 	a.stop = append(a.stop, func() {
 		d.mu.Lock()
@@ -211,19 +223,23 @@ func (d *Dispatcher) begin(ctx context.Context, spec *record.AttemptSpec, job re
 	if from > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from+1
 	}
-	cons, err := d.o.H.JS.OrderedConsumer(ctx, cluster.EventsStream, cfg)
-	if err != nil {
-		return fail(fmt.Errorf("cannot follow the attempt's events: %v", err))
-	}
 	// Messages are read until the wait ends, past a cancel: the worker's
 	// report of a canceled attempt comes after it.
 	live, stopLive := context.WithCancel(context.WithoutCancel(ctx))
 	a.stop = append(a.stop, stopLive)
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		select {
-		case a.msgs <- m:
-		case <-live.Done():
+	var cc jetstream.ConsumeContext
+	err = untilNATS(ctx, func() error {
+		cons, err := d.o.H.JS.OrderedConsumer(ctx, cluster.EventsStream, cfg)
+		if err != nil {
+			return err
 		}
+		cc, err = cons.Consume(func(m jetstream.Msg) {
+			select {
+			case a.msgs <- m:
+			case <-live.Done():
+			}
+		})
+		return err
 	})
 	if err != nil {
 		return fail(fmt.Errorf("cannot follow the attempt's events: %v", err))
@@ -272,7 +288,21 @@ func (a *waiting) stale(worker string, tok uint64) bool {
 	if a.token != 0 {
 		return worker != a.holder.Worker || tok != a.token
 	}
-	if a.d.o.H.Fenced(context.WithoutCancel(a.ctx), poolOf(a.spec), a.spec.ID, worker, tok) {
+	// The claim is read through a leader election or a short outage:
+	// a read that fails for it would fence the holder itself (its
+	// secrets refused, its events and result dropped). Past fenceWait
+	// it fails closed.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), fenceWait)
+	defer cancel()
+	var c cluster.Claim
+	var cur uint64
+	err := untilNATS(ctx, func() (err error) {
+		try, done := context.WithTimeout(ctx, 3*time.Second)
+		defer done()
+		c, cur, err = a.d.o.H.Holder(try, poolOf(a.spec), a.spec.ID)
+		return err
+	})
+	if err != nil || cur == 0 || cur != tok || c.Worker != worker {
 		return true
 	}
 	if !a.mayTake(worker) {
@@ -520,7 +550,11 @@ func (d *Dispatcher) putBundle(ctx context.Context, spec *record.AttemptSpec, jo
 		return "", fmt.Errorf("repo %s: %v", n.Repo, err)
 	}
 	name := cluster.ObjectName(poolOf(spec), spec.ID, 0, prefix+n.Repo+".bundle")
-	size, err := d.o.H.PutFile(ctx, name, p)
+	var size int64
+	err := untilNATS(ctx, func() (err error) {
+		size, err = d.o.H.PutFile(ctx, name, p)
+		return err
+	})
 	if errors.Is(err, cluster.ErrObjectExists) {
 		// Serve's own, from an earlier request of the same commit: only
 		// serve writes its names, and a stored object is whole.
@@ -674,4 +708,42 @@ func placeNew(part, dst string) error {
 		return err
 	}
 	return nil
+}
+
+// untilNATS runs f until it succeeds, fails for good, or ctx ends. It
+// tries again while the error is one a NATS outage or a JetStream leader
+// election gives (no answer in time, no responders, the stream
+// temporarily unavailable): those pass, and failing the attempt for them
+// would fail a run for the infrastructure's moment.
+func untilNATS(ctx context.Context, f func() error) error {
+	wait := 250 * time.Millisecond
+	for {
+		err := f()
+		if err == nil || !transientNATS(ctx, err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+}
+
+// transientNATS tells the errors that pass by themselves once NATS has a
+// connection and the stream a leader again.
+func transientNATS(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	var api *jetstream.APIError
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout), errors.Is(err, nats.ErrNoResponders),
+		errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrConnectionReconnecting):
+		return true
+	case errors.As(err, &api):
+		return api.Code == 503 // JetStream system temporarily unavailable
+	}
+	return false
 }

@@ -1,0 +1,166 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/kusaw/kusaw/cluster"
+	"github.com/kusaw/kusaw/record"
+)
+
+// The attacker's side: an enrolled worker claims and stores under keys of
+// attempts that never were, to hold its pool's claims and objects until
+// serve restarts. Serve's sweep removes them while it runs. The twin: the
+// claim and objects of an attempt serve waits for stay.
+func TestSweepRemovesJunkClaims(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cluster")
+	srv, err := cluster.StartServer(cluster.ServerOptions{Dir: dir, Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.ConnectInProcess("serve")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := srv.ServeEnrollments(ctx, nc); err != nil {
+		t.Fatal(err)
+	}
+	h, err := cluster.Setup(ctx, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An enrolled worker of pool default, with a worker's permissions.
+	tok, err := srv.NewToken("", cluster.Grant{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parsed, err := cluster.ParseToken(tok.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := cluster.NewIdentity("mal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.Enroll(ctx, parsed, id, "test", nil); err != nil {
+		t.Fatal(err)
+	}
+	wnc, err := cluster.Dial(id, "mal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(wnc.Close)
+	wh, err := cluster.Open(ctx, wnc)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	d, err := New(ctx, Options{NC: nc, H: h, Identity: srv.Identity, Registry: srv.Registry, Dir: dir, LostAfter: 5 * time.Second, SweepEvery: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An attempt serve waits for, claimed by the worker, with an object.
+	spec := &record.AttemptSpec{ID: "r/s/1", Run: "r", Step: "s", Number: 1, Pool: "default"}
+	a, _, ok := d.begin(ctx, spec, record.RemoteJob{Dir: t.TempDir(), Emit: func(string, map[string]any) {}}, 0)
+	if !ok {
+		t.Fatal("begin")
+	}
+	defer a.end()
+	liveTok, err := wh.Claim(ctx, "default", spec.ID, "mal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wh.PutBytes(ctx, cluster.ObjectName("default", spec.ID, liveTok, "stdout.log"), []byte("out")); err != nil {
+		t.Fatal(err)
+	}
+	// Junk.
+	for i := range 20 {
+		jid := fmt.Sprintf("junk/%d/1", i)
+		jt, err := wh.Claim(ctx, "default", jid, "mal")
+		if err != nil {
+			t.Fatalf("junk claim %d: %v", i, err)
+		}
+		if _, err := wh.PutBytes(ctx, cluster.ObjectName("default", jid, jt, "stdout.log"), []byte("junk")); err != nil {
+			t.Fatalf("junk object %d: %v", i, err)
+		}
+	}
+	if keys, _ := h.ClaimedKeys(ctx, "default"); len(keys) != 21 {
+		t.Fatalf("%d claimed keys before the sweep, want 21", len(keys))
+	}
+	claims, objects := d.Sweep(ctx)
+	if claims != 20 || objects != 20 {
+		t.Errorf("the sweep removed %d claims and %d attempts' objects, want 20 and 20", claims, objects)
+	}
+	keys, _ := h.ClaimedKeys(ctx, "default")
+	if len(keys) != 1 || keys[0] != cluster.Key(spec.ID) {
+		t.Errorf("claims after the sweep: %v, want only %s", keys, cluster.Key(spec.ID))
+	}
+	if c, cur, _ := h.Holder(ctx, "default", spec.ID); cur != liveTok || c.Worker != "mal" {
+		t.Errorf("the live attempt's claim changed: %+v %d", c, cur)
+	}
+	if _, err := h.GetBytes(ctx, cluster.ObjectName("default", spec.ID, liveTok, "stdout.log")); err != nil {
+		t.Errorf("the live attempt's object went: %v", err)
+	}
+	if _, err := h.GetBytes(ctx, cluster.ObjectName("default", "junk/0/1", 0, "stdout.log")); err == nil {
+		t.Error("a junk object survived")
+	}
+	if objs, _ := h.ObjectKeys(ctx, "default"); len(objs) != 1 {
+		t.Errorf("objects after the sweep: %v", objs)
+	}
+}
+
+// Before Settle said which claims a resumed run keeps, the sweep leaves
+// every claim alone, and after it those it kept until their run has
+// re-attached and ended.
+func TestSweepWaitsForSettle(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cluster")
+	srv, err := cluster.StartServer(cluster.ServerOptions{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.ConnectInProcess("serve")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	h, err := cluster.Setup(ctx, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Claim(ctx, "default", "r/s/9", "w1"); err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(ctx, Options{NC: nc, H: h, Identity: srv.Identity, Registry: srv.Registry, Dir: dir, LostAfter: 5 * time.Second, AwaitSettle: true, SweepEvery: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := d.Sweep(ctx); c != 0 {
+		t.Errorf("the sweep before Settle removed %d claims", c)
+	}
+	d.Settle(ctx, []string{"r/s/9"})
+	if c, _ := d.Sweep(ctx); c != 0 {
+		t.Errorf("the sweep removed the claim a resumed run keeps (%d)", c)
+	}
+	// Once that run re-attached and ended, what its attempt left goes.
+	a, _, ok := d.begin(ctx, &record.AttemptSpec{ID: "r/s/9", Run: "r", Step: "s", Number: 9, Pool: "default"}, record.RemoteJob{Dir: t.TempDir(), Emit: func(string, map[string]any) {}}, 0)
+	if !ok {
+		t.Fatal("begin")
+	}
+	if c, _ := d.Sweep(ctx); c != 0 {
+		t.Errorf("the sweep removed a re-attached attempt's claim (%d)", c)
+	}
+	a.end()
+	if c, _ := d.Sweep(ctx); c != 1 {
+		t.Errorf("the sweep left an ended attempt's claim (%d)", c)
+	}
+}
