@@ -214,13 +214,17 @@ func TestThreeServers(t *testing.T) {
 	}
 }
 
+// anyLeader: some server leads JetStream's metadata and every one says it
+// is healthy (what nats-server's /healthz answers).
 func anyLeader(ss []*server.Server) bool {
+	lead := false
 	for _, s := range ss {
-		if s.JetStreamIsLeader() {
-			return true
+		lead = lead || s.JetStreamIsLeader()
+		if h := s.Healthz(nil); h == nil || h.Status != "ok" {
+			return false
 		}
 	}
-	return false
+	return lead
 }
 
 // dialRoute connects to a route port as a server would: TLS first
