@@ -1,8 +1,8 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
 
@@ -30,33 +30,8 @@ kusaw writes, and a write the profile denies must fail.
 Exit status: 0 when the backend is available, 4 when it is not (the reason
 and the fix are printed).`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			r := sandboxCheck()
-			if asJSON {
-				out := struct {
-					sandbox.CheckResult
-					Protects     []string          `json:"protects,omitempty"`
-					NotProtected []string          `json:"not_protected,omitempty"`
-					Resources    map[string]string `json:"resources,omitempty"`
-					Layers       []sandbox.Layer   `json:"layers,omitempty"`
-				}{CheckResult: r}
-				if verbose {
-					out.Layers = sandbox.KernelLayers(r)
-					out.Protects, out.NotProtected = sandbox.ProtectionLists(r.Backend)
-					out.Resources = proc.Enforcement()
-				}
-				b, _ := json.MarshalIndent(out, "", "  ")
-				fmt.Fprintln(a.stdout, string(b))
-			} else {
-				printCheck(a, r, verbose)
-				if verbose {
-					printResources(a)
-				}
-			}
-			if !r.Available {
-				return silentExit(status.ExitSandboxUnavailable)
-			}
-			return nil
+		RunE: func(c *cobra.Command, args []string) error {
+			return a.checkSandbox(verbose, newPrinter(a.stdout, asJSON, printCheck))
 		},
 	}
 	c.Flags().BoolVarP(&verbose, "verbose", "v", false, "also print what the sandbox protects and what it does not")
@@ -64,8 +39,35 @@ and the fix are printed).`,
 	return c
 }
 
-func printCheck(a *app, r sandbox.CheckResult, verbose bool) {
-	w := a.stdout
+// checkReport is kusaw sandbox check's answer; with --verbose also what
+// the sandbox protects, its kernel layers and how limits are enforced.
+type checkReport struct {
+	sandbox.CheckResult
+	Protects     []string          `json:"protects,omitempty"`
+	NotProtected []string          `json:"not_protected,omitempty"`
+	Resources    map[string]string `json:"resources,omitempty"`
+	Layers       []sandbox.Layer   `json:"layers,omitempty"`
+	verbose      bool
+}
+
+// checkSandbox is kusaw sandbox check: the backend's check, printed; exit
+// 4 when it is not available.
+func (a *app) checkSandbox(verbose bool, p printer[*checkReport]) error {
+	r := &checkReport{CheckResult: sandboxCheck(), verbose: verbose}
+	if verbose {
+		r.Layers = sandbox.KernelLayers(r.CheckResult)
+		r.Protects, r.NotProtected = sandbox.ProtectionLists(r.Backend)
+		r.Resources = proc.Enforcement()
+	}
+	p.Print(r)
+	if !r.Available {
+		return silentExit(status.ExitSandboxUnavailable)
+	}
+	return nil
+}
+
+// printCheck is kusaw sandbox check's text.
+func printCheck(w io.Writer, r *checkReport) {
 	fmt.Fprintf(w, "backend:   %s\n", r.Backend)
 	if r.Path != "" {
 		fmt.Fprintf(w, "path:      %s\n", r.Path)
@@ -83,12 +85,12 @@ func printCheck(a *app, r sandbox.CheckResult, verbose bool) {
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "note:      %s\n", n)
 	}
-	if !verbose {
+	if !r.verbose {
 		return
 	}
-	if layers := sandbox.KernelLayers(r); len(layers) > 0 {
+	if len(r.Layers) > 0 {
 		fmt.Fprintf(w, "\nLayers:\n")
-		for _, l := range layers {
+		for _, l := range r.Layers {
 			state := "active"
 			if !l.Active {
 				state = "MISSING"
@@ -96,23 +98,22 @@ func printCheck(a *app, r sandbox.CheckResult, verbose bool) {
 			fmt.Fprintf(w, "  - %-10s %s: %s\n", l.Name+":", state, l.Detail)
 		}
 	}
-	protects, notProtected := sandbox.ProtectionLists(r.Backend)
 	fmt.Fprintf(w, "\nWhat the sandbox protects:\n")
-	for _, p := range protects {
+	for _, p := range r.Protects {
 		fmt.Fprintf(w, "  - %s\n", p)
 	}
 	fmt.Fprintf(w, "\nWhat it does not protect:\n")
-	for _, p := range notProtected {
+	for _, p := range r.NotProtected {
 		fmt.Fprintf(w, "  - %s\n", p)
 	}
+	printResources(w, r.Resources)
 }
 
 // printResources says how this machine enforces each sandbox.resources
 // limit for a kusaw run as this user, now.
-func printResources(a *app) {
-	e := proc.Enforcement()
-	fmt.Fprintf(a.stdout, "\nResource limits (sandbox.resources) on this machine, for this user:\n")
+func printResources(w io.Writer, e map[string]string) {
+	fmt.Fprintf(w, "\nResource limits (sandbox.resources) on this machine, for this user:\n")
 	for _, k := range []string{proc.LimitPids, proc.LimitMemory, proc.LimitCPU, proc.LimitDisk, proc.LimitOutput} {
-		fmt.Fprintf(a.stdout, "  - %-7s %s\n", k+":", e[k])
+		fmt.Fprintf(w, "  - %-7s %s\n", k+":", e[k])
 	}
 }

@@ -1,8 +1,8 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -32,6 +32,49 @@ type usageReport struct {
 	Runs  int           `json:"runs"`
 }
 
+// usage is kusaw usage: the runs' usage summed by pipeline, step or day.
+func (a *app) usage(by string, since time.Duration, p printer[usageReport]) error {
+	if by != "pipeline" && by != "step" && by != "day" {
+		return exitf(status.ExitUsage, "--by %q: use pipeline, step or day", by)
+	}
+	if since < 0 {
+		return exitf(status.ExitUsage, "--since must be a positive duration such as 24h or 168h")
+	}
+	st, err := a.openStore()
+	if err != nil {
+		return err
+	}
+	runs, err := st.Runs()
+	if err != nil {
+		return exitf(status.ExitInternal, "%v", err)
+	}
+	p.Print(sumUsage(runs, by, since, time.Now()))
+	return nil
+}
+
+// printUsage is kusaw usage's table.
+func printUsage(w io.Writer, rep usageReport) {
+	if rep.Runs == 0 {
+		fmt.Fprintln(w, "no runs in that time")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "%s\tRUNS\tATTEMPTS\tCOST\tTOKENS\tINPUT\tOUTPUT\tCACHE READ\tCACHE WRITE\n", strings.ToUpper(rep.By))
+	line := func(key string, runs int, u *record.Usage) {
+		if u == nil {
+			fmt.Fprintf(tw, "%s\t%d\t-\t-\t-\t-\t-\t-\t-\n", key, runs)
+			return
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", key, runs, u.Attempts, fmtCost(u), fmtTokens(u.Tokens()),
+			fmtTokens(u.InputTokens), fmtTokens(u.OutputTokens), fmtTokens(u.CacheReadTokens), fmtTokens(u.CacheWriteTokens))
+	}
+	for _, r := range rep.Rows {
+		line(r.Key, r.Runs, r.Usage)
+	}
+	line("total", rep.Runs, rep.Total)
+	_ = tw.Flush()
+}
+
 func newUsageCmd(a *app) *cobra.Command {
 	var jsonOut bool
 	var since time.Duration
@@ -41,45 +84,7 @@ func newUsageCmd(a *app) *cobra.Command {
 		Short: "sum what the state folder's runs cost: tokens and USD by pipeline, step or day",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, args []string) error {
-			if by != "pipeline" && by != "step" && by != "day" {
-				return exitf(status.ExitUsage, "--by %q: use pipeline, step or day", by)
-			}
-			if since < 0 {
-				return exitf(status.ExitUsage, "--since must be a positive duration such as 24h or 168h")
-			}
-			st, err := a.openStore()
-			if err != nil {
-				return err
-			}
-			runs, err := st.Runs()
-			if err != nil {
-				return exitf(status.ExitInternal, "%v", err)
-			}
-			rep := sumUsage(runs, by, since, time.Now())
-			if jsonOut {
-				b, _ := json.MarshalIndent(rep, "", "  ")
-				fmt.Fprintf(a.stdout, "%s\n", b)
-				return nil
-			}
-			if rep.Runs == 0 {
-				fmt.Fprintln(a.stdout, "no runs in that time")
-				return nil
-			}
-			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintf(tw, "%s\tRUNS\tATTEMPTS\tCOST\tTOKENS\tINPUT\tOUTPUT\tCACHE READ\tCACHE WRITE\n", strings.ToUpper(by))
-			line := func(key string, runs int, u *record.Usage) {
-				if u == nil {
-					fmt.Fprintf(tw, "%s\t%d\t-\t-\t-\t-\t-\t-\t-\n", key, runs)
-					return
-				}
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", key, runs, u.Attempts, fmtCost(u), fmtTokens(u.Tokens()),
-					fmtTokens(u.InputTokens), fmtTokens(u.OutputTokens), fmtTokens(u.CacheReadTokens), fmtTokens(u.CacheWriteTokens))
-			}
-			for _, r := range rep.Rows {
-				line(r.Key, r.Runs, r.Usage)
-			}
-			line("total", rep.Runs, rep.Total)
-			return tw.Flush()
+			return a.usage(by, since, newPrinter(a.stdout, jsonOut, printUsage))
 		},
 	}
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print the sums as JSON")
