@@ -178,6 +178,14 @@ steps:
 	if bad := runKusaw(t, dir, "sandbox", "doctor", "--step", "nope"); bad.code != 2 || !strings.Contains(bad.stderr, "unknown step") {
 		t.Errorf("unknown step: %d %s", bad.code, bad.stderr)
 	}
+	// Doctor's and exec's runs are kept apart from the pipelines' (issue
+	// 27: each doctor added runs to kusaw runs).
+	if r := runKusaw(t, dir, "runs"); !strings.HasPrefix(r.stdout, "no pipeline runs yet (start one with: kusaw run); ") || !strings.Contains(r.stdout, "kusaw runs --all") {
+		t.Errorf("kusaw runs after doctor:\n%s", r.stdout)
+	}
+	if r := runKusaw(t, dir, "runs", "--all"); !strings.Contains(r.stdout, "(sandbox doctor)") || !strings.Contains(r.stdout, "(sandbox exec)") {
+		t.Errorf("kusaw runs --all after doctor and exec:\n%s", r.stdout)
+	}
 }
 
 // TestSandboxDoctorProbeFails is the twin: allow_write naming the

@@ -187,7 +187,7 @@ func (p *jsonTranscript) line(l transcriptLine) {
 func toolArg(input string) string {
 	var m map[string]any
 	if json.Unmarshal([]byte(input), &m) == nil {
-		for _, k := range []string{"command", "cmd", "file_path", "path", "notebook_path", "pattern", "url", "query", "prompt", "description"} {
+		for _, k := range []string{"command", "cmd", "file_path", "notebook_path", "pattern", "path", "url", "query", "prompt", "description"} {
 			switch v := m[k].(type) {
 			case string:
 				return shortLine(v, transcriptArgMax)

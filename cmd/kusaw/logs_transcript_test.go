@@ -115,3 +115,20 @@ func TestJSONTranscript(t *testing.T) {
 		t.Errorf("last line %s", lines[1])
 	}
 }
+
+// The argument shown for a tool call: the one that says what it did.
+func TestToolArg(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"command":"go test ./...","description":"tests"}`:  "go test ./...",
+		`{"command":["bash","-lc","ls -la"],"workdir":"/w"}`: "bash -lc ls -la", // Codex's argv
+		`{"file_path":"/w/a.go","old_string":"x"}`:           "/w/a.go",
+		`{"pattern":"TODO","path":"."}`:                      "TODO",
+		`{"todos":[1,2]}`:                                    `{"todos":[1,2]}`,
+		"not json\nsecond line":                              "not json…",
+		`{"command":"echo one\necho two"}`:                   "echo one…",
+	} {
+		if got := toolArg(in); got != want {
+			t.Errorf("toolArg(%s) = %q, want %q", in, got, want)
+		}
+	}
+}
