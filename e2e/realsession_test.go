@@ -307,3 +307,83 @@ steps:
 		}
 	}
 }
+
+// The real Claude Code sandboxed with inject, as a user signed in to it
+// runs it: its session state stays in the attempt (the user's projects/
+// gains nothing) and a login the CLI refreshed during the step is carried
+// back to the user's credentials file, keeping every key of the user's.
+// The refresh is the CLI's own process rewriting ~/.claude/.credentials.json
+// inside the sandbox (Claude Code refreshes its OAuth login against
+// claude.com, which a local test cannot stand in for); the fake API asks
+// it for that through its Bash tool.
+func TestRealClaudeCodeRefreshedLoginCarriedBack(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: skipping the npm install and run of the real Claude Code")
+	}
+	needSandbox(t)
+	bin, _ := providertest.InstallClaude(t)
+	const realKey = "sk-ant-e2e-refresh-key-2024"
+	api := providertest.NewMessagesAPI(t, "refreshed")
+	api.WantKey = realKey
+	api.Tools = []providertest.ToolUse{{Name: "Bash", Input: map[string]any{"description": "refresh the login",
+		"command": `node -e 'const fs=require("fs"), f=process.env.HOME+"/.claude/.credentials.json", c=JSON.parse(fs.readFileSync(f)); c.claudeAiOauth.accessToken=[...c.claudeAiOauth.accessToken].reverse().join(""); c.claudeAiOauth.expiresAt=4102444800999; fs.writeFileSync(f, JSON.stringify(c))' && echo done > refreshed.txt`}}}
+	port, ca := tlsFront(t, api.URL)
+	dir := factoryDir(t, `version: 1
+repos:
+  app: {path: ./app}
+providers:
+  claude-code: {command: `+bin+`, base_url: "https://localhost:`+port+`"}
+pipelines:
+  default: [ask]
+steps:
+  ask:
+    prompt: refresh your login
+    sandbox: {mode: required, network: allowlist, egress: {inject: provider}}
+    env:
+      DISABLE_TELEMETRY: "1"
+      DISABLE_ERROR_REPORTING: "1"
+`, "app")
+	storeKey(t, dir, "claude-code", realKey)
+	login := filepath.Join(dir, "home", ".claude")
+	const creds = `{"claudeAiOauth":{"accessToken":"e2e-old-access","refreshToken":"e2e-refresh-token","expiresAt":4102444800000,"scopes":["user:inference"]},"mcpOAuth":{"srv":{"accessToken":"e2e-mcp"}}}`
+	writeFile(t, filepath.Join(login, ".credentials.json"), creds)
+	writeFile(t, filepath.Join(login, "projects", "other", "s.jsonl"), "the user's other session\n")
+	res := runKusawEnv(t, dir, []string{"SSL_CERT_FILE=" + ca}, "run")
+	id := onlyRun(t, dir)
+	adir := filepath.Join(dir, ".kusaw", "runs", id, "steps", "ask", "1")
+	if res.code != 0 {
+		t.Fatalf("kusaw run exit %d\n%s%s\n%s%s", res.code, res.stdout, res.stderr, mayRead(filepath.Join(adir, "stdout.log")), mayRead(filepath.Join(adir, "stderr.log")))
+	}
+	if got := git(t, filepath.Join(dir, "app"), "show", "kusaw/"+id+":refreshed.txt"); got != "done" {
+		t.Fatalf("the agent's tool call did not run: %q", got)
+	}
+	var got struct {
+		OAuth map[string]any            `json:"claudeAiOauth"`
+		MCP   map[string]map[string]any `json:"mcpOAuth"`
+	}
+	if err := json.Unmarshal([]byte(readFile(t, filepath.Join(login, ".credentials.json"))), &got); err != nil {
+		t.Fatal(err)
+	}
+	// The new token is the old one reversed: neither is in the command
+	// the agent ran, so the records can be checked for both.
+	const refreshed = "ssecca-dlo-e2e"
+	if got.OAuth["accessToken"] != refreshed || got.OAuth["refreshToken"] != "e2e-refresh-token" || got.OAuth["scopes"] == nil || got.MCP["srv"]["accessToken"] != "e2e-mcp" {
+		t.Errorf("the user's credentials after the run: %+v", got)
+	}
+	if fi, err := os.Lstat(filepath.Join(login, ".credentials.json")); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o077 != 0 {
+		t.Errorf("the carried-back credentials file: %v %v", fi.Mode(), err)
+	}
+	// The session stayed in the attempt, which removed its copy.
+	if ents, _ := os.ReadDir(filepath.Join(login, "projects")); len(ents) != 1 || ents[0].Name() != "other" {
+		t.Errorf("the run changed the user's projects/: %v", ents)
+	}
+	if left, _ := os.ReadDir(filepath.Join(adir, "login")); len(left) > 0 {
+		t.Errorf("the attempt's login copy is left in its records: %v", left)
+	}
+	for _, secret := range []string{refreshed, "e2e-old-access", "e2e-refresh-token", "e2e-mcp", realKey} {
+		if hits := grepDir(t, filepath.Join(dir, ".kusaw"), secret); len(hits) > 0 {
+			t.Errorf("%s is in the records: %v", secret, hits)
+		}
+	}
+	verifyRecords(t, os.Geteuid(), dir)
+}
