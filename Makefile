@@ -3,6 +3,7 @@
 GO      ?= go
 BIN     := bin/kusaw
 BRIDGE  := $(dir $(BIN))kusaw-bridge
+DAEMON  := $(dir $(BIN))kusaw-daemon
 PREFIX  ?= /usr/local
 PKGS    := ./...
 export GOFLAGS := -buildvcs=false
@@ -23,17 +24,20 @@ deps:
 	@scripts/ensure-deps.sh git:git bwrap:bubblewrap curl:curl node:nodejs npm:npm
 
 # Statically linked (no dynamic loader at each start; os/user without
-# NSS), and kusaw-bridge beside kusaw: the small first process of every
-# allowlist sandbox (docs/benchmarks.md has the figures).
+# NSS), and beside kusaw: kusaw-bridge, the small first process of every
+# sandbox, and kusaw-daemon, which kusaw serve and kusaw worker hand over
+# to, so that kusaw itself links no daemon code (docs/benchmarks.md has
+# the figures). kusaw refuses a kusaw-daemon of another build.
 build:
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/kusaw
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BRIDGE) ./cmd/kusaw-bridge
+	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(DAEMON) ./cmd/kusaw-daemon
 
-# install: kusaw and kusaw-bridge into $(PREFIX)/bin (the bridge must sit
-# beside kusaw to be used).
+# install: kusaw, kusaw-bridge and kusaw-daemon into $(PREFIX)/bin (the
+# other two must sit beside kusaw to be used).
 install: build
 	install -d $(DESTDIR)$(PREFIX)/bin
-	install -m 0755 $(BIN) $(BRIDGE) $(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 $(BIN) $(BRIDGE) $(DAEMON) $(DESTDIR)$(PREFIX)/bin/
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -14,6 +14,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kusaw/kusaw/cluster/limits"
 )
 
 // ErrNotEnrolled is returned when serve refuses a worker's key.
@@ -156,16 +158,16 @@ type Handles struct {
 // (a message it published, or all of it at start), revokes claims and
 // frees objects (store.go).
 const (
-	EventsMaxBytes   int64 = 1 << 30 // 1 GiB
-	EventMaxSize           = 4 << 20 // one event or result (a result carries the worker's attempt record)
-	ObjectsMaxBytes  int64 = 4 << 30 // 4 GiB per pool: several attempts' artifacts (at most 1 GiB each) at once
-	ObjectsMaxAge          = 7 * 24 * time.Hour
-	WorkMaxBytes     int64 = 256 << 20
-	WorkersMaxBytes  int64 = 64 << 20
-	HeartbeatMaxSize       = 256 << 10
+	EventsMaxBytes   = limits.EventsMaxBytes  // 1 GiB
+	EventMaxSize     = 4 << 20                // one event or result (a result carries the worker's attempt record)
+	ObjectsMaxBytes  = limits.ObjectsMaxBytes // 4 GiB per pool: several attempts' artifacts (at most 1 GiB each) at once
+	ObjectsMaxAge    = 7 * 24 * time.Hour
+	WorkMaxBytes     = limits.WorkMaxBytes
+	WorkersMaxBytes  = limits.WorkersMaxBytes
+	HeartbeatMaxSize = 256 << 10
 	// MaxPayload is the largest message the embedded server takes: an
 	// attempt's spec travels in one.
-	MaxPayload = 8 << 20
+	MaxPayload = limits.MaxPayload
 )
 
 // SetupOptions size what Setup creates; zero values take the defaults.

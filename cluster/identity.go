@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 
 	"github.com/nats-io/nkeys"
+
+	"github.com/kusaw/kusaw/cluster/enroll"
 )
 
 // IdentityFile holds a machine's cluster identity in its own state folder
@@ -124,10 +126,4 @@ func (id *Identity) SigningKey() ed25519.PrivateKey {
 }
 
 // PublicSigningKey is the ed25519 public key of a user nkey (U...).
-func PublicSigningKey(nkey string) (ed25519.PublicKey, error) {
-	raw, err := nkeys.Decode(nkeys.PrefixByteUser, []byte(nkey))
-	if err != nil {
-		return nil, err
-	}
-	return ed25519.PublicKey(raw), nil
-}
+func PublicSigningKey(nkey string) (ed25519.PublicKey, error) { return enroll.PublicSigningKey(nkey) }

@@ -9,11 +9,13 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kusaw/kusaw/cluster/limits"
 )
 
 // StoreNeeded is the JetStream storage serve's streams, buckets and one
 // pool's stores may take together: what an account must allow.
-const StoreNeeded = EventsMaxBytes + WorkMaxBytes + WorkersMaxBytes + ObjectsMaxBytes + ClaimsMaxBytes
+const StoreNeeded = limits.StoreNeeded
 
 // Preflight checks, before serve says it is ready, that the NATS server
 // it reached takes what kusaw sends: messages up to MaxPayload, and

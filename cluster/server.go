@@ -16,6 +16,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
+
+	"github.com/kusaw/kusaw/cluster/limits"
 )
 
 // ServerOptions configure serve's embedded NATS server.
@@ -139,7 +141,7 @@ var AccountLimits = server.JetStreamAccountLimits{
 // dozen pools' claims and objects.
 const (
 	AccountMaxStore  int64 = 64 << 30
-	AccountMaxMemory int64 = 64 << 20
+	AccountMaxMemory       = limits.AccountMaxMemory
 )
 
 // storeRoom is AccountMaxStore, or three quarters of the free room of the

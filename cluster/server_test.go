@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/kusaw/kusaw/cluster/enroll"
 )
 
 func startTestServer(t testing.TB) *Server {
@@ -248,7 +250,7 @@ func TestPoolsUpgrade(t *testing.T) {
 	dir := t.TempDir()
 	exp := time.Now().Add(time.Hour).UTC().Format(time.RFC3339Nano)
 	os.WriteFile(filepath.Join(dir, tokensFile), []byte(`{"`+hashSecret("old-secret")+`":"`+exp+`"}`), 0o600)
-	os.WriteFile(filepath.Join(dir, workersFile), []byte(`[{"name":"old","nkey":"UX","xkey":"XX","enrolled":"2026-01-01T00:00:00Z","pools":["default","gpu"]},
+	os.WriteFile(filepath.Join(dir, enroll.WorkersFile), []byte(`[{"name":"old","nkey":"UX","xkey":"XX","enrolled":"2026-01-01T00:00:00Z","pools":["default","gpu"]},
 {"name":"idle","nkey":"UY","xkey":"XY","enrolled":"2026-01-01T00:00:00Z"}]`), 0o600)
 	g, ok := OpenTokens(dir).Grant("old-secret")
 	if !ok || g.String() != "default" {

@@ -16,6 +16,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kusaw/kusaw/cluster/limits"
 )
 
 // Each pool has a claims stream and an object store of its own, plain
@@ -51,10 +53,10 @@ func claimSubject(pool, attemptID string) string { return subjClaims + pool + ".
 // Limits of the per-pool streams (docs/cluster.md, "How much serve's disk
 // holds"). A claim is a short JSON value; an object goes up in chunks.
 const (
-	ClaimsMaxBytes  int64 = 16 << 20 // per pool: tens of thousands of claims
-	ClaimMaxSize          = 1 << 10
-	ObjectChunkSize       = 256 << 10
-	objectMsgMax          = ObjectChunkSize + 4<<10 // a chunk and its headers, or a description
+	ClaimsMaxBytes  = limits.ClaimsMaxBytes // per pool: tens of thousands of claims
+	ClaimMaxSize    = 1 << 10
+	ObjectChunkSize = 256 << 10
+	objectMsgMax    = ObjectChunkSize + 4<<10 // a chunk and its headers, or a description
 )
 
 // ObjectName names one object of an attempt of pool: the pool, the

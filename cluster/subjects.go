@@ -1,6 +1,10 @@
 package cluster
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/kusaw/kusaw/cluster/enroll"
+)
 
 // Streams, buckets and subjects (docs/cluster.md has the picture).
 const (
@@ -65,14 +69,4 @@ func SenderOf(subject string) string {
 func Key(attemptID string) string { return strings.ReplaceAll(attemptID, "/", "_") }
 
 // ValidName reports whether a worker or pool name can be a subject token.
-func ValidName(s string) bool {
-	if s == "" || len(s) > 64 {
-		return false
-	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
-			return false
-		}
-	}
-	return true
-}
+func ValidName(s string) bool { return enroll.ValidName(s) }

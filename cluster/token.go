@@ -11,13 +11,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/kusaw/kusaw/config"
 )
 
 // TokenPrefix starts every join token, so a pasted token is recognisable.
@@ -44,54 +40,6 @@ type Token struct {
 	// nothing.
 	Pools   []string `json:"pools,omitempty"`
 	AnyPool bool     `json:"any_pool,omitempty"`
-}
-
-// Grant is what a join token allows its worker: the pools it may take
-// (default: pool default only), or every pool (kusaw cluster token
-// --any-pool).
-type Grant struct {
-	Pools   []string `json:"pools,omitempty"`
-	AnyPool bool     `json:"any_pool,omitempty"`
-}
-
-// Normal checks a grant and gives it its default: no pool and not any
-// pool is pool default alone.
-func (g Grant) Normal() (Grant, error) {
-	if g.AnyPool {
-		if len(g.Pools) > 0 {
-			return Grant{}, fmt.Errorf("--any-pool and --pool exclude each other: name the pools, or allow every pool")
-		}
-		return g, nil
-	}
-	seen := map[string]bool{}
-	var out []string
-	for _, p := range g.Pools {
-		if !ValidName(p) {
-			return Grant{}, fmt.Errorf("pool %q: use letters, digits, - and _ (at most 64)", p)
-		}
-		if !seen[p] {
-			seen[p] = true
-			out = append(out, p)
-		}
-	}
-	if len(out) == 0 {
-		out = []string{config.DefaultPool}
-	}
-	sort.Strings(out)
-	return Grant{Pools: out}, nil
-}
-
-// Allows reports whether the grant lets its worker take pool.
-func (g Grant) Allows(pool string) bool {
-	return g.AnyPool || slices.Contains(g.Pools, pool)
-}
-
-// String is the grant for people: "a,b" or "any".
-func (g Grant) String() string {
-	if g.AnyPool {
-		return "any"
-	}
-	return strings.Join(g.Pools, ",")
 }
 
 // String encodes the token.

@@ -27,13 +27,14 @@ func runMain(m *testing.M) int {
 	kusawBin = filepath.Join(dir, "kusaw")
 	_, self, _, _ := runtime.Caller(0)
 	root := filepath.Dir(filepath.Dir(self))
-	// As make build does: kusaw and, beside it, kusaw-bridge, statically
+	// As make build does: kusaw and, beside it, kusaw-bridge and
+	// kusaw-daemon (what kusaw serve and kusaw worker run as), statically
 	// linked unless CGO_ENABLED says otherwise, without symbol tables. KUSAW_E2E_NO_BRIDGE=1
 	// leaves the bridge out (kusaw then runs as its own bridge), to
 	// measure the difference (docs/benchmarks.md).
-	bins := []string{"kusaw", "kusaw-bridge"}
+	bins := []string{"kusaw", "kusaw-daemon", "kusaw-bridge"}
 	if os.Getenv("KUSAW_E2E_NO_BRIDGE") == "1" {
-		bins = bins[:1]
+		bins = bins[:2]
 	}
 	for _, c := range bins {
 		// -s -w as make build: the start-up benchmarks measure what users run.

@@ -56,7 +56,7 @@ func TestReadmeOwnRepository(t *testing.T) {
 		t.Fatalf("make install: %v\n%s", err, out)
 	}
 	kusaw := filepath.Join(prefix, "bin", "kusaw")
-	for _, b := range []string{kusaw, filepath.Join(prefix, "bin", "kusaw-bridge")} {
+	for _, b := range []string{kusaw, filepath.Join(prefix, "bin", "kusaw-bridge"), filepath.Join(prefix, "bin", "kusaw-daemon")} {
 		if fi, err := os.Stat(b); err != nil || fi.Mode().Perm()&0o111 == 0 {
 			t.Fatalf("make install did not install %s: %v", b, err)
 		}
@@ -69,7 +69,7 @@ func TestReadmeOwnRepository(t *testing.T) {
 	if out, err := gi.CombinedOutput(); err != nil {
 		t.Fatalf("go install: %v\n%s", err, out)
 	}
-	for _, b := range []string{"kusaw", "kusaw-bridge"} {
+	for _, b := range []string{"kusaw", "kusaw-bridge", "kusaw-daemon"} {
 		if _, err := os.Stat(filepath.Join(gobin, b)); err != nil {
 			t.Errorf("go install ./cmd/... did not install %s", b)
 		}

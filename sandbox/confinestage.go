@@ -18,6 +18,7 @@ import (
 var (
 	confineMu   sync.Mutex
 	confineSelf bool
+	confineBy   string
 	confineOnce sync.Once
 	confineProg []string
 )
@@ -27,6 +28,15 @@ var (
 func ServeConfine() {
 	confineMu.Lock()
 	confineSelf = true
+	confineMu.Unlock()
+}
+
+// ConfineProgram names the program that serves the stage (its
+// confine.Subcommand) when kusaw-bridge is not beside the running
+// executable: kusaw-daemon names kusaw, which it runs beside.
+func ConfineProgram(path string) {
+	confineMu.Lock()
+	confineBy = path
 	confineMu.Unlock()
 }
 
@@ -51,10 +61,13 @@ func confineProgram() []string {
 			return
 		}
 		confineMu.Lock()
-		self := confineSelf
+		self, by := confineSelf, confineBy
 		confineMu.Unlock()
-		if self {
+		switch {
+		case self:
 			confineProg = []string{exe, confine.Subcommand}
+		case by != "" && isExecutable(by):
+			confineProg = []string{by, confine.Subcommand}
 		}
 	})
 	return confineProg

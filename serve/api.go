@@ -192,7 +192,7 @@ func requireToken(token string, h http.Handler, mux *http.ServeMux) http.Handler
 }
 
 // TokenSecretKey is the secret-store key of the TCP listener's token.
-const TokenSecretKey = "serve.token"
+const TokenSecretKey = client.TokenSecretKey
 
 func apiError(w http.ResponseWriter, code int, errCode, msg, fix string) {
 	writeJSONResponse(w, code, map[string]any{"error": client.APIErrorBody{Code: errCode, Message: msg, Fix: fix}})

@@ -27,7 +27,7 @@ import (
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
 
-	"github.com/kusaw/kusaw/cluster"
+	"github.com/kusaw/kusaw/cluster/limits"
 )
 
 // Options say what to write.
@@ -64,7 +64,7 @@ type Options struct {
 }
 
 // DefaultMaxFileStore is each server's JetStream room by default: kusaw's
-// streams (cluster.StoreNeeded with one pool, about 5.3 GiB) and two more
+// streams (limits.StoreNeeded with one pool, about 5.3 GiB) and two more
 // pools' claims and objects.
 const DefaultMaxFileStore int64 = 16 << 30
 
@@ -149,8 +149,8 @@ func Write(o Options) (*Result, error) {
 	if maxStore == 0 {
 		maxStore = DefaultMaxFileStore
 	}
-	if maxStore < cluster.StoreNeeded {
-		return nil, fmt.Errorf("--max-file-store %d MiB is less than kusaw's streams and one pool's stores take (%d MiB): give at least %dG", maxStore>>20, cluster.StoreNeeded>>20, (cluster.StoreNeeded>>30)+1)
+	if maxStore < limits.StoreNeeded {
+		return nil, fmt.Errorf("--max-file-store %d MiB is less than kusaw's streams and one pool's stores take (%d MiB): give at least %dG", maxStore>>20, limits.StoreNeeded>>20, (limits.StoreNeeded>>30)+1)
 	}
 
 	var servers []srv
@@ -272,7 +272,7 @@ func Write(o Options) (*Result, error) {
 	// The account's disk room counts every copy (replicas), so it is the
 	// servers' together; a stream must say how large it grows, as kusaw's
 	// all do.
-	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{DiskStorage: maxStore * int64(n), MemoryStorage: cluster.AccountMaxMemory,
+	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{DiskStorage: maxStore * int64(n), MemoryStorage: limits.AccountMaxMemory,
 		Streams: -1, Consumer: -1, MaxBytesRequired: true}
 	accJWT, err := ac.Encode(op)
 	if err != nil {
@@ -389,8 +389,8 @@ jetstream {
   max_file_store: %d
   max_memory_store: %d
 }
-`, s.name, filepath.Join(inst, s.name+".conf"), s.name, listenHost(s.host), s.port, s.monitor, cluster.MaxPayload,
-		s.certFile, s.keyFil, filepath.Join(store, s.name), maxStore, cluster.AccountMaxMemory)
+`, s.name, filepath.Join(inst, s.name+".conf"), s.name, listenHost(s.host), s.port, s.monitor, limits.MaxPayload,
+		s.certFile, s.keyFil, filepath.Join(store, s.name), maxStore, limits.AccountMaxMemory)
 	if len(all) > 1 {
 		var routes []string
 		for j, o := range all {

@@ -1,25 +1,21 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/kusaw/kusaw/cluster"
+	"github.com/kusaw/kusaw/cluster/enroll"
 	"github.com/kusaw/kusaw/cluster/natsconf"
-	"github.com/kusaw/kusaw/cluster/worker"
 	"github.com/kusaw/kusaw/config"
+	"github.com/kusaw/kusaw/internal/daemon"
 	"github.com/kusaw/kusaw/serve/client"
 	"github.com/kusaw/kusaw/status"
 )
@@ -49,7 +45,7 @@ func (a *app) serveOnly() (*client.Client, error) {
 func newClusterCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{Use: "cluster", Short: "serve's cluster of workers (docs/cluster.md)"}
 	var addr string
-	var g cluster.Grant
+	var g enroll.Grant
 	tok := &cobra.Command{
 		Use:   "token",
 		Short: "print a one-time join token for kusaw worker --join (where the cluster is, how to check its certificate, a secret, the pools its worker may take; valid 24h)",
@@ -193,7 +189,7 @@ func newWorkersCmd(a *app) *cobra.Command {
 					last += " (draining)"
 				}
 				allowed := strings.Join(w.AllowedPools, ",")
-				if allowed == cluster.AnyPool {
+				if allowed == enroll.AnyPool {
 					allowed = "any"
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\n", termSafe(w.Name), termSafe(strings.Join(w.Pools, ",")), termSafe(allowed), w.Running, w.MaxParallel, last, termSafe(w.Version))
@@ -287,31 +283,6 @@ func newWorkerCmd(a *app) *cobra.Command {
 			if err != nil || drainFor <= 0 {
 				return exitf(status.ExitUsage, "worker.drain_timeout %q (from %s) is not a duration: write it like 30s or 10m", cfg.get("worker.drain_timeout"), cfg.source["worker.drain_timeout"])
 			}
-			// SIGTERM or SIGINT drains (no new attempts; the running ones
-			// finish within the drain timeout, then go back to serve); a
-			// second one, or SIGQUIT, hands them back and stops at once.
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			sigs := make(chan os.Signal, 4)
-			signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGQUIT)
-			defer signal.Stop(sigs)
-			var running atomic.Pointer[worker.Worker]
-			go func() {
-				n := 0
-				for sig := range sigs {
-					n++
-					wk := running.Load()
-					if wk == nil || n > 1 || sig == syscall.SIGQUIT {
-						if wk != nil {
-							fmt.Fprintf(a.stderr, "kusaw worker %s: %v: handing running attempts back to serve and stopping now\n", wk.Name(), sig)
-						}
-						cancel()
-						continue
-					}
-					fmt.Fprintf(a.stderr, "kusaw worker %s: %v: draining (no new attempts; running ones may finish within %s; signal again or SIGQUIT to stop now)\n", wk.Name(), sig, drainFor)
-					wk.Drain(sig.String(), drainFor)
-				}
-			}()
 			// The token also comes from a file or the environment: on the
 			// command line every local user sees it (ps).
 			if join == "" && joinFile != "" {
@@ -324,50 +295,11 @@ func newWorkerCmd(a *app) *cobra.Command {
 			if join == "" {
 				join = strings.TrimSpace(os.Getenv("KUSAW_JOIN_TOKEN"))
 			}
-			// --max-parallel and --pool are kept in the state folder: a
-			// worker started again without them (a service restart, a
-			// start without its token) keeps them.
-			kept := worker.LoadSettings(stateDir)
-			if c.Flags().Changed("max-parallel") {
-				kept.MaxParallel = maxParallel
-			}
-			if c.Flags().Changed("pool") {
-				kept.Pools = pools
-			}
-			maxParallel, pools = max(kept.MaxParallel, 1), kept.Pools
-			if join != "" {
-				id, err := worker.Join(ctx, stateDir, join, name, versionInfo().Version, pools)
-				if err != nil {
-					return exitf(status.ExitNotEnrolled, "%v", err)
-				}
-				fmt.Fprintf(a.stderr, "kusaw worker %s: enrolled with serve at %s\n", id.Name, id.Server)
-			}
-			exe, _ := os.Executable()
-			w, err := worker.New(ctx, worker.Options{StateDir: stateDir, Pools: pools, MaxParallel: maxParallel, Version: versionInfo().Version, Kusaw: exe,
-				DrainTimeout: drainFor,
-				Logf:         func(format string, args ...any) { fmt.Fprintf(a.stderr, "kusaw worker: "+format+"\n", args...) }})
-			if err != nil {
-				if errors.Is(err, cluster.ErrNotEnrolled) || errors.Is(err, worker.ErrPoolNotAllowed) || errors.Is(err, cluster.ErrNotJoined) {
-					return exitf(status.ExitNotEnrolled, "%v", err)
-				}
-				return exitf(status.ExitServeUnavailable, "%v", err)
-			}
-			defer w.Close()
-			if err := worker.SaveSettings(stateDir, kept); err != nil {
-				fmt.Fprintf(a.stderr, "kusaw worker %s: cannot keep its settings in %s: %v\n", w.Name(), stateDir, err)
-			}
-			running.Store(w)
-			fmt.Fprintf(a.stderr, "kusaw worker %s: ready (pools %s, %d at once)\n", w.Name(), strings.Join(w.Pools(), ","), max(1, maxParallel))
-			if err := w.Run(ctx); err != nil {
-				if errors.Is(err, cluster.ErrNotEnrolled) {
-					return exitf(status.ExitNotEnrolled, "%v", err)
-				}
-				return err
-			}
-			if w.Draining() {
-				fmt.Fprintf(a.stderr, "kusaw worker %s: drained; stopped\n", w.Name())
-			}
-			return nil
+			// The daemon (kusaw-daemon) enrolls, drains on SIGTERM and runs
+			// the attempts from here on, in this same process.
+			return a.handOver(daemon.Spec{Command: "worker", Worker: &daemon.Worker{StateDir: stateDir, Name: name, Join: join,
+				Pools: pools, PoolsSet: c.Flags().Changed("pool"), MaxParallel: maxParallel, MaxParallelSet: c.Flags().Changed("max-parallel"),
+				DrainTimeout: drainFor}})
 		},
 	}
 	cmd.Flags().StringVar(&join, "join", "", "enroll with a token from kusaw cluster token (the identity stays in --state-dir; a new token joins it again with that token's pools); --join-file or KUSAW_JOIN_TOKEN keep it off the command line")

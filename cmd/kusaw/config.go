@@ -14,7 +14,7 @@ import (
 
 	"github.com/kusaw/kusaw/config"
 	"github.com/kusaw/kusaw/secretstore"
-	"github.com/kusaw/kusaw/serve"
+	"github.com/kusaw/kusaw/serve/client"
 	"github.com/kusaw/kusaw/status"
 )
 
@@ -207,4 +207,4 @@ func fileNames(f *config.Factory, path string) []string {
 
 // ownSecrets are the secrets kusaw itself reads by name: stored only,
 // though their names start like a key of the file.
-var ownSecrets = []string{serve.TokenSecretKey}
+var ownSecrets = []string{client.TokenSecretKey}

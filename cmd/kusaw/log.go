@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kusaw/kusaw/chainlog"
-	"github.com/kusaw/kusaw/cluster"
+	"github.com/kusaw/kusaw/cluster/enroll"
 	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/secretstore"
 	"github.com/kusaw/kusaw/status"
@@ -285,11 +285,11 @@ func workerKey(dir, runDir string) (ed25519.PublicKey, string, error) {
 		return nil, "", nil
 	}
 	state := filepath.Dir(filepath.Dir(runDir))
-	e := cluster.OpenRegistry(filepath.Join(state, record.ClusterDir)).Known(rec.Worker)
+	e := enroll.OpenRegistry(filepath.Join(state, record.ClusterDir)).Known(rec.Worker)
 	if e == nil {
 		return nil, rec.Worker, fmt.Errorf("sealed by worker %s, which this serve never enrolled", rec.Worker)
 	}
-	pub, err := cluster.PublicSigningKey(e.NKey)
+	pub, err := enroll.PublicSigningKey(e.NKey)
 	return pub, rec.Worker, err
 }
 

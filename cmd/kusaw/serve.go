@@ -1,20 +1,16 @@
 package main
 
 import (
-	"context"
 	"errors"
-	"io"
 	"os"
-	"os/signal"
+	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
+	"github.com/kusaw/kusaw/internal/daemon"
 	"github.com/kusaw/kusaw/secretstore"
-	"github.com/kusaw/kusaw/serve"
 	"github.com/kusaw/kusaw/serve/client"
 	"github.com/kusaw/kusaw/status"
 )
@@ -53,41 +49,37 @@ Logs: JSON lines on stderr.`,
 			if err != nil {
 				return err
 			}
-			lvl, _ := zerolog.ParseLevel(cfg.get("log_level"))
 			f, err := a.loadFactory()
 			if err != nil {
 				return err
 			}
-			var logw io.Writer = a.stderr
-			if cfg.get("log_format") == "text" {
-				logw = zerolog.ConsoleWriter{Out: a.stderr, NoColor: !useColor(cfg.get("color"), false)}
+			fp, err := filepath.Abs(f.Path)
+			if err != nil {
+				return exitf(status.ExitInternal, "%v", err)
 			}
-			log := zerolog.New(logw).Level(lvl).With().Timestamp().Str("component", "serve").Logger()
-			opts := serve.ServeOptions{Log: log, MaxParallel: maxParallel, Listen: cfg.get("listen"), StopGrace: grace}
-			if opts.Engine.KillGrace, err = killGrace(); err != nil {
-				return err
+			spec := &daemon.Serve{Factory: fp, StateDir: f.StateDir, LogLevel: cfg.get("log_level"), LogFormat: cfg.get("log_format"),
+				Color: useColor(cfg.get("color"), false), MaxParallel: maxParallel, Listen: cfg.get("listen"), Grace: grace}
+			if v := os.Getenv(killGraceEnv); v != "" {
+				d, err := time.ParseDuration(v)
+				if err != nil || d <= 0 {
+					return exitf(status.ExitUsage, "%s=%q is not a duration (for example 10s)", killGraceEnv, v)
+				}
+				spec.KillGrace = d
 			}
-			if opts.Listen == "" {
-				opts.Listen = f.Serve.Listen
+			if spec.Listen == "" {
+				spec.Listen = f.Serve.Listen
 			}
-			if opts.Listen != "" {
-				if opts.Token, err = serveToken(cfg); err != nil {
+			if spec.Listen != "" {
+				if spec.Token, err = serveToken(cfg); err != nil {
 					return err
 				}
-				if opts.Token == "" {
-					return exitf(status.ExitInvalidConfig, "listening on %s needs a token in the secret store: kusaw config set %s --secret (or the token_file setting)", opts.Listen, serve.TokenSecretKey)
+				if spec.Token == "" {
+					return exitf(status.ExitInvalidConfig, "listening on %s needs a token in the secret store: kusaw config set %s --secret (or the token_file setting)", spec.Listen, client.TokenSecretKey)
 				}
 			}
-			s, err := serve.NewServer(f, opts)
-			if err != nil {
-				return exitf(status.ExitServeUnavailable, "%v", err)
-			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			if err := s.Serve(ctx); err != nil {
-				return exitf(status.ExitServeUnavailable, "%v", err)
-			}
-			return nil
+			// The daemon (kusaw-daemon) runs the queue, the API and the
+			// engine from here on, in this same process.
+			return a.handOver(daemon.Spec{Command: "serve", Serve: spec})
 		},
 	}
 	// Their defaults live in the settings table (kusaw env shows them).
@@ -120,7 +112,7 @@ func serveToken(cfg *settings) (string, error) {
 	if err != nil {
 		return "", exitf(status.ExitInvalidConfig, "the secret store: %v", err)
 	}
-	t, _ := store.Get(serve.TokenSecretKey)
+	t, _ := store.Get(client.TokenSecretKey)
 	return t, nil
 }
 

@@ -16,8 +16,8 @@ import (
 	"github.com/kusaw/kusaw/config"
 	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/sandbox"
-	"github.com/kusaw/kusaw/serve"
 	"github.com/kusaw/kusaw/serve/client"
+	"github.com/kusaw/kusaw/serve/unit"
 	"github.com/kusaw/kusaw/status"
 )
 
@@ -127,7 +127,7 @@ func printServiceStatus(w io.Writer, st *serviceStatus) {
 		fmt.Fprintf(w, "serve:     running (pid %d)\n", st.Serve.PID)
 		fmt.Fprintf(w, "socket:    %s\n", st.Serve.Socket)
 		if st.Serve.Listen != "" {
-			fmt.Fprintf(w, "listen:    %s (bearer token: %s in the secret store)\n", st.Serve.Listen, serve.TokenSecretKey)
+			fmt.Fprintf(w, "listen:    %s (bearer token: %s in the secret store)\n", st.Serve.Listen, client.TokenSecretKey)
 		}
 		fmt.Fprintf(w, "queue:     %d queued, %d running, at most %d at once\n", st.Serve.Queued, st.Serve.RunningRuns, st.Serve.MaxParallel)
 		if sh := st.Serve.State; sh != nil {
@@ -220,7 +220,7 @@ func (a *app) serviceInstall(install, asWorker bool, workerState string) error {
 	if err != nil {
 		return exitf(status.ExitInternal, "cannot find the home folder: %v (set HOME)", err)
 	}
-	var u *serve.ServiceUnit
+	var u *unit.Unit
 	if asWorker {
 		if workerState == "" {
 			workerState = filepath.Join(home, ".local", "state", "kusaw-worker")
@@ -234,13 +234,13 @@ func (a *app) serviceInstall(install, asWorker bool, workerState string) error {
 		if err != nil || drain <= 0 {
 			return exitf(status.ExitUsage, "worker.drain_timeout %q (from %s) is not a duration: write it like 30s or 10m", cfg.get("worker.drain_timeout"), cfg.source["worker.drain_timeout"])
 		}
-		u, err = serve.NewWorkerServiceUnit(runtime.GOOS, exe, workerState, home, os.Getenv("XDG_CONFIG_HOME"), drain)
+		u, err = unit.NewWorker(runtime.GOOS, exe, workerState, home, os.Getenv("XDG_CONFIG_HOME"), drain)
 		if err != nil {
 			return exitf(status.ExitUsage, "%v", err)
 		}
 	} else {
 		fp, _ := filepath.Abs(f.Path)
-		u, err = serve.NewServiceUnit(runtime.GOOS, exe, fp, f.StateDir, home, os.Getenv("XDG_CONFIG_HOME"))
+		u, err = unit.NewServe(runtime.GOOS, exe, fp, f.StateDir, home, os.Getenv("XDG_CONFIG_HOME"))
 		if err != nil {
 			return exitf(status.ExitUsage, "%v", err)
 		}

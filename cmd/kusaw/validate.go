@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kusaw/kusaw/cluster"
+	"github.com/kusaw/kusaw/cluster/enroll"
 	"github.com/kusaw/kusaw/config"
 	"github.com/kusaw/kusaw/factory"
 	"github.com/kusaw/kusaw/record"
@@ -52,8 +52,8 @@ func (a *app) validate(p printer[factory.Report]) error {
 		fs[i].File = relPath(fs[i].File)
 	}
 	v := factory.NewValidator()
-	v.PoolsOffered = func() map[string]bool { return cluster.EverOffered(filepath.Join(f.StateDir, record.ClusterDir)) }
-	v.PoolsAllowed = func() map[string]bool { return cluster.AllowedPools(filepath.Join(f.StateDir, record.ClusterDir)) }
+	v.PoolsOffered = func() map[string]bool { return enroll.EverOffered(filepath.Join(f.StateDir, record.ClusterDir)) }
+	v.PoolsAllowed = func() map[string]bool { return enroll.AllowedPools(filepath.Join(f.StateDir, record.ClusterDir)) }
 	r := v.Validate(f, fs)
 	r.File = relPath(r.File)
 	for _, l := range [][]config.Finding{r.Errors, r.Warnings} {

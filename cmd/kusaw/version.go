@@ -38,6 +38,14 @@ type buildInfo struct {
 // toolchain embeds (go install from a checkout), then the module version
 // (go install module@version); with none of them it says devel.
 func versionInfo() buildInfo {
+	bi := buildVersion()
+	r := sandbox.CachedCheck()
+	bi.Backend, bi.Available, bi.BackendV = r.Backend, r.Available, r.Version
+	return bi
+}
+
+// buildVersion is versionInfo without the sandbox's backend (no check).
+func buildVersion() buildInfo {
 	bi := buildInfo{Version: version, Commit: commit, Modified: modified == "true",
 		Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
 	if info, ok := debug.ReadBuildInfo(); ok {
@@ -56,8 +64,6 @@ func versionInfo() buildInfo {
 	if bi.Version == "" {
 		bi.Version = "devel"
 	}
-	r := sandbox.CachedCheck()
-	bi.Backend, bi.Available, bi.BackendV = r.Backend, r.Available, r.Version
 	return bi
 }
 

@@ -5,6 +5,7 @@ package layering
 
 import (
 	"encoding/json"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -24,7 +25,9 @@ var never = map[string][]string{
 	"internal/proc":      {"config", "factory", "attempt", "serve", "cluster", "sandbox", "egress", "worktree", "providers", "steps", "record"},
 	"internal/httpframe": {"config", "status", "chainlog", "factory", "attempt", "serve", "cluster", "sandbox", "egress", "worktree", "providers", "steps", "record"},
 	"internal/peercred":  {"config", "status", "chainlog", "factory", "attempt", "serve", "cluster", "sandbox", "egress", "worktree", "providers", "steps", "record"},
-	"sandbox":            {"egress", "worktree", "providers", "factory", "attempt", "serve", "cluster", "steps"},
+	// kusaw's hand-over to kusaw-daemon: a spec and a pipe, nothing else
+	"internal/daemon": {"config", "status", "chainlog", "factory", "attempt", "serve", "cluster", "sandbox", "egress", "worktree", "providers", "steps", "record", "secretstore"},
+	"sandbox":         {"egress", "worktree", "providers", "factory", "attempt", "serve", "cluster", "steps"},
 	// the first stage inside the sandbox, linked into kusaw-bridge: nothing of kusaw's
 	"sandbox/confine": {"sandbox", "config", "status", "chainlog", "record", "egress", "worktree", "providers", "factory", "attempt", "serve", "cluster", "steps", "internal"},
 	"egress":          {"sandbox", "worktree", "providers", "factory", "attempt", "serve", "cluster", "steps"},
@@ -121,4 +124,68 @@ func TestLayering(t *testing.T) {
 	if seen < 10 {
 		t.Fatalf("only %d packages matched a rule: the table is out of date", seen)
 	}
+}
+
+// daemonOnly are what only kusaw-daemon links (serve, the cluster, NATS,
+// prometheus): kusaw hands serve and worker over to it, and every other
+// start of kusaw, each sandboxed step's among them, must not pay their
+// initialisers. The figures:
+// docs/benchmarks.md, "Lean start, fourth pass: the daemon apart".
+// A prefix ending in "/" covers the packages beneath; one without, that
+// package alone.
+var daemonOnly = []string{
+	"github.com/nats-io/nats-server/",
+	"github.com/nats-io/nats.go",
+	"github.com/prometheus/",
+	mod + "serve",
+	mod + "cluster",
+	mod + "cluster/worker",
+	mod + "cluster/dispatch",
+}
+
+func isDaemonOnly(dep string) bool {
+	for _, d := range daemonOnly {
+		if strings.HasSuffix(d, "/") && strings.HasPrefix(dep, d) || dep == d || !strings.HasPrefix(d, mod) && strings.HasPrefix(dep, d+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// TestKusawLinksNoDaemonCode: kusaw's dependencies hold none of the
+// daemon's; a package that brings one in is named with what it imports.
+func TestKusawLinksNoDaemonCode(t *testing.T) {
+	bad := linksDaemonCode(t, mod+"cmd/kusaw")
+	for _, b := range bad {
+		t.Error(b)
+	}
+	// The check itself sees the daemon's code where it is linked.
+	if len(linksDaemonCode(t, mod+"cmd/kusaw-daemon")) == 0 {
+		t.Fatal("kusaw-daemon links no daemon code by this test's list: the list is out of date")
+	}
+}
+
+func linksDaemonCode(t *testing.T, main string) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-deps", "-json", main).Output()
+	if err != nil {
+		t.Fatalf("go list -deps %s: %v", main, err)
+	}
+	var bad []string
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for dec.More() {
+		var p pkg
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		if isDaemonOnly(p.ImportPath) {
+			continue
+		}
+		for _, im := range p.Imports {
+			if isDaemonOnly(im) {
+				bad = append(bad, fmt.Sprintf("%s links %s (imported by %s): only kusaw-daemon may; move what kusaw needs of it into a package of its own (as cluster/enroll, serve/unit)", main, im, p.ImportPath))
+			}
+		}
+	}
+	return bad
 }

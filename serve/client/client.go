@@ -349,3 +349,7 @@ func (c *Client) Workers(ctx context.Context) ([]Worker, error) {
 	}
 	return out.Workers, c.getJSON(ctx, http.MethodGet, "/v1/workers", nil, &out)
 }
+
+// TokenSecretKey is the secret-store key of serve's TCP listener token
+// (kusaw config set serve.token --secret).
+const TokenSecretKey = "serve.token"

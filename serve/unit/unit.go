@@ -1,4 +1,8 @@
-package serve
+// Package unit writes the user services that run kusaw serve and kusaw
+// worker (a systemd user unit on Linux, a launchd agent on macOS). It is
+// apart from package serve so that kusaw, which installs them, does not
+// link the daemon's code (nats-server, prometheus).
+package unit
 
 import (
 	"crypto/sha256"
@@ -12,9 +16,9 @@ import (
 	"time"
 )
 
-// ServiceUnit is a user service that runs kusaw serve for one factory: a
+// Unit is a user service that runs kusaw serve for one factory: a
 // systemd user unit on Linux, a launchd agent on macOS.
-type ServiceUnit struct {
+type Unit struct {
 	Kind    string   // "systemd" or "launchd"
 	Name    string   // unit name or launchd label
 	Path    string   // the file to write
@@ -25,9 +29,9 @@ type ServiceUnit struct {
 
 var unsafeName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`[^A-Za-z0-9_.-]+`) })
 
-// NewServiceUnit builds the service of the factory at factoryPath (both
+// NewServe builds the service of the factory at factoryPath (both
 // paths absolute) for goos, under home (and XDG_CONFIG_HOME on Linux).
-func NewServiceUnit(goos, kusaw, factoryPath, stateDir, home, xdgConfig string) (*ServiceUnit, error) {
+func NewServe(goos, kusaw, factoryPath, stateDir, home, xdgConfig string) (*Unit, error) {
 	if !filepath.IsAbs(kusaw) || !filepath.IsAbs(factoryPath) {
 		return nil, fmt.Errorf("service paths must be absolute: %q, %q", kusaw, factoryPath)
 	}
@@ -59,7 +63,7 @@ RestartSec=2
 [Install]
 WantedBy=default.target
 `, factoryPath, factoryPath, strings.ReplaceAll(dir, "%", "%%"), systemdQuote(kusaw), systemdQuote(factoryPath))
-		return &ServiceUnit{Kind: "systemd", Name: name, Path: filepath.Join(xdgConfig, "systemd", "user", name), Content: content,
+		return &Unit{Kind: "systemd", Name: name, Path: filepath.Join(xdgConfig, "systemd", "user", name), Content: content,
 			Enable:  []string{"systemctl --user daemon-reload", "systemctl --user enable --now " + name},
 			Disable: []string{"systemctl --user disable --now " + name, "systemctl --user daemon-reload"}}, nil
 	case "darwin":
@@ -81,19 +85,19 @@ WantedBy=default.target
 </plist>
 `, xmlText(factoryPath), label, xmlText(kusaw), xmlText(factoryPath), xmlText(dir), xmlText(filepath.Join(stateDir, "serve.log")))
 		p := filepath.Join(home, "Library", "LaunchAgents", label+".plist")
-		return &ServiceUnit{Kind: "launchd", Name: label, Path: p, Content: content,
+		return &Unit{Kind: "launchd", Name: label, Path: p, Content: content,
 			Enable:  []string{"launchctl bootstrap gui/$(id -u) " + p},
 			Disable: []string{"launchctl bootout gui/$(id -u)/" + label}}, nil
 	}
 	return nil, fmt.Errorf("kusaw service install supports Linux (systemd) and macOS (launchd), not %s; run kusaw serve under your own supervisor", goos)
 }
 
-// NewWorkerServiceUnit builds the service that runs kusaw worker with its
+// NewWorker builds the service that runs kusaw worker with its
 // state folder (absolute) for goos. Its stop drains: SIGTERM goes to the
 // worker alone (the attempts' processes go on while it drains), and the
 // service manager waits drainTimeout and a minute more before it kills
 // what is left.
-func NewWorkerServiceUnit(goos, kusaw, stateDir, home, xdgConfig string, drainTimeout time.Duration) (*ServiceUnit, error) {
+func NewWorker(goos, kusaw, stateDir, home, xdgConfig string, drainTimeout time.Duration) (*Unit, error) {
 	if !filepath.IsAbs(kusaw) || !filepath.IsAbs(stateDir) {
 		return nil, fmt.Errorf("service paths must be absolute: %q, %q", kusaw, stateDir)
 	}
@@ -127,7 +131,7 @@ RestartSec=2
 [Install]
 WantedBy=default.target
 `, stateDir, stateDir, systemdQuote(kusaw), systemdQuote(stateDir), drainTimeout, stop)
-		return &ServiceUnit{Kind: "systemd", Name: name, Path: filepath.Join(xdgConfig, "systemd", "user", name), Content: content,
+		return &Unit{Kind: "systemd", Name: name, Path: filepath.Join(xdgConfig, "systemd", "user", name), Content: content,
 			Enable:  []string{"systemctl --user daemon-reload", "systemctl --user enable --now " + name},
 			Disable: []string{"systemctl --user disable --now " + name, "systemctl --user daemon-reload"}}, nil
 	case "darwin":
@@ -148,7 +152,7 @@ WantedBy=default.target
 </plist>
 `, xmlText(stateDir), label, xmlText(kusaw), xmlText(stateDir), stop, xmlText(filepath.Join(stateDir, "worker.log")))
 		p := filepath.Join(home, "Library", "LaunchAgents", label+".plist")
-		return &ServiceUnit{Kind: "launchd", Name: label, Path: p, Content: content,
+		return &Unit{Kind: "launchd", Name: label, Path: p, Content: content,
 			Enable:  []string{"launchctl bootstrap gui/$(id -u) " + p},
 			Disable: []string{"launchctl bootout gui/$(id -u)/" + label}}, nil
 	}
@@ -169,7 +173,7 @@ func xmlText(s string) string {
 }
 
 // Write writes the unit (0644) and its folder.
-func (u *ServiceUnit) Write() error {
+func (u *Unit) Write() error {
 	if err := os.MkdirAll(filepath.Dir(u.Path), 0o755); err != nil {
 		return err
 	}

@@ -1,4 +1,9 @@
-package cluster
+// Package enroll is serve's record of the workers it enrolled
+// (state_dir/cluster/workers.json) and what a join token grants them: what
+// kusaw's own commands read (log verify, validate, cluster token) without
+// linking the cluster's NATS code, which only the daemon (kusaw-daemon)
+// does.
+package enroll
 
 import (
 	"encoding/json"
@@ -12,7 +17,8 @@ import (
 	"github.com/kusaw/kusaw/config"
 )
 
-const workersFile = "workers.json"
+// WorkersFile is the registry's file in the cluster folder.
+const WorkersFile = "workers.json"
 
 // Enrolled is one worker serve accepted: its name and public keys.
 type Enrolled struct {
@@ -59,7 +65,7 @@ type Registry struct {
 
 // OpenRegistry reads dir's registry.
 func OpenRegistry(dir string) *Registry {
-	r := &Registry{path: filepath.Join(dir, workersFile), m: map[string]*Enrolled{}}
+	r := &Registry{path: filepath.Join(dir, WorkersFile), m: map[string]*Enrolled{}}
 	if b, err := os.ReadFile(r.path); err == nil {
 		var list []*Enrolled
 		if json.Unmarshal(b, &list) == nil {
@@ -232,4 +238,13 @@ func (r *Registry) saveLocked() error {
 	sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
 	b, _ := json.MarshalIndent(list, "", "  ")
 	return writeFile(r.path, b, 0o600)
+}
+
+// writeFile replaces path with b at once (a write beside it, then a rename).
+func writeFile(path string, b []byte, perm os.FileMode) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, perm); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }
