@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"sync"
 
 	"github.com/kusaw/kusaw/egress"
 	"github.com/kusaw/kusaw/record"
@@ -19,16 +20,21 @@ import (
 // home. Both are told from what the attempt itself recorded.
 
 // cacheErrors are the messages of tools that found no writable home for
-// their cache, by the cache preset that fixes them.
-var cacheErrors = []struct {
+// their cache, by the cache preset that fixes them; compiled on first use,
+// not at every start of kusaw.
+var cacheErrors = sync.OnceValue(func() []cacheError {
+	return []cacheError{
+		{"go", "go's module and build caches", regexp.MustCompile(`(?i)could not create module cache|failed to initialize build cache|GOCACHE is not defined|mkdir \S*/go(/pkg/mod)?: read-only file system`)},
+		{"npm", "npm's cache", regexp.MustCompile(`(?i)(ENOENT|EROFS|EACCES)[^\n]*mkdir '[^'\n]*/\.npm|\.npm[^\n]*read-only file system`)},
+		{"pip", "pip's cache", regexp.MustCompile(`(?i)read-only file system:? '[^'\n]*/\.cache/pip`)},
+		{"cargo", "cargo's registry", regexp.MustCompile(`(?i)(failed to create directory|read-only file system)[^\n]*/\.cargo|/\.cargo[^\n]*read-only file system`)},
+	}
+})
+
+type cacheError struct {
 	preset string
 	what   string
 	re     *regexp.Regexp
-}{
-	{"go", "go's module and build caches", regexp.MustCompile(`(?i)could not create module cache|failed to initialize build cache|GOCACHE is not defined|mkdir \S*/go(/pkg/mod)?: read-only file system`)},
-	{"npm", "npm's cache", regexp.MustCompile(`(?i)(ENOENT|EROFS|EACCES)[^\n]*mkdir '[^'\n]*/\.npm|\.npm[^\n]*read-only file system`)},
-	{"pip", "pip's cache", regexp.MustCompile(`(?i)read-only file system:? '[^'\n]*/\.cache/pip`)},
-	{"cargo", "cargo's registry", regexp.MustCompile(`(?i)(failed to create directory|read-only file system)[^\n]*/\.cargo|/\.cargo[^\n]*read-only file system`)},
 }
 
 // hintTail is how much of the end of a stderr.log the hint reads.
@@ -124,7 +130,7 @@ func (a *Attempt) missingCache() string {
 	}
 	for _, n := range names {
 		tail := readTail(filepath.Join(a.dir, n), hintTail)
-		for _, ce := range cacheErrors {
+		for _, ce := range cacheErrors() {
 			if have[ce.preset] || !ce.re.Match(tail) {
 				continue
 			}
