@@ -1,8 +1,8 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
+	"io"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -28,48 +28,57 @@ The factory file is -f, else factory.yaml in the current folder, else the
 file setting. An unknown key or a bad value in the settings file is an
 error that names the file and the key (exit 2).`,
 		Args: cobra.NoArgs,
-		RunE: func(c *cobra.Command, args []string) error {
-			cfg, err := a.settings(nil)
-			if err != nil {
-				return err
-			}
-			type row struct {
-				Key    string `json:"key"`
-				Value  string `json:"value"`
-				Source string `json:"source"`
-				Env    string `json:"env"`
-				Help   string `json:"help"`
-			}
-			var rows []row
-			for _, st := range settingsTable {
-				r := row{Key: st.Key, Value: cfg.get(st.Key), Source: cfg.source[st.Key], Env: st.Env, Help: st.Help}
-				if st.Key == "file" {
-					// The file actually used, which a factory.yaml here
-					// decides before the setting.
-					if p, src, err := a.factoryPathSource(); err == nil {
-						r.Value, r.Source = p, src
-					}
-				}
-				rows = append(rows, r)
-			}
-			if asJSON {
-				b, _ := json.MarshalIndent(struct {
-					SettingsFile string `json:"settings_file"`
-					Settings     []row  `json:"settings"`
-				}{cfg.file, rows}, "", "  ")
-				fmt.Fprintln(a.stdout, string(b))
-				return nil
-			}
-			fmt.Fprintf(a.stdout, "# settings file: %s\n", cfg.file)
-			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			for _, r := range rows {
-				fmt.Fprintf(tw, "%s=%s\t# %s\t%s\n", r.Key, quoteIfNeeded(r.Value), r.Source, r.Env)
-			}
-			return tw.Flush()
-		},
+		RunE: func(c *cobra.Command, args []string) error { return a.env(newPrinter(a.stdout, asJSON, printSettings)) },
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "print the settings as JSON")
 	return c
+}
+
+// settingsReport is kusaw env --json: each setting with its value and
+// where it came from.
+type settingsReport struct {
+	SettingsFile string       `json:"settings_file"`
+	Settings     []settingRow `json:"settings"`
+}
+
+type settingRow struct {
+	Key    string `json:"key"`
+	Value  string `json:"value"`
+	Source string `json:"source"`
+	Env    string `json:"env"`
+	Help   string `json:"help"`
+}
+
+// env is kusaw env: kusaw's own settings, printed.
+func (a *app) env(p printer[settingsReport]) error {
+	cfg, err := a.settings(nil)
+	if err != nil {
+		return err
+	}
+	rep := settingsReport{SettingsFile: cfg.file}
+	for _, st := range settingsTable {
+		r := settingRow{Key: st.Key, Value: cfg.get(st.Key), Source: cfg.source[st.Key], Env: st.Env, Help: st.Help}
+		if st.Key == "file" {
+			// The file actually used, which a factory.yaml here decides
+			// before the setting.
+			if p, src, err := a.factoryPathSource(); err == nil {
+				r.Value, r.Source = p, src
+			}
+		}
+		rep.Settings = append(rep.Settings, r)
+	}
+	p.Print(rep)
+	return nil
+}
+
+// printSettings is kusaw env's text: KEY=VALUE lines with their source.
+func printSettings(w io.Writer, rep settingsReport) {
+	fmt.Fprintf(w, "# settings file: %s\n", rep.SettingsFile)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, r := range rep.Settings {
+		fmt.Fprintf(tw, "%s=%s\t# %s\t%s\n", r.Key, quoteIfNeeded(r.Value), r.Source, r.Env)
+	}
+	_ = tw.Flush()
 }
 
 // quoteIfNeeded quotes values with spaces or nothing, so each line reads

@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -46,35 +44,36 @@ run always uses network: allowlist and allows doctor's own loopback server
 Exit status: 0 when every probe that ran passed, 4 when the sandbox backend
 is unavailable, 1 when a probe failed (each failure prints its fix).`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			f, err := a.loadFactory()
-			if err != nil {
-				return err
-			}
-			e, err := factory.New(f, factory.Options{})
-			if e == nil {
-				return exitf(status.ExitInternal, "%v", err)
-			}
-			defer e.Close()
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			rep, err := e.Doctor(ctx, factory.DoctorOptions{Step: step})
-			if err != nil {
-				if errors.Is(err, record.ErrUnknownStep) {
-					return exitf(status.ExitUsage, "%v", err)
-				}
-				return exitf(status.ExitInternal, "%v", err)
-			}
-			if asJSON {
-				b, _ := json.MarshalIndent(rep, "", "  ")
-				fmt.Fprintln(a.stdout, string(b))
-			} else {
-				factory.WriteDoctorText(a.stdout, rep)
-			}
-			return silentExit(status.ExitCode(rep.ExitCode))
+		RunE: func(c *cobra.Command, args []string) error {
+			return a.doctor(step, newPrinter(a.stdout, asJSON, factory.WriteDoctorText))
 		},
 	}
 	c.Flags().StringVar(&step, "step", "", "report and probe only this step")
 	c.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
 	return c
+}
+
+// doctor is kusaw sandbox doctor: the report of each step (or one) with
+// its probes, printed; the exit code is the report's.
+func (a *app) doctor(step string, p printer[*factory.DoctorReport]) error {
+	f, err := a.loadFactory()
+	if err != nil {
+		return err
+	}
+	e, err := factory.New(f, factory.Options{})
+	if e == nil {
+		return exitf(status.ExitInternal, "%v", err)
+	}
+	defer e.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := e.Doctor(ctx, factory.DoctorOptions{Step: step})
+	if err != nil {
+		if errors.Is(err, record.ErrUnknownStep) {
+			return exitf(status.ExitUsage, "%v", err)
+		}
+		return exitf(status.ExitInternal, "%v", err)
+	}
+	p.Print(rep)
+	return silentExit(status.ExitCode(rep.ExitCode))
 }
