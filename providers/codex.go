@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/kusaw/kusaw/record"
@@ -91,6 +92,10 @@ var codexManaged = map[string]string{
 
 // codexQuiet turns off what an unattended run must not do: plugins (they
 // look up GitHub), analytics and metrics export.
+// CodexMaxRetries caps Codex's request and stream retries against kusaw's
+// model provider.
+const CodexMaxRetries = 2
+
 var codexQuiet = []string{"--disable", "plugins", "-c", "analytics.enabled=false", "-c", "otel.metrics_exporter=none"}
 
 // Argv builds `codex exec --json ... [resume SESSION] -- PROMPT`.
@@ -134,7 +139,12 @@ func (codex) Argv(req RunRequest) ([]string, error) {
 			"-c", "model_providers."+CodexModelProvider+`.name="kusaw"`,
 			"-c", "model_providers."+CodexModelProvider+".base_url="+tomlString(base),
 			"-c", "model_providers."+CodexModelProvider+`.env_key="OPENAI_API_KEY"`,
-			"-c", "model_providers."+CodexModelProvider+`.wire_api="responses"`)
+			"-c", "model_providers."+CodexModelProvider+`.wire_api="responses"`,
+			// Its defaults (4 request and 5 stream retries with backoff) keep
+			// a refused upstream (the proxy's 502 for a TLS failure) busy for
+			// half a minute per turn; kusaw retries attempts itself.
+			"-c", "model_providers."+CodexModelProvider+".request_max_retries="+strconv.Itoa(CodexMaxRetries),
+			"-c", "model_providers."+CodexModelProvider+".stream_max_retries="+strconv.Itoa(CodexMaxRetries))
 	}
 	argv = append(argv, req.Args...)
 	if req.Resume != "" {

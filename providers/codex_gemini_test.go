@@ -2,11 +2,18 @@ package providers
 
 import (
 	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/kusaw/kusaw/providers/providertest"
 	"github.com/kusaw/kusaw/status"
@@ -286,5 +293,54 @@ func TestCodexAttemptHome(t *testing.T) {
 	}
 	if env, _ := (codex{}).attemptConfig(t.TempDir(), PrepareInput{}, home, func(string) string { return "" }); env != nil {
 		t.Fatalf("outside the sandbox the user's CODEX_HOME stays: %v", env)
+	}
+}
+
+// The real Codex against an upstream that answers every request with 502
+// (what the egress proxy answers for a TLS failure): kusaw's retry caps
+// end the attempt after at most (1 + CodexMaxRetries)² model requests
+// (each stream retry makes its requests again), where Codex's defaults
+// make 30 over half a minute.
+func TestRealCodexRetriesCapped(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: skipping the npm install and run of the real codex")
+	}
+	bin, _ := providertest.InstallNPM(t, providertest.CodexCLI)
+	var mu sync.Mutex
+	posts := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/responses") {
+			mu.Lock()
+			posts++
+			mu.Unlock()
+		}
+		w.Header().Set("content-type", "application/json")
+		w.WriteHeader(http.StatusBadGateway)
+		io.WriteString(w, `{"error":{"message":"kusaw: the upstream's certificate is not trusted"}}`)
+	}))
+	t.Cleanup(srv.Close)
+	p := mustGet(t, "codex")
+	argv, err := p.Argv(RunRequest{Command: bin, Prompt: "hi", BaseURL: srv.URL + "/v1", Model: "gpt-fake-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Dir = t.TempDir()
+	home := t.TempDir()
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + home, "CODEX_HOME=" + home, "OPENAI_API_KEY=k"}
+	out, _ := cmd.Output()
+	if ctx.Err() != nil {
+		t.Fatalf("codex did not end: %s", tail(out, 1500))
+	}
+	res := p.ParseStream(strings.NewReader(string(out)), func(Event) {})
+	if o, _ := p.Outcome(res, cmd.ProcessState.ExitCode()); o != status.OutcomeFailed {
+		t.Fatalf("outcome %s, want failed: %s", o, tail(out, 1500))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if max := (1 + CodexMaxRetries) * (1 + CodexMaxRetries); posts < 1 || posts > max {
+		t.Fatalf("codex sent %d model requests, want 1 to %d (retries capped)", posts, max)
 	}
 }
