@@ -35,7 +35,7 @@ func (w *Worker) persistFor(what string, try time.Duration, fn func(context.Cont
 		if err == nil || !w.unreachable(err) || time.Now().After(deadline) {
 			return err
 		}
-		w.o.Logf("%s: serve does not answer (%v); trying again", what, err)
+		w.o.Logf("%s: %s (%v); trying again", what, whoIsSilent(err), err)
 		select {
 		case <-w.stopping():
 			return err
@@ -161,6 +161,16 @@ func (w *Worker) unreachable(err error) bool {
 		}
 	}
 	return false
+}
+
+// whoIsSilent names what does not answer: a JetStream stream (no
+// response from it, or JetStream unavailable: a leader election, or the
+// NATS servers' trouble) is not serve.
+func whoIsSilent(err error) string {
+	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, jetstream.ErrJetStreamNotEnabled) {
+		return "the NATS stream does not answer (a leader election, or NATS is down)"
+	}
+	return "serve does not answer"
 }
 
 // stopping is closed when the worker stops taking attempts.
