@@ -31,6 +31,7 @@ bench "seam: the private ref store and the checks after each attempt, vs creatin
 bench "limits: starting a process under sandbox.resources (cgroup, rlimits, the holding sh) vs without" -bench RunLimits -benchtime 50x ./internal/proc/
 bench "pipeline: kusaw run of a no-op 3-step pipeline (binary, end to end) vs the git worktree floor" -bench 'KusawRunNoop3Steps|GitFloorNoop3Steps' -benchtime 10x ./e2e/
 bench "pipeline: the engine alone (in-process) vs the git baseline" -bench 'PipelineNoop3Steps|PipelineGitBaseline' -benchtime 10x ./factory/
+bench "retention: kusaw gc removing 500 runs and their 1,000 branches vs the runs folder and the branches removed at once" -bench 'GC.*500' -benchtime 3x ./factory/
 bench "chainlog: Append vs a plain JSON line" -bench Append ./chainlog/
 bench "providers: stream parsing" -bench ParseStream ./providers/
 bench "egress: CONNECT throughput and set-up, proxy alone and full path (bwrap + bridge), vs direct" -bench 'ConnectThroughput|ConnectSetup|FullPath' -benchtime 1x ./egress/
