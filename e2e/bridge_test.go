@@ -99,6 +99,7 @@ steps:
 			if c.sub == "" && strings.Contains(raw, "__egress-bridge") {
 				t.Error("kusaw-bridge is beside kusaw but the whole kusaw ran as the bridge")
 			}
+			verifyRecords(t, os.Geteuid(), dir)
 		})
 	}
 }

@@ -64,6 +64,7 @@ func TestJudgeChoiceIsNotFollowedOrBlocking(t *testing.T) {
 			if !strings.Contains(runJSON, tc.want) {
 				t.Fatalf("run.json does not say why the choice was refused (%q):\n%s", tc.want, runJSON)
 			}
+			verifyRecords(t, os.Geteuid(), dir)
 		})
 	}
 }

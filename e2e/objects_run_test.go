@@ -106,4 +106,5 @@ steps:
 			t.Errorf("%s: the private object folder was left", s)
 		}
 	}
+	verifyRecords(t, os.Geteuid(), dir)
 }

@@ -144,4 +144,5 @@ steps:
 		}
 		return nil
 	})
+	verifyRecords(t, os.Geteuid(), dir)
 }

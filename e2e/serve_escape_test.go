@@ -65,4 +65,5 @@ steps:
 	if c.code != 0 || !strings.Contains(c.stdout+c.stderr, "evil") {
 		t.Fatalf("the legitimate run of evil through serve failed: %d\n%s%s", c.code, c.stdout, c.stderr)
 	}
+	verifyRecords(t, os.Geteuid(), dir)
 }

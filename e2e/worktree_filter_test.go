@@ -41,6 +41,7 @@ func TestWorktreeRunsNoFilterTheStepSelects(t *testing.T) {
 			if tc.repoUse && len(ran) != 2 {
 				t.Fatalf("the repository's own filter driver did not run on its files: %v", ran)
 			}
+			verifyRecords(t, os.Geteuid(), dir)
 		})
 	}
 }
