@@ -229,8 +229,8 @@ func BenchmarkWorktreeReuse(b *testing.B) {
 	}
 	for _, n := range sizes {
 		b.Run(fmt.Sprintf("files=%d", n), func(b *testing.B) {
+			dir := benchRepo(b, n) // before isolateHome: the cache is the user's
 			isolateHome(b)
-			dir := benchRepo(b, n)
 			r := open(b, dir)
 			run := fmt.Sprintf("bench-%d", time.Now().UnixNano())
 			if _, _, err := r.CreateRunBranch(run, ""); err != nil {

@@ -231,9 +231,9 @@ func (r *Repo) verifyClean(admin, abs string) error {
 }
 
 // keepIndex copies the index kusaw's git just wrote at the checkout of w
-// to a held path of p; CommitAll starts from it and Release hands it to
-// the pool.
-func (w *Worktree) keepIndex(p *Pool) {
+// to a held path of p; CommitAll starts from it and, when pooled,
+// Release hands it to the pool with the tree.
+func (w *Worktree) keepIndex(p *Pool, pooled bool) {
 	held, err := p.newHeld()
 	if err != nil {
 		return
@@ -244,7 +244,10 @@ func (w *Worktree) keepIndex(p *Pool) {
 	if err := copyIndex(filepath.Join(w.GitDir, "index"), held); err != nil {
 		return
 	}
-	w.index, w.pool = held, p
+	w.index = held
+	if pooled {
+		w.pool = p
+	}
 }
 
 // DropIndex removes the worktree's trusted index (when its tree is removed

@@ -431,3 +431,36 @@ func TestPoolCleansAtReleaseAndAtTake(t *testing.T) {
 		t.Errorf("the reused tree differs from a fresh checkout:\n%s\nwant:\n%s", got, want)
 	}
 }
+
+// A repository with a sparse checkout or per-worktree config gets git's
+// own add, and its trees are not pooled (git's add sets up what they
+// need); the commit still starts from the trusted index.
+func TestPoolNotForSparseCheckouts(t *testing.T) {
+	isolateHome(t)
+	for _, kv := range [][2]string{{"core.sparseCheckout", "true"}, {"extensions.worktreeConfig", "true"}} {
+		dir := newRepo(t)
+		tgit(t, dir, "config", kv[0], kv[1])
+		r := open(t, dir)
+		run, _, err := r.CreateRunBranch("sparse", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		state := t.TempDir()
+		w, err := r.AddAttemptWith(run, AttemptBranch("sparse", "s", 1), filepath.Join(state, "1", "app"), AddOptions{Pool: r.Pool(state)})
+		if err != nil {
+			t.Fatalf("%s: %v", kv[0], err)
+		}
+		write(t, filepath.Join(w.Path, "new.txt"), "new\n")
+		sha, changed, err := w.CommitAll("m")
+		if err != nil || !changed || !strings.Contains(tgit(t, dir, "ls-tree", "--name-only", sha), "new.txt") {
+			t.Errorf("%s: commit %s %v %v", kv[0], sha, changed, err)
+		}
+		if ok, err := r.Release(w); ok || err != nil {
+			t.Errorf("%s: a tree of git's own add was pooled (%v)", kv[0], err)
+		}
+		if err := r.RemoveWorktree(w); err != nil {
+			t.Fatal(err)
+		}
+		w.DropIndex()
+	}
+}

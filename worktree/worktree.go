@@ -118,7 +118,8 @@ func (r *Repo) addAttempt(runBranch, attemptBranch, dir string, o AddOptions) (*
 	// exactly what was checked out even if the run branch moves meanwhile.
 	var reused *reusedTree
 	var reuseErr error
-	if r.plainAdd && plainName(filepath.Base(abs)) {
+	plain := r.plainAdd && plainName(filepath.Base(abs))
+	if plain {
 		newRunBranch := ""
 		if newRun != "" {
 			newRunBranch = runBranch
@@ -165,8 +166,9 @@ func (r *Repo) addAttempt(runBranch, attemptBranch, dir string, o AddOptions) (*
 	}
 	if o.Pool != nil {
 		// Before anything else touches the tree: include and setup run
-		// next, the step after them.
-		w.keepIndex(o.Pool)
+		// next, the step after them. Only a plain worktree goes back to
+		// the pool (only such a one is taken from it).
+		w.keepIndex(o.Pool, plain)
 	}
 	return w, nil
 }
