@@ -40,8 +40,12 @@ type CleanReport struct {
 func (c CleanReport) Total() int { return c.Untracked + c.Replaced + c.Changed + c.Folders }
 
 // cleanTree cleans root against idx. restore lists the tracked entries it
-// removed (to check out again from the index).
-func cleanTree(root string, idx *trustedIndex) (restore []string, rep CleanReport, err error) {
+// removed (to check out again from the index). quick cleans only by what
+// a folder listing tells (paths the index does not name, entries of
+// another type, folders' modes), without a stat of each tracked file:
+// what Release does, so that nothing of that kind waits in the pool; the
+// full cleaning at the next take does the rest.
+func cleanTree(root string, idx *trustedIndex, quick bool) (restore []string, rep CleanReport, err error) {
 	files := make(map[string]*indexEntry, len(idx.entries))
 	dirs := map[string]bool{"": true}
 	for i := range idx.entries {
@@ -51,7 +55,7 @@ func cleanTree(root string, idx *trustedIndex) (restore []string, rep CleanRepor
 			dirs[d] = true
 		}
 	}
-	c := &cleaner{root: root, files: files, dirs: dirs, idx: idx, seen: make(map[*indexEntry]bool, len(files)), dirMode: 0o777 &^ processUmask(), fileMode: 0o666 &^ processUmask()}
+	c := &cleaner{root: root, quick: quick, files: files, dirs: dirs, idx: idx, seen: make(map[*indexEntry]bool, len(files)), dirMode: 0o777 &^ processUmask(), fileMode: 0o666 &^ processUmask()}
 	if err := c.fixDir(root); err != nil {
 		return nil, rep, err
 	}
@@ -70,6 +74,7 @@ func cleanTree(root string, idx *trustedIndex) (restore []string, rep CleanRepor
 
 type cleaner struct {
 	root              string
+	quick             bool
 	files             map[string]*indexEntry
 	seen              map[*indexEntry]bool // entries found in the tree (kept or restored)
 	dirs              map[string]bool
@@ -101,6 +106,16 @@ func (c *cleaner) walk(rel string) error {
 		full := filepath.Join(dir, name)
 		if e := c.files[p]; e != nil {
 			c.seen[e] = true
+			if c.quick && e.mode != modeGitlink {
+				if d.Type() != listedType(e.mode) {
+					c.rep.Replaced++
+					c.restore = append(c.restore, p)
+					if err := forceRemoveAll(full); err != nil {
+						return err
+					}
+				}
+				continue
+			}
 			if err := c.tracked(full, p, e); err != nil {
 				return err
 			}
@@ -173,6 +188,17 @@ func (c *cleaner) tracked(full, p string, e *indexEntry) error {
 		return os.Remove(full)
 	}
 	return nil
+}
+
+// listedType is the type a folder listing gives a tracked entry.
+func listedType(mode uint32) fs.FileMode {
+	switch mode {
+	case modeLink:
+		return fs.ModeSymlink
+	case modeGitlink:
+		return fs.ModeDir
+	}
+	return 0
 }
 
 // unchanged: st is the very inode kusaw's checkout recorded in e, and it

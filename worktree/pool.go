@@ -167,7 +167,7 @@ func (r *Repo) prepareReuse(p *Pool, abs string) (rt *reusedTree, why error) {
 		idx, err = readTrustedIndex(index, len(base))
 	}
 	if err == nil {
-		rt.restore, rt.report, err = cleanTree(abs, idx)
+		rt.restore, rt.report, err = cleanTree(abs, idx, false)
 	}
 	if err != nil {
 		_ = forceRemoveAll(abs)
@@ -281,12 +281,13 @@ func (r *Repo) Release(w *Worktree) (bool, error) {
 		return false, fmt.Errorf("release worktree: %s is missing or not a directory", w.Path)
 	}
 	// What the step left does not wait in the state folder (a socket, a
-	// setuid file, an ignored file holding a secret): the tree is cleaned
-	// now, and again when it is taken, in case anything changed it while
-	// it was idle.
+	// FIFO, an ignored file holding a secret): what a listing of the
+	// folders shows is cleaned now; the full cleaning (every tracked
+	// file's stat data) comes when the tree is taken, and also catches
+	// whatever changed it while it was idle.
 	idx, err := readTrustedIndex(w.index, len(w.BaseSHA))
 	if err == nil {
-		_, _, err = cleanTree(w.Path, idx)
+		_, _, err = cleanTree(w.Path, idx, true)
 	}
 	if err != nil {
 		return false, nil // RemoveWorktree takes it
