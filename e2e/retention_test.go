@@ -121,6 +121,9 @@ steps:
 	if r := runKusaw(t, dir, "runs", "pin", oldest); r.code != 0 || !strings.Contains(r.stdout, "pinned run "+oldest) {
 		t.Fatalf("pin: %d %s%s", r.code, r.stdout, r.stderr)
 	}
+	if r := runKusaw(t, dir, "runs"); !strings.Contains(r.stdout, oldest+"  default   succeeded (pinned)") {
+		t.Errorf("kusaw runs does not say the run is pinned:\n%s", r.stdout)
+	}
 	before := kusawBranches(t, repo)
 	r = runKusaw(t, dir, "gc", "--keep", "1", "--dry-run")
 	if r.code != 0 || !strings.Contains(r.stdout, "would remove "+middle+" (default, succeeded") || !strings.Contains(r.stdout, "beyond the newest 1; branches app:kusaw/") ||

@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -69,7 +71,13 @@ func newRunsCmd(a *app) *cobra.Command {
 				if r.Trigger != nil {
 					trigger = termSafe(r.Trigger.Label())
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\n", r.ID, r.Pipeline, r.State, started, runDuration(r), done, len(r.Steps), cost, tokens, trigger, r.Reason)
+				state := string(r.State)
+				// The pin is a file in the run's folder, on this machine
+				// whether serve is up or not.
+				if _, err := os.Lstat(filepath.Join(st.RunDir(r.ID), record.PinFile)); err == nil {
+					state += " (pinned)"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\n", r.ID, r.Pipeline, state, started, runDuration(r), done, len(r.Steps), cost, tokens, trigger, r.Reason)
 			}
 			if err := tw.Flush(); err != nil {
 				return err
