@@ -71,7 +71,7 @@ func parse(out string) map[string]string {
 
 // fakeLease is the proxy's end of the hand-over: it takes the listener,
 // answers ok, and greets whatever connects to it.
-func fakeLease(t *testing.T) string {
+func fakeLease(t testing.TB) string {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "lease.sock")
 	l, err := net.Listen("unix", sock)
@@ -127,7 +127,7 @@ func fakeLease(t *testing.T) string {
 	return sock
 }
 
-func freePort(t *testing.T) string {
+func freePort(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
