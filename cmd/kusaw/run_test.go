@@ -128,10 +128,10 @@ func TestFollowRunSignalCancelsThroughClient(t *testing.T) {
 	fc := &fakeRunClient{started: make(chan struct{}), canceled: make(chan struct{}), rec: rec}
 	out := newRunPrinter(&stdout, &stderr, false, "never")
 	fc.onEvent = out.Event
-	go func() {
-		<-fc.started
+	go func(started chan struct{}) {
+		<-started
 		_ = syscall.Kill(os.Getpid(), syscall.SIGINT)
-	}()
+	}(fc.started)
 	err := followRun(fc, out, "", nil)
 	if got := exitCode(err); got != status.ExitInterrupted {
 		t.Fatalf("exit code %d (%v), want %d", got, err, status.ExitInterrupted)
