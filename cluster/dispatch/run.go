@@ -158,6 +158,73 @@ type waiting struct {
 	// worker that may not take the pool claimed it.
 	work    []byte
 	workSeq uint64
+
+	// The events stream is read by an ordered consumer, which lives on
+	// one NATS server; follow makes it, refollow a new one after the
+	// last message taken when the stream went quiet (see refollowAfter).
+	cfg      jetstream.OrderedConsumerConfig
+	live     context.Context
+	mu       sync.Mutex
+	lastSeq  uint64
+	lastMsg  time.Time
+	stopCons func()
+}
+
+// refollowAfter: an attempt whose events stream gave nothing this long
+// while serve is connected gets a new consumer. The ordered consumer
+// lives on the stream leader's server; when that server is killed
+// nats.go may not notice for minutes, and the worker's result, stored by
+// the new leader, would never be read. A quiet step costs one consumer
+// made again now and then.
+const refollowAfter = 15 * time.Second
+
+// follow (again) makes the attempt's consumer of the events stream, from
+// after the last message taken.
+func (a *waiting) follow() error {
+	a.mu.Lock()
+	old := a.stopCons
+	a.stopCons = nil
+	cfg := a.cfg
+	if a.lastSeq > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, a.lastSeq+1
+	}
+	a.mu.Unlock()
+	if old != nil {
+		old() // outside the lock: its callback takes it
+	}
+	try, cancel := context.WithTimeout(a.ctx, 5*time.Second)
+	defer cancel()
+	cons, err := a.d.o.H.JS.OrderedConsumer(try, cluster.EventsStream, cfg)
+	if err != nil {
+		return err
+	}
+	live := a.live
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if md, err := m.Metadata(); err == nil {
+			a.mu.Lock()
+			a.lastSeq = max(a.lastSeq, md.Sequence.Stream)
+			a.mu.Unlock()
+		}
+		select {
+		case a.msgs <- m:
+		case <-live.Done():
+		}
+	})
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.stopCons, a.lastMsg = cc.Stop, time.Now()
+	a.mu.Unlock()
+	return nil
+}
+
+// quiet reports whether the attempt's events went quiet for
+// refollowAfter while serve is connected.
+func (a *waiting) quiet() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.d.o.NC.IsConnected() && time.Since(a.lastMsg) > refollowAfter
 }
 
 // mayTake reports whether worker's enrollment allows the attempt's pool.
@@ -227,24 +294,18 @@ func (d *Dispatcher) begin(ctx context.Context, spec *record.AttemptSpec, job re
 	// report of a canceled attempt comes after it.
 	live, stopLive := context.WithCancel(context.WithoutCancel(ctx))
 	a.stop = append(a.stop, stopLive)
-	var cc jetstream.ConsumeContext
-	err = untilNATS(ctx, func() error {
-		cons, err := d.o.H.JS.OrderedConsumer(ctx, cluster.EventsStream, cfg)
-		if err != nil {
-			return err
-		}
-		cc, err = cons.Consume(func(m jetstream.Msg) {
-			select {
-			case a.msgs <- m:
-			case <-live.Done():
-			}
-		})
-		return err
-	})
-	if err != nil {
+	a.cfg, a.live, a.lastSeq = cfg, live, from
+	if err := untilNATS(ctx, a.follow); err != nil {
 		return fail(fmt.Errorf("cannot follow the attempt's events: %v", err))
 	}
-	a.stop = append(a.stop, cc.Stop)
+	a.stop = append(a.stop, func() {
+		a.mu.Lock()
+		stop := a.stopCons
+		a.mu.Unlock()
+		if stop != nil {
+			stop()
+		}
+	})
 	for subj, ch := range map[string]chan *nats.Msg{cluster.SecretsSubject(key, cluster.AnyWorker): a.secrets, cluster.BundleSubject(key, cluster.AnyWorker): a.bundles} {
 		s, err := d.o.NC.ChanSubscribe(subj, ch)
 		if err != nil {
@@ -336,6 +397,9 @@ func (a *waiting) wait() record.RemoteResult {
 		case m := <-a.bundles:
 			d.answerBundle(ctx, m, spec, job, a.tmp, a.stale)
 		case m := <-a.msgs:
+			a.mu.Lock()
+			a.lastMsg = time.Now()
+			a.mu.Unlock()
 			if strings.HasPrefix(m.Subject(), cluster.ResultSubject(a.key, "")) {
 				if res, ok := a.result(m); ok {
 					return res
@@ -344,6 +408,13 @@ func (a *waiting) wait() record.RemoteResult {
 			}
 			a.event(m)
 		case <-tick.C:
+			if a.quiet() {
+				if err := a.follow(); err != nil {
+					a.mu.Lock()
+					a.lastMsg = time.Now() // try again in a while
+					a.mu.Unlock()
+				}
+			}
 			if a.token == 0 {
 				c, tok, err := d.o.H.Holder(ctx, poolOf(spec), spec.ID)
 				if err != nil || tok == 0 {

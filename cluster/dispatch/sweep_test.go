@@ -164,3 +164,66 @@ func TestSweepWaitsForSettle(t *testing.T) {
 		t.Errorf("the sweep left an ended attempt's claim (%d)", c)
 	}
 }
+
+// An attempt's events consumer made again (after the stream went quiet:
+// its server may be gone) goes on after the last message taken: nothing
+// twice, nothing missed.
+func TestRefollowNoDuplicates(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cluster")
+	srv, err := cluster.StartServer(cluster.ServerOptions{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.ConnectInProcess("serve")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	h, err := cluster.Setup(ctx, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(ctx, Options{NC: nc, H: h, Identity: srv.Identity, Registry: srv.Registry, Dir: dir, LostAfter: 5 * time.Second, SweepEvery: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := &record.AttemptSpec{ID: "r/s/1", Run: "r", Step: "s", Number: 1, Pool: "default"}
+	a, _, ok := d.begin(ctx, spec, record.RemoteJob{Dir: t.TempDir(), Emit: func(string, map[string]any) {}}, 0)
+	if !ok {
+		t.Fatal("begin")
+	}
+	defer a.end()
+	pub := func(n int) {
+		if _, err := h.JS.Publish(ctx, cluster.EventsSubject(a.key, "w1"), []byte(fmt.Sprint(n))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next := func() string {
+		select {
+		case m := <-a.msgs:
+			return string(m.Data())
+		case <-time.After(10 * time.Second):
+			return "nothing"
+		}
+	}
+	pub(1)
+	pub(2)
+	if got := next() + next(); got != "12" {
+		t.Fatalf("first consumer: %q", got)
+	}
+	if err := a.follow(); err != nil {
+		t.Fatal(err)
+	}
+	pub(3)
+	if got := next(); got != "3" {
+		t.Errorf("after following again: %q, want 3 (nothing twice)", got)
+	}
+	select {
+	case m := <-a.msgs:
+		t.Errorf("one more message: %q", m.Data())
+	case <-time.After(500 * time.Millisecond):
+	}
+}
