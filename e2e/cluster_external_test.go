@@ -354,10 +354,14 @@ func TestClusterExternalProcesses(t *testing.T) {
 			account = v
 		}
 	}
-	yaml := clusterYAML(sandbox, `"${KUSAW_PARAM_SLEEP:-0.3}"`, "15s")
+	// lost_after 30s: a kill -9 of a stream leader holds heartbeats up
+	// for NATS's election, about 10s on an idle machine and more on a
+	// loaded one (make test on 2 cores); a worker heard of no longer
+	// than that would be found lost for NATS's moment.
+	yaml := clusterYAML(sandbox, `"${KUSAW_PARAM_SLEEP:-0.3}"`, "30s")
 	yaml = strings.Replace(yaml, "max_parallel: 12\n", "max_parallel: 12\n  listen: 127.0.0.1:0\n", 1)
-	yaml = strings.Replace(yaml, `  cluster: {listen: "127.0.0.1:0", local_worker: false, lost_after: 15s}`+"\n",
-		block[i:]+"    local_worker: false\n    lost_after: 15s\n", 1)
+	yaml = strings.Replace(yaml, `  cluster: {listen: "127.0.0.1:0", local_worker: false, lost_after: 30s}`+"\n",
+		block[i:]+"    local_worker: false\n    lost_after: 30s\n", 1)
 	if !strings.Contains(yaml, "nats_url: tls://127.0.0.1:") || account == "" {
 		t.Fatalf("the factory does not take the printed block:\n%s", yaml)
 	}
@@ -380,6 +384,32 @@ func TestClusterExternalProcesses(t *testing.T) {
 	}
 	if err := os.Chmod(dir, 0o700); err != nil {
 		t.Fatal(err)
+	}
+	// The operator's mistakes first: a CA that is not the servers', and
+	// a URL with a host their certificates do not name. serve stops at
+	// start with one line naming the key to set.
+	otherCA := filepath.Join(work, "other")
+	if res := runKusaw(t, work, "cluster", "nats-config", "--dir", otherCA, "--server", "127.0.0.1:1"); res.code != 0 {
+		t.Fatalf("nats-config for another CA: %d %s", res.code, res.stderr)
+	}
+	seedStr := strings.TrimSpace(string(seed))
+	for _, bad := range []struct{ name, from, to, want string }{
+		{"wrong CA", filepath.Join(ncDir, "ca.pem"), filepath.Join(otherCA, "ca.pem"), "set serve.cluster.ca to the PEM file of the CA that signed it"},
+		// every URL: with one good one left serve connects to that
+		{"wrong host", "tls://127.0.0.1:", "tls://localhost:", "does not name the host as serve.cluster.nats_url writes it"},
+	} {
+		bd := factoryDir(t, strings.ReplaceAll(yaml, bad.from, bad.to), "app")
+		bst := secretstore.OpenDir(filepath.Join(bd, "secrets"))
+		if err := bst.Set("serve.cluster.signing_key", seedStr); err != nil {
+			t.Fatal(err)
+		}
+		if err := bst.Set(serve.TokenSecretKey, clusterAPIToken); err != nil {
+			t.Fatal(err)
+		}
+		res := runKusawTimeout(t, bd, 30*time.Second, "serve")
+		if res.code != int(status.ExitServeUnavailable) || !strings.Contains(res.stderr, bad.want) || strings.Count(strings.TrimSpace(res.stderr), "\n") != 0 {
+			t.Errorf("serve with a %s: exit %d, want %d and one line saying %q:\n%s", bad.name, res.code, status.ExitServeUnavailable, bad.want, res.stderr)
+		}
 	}
 	r := &clusterRig{dir: dir, sp: startServe(t, dir)}
 	if res := runKusaw(t, dir, "validate"); res.code != 0 {
@@ -455,9 +485,9 @@ func TestClusterExternalProcesses(t *testing.T) {
 		if m := r.metrics(t); !strings.Contains(m, "kusaw_cluster_connected 0") {
 			t.Errorf("/metrics while NATS is down:\n%s", m)
 		}
-		// Down for longer than lost_after (15s): the workers' attempts
+		// Down for longer than lost_after (30s): the workers' attempts
 		// end meanwhile and the workers keep their results.
-		time.Sleep(17 * time.Second)
+		time.Sleep(32 * time.Second)
 		ws, err := r.sp.client.Workers(context.Background())
 		for _, w := range ws {
 			if w.Lost {
