@@ -2,12 +2,13 @@ package sandbox
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -210,7 +211,7 @@ func (b *builder) loginSession(lc *LoginCopy) error {
 	if ls == nil || len(ls.Dirs) == 0 {
 		return nil
 	}
-	key := url.PathEscape(lc.Src)
+	key := sessionKey(lc.Src)
 	if ls.Keep != "" {
 		k, err := abs("login session folder", ls.Keep)
 		if err != nil {
@@ -428,6 +429,14 @@ func copyRegular(src, dst string, max int64) error {
 	}
 	_, err = io.Copy(out, io.LimitReader(in, max))
 	return errors.Join(err, out.Close())
+}
+
+// sessionKey names a login folder's kept session folder: its base name
+// and a hash of its path (the path itself could be longer than a file
+// name may be).
+func sessionKey(src string) string {
+	sum := sha256.Sum256([]byte(src))
+	return filepath.Base(src) + "-" + hex.EncodeToString(sum[:8])
 }
 
 // maxSessionTotal bounds the session files carried into one login copy.

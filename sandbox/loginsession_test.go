@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,7 +19,8 @@ import (
 // link to a host file, a FIFO and a todo beside its session, for the next
 // attempt to be handed; another run's attempt looks for the session in its
 // login folder and in the attempt folder that keeps it; the user's own
-// login folder must not gain it. The twin: the next attempt of the run
+// login folder must not gain it; an attempt swaps its session folder for a
+// link to a host folder. The twin: the next attempt of the run
 // reads the first one's session and continues it, as root and as a
 // normal user.
 func TestLoginSessionCarriedWithinTheRun(t *testing.T) {
@@ -48,7 +48,7 @@ func loginSessionCase(t *testing.T, uid int) {
 	}
 	login := filepath.Join(f.home, ".claude")
 	write(t, filepath.Join(login, "projects", "other", "theirs.jsonl"), "the user's other session\n")
-	key := url.PathEscape(login)
+	key := sessionKey(login)
 	keep1 := filepath.Join(f.attempt, "session", "login")
 	keep2 := filepath.Join(f.attempt, "session2", "login")
 	run := func(ls *LoginSession, script string) string {
@@ -125,6 +125,13 @@ for d in `+keep1+` `+keep2+`; do if ls $d >/dev/null 2>&1; then echo "REACHED $d
 echo fresh`)
 	if !strings.Contains(out, "fresh") {
 		t.Fatalf("another run's attempt saw the session:\n%s", out)
+	}
+	// An attempt that swaps its session folder for a link to a host
+	// folder keeps nothing: the link is not followed, nor kept.
+	keep4 := filepath.Join(f.attempt, "session4", "login")
+	run(&LoginSession{Dirs: []string{"projects"}, Keep: keep4}, `rm -rf $HOME/.claude/projects && ln -s /etc $HOME/.claude/projects && test -e $HOME/.claude/projects/passwd`)
+	if _, err := os.Lstat(filepath.Join(keep4, key, "projects")); err == nil {
+		t.Errorf("a session folder swapped for a link was kept")
 	}
 	if b, _ := os.ReadFile(filepath.Join(login, "projects", "other", "theirs.jsonl")); string(b) != "the user's other session\n" {
 		t.Errorf("the user's own session changed: %q", b)
