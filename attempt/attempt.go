@@ -711,8 +711,10 @@ func (a *Attempt) prepare(i int, repos []string, many bool) (*preparedProc, erro
 	if err != nil {
 		return nil, err
 	}
+	// PWD is the step's folder, not kusaw's: a program that trusts PWD
+	// over getcwd (opencode does) would work in kusaw's folder instead.
 	cmd := &exec.Cmd{Path: lookPath(argv[0]), Args: argv, Dir: spec.Dir,
-		Env: steps.HostEnv(os.Environ(), steps.TempEnv(at.Tmp), env)}
+		Env: steps.HostEnv(os.Environ(), steps.TempEnv(at.Tmp), map[string]string{"PWD": spec.Dir}, env)}
 	for _, d := range []string{"cache", "run"} {
 		_ = os.MkdirAll(filepath.Join(at.Tmp, d), 0o700)
 	}

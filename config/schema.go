@@ -612,7 +612,7 @@ func agentNode() *schemaNode {
 		p("session", ptr("the session id (any line)")),
 		p("usage", usage),
 	)
-	argv := list(`the headless run: [program, arg, ...]; "{prompt}" is the prompt, "{prompt_file}" a file holding it, "{model}" providers.NAME.model (an argument naming {model} is left out when no model is set, so write --model={model} as one)`)
+	argv := list(`the headless run: [program, arg, ...]; "{prompt}" is the prompt, "{prompt_file}" a file holding it, "{model}" providers.NAME.model (an argument naming {model} is left out when no model is set, so write --model={model} as one); "{sandbox_off}" is where sandbox_off_args go (default: after the program)`)
 	argv.minItems = 1
 	inject := object("how the egress proxy holds the CLI's key (sandbox.egress.inject: provider)",
 		p("host", text("the API's host")),

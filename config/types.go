@@ -176,7 +176,7 @@ const (
 )
 
 // AgentPlaceholders are what an agent's argv may name.
-var AgentPlaceholders = []string{"{prompt}", "{prompt_file}", "{model}"}
+var AgentPlaceholders = []string{"{prompt}", "{prompt_file}", "{model}", "{sandbox_off}"}
 
 // KnowsProvider reports whether a step may name provider: a built-in one,
 // or an agent this factory describes.

@@ -113,6 +113,17 @@ providers:
 	if err != nil || strings.Join(argv[1:], " ") != "--out=jsonl /p" {
 		t.Fatalf("argv %q %v", argv, err)
 	}
+	// {sandbox_off} places the sandbox-off args (after a subcommand).
+	sub, err := NewAgent(AgentDef{Name: "sub", Argv: []string{"x", "run", "{sandbox_off}", "{prompt}"}, Format: "text", SandboxOffArgs: []string{"--auto"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if argv, _ := sub.Argv(RunRequest{Prompt: "p", Sandboxed: true}); strings.Join(argv, " ") != "x run --auto p" {
+		t.Fatalf("sandboxed {sandbox_off}: %q", argv)
+	}
+	if argv, _ := sub.Argv(RunRequest{Prompt: "p"}); strings.Join(argv, " ") != "x run p" {
+		t.Fatalf("unsandboxed {sandbox_off}: %q", argv)
+	}
 	// A prompt file needs the attempt's folder.
 	if _, err := Prepare(context.Background(), PrepareInput{Provider: "qagent", Agent: DefOf(f, "qagent"), Command: cli, Prompt: "x"}); err == nil {
 		t.Fatal("Prepare wrote no prompt file and did not say so")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -22,7 +23,9 @@ type AgentDef struct {
 	// Argv is the headless run, argv[0] the program (Command, when set,
 	// replaces it): {prompt}, {prompt_file} (a file holding the prompt)
 	// and {model} are filled in; an element naming {model} is left out
-	// when no model is set (so --model={model} is written as one).
+	// when no model is set (so --model={model} is written as one);
+	// {sandbox_off} is where SandboxOffArgs go (default: after the
+	// program).
 	Argv []string
 	// Format is "jsonl" (JSON lines; the result line decides) or "text"
 	// (the exit code decides).
@@ -164,11 +167,20 @@ func (g generic) Argv(req RunRequest) ([]string, error) {
 		cmd = g.Spec().DefaultCommand
 	}
 	argv := []string{cmd}
-	if req.Sandboxed {
+	// The args that turn the CLI's own sandbox off go where argv says
+	// ({sandbox_off}: after a subcommand), else right after the program.
+	placed := slices.Contains(g.d.Argv, "{sandbox_off}")
+	if req.Sandboxed && !placed {
 		argv = append(argv, g.d.SandboxOffArgs...)
 	}
 	fill := strings.NewReplacer("{prompt}", req.Prompt, "{prompt_file}", req.PromptFile, "{model}", req.Model)
 	for _, a := range g.d.Argv[1:] {
+		if a == "{sandbox_off}" {
+			if req.Sandboxed {
+				argv = append(argv, g.d.SandboxOffArgs...)
+			}
+			continue
+		}
 		if strings.Contains(a, "{model}") && req.Model == "" {
 			continue
 		}

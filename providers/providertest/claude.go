@@ -48,6 +48,9 @@ var (
 	// QwenCLI is Qwen Code, run through an agent described in the
 	// factory (providers.NAME.agent): OpenAI chat completions.
 	QwenCLI = NPMCLI{Package: "@qwen-code/qwen-code", Bin: "qwen", Dir: "qwen-code"}
+	// OpencodeCLI is opencode; its npm package brings the platform's
+	// binary as a dependency (opencode-linux-x64).
+	OpencodeCLI = NPMCLI{Package: "opencode-ai", Bin: "opencode", Dir: "opencode"}
 )
 
 // NPMCLI is an agent CLI installed from the npm registry for tests.
