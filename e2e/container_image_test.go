@@ -49,7 +49,7 @@ func TestWorkerContainerfileMatchesDocs(t *testing.T) {
 	if res := runKusaw(t, t.TempDir(), "worker", "--help"); res.code != 0 || !strings.Contains(res.stdout, "--state-dir") || !strings.Contains(res.stdout, "--name") {
 		t.Errorf("kusaw worker --help: %d\n%s%s", res.code, res.stdout, res.stderr)
 	}
-	for _, want := range []string{"bubblewrap", "git", "USER kusaw", "COPY bin/kusaw bin/kusaw-bridge"} {
+	for _, want := range []string{"bubblewrap", "git", "USER kusaw", "COPY bin/kusaw bin/kusaw-bridge bin/kusaw-daemon"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the Containerfile lacks %q", want)
 		}
@@ -90,11 +90,11 @@ func TestWorkerContainerImage(t *testing.T) {
 	_, flags := containerfile(t)
 	ctx := t.TempDir()
 	os.MkdirAll(filepath.Join(ctx, "bin"), 0o755)
-	for _, b := range []string{"kusaw", "kusaw-bridge"} {
+	for _, b := range []string{"kusaw", "kusaw-bridge", "kusaw-daemon"} {
 		src := filepath.Join(filepath.Dir(kusawBin), b)
 		data, err := os.ReadFile(src)
 		if err != nil {
-			t.Fatalf("%s: %v (the image needs both binaries)", src, err)
+			t.Fatalf("%s: %v (the image needs the three programs)", src, err)
 		}
 		os.WriteFile(filepath.Join(ctx, "bin", b), data, 0o755)
 	}
