@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -186,13 +187,14 @@ func (s *State) GC(p Retention, now time.Time, dryRun bool) (*GCResult, error) {
 	if res.Kept == nil {
 		res.Kept = []GCRun{}
 	}
+	bl := &branchLists{}
 	for _, g := range remove {
 		if dryRun {
-			g.Branches = s.runBranches(g.Run)
+			g.Branches = s.runBranches(g.Run, bl)
 			res.Removed = append(res.Removed, g)
 			continue
 		}
-		if err := s.removeRun(&g); err != nil {
+		if err := s.removeRun(&g, bl); err != nil {
 			g.Error = err.Error()
 			res.Kept = append(res.Kept, g)
 			continue
@@ -202,8 +204,33 @@ func (s *State) GC(p Retention, now time.Time, dryRun bool) (*GCResult, error) {
 	return res, nil
 }
 
+// branchLists holds each repository's kusaw branches by run, listed once
+// per pass (one git process per repository, not one per run).
+type branchLists struct {
+	byRepo map[string]map[string]map[string]string
+}
+
+func (bl *branchLists) of(repo *worktree.Repo, id string) (map[string]string, error) {
+	if bl.byRepo == nil {
+		bl.byRepo = map[string]map[string]map[string]string{}
+	}
+	all, ok := bl.byRepo[repo.CommonDir]
+	if !ok {
+		var err error
+		if all, err = repo.KusawBranches(); err != nil {
+			return nil, err
+		}
+		bl.byRepo[repo.CommonDir] = all
+	}
+	return all[id], nil
+}
+
+func (bl *branchLists) forget(repo *worktree.Repo, id string) {
+	delete(bl.byRepo[repo.CommonDir], id)
+}
+
 // runBranches lists a run's branches in its repos, for a dry run.
-func (s *State) runBranches(id string) []string {
+func (s *State) runBranches(id string, bl *branchLists) []string {
 	r, err := s.LoadRun(id)
 	if err != nil {
 		return nil
@@ -214,16 +241,17 @@ func (s *State) runBranches(id string) []string {
 		if err != nil {
 			continue
 		}
-		bs, _ := repo.RunBranches(id)
+		bs, _ := bl.of(repo, id)
 		for b := range bs {
 			out = append(out, rr.Name+":"+b)
 		}
 	}
+	sort.Strings(out)
 	return out
 }
 
 // removeRun removes one run under its lock.
-func (s *State) removeRun(g *GCRun) error {
+func (s *State) removeRun(g *GCRun, bl *branchLists) error {
 	id := g.Run
 	if !record.ValidName(id) {
 		return fmt.Errorf("%q is not a run id", id)
@@ -253,6 +281,10 @@ func (s *State) removeRun(g *GCRun) error {
 		return errors.New("pinned")
 	case r.Delivered():
 		return errors.New("delivered")
+	case !r.Ended().Equal(g.Ended):
+		// Resumed since the pass listed the branches: it may have made
+		// more. The next pass decides on it again.
+		return errors.New("the run changed since this pass began")
 	}
 	// Branches and worktrees first: a run whose branches could not go
 	// keeps its record, so the next pass tries again.
@@ -273,13 +305,19 @@ func (s *State) removeRun(g *GCRun) error {
 				}
 			}
 		}
-		deleted, left, err := repo.DeleteRunBranches(id)
+		branches, err := bl.of(repo, id)
+		if err != nil {
+			return err
+		}
+		deleted, left, err := repo.DeleteBranchesOf(id, branches)
+		sort.Strings(deleted)
 		for _, b := range deleted {
 			g.Branches = append(g.Branches, rr.Name+":"+b)
 		}
 		if err != nil {
 			return err
 		}
+		bl.forget(repo, id) // a repo named twice: its branches are gone
 		if len(left) > 0 {
 			return fmt.Errorf("branch %s is checked out in %s (switch that checkout to another branch)", strings.Join(left, ", "), rr.Path)
 		}

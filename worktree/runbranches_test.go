@@ -24,7 +24,18 @@ func TestDeleteRunBranches(t *testing.T) {
 	tgit(t, dir, "worktree", "add", "-q", filepath.Join(t.TempDir(), "co"), "kusaw/attempts/r1/test/1")
 	r := open(t, dir)
 
-	deleted, left, err := r.DeleteRunBranches("r1")
+	all, err := r.KusawBranches()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all["r1"]) != 5 || len(all["r10"]) != 2 || len(all["r1x"]) != 1 || len(all) != 3 {
+		t.Errorf("KusawBranches: %v", all)
+	}
+	// Another run's branch handed in as this run's is refused.
+	if _, _, err := r.DeleteBranchesOf("r1", all["r10"]); err == nil {
+		t.Error("DeleteBranchesOf took another run's branches")
+	}
+	deleted, left, err := r.DeleteBranchesOf("r1", all["r1"])
 	if err != nil {
 		t.Fatal(err)
 	}
