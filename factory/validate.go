@@ -129,7 +129,7 @@ func (v *Validator) Validate(f *config.Factory, fs config.Findings) Report {
 	fs = append(fs, cacheSharedChecks(f)...)
 	fs = append(fs, v.poolChecks(f)...)
 	fs = append(fs, v.toolchainChecks(f)...)
-	fs = append(fs, continueSessionChecks(f)...)
+	fs = append(fs, continueSessionChecks(f, v.GOOS)...)
 	fs = append(fs, placeholderPromptChecks(f)...)
 	fs.Sort()
 	r.Errors = fs.Errors()
@@ -796,10 +796,11 @@ func (v *Validator) toolchainChecks(f *config.Factory) config.Findings {
 }
 
 // continueSessionChecks refuses continue_session where no session can be
-// continued (E062): a step that runs no agent, or a provider whose CLI
-// keeps sessions per working folder (each attempt has a worktree of its
-// own) or has none.
-func continueSessionChecks(f *config.Factory) config.Findings {
+// continued (E062): a step that runs no agent, a provider whose CLI keeps
+// sessions per working folder (each attempt has a worktree of its own) or
+// has none, or one that keeps them in its login folder where the sandbox
+// gives each attempt a fresh HOME (macOS).
+func continueSessionChecks(f *config.Factory, goos string) config.Findings {
 	var out config.Findings
 	var can []string
 	for _, n := range providers.Names() {
@@ -820,6 +821,13 @@ func continueSessionChecks(f *config.Factory) config.Findings {
 			msg = fmt.Sprintf("step %s: provider %s has no way kusaw knows to continue a session", id, s.Provider)
 		} else if ok && !p.Spec().SessionByID {
 			msg = fmt.Sprintf("step %s: provider %s keeps its sessions per working folder, and each attempt has a worktree of its own, so its session cannot be continued", id, s.Provider)
+		} else if ok && len(p.Spec().LoginSessionDirs) > 0 {
+			for _, repos := range f.Attempts(s) {
+				if mode, _ := f.EffectiveMode(s, repos); providers.FreshHome(goos, mode == config.ModeRequired) {
+					msg = fmt.Sprintf("step %s: provider %s keeps its sessions in its login folder, and on %s the sandbox gives each attempt a fresh HOME, so its session cannot be continued", id, s.Provider, goos)
+					break
+				}
+			}
 		}
 		if msg != "" {
 			pos := f.PosOf(path)
