@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // sessionCarrier is a provider whose sessions live in the attempt's own
@@ -46,7 +47,7 @@ func (gemini) importSession(id, from, to string) error {
 	best, size := "", int64(-1)
 	for _, f := range files {
 		fi, err := os.Lstat(f)
-		if err != nil || !fi.Mode().IsRegular() {
+		if err != nil || !fi.Mode().IsRegular() || !realBelow(from, f) {
 			continue // the CLI's own files only, no link a step left
 		}
 		if fi.Size() > size && geminiSessionID(f) == id {
@@ -101,7 +102,7 @@ func CarrySession(provider, id, from, to string) error {
 	}
 	for _, d := range sc.sessionDirs() {
 		src, dst := filepath.Join(from, d), filepath.Join(to, d)
-		if _, err := os.Lstat(src); err != nil {
+		if !realBelow(from, src) {
 			continue
 		}
 		err := filepath.WalkDir(src, func(path string, e fs.DirEntry, err error) error {
@@ -159,7 +160,7 @@ func KeepSession(provider, from, keep string) error {
 	}
 	for _, d := range sc.sessionDirs() {
 		src := filepath.Join(from, d)
-		if _, err := os.Lstat(src); err != nil {
+		if !realBelow(from, src) {
 			continue
 		}
 		dst := filepath.Join(keep, d)
@@ -171,4 +172,33 @@ func KeepSession(provider, from, keep string) error {
 		}
 	}
 	return nil
+}
+
+// realBelow: path (below root) exists and neither root nor any folder
+// between them is a symbolic link. The provider folder was the step's to
+// write: a link it left there (to the user's own ~/.gemini, say) would
+// have kusaw, outside the sandbox, move or copy what it points to. The
+// last component is the caller's to check (a rename moves a link itself,
+// WalkDir does not follow its root, importSession wants a regular file).
+func realBelow(root, path string) bool {
+	rel, err := filepath.Rel(root, path)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return false
+	}
+	if fi, err := os.Lstat(root); err != nil || !fi.IsDir() {
+		return false
+	}
+	p := root
+	parts := strings.Split(rel, string(filepath.Separator))
+	for i, c := range parts {
+		p = filepath.Join(p, c)
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return false
+		}
+		if i < len(parts)-1 && !fi.IsDir() {
+			return false // a link or a file where a folder should be
+		}
+	}
+	return true
 }
