@@ -54,6 +54,12 @@ func (a *Attempt) releaseWorktree(repo *worktree.Repo, w *record.WorktreeRecord)
 	if wt == nil {
 		return false
 	}
+	if a.writeFailure() {
+		// A state folder that could not be written is likely full:
+		// removing the tree frees the room the final records need.
+		wt.DropIndex()
+		return false
+	}
 	ok, err := repo.Release(wt)
 	if err != nil {
 		a.events.Emit(record.EvWorktreeRemoveFailed, map[string]any{"repo": w.Repo, "error": err.Error()})
