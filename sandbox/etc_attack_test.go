@@ -51,14 +51,24 @@ func TestViewHidesRootOnlyFilesOfEtc(t *testing.T) {
 	public := filepath.Join(dir, "public.conf")
 	write(t, public, "PUBLIC-SETTING\n")
 	os.Chmod(public, 0o644)
+	// The walk skips links without an lstat (a link's mode says nothing):
+	// a link to the root-only key must not read it, a link to the public
+	// file must (the twin).
+	keyLink, publicLink := filepath.Join(dir, "link-to.key"), filepath.Join(dir, "link-to-public.conf")
+	if err := os.Symlink("service.key", keyLink); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("public.conf", publicLink); err != nil {
+		t.Fatal(err)
+	}
 
 	f := newFixture(t)
 	p := mustPlan(t, f.input())
 	t.Cleanup(func() { p.Cleanup() })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	script := `for f in "$@"; do cat "$f" 2>/dev/null; done; ls "` + private + `" 2>/dev/null; cat /etc/passwd /etc/hosts >/dev/null && ls /etc/ssl/certs >/dev/null && echo TWIN-OK`
-	cmd, err := Command(ctx, p, []string{"/bin/sh", "-c", script, "sh", key, group, filepath.Join(private, "inner.pem"), public})
+	script := `for f in "$@"; do cat "$f" 2>/dev/null; done; ls "` + private + `" 2>/dev/null; cat /etc/passwd /etc/hosts >/dev/null && ls /etc/ssl/certs >/dev/null && echo TWIN-OK; cat "` + publicLink + `" >/dev/null && echo LINK-TWIN-OK`
+	cmd, err := Command(ctx, p, []string{"/bin/sh", "-c", script, "sh", key, group, filepath.Join(private, "inner.pem"), public, keyLink})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +85,7 @@ func TestViewHidesRootOnlyFilesOfEtc(t *testing.T) {
 			t.Errorf("the step as root read %s from /etc:\n%s", secret, got)
 		}
 	}
-	for _, want := range []string{"PUBLIC-SETTING", "TWIN-OK"} {
+	for _, want := range []string{"PUBLIC-SETTING", "TWIN-OK", "LINK-TWIN-OK"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("the legitimate read of /etc lacks %s:\n%s", want, got)
 		}

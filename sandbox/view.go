@@ -113,6 +113,12 @@ func (b *builder) etcSecrets(root string) {
 		if err != nil || p == root {
 			return nil
 		}
+		// A link's own mode says nothing (links are not followed), and
+		// the directory entry already says it is one: no lstat for the
+		// links that are most of /etc (alternatives, ssl/certs, rc?.d).
+		if d.Type()&fs.ModeSymlink != 0 {
+			return nil
+		}
 		fi, ierr := d.Info()
 		if ierr != nil {
 			return nil
