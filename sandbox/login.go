@@ -88,7 +88,8 @@ var loginProtected = map[string]struct{ files, dirs []string }{
 // loginState are sub-folders CLIs write their session state into: empty
 // in the copy (the user's other sessions are not the step's to read).
 var loginState = []string{"projects", "todos", "shell-snapshots", "statsig", "session-env", "file-history",
-	"debug", "ide", "logs", "plans", "telemetry", "chats", "snapshots", "paste-cache", "cache", "worktrees"}
+	"debug", "ide", "logs", "plans", "telemetry", "chats", "snapshots", "paste-cache", "cache", "worktrees",
+	"log", "storage", "snapshot"} // the last: opencode's (~/.local/share/opencode)
 
 // loginCredentials are the files carried back: the CLI may refresh its
 // login during the step.
