@@ -623,21 +623,6 @@ func (r *Repo) isRegistered(dir string) bool {
 	return false
 }
 
-// forceRemoveAll removes a tree even where the step took away write
-// permission from its own directories. It never follows symlinks.
-func forceRemoveAll(dir string) error {
-	if err := os.RemoveAll(dir); err == nil {
-		return nil
-	}
-	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			_ = os.Chmod(p, 0o700)
-		}
-		return nil
-	})
-	return os.RemoveAll(dir)
-}
-
 // Prune drops the registrations of worktrees whose directories are gone
 // (after a crash, or a state directory removed by hand).
 func (r *Repo) Prune() error {

@@ -1,0 +1,151 @@
+package worktree
+
+import (
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// More attacks on a reused tree, run by TestPoolReuseEqualsFreshCheckout
+// with the others.
+func init() {
+	poolAttacks = append(poolAttacks, []struct {
+		name string
+		do   func(t *testing.T, wt, gitDir string)
+	}{
+		{"same-size tracked files swapped, times restored", func(t *testing.T, wt, _ string) {
+			a, b := filepath.Join(wt, "src", "a.go"), filepath.Join(wt, "src", "x.go")
+			fi, _ := os.Stat(a)
+			write(t, b, "package Z\n") // as long as a.go's "package a\n"
+			os.Chtimes(b, fi.ModTime(), fi.ModTime())
+			if err := os.Rename(b, a); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"extended attribute on a tracked file", func(t *testing.T, wt, _ string) {
+			if err := unix.Lsetxattr(filepath.Join(wt, "README"), "user.kusaw", []byte("x"), 0); err != nil {
+				t.Skipf("no user xattrs here: %v", err) // tmpfs without user xattrs
+			}
+		}},
+		{"odd names", func(t *testing.T, wt, _ string) {
+			write(t, filepath.Join(wt, "src", "new\nline"), "x\n")
+			write(t, filepath.Join(wt, "src", "\xff\xfe"), "x\n")
+			write(t, filepath.Join(wt, "SRC", "a.go"), "package evil\n")
+			write(t, filepath.Join(wt, "src", "-rf"), "x\n")
+		}},
+		{"untracked chain beyond PATH_MAX", func(t *testing.T, wt, _ string) { deepUnreadableChain(t, wt) }},
+		{"tracked link retargeted, same length", func(t *testing.T, wt, _ string) {
+			os.Remove(filepath.Join(wt, "link"))
+			os.Symlink("/etc/pas", filepath.Join(wt, "link")) // "src/a.go" is 8 bytes
+		}},
+	}...)
+}
+
+// deepUnreadableChain makes, below dir, folders nested deeper than
+// PATH_MAX with a file in the last one, which loses all its permissions.
+func deepUnreadableChain(t *testing.T, dir string) {
+	t.Helper()
+	fd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := strings.Repeat("d", 200)
+	for i := 0; i < 30; i++ { // 6,000 bytes deep
+		if err := unix.Mkdirat(fd, name, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		nfd, err := unix.Openat(fd, name, unix.O_DIRECTORY|unix.O_RDONLY, 0)
+		unix.Close(fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fd = nfd
+	}
+	if f, err := unix.Openat(fd, "leak", unix.O_CREAT|unix.O_WRONLY, 0o644); err == nil {
+		unix.Close(f)
+	}
+	unix.Fchmod(fd, 0)
+	unix.Close(fd)
+}
+
+// The attack: a step (as a user whom permissions bind) nests folders
+// beyond PATH_MAX and makes the last unreadable. Its tree must still be
+// removed (before, the path walk that restores permissions stopped at
+// PATH_MAX: the tree stayed in the state folder, out of every cleaning).
+// As root the test also runs itself as uid 65534, where it matters.
+func TestForceRemoveDeepUnreadableChain(t *testing.T) {
+	if dir := os.Getenv("KUSAW_TEST_REMOVE_AS_USER"); dir != "" {
+		tree := filepath.Join(dir, "tree")
+		if err := os.Mkdir(tree, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		deepUnreadableChain(t, tree)
+		if err := forceRemoveAll(tree); err != nil {
+			t.Fatalf("as uid %d: %v", os.Getuid(), err)
+		}
+		if _, err := os.Lstat(tree); err == nil {
+			t.Fatalf("as uid %d: the tree is still there", os.Getuid())
+		}
+		return
+	}
+	tree := filepath.Join(t.TempDir(), "tree")
+	os.Mkdir(tree, 0o755)
+	deepUnreadableChain(t, tree)
+	if err := forceRemoveAll(tree); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(tree); err == nil {
+		t.Fatal("the tree is still there")
+	}
+	if os.Getuid() != 0 {
+		t.Setenv("KUSAW_TEST_REMOVE_AS_USER", t.TempDir())
+		TestForceRemoveDeepUnreadableChain(t)
+		return
+	}
+	// As root: the same as uid 65534, from a copy of this test binary it
+	// may run, in a folder it owns.
+	dir, err := os.MkdirTemp("", "kusaw-remove-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { forceRemoveAll(dir) })
+	os.Chmod(dir, 0o755)
+	bin := filepath.Join(dir, "worktree.test")
+	copyExe(t, os.Args[0], bin)
+	work := filepath.Join(dir, "work")
+	os.Mkdir(work, 0o755)
+	os.Chown(work, 65534, 65534)
+	cmd := exec.Command(bin, "-test.run", "^TestForceRemoveDeepUnreadableChain$", "-test.v")
+	cmd.Dir = work
+	cmd.Env = append(os.Environ(), "KUSAW_TEST_REMOVE_AS_USER="+work, "HOME="+work, "TMPDIR="+work)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS") {
+		t.Fatalf("as uid 65534: %v\n%s", err, out)
+	}
+}
+
+func copyExe(t *testing.T, src, dst string) {
+	t.Helper()
+	in, err := os.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
