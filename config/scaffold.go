@@ -32,6 +32,10 @@ type ScaffoldInput struct {
 	Sandbox        bool     // --sandbox and the backend is available
 	SandboxNote    string   // why not, when --sandbox was asked but cannot be had
 	SchemaPath     string   // relative to the file, for the editor's modeline
+	// Toolchains are the folders outside the system's that the programs
+	// on the user's PATH live in: the Linux sandbox shows them read-only,
+	// and the file says so (allow_read), so validate has nothing to ask.
+	Toolchains []string
 }
 
 // Scaffold writes a commented factory.yaml: the repos, a checks step
@@ -90,6 +94,11 @@ func Scaffold(in ScaffoldInput) []byte {
 		if in.Provider == DefaultProvider {
 			w("    inject: provider         # the API key stays outside the sandbox:\n")
 			w("                             #   kusaw config set providers.claude-code.api_key --secret\n")
+		}
+		if len(in.Toolchains) > 0 {
+			w("  # The toolchains of your PATH outside the system's folders: the sandbox\n")
+			w("  # shows them read-only so the steps find their programs (kusaw sandbox doctor).\n")
+			w("  allow_read: %s\n", yamlFlow(in.Toolchains))
 		}
 
 	default:

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -80,6 +81,7 @@ func (a *app) runInit(provider string, withSandbox bool) error {
 	if withSandbox {
 		if r := initSandboxCheck(); r.Available {
 			in.Sandbox = true
+			in.Toolchains = initToolchains()
 		} else {
 			in.SandboxNote = "this machine cannot run it: " + r.Msg + " (" + r.Fix + ")"
 			fmt.Fprintf(a.stderr, "kusaw: --sandbox: the sandbox is not available here (%s); the file says mode: off\n", r.Msg)
@@ -247,4 +249,19 @@ func excludeState(wd string, repos []config.ScaffoldRepo) string {
 		return ""
 	}
 	return p
+}
+
+// initToolchains are the folders the Linux sandbox will show read-only
+// for the programs on kusaw's PATH (validate names each one, W15, until
+// the file lists it).
+func initToolchains() []string {
+	if runtime.GOOS != "linux" {
+		return nil
+	}
+	home, _ := os.UserHomeDir()
+	var out []string
+	for _, tc := range sandbox.Toolchains(os.Getenv("PATH"), home) {
+		out = append(out, tc.Path)
+	}
+	return out
 }
