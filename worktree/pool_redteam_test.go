@@ -149,3 +149,98 @@ func copyExe(t *testing.T, src, dst string) {
 		t.Fatal(err)
 	}
 }
+
+// The attack: while a tree waits in the pool, something (a process a step
+// with sandbox: off left behind, as docs/factory.md allows) plants a file
+// and makes another unremovable. The cleaning fails when the tree is
+// taken; the attempt must then not get a "fresh" checkout into a folder
+// still holding what was planted.
+func TestPoolUncleanableTreeIsNotCheckedOutInto(t *testing.T) {
+	if os.Geteuid() != 0 {
+		msg := "needs root: only root can make a file immutable (chattr +i), which no cleaning removes"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	if _, err := exec.LookPath("chattr"); err != nil {
+		t.Fatal("needs chattr (apt-get install e2fsprogs)")
+	}
+	isolateHome(t)
+	dir, c1, _ := poolRepo(t)
+	state := t.TempDir()
+	r := open(t, dir)
+	pool := r.Pool(state)
+	tgit(t, dir, "update-ref", "refs/heads/kusaw/r", c1)
+	w, err := r.AddAttemptWith("kusaw/r", AttemptBranch("r", "u", 1), filepath.Join(state, "runs", newID(), "app"), AddOptions{Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := r.Release(w); !ok || err != nil {
+		t.Fatalf("release: %v %v", ok, err)
+	}
+	slots, _ := filepath.Glob(filepath.Join(pool.Dir(), "idle-*", "tree"))
+	if len(slots) != 1 {
+		t.Fatalf("pool slots: %v", slots)
+	}
+	stuck := filepath.Join(slots[0], "src", "stuck")
+	write(t, stuck, "left by the previous step\n")
+	if out, err := exec.Command("chattr", "+i", stuck).CombinedOutput(); err != nil {
+		t.Fatalf("chattr +i (this filesystem may not have the flag): %v %s", err, out)
+	}
+	var paths []string
+	t.Cleanup(func() {
+		for _, p := range paths {
+			exec.Command("chattr", "-i", p).Run()
+		}
+	})
+	paths = append(paths, stuck)
+	abs := filepath.Join(state, "runs", newID(), "app")
+	paths = append(paths, filepath.Join(abs, "src", "stuck"))
+	w2, err := r.AddAttemptWith("kusaw/r", AttemptBranch("r", "u", 2), abs, AddOptions{Pool: pool})
+	if err == nil {
+		_, serr := os.Lstat(filepath.Join(w2.Path, "src", "stuck"))
+		t.Fatalf("the attempt got a tree holding what was planted in the pool (src/stuck there: %v; reuse failed: %q)", serr == nil, w2.ReuseFailed)
+	}
+	if !strings.Contains(err.Error(), abs) {
+		t.Errorf("the error does not name the tree: %v", err)
+	}
+}
+
+// The twin: a tree the pool gives that cannot be used but can be removed
+// (its trusted index damaged) is removed, and the attempt gets a fresh
+// checkout equal to git's.
+func TestPoolUnusableTreeIsCheckedOutAfresh(t *testing.T) {
+	isolateHome(t)
+	dir, c1, _ := poolRepo(t)
+	want := freshManifest(t, dir, c1)
+	state := t.TempDir()
+	r := open(t, dir)
+	pool := r.Pool(state)
+	tgit(t, dir, "update-ref", "refs/heads/kusaw/r", c1)
+	w, err := r.AddAttemptWith("kusaw/r", AttemptBranch("r", "f", 1), filepath.Join(state, "runs", newID(), "app"), AddOptions{Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(w.Path, "src", "planted.go"), "package evil\n")
+	if ok, err := r.Release(w); !ok || err != nil {
+		t.Fatalf("release: %v %v", ok, err)
+	}
+	idx, _ := filepath.Glob(filepath.Join(pool.Dir(), "idle-*", "index"))
+	if len(idx) != 1 {
+		t.Fatalf("pool indexes: %v", idx)
+	}
+	if err := os.WriteFile(idx[0], []byte("DIRC damaged"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w2, err := r.AddAttemptWith("kusaw/r", AttemptBranch("r", "f", 2), filepath.Join(state, "runs", newID(), "app"), AddOptions{Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w2.Reused || w2.ReuseFailed == "" {
+		t.Errorf("reused %v, reuse failed %q: want a fresh checkout saying why", w2.Reused, w2.ReuseFailed)
+	}
+	if got := manifest(t, w2.Path); got != want {
+		t.Errorf("the fresh checkout differs from git's:\n%s\nwant:\n%s", got, want)
+	}
+}

@@ -128,6 +128,17 @@ func (r *Repo) addAttempt(runBranch, attemptBranch, dir string, o AddOptions) (*
 		// sparse checkout or per-worktree config needs.
 		if o.Pool != nil {
 			reused, reuseErr = r.prepareReuse(o.Pool, abs)
+			// A tree the pool gave that could be neither cleaned nor
+			// removed (a file made immutable while it waited, say) is
+			// no folder to check out afresh into: what is left of it
+			// would reach the step.
+			if entries, err := os.ReadDir(abs); reused == nil && err == nil && len(entries) > 0 {
+				why := "it is not empty"
+				if reuseErr != nil {
+					why = reuseErr.Error()
+				}
+				return nil, fmt.Errorf("add worktree %s: the tree taken from the pool %s could not be cleaned or removed (%s); fix: remove %s by hand (lsattr and chattr -i for immutable files)", abs, o.Pool.Dir(), why, abs)
+			}
 		}
 		if err := r.addPlain(abs, attemptBranch, head, newRunBranch, reused, &reuseErr); err != nil {
 			return nil, fmt.Errorf("add worktree %s in %s: %v", abs, r, err)
