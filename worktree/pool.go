@@ -319,7 +319,7 @@ func (r *Repo) Release(w *Worktree) (bool, error) {
 	// The registration goes with the tree (a crash before this leaves
 	// one whose folder is gone: git worktree prune drops it).
 	unlock := r.lockWorktrees()
-	err = os.RemoveAll(w.GitDir)
+	err = forceRemoveAll(w.GitDir) // the step could write it: a folder it left without permissions too
 	unlock()
 	w.index = ""
 	if err := os.Rename(slot, filepath.Join(p.dir, "idle-"+id)); err != nil {

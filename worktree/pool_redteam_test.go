@@ -244,3 +244,74 @@ func TestPoolUnusableTreeIsCheckedOutAfresh(t *testing.T) {
 		t.Errorf("the fresh checkout differs from git's:\n%s\nwant:\n%s", got, want)
 	}
 }
+
+// asUser65534 runs the test named test from a copy of this test binary as
+// uid 65534 (whom permissions bind) with KUSAW_TEST_AS_USER set to a folder
+// it owns, when the test runs as root; as another user it runs the test
+// in place with that variable set.
+func asUser65534(t *testing.T, test string, body func(t *testing.T)) {
+	if os.Getenv("KUSAW_TEST_AS_USER") != "" || os.Getuid() != 0 {
+		if os.Getenv("KUSAW_TEST_AS_USER") == "" {
+			t.Setenv("KUSAW_TEST_AS_USER", t.TempDir())
+		}
+		body(t)
+		return
+	}
+	dir, err := os.MkdirTemp("", "kusaw-as-user-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { forceRemoveAll(dir) })
+	os.Chmod(dir, 0o755)
+	bin := filepath.Join(dir, "worktree.test")
+	copyExe(t, os.Args[0], bin)
+	work := filepath.Join(dir, "work")
+	os.Mkdir(work, 0o755)
+	os.Chown(work, 65534, 65534)
+	cmd := exec.Command(bin, "-test.run", "^"+test+"$", "-test.v")
+	cmd.Dir = work
+	cmd.Env = append(os.Environ(), "KUSAW_TEST_AS_USER="+work, "HOME="+work, "TMPDIR="+work)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS") {
+		t.Fatalf("as uid 65534: %v\n%s", err, out)
+	}
+}
+
+// The attack: the step (sandboxed, whose worktree git folder is writable)
+// leaves a folder without permissions in it. Release must still remove
+// the registration, else it stays in the repository's .git/worktrees/
+// with what the step wrote, and git worktree prune cannot remove it either.
+func TestReleaseRemovesUnwritableGitFolder(t *testing.T) {
+	asUser65534(t, "TestReleaseRemovesUnwritableGitFolder", func(t *testing.T) {
+		isolateHome(t)
+		dir, c1, _ := poolRepo(t)
+		state := t.TempDir()
+		r := open(t, dir)
+		pool := r.Pool(state)
+		tgit(t, dir, "update-ref", "refs/heads/kusaw/r", c1)
+		w, err := r.AddAttemptWith("kusaw/r", AttemptBranch("r", "g", 1), filepath.Join(state, "runs", newID(), "app"), AddOptions{Pool: pool})
+		if err != nil {
+			t.Fatal(err)
+		}
+		write(t, filepath.Join(w.GitDir, "junk", "x", "index"), "planted\n")
+		os.Chmod(filepath.Join(w.GitDir, "junk", "x"), 0)
+		ok, err := r.Release(w)
+		if !ok || err != nil {
+			t.Fatalf("release: %v %v", ok, err)
+		}
+		if _, err := os.Lstat(w.GitDir); err == nil {
+			t.Fatalf("the worktree's git folder %s is still there", w.GitDir)
+		}
+		// The twin: the tree is in the pool and the next attempt takes it.
+		w2, err := r.AddAttemptWith("kusaw/r", AttemptBranch("r", "g", 2), filepath.Join(state, "runs", newID(), "app"), AddOptions{Pool: pool})
+		if err != nil || !w2.Reused {
+			t.Fatalf("next attempt: %v (reused %v, %s)", err, w2 != nil && w2.Reused, func() string {
+				if w2 != nil {
+					return w2.ReuseFailed
+				}
+				return ""
+			}())
+		}
+	})
+}

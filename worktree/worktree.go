@@ -608,7 +608,7 @@ func (r *Repo) RemoveWorktree(w *Worktree) error {
 	// registration is kusaw's to drop.
 	if w.GitDir != "" {
 		if _, err := os.Lstat(w.GitDir); err == nil {
-			if err := os.RemoveAll(w.GitDir); err != nil {
+			if err := forceRemoveAll(w.GitDir); err != nil {
 				errs = append(errs, fmt.Errorf("remove worktree registration %s: %v", w.GitDir, err))
 			}
 		}
