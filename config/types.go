@@ -47,7 +47,7 @@ const (
 
 // Schema values that are part of the file format.
 var (
-	ProviderNames = []string{"claude-code", "codex", "cursor", "gemini"}
+	ProviderNames = []string{"claude-code", "codex", "cursor", "gemini", "opencode"}
 	BuiltinNames  = []string{"checks", "diff"}
 	Capabilities  = []string{"sandbox", "network", "inject", "stream_events", "resume", "cost_reporting"}
 )

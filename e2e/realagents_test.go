@@ -120,6 +120,24 @@ var realAgents = map[string]realAgent{
 		// (@ai-sdk/openai-compatible) and works on with the one it has.
 		refusedOK: []string{"registry.npmjs.org"},
 	},
+	// opencode built in: the description above, shipped.
+	"opencode": {
+		provider: "opencode", cli: providertest.OpencodeCLI, model: "fake-model",
+		start: func(t *testing.T, key string) (string, func() []string) {
+			api := providertest.NewChatAPI(t, "wrote out.txt")
+			api.WantKey = key
+			api.Commands = []string{"printf 'hello from the agent\\n' > out.txt"}
+			return api.URL, func() (keys []string) {
+				for _, r := range api.Completions() {
+					keys = append(keys, strings.TrimPrefix(r.Header.Get("authorization"), "Bearer ")+"|"+string(r.Body))
+				}
+				return keys
+			}
+		},
+		keyEnv: "OPENAI_API_KEY", baseEnv: "OPENAI_BASE_URL",
+		baseURL:   func(root string) string { return root + "/v1" },
+		refusedOK: []string{"registry.npmjs.org"},
+	},
 	"qwen": {
 		provider: "qwen", cli: providertest.QwenCLI, model: "fake-model",
 		start: func(t *testing.T, key string) (string, func() []string) {
@@ -267,7 +285,7 @@ providers:
 		if !strings.Contains(elog, `"kind":"inject"`) || strings.Contains(elog, "address.refused") {
 			t.Errorf("egress.log: want the inject, no refusal:\n%s", elog)
 		}
-		if a.agent != "" {
+		if a.agent != "" || a.refusedOK != nil {
 			// The description's env turns the CLI's usage statistics off.
 			for _, line := range strings.Split(elog, "\n") {
 				var e struct{ Host, Reason string }
@@ -301,8 +319,8 @@ func TestRealQwenAgentOffKeyInEnv(t *testing.T)     { runRealAgent(t, realAgents
 // it does not run yet: it cannot open its log file in the login copy of
 // ~/.local/share/opencode (FileSystem.open), so that twin waits for the
 // built-in provider.
-func TestRealOpencodeAgentOffKeyInEnv(t *testing.T)     { runRealAgent(t, realAgents["oc"], false) }
-func TestRealOpencodeAgentSandboxedInject(t *testing.T) { runRealAgent(t, realAgents["oc"], true) }
+func TestRealOpencodeAgentOffKeyInEnv(t *testing.T)   { runRealAgent(t, realAgents["oc"], false) }
+func TestRealOpencodeCLISandboxedInject(t *testing.T) { runRealAgent(t, realAgents["opencode"], true) }
 
 // mayRead is a file's text for a failure message; a missing file is "".
 func mayRead(path string) string {

@@ -19,7 +19,7 @@ func mustGet(t *testing.T, name string) Provider {
 }
 
 func TestNamesAndDefault(t *testing.T) {
-	if got := Names(); !reflect.DeepEqual(got, []string{"claude-code", "codex", "cursor", "gemini"}) {
+	if got := Names(); !reflect.DeepEqual(got, []string{"claude-code", "codex", "cursor", "gemini", "opencode"}) {
 		t.Fatalf("Names() = %v", got)
 	}
 	if _, ok := Get(Default); !ok {

@@ -115,6 +115,7 @@ func TestMultipleResults(t *testing.T) {
 		"cursor":      `{"type":"result","subtype":"success","is_error":false,"result":"x"}`,
 		"codex":       `{"type":"turn.completed","usage":{"input_tokens":1,"output_tokens":1}}`,
 		"gemini":      `{"type":"result","status":"success","stats":{"input_tokens":1}}`,
+		"opencode":    `{"type":"step_finish","sessionID":"ses_1","part":{"reason":"stop","tokens":{"input":1,"output":1},"cost":0}}`,
 	}
 	for _, name := range Names() {
 		one := ones[name] + "\n"
