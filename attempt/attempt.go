@@ -17,6 +17,7 @@ import (
 	"github.com/kusaw/kusaw/config"
 	"github.com/kusaw/kusaw/egress"
 	"github.com/kusaw/kusaw/internal/proc"
+	"github.com/kusaw/kusaw/internal/rmtree"
 	"github.com/kusaw/kusaw/providers"
 	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/status"
@@ -1003,8 +1004,10 @@ func (a *Attempt) Finish() *record.AttemptRecord {
 		// the attempt's own folder, for the run's next attempt.
 		_ = providers.KeepSession(a.step.Provider, filepath.Join(a.dir, record.TmpDir, ProviderConfigDir), filepath.Join(a.dir, SessionDir))
 	}
-	_ = os.RemoveAll(filepath.Join(a.dir, record.TmpDir))
-	_ = os.RemoveAll(filepath.Join(a.dir, candidatesDir)) // a judge's exports
+	// A step may have locked folders of its own in these (chmod 000):
+	// they go all the same, login copies and tokens with them.
+	_ = rmtree.RemoveAll(filepath.Join(a.dir, record.TmpDir))
+	_ = rmtree.RemoveAll(filepath.Join(a.dir, candidatesDir)) // a judge's exports
 	// The step's private refs: its branch was taken (or refused) at commit.
 	_ = os.RemoveAll(filepath.Join(a.dir, record.RefStoreDir))
 	if !a.keepObjects {

@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/kusaw/kusaw/internal/rmtree"
 )
 
 // The agent's login state is the attempt's own. Each login folder appears
@@ -372,7 +374,7 @@ func (p *Plan) prepareLogin() error {
 }
 
 func (lc LoginCopy) make() error {
-	if err := os.RemoveAll(lc.Copy); err != nil {
+	if err := rmtree.RemoveAll(lc.Copy); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(filepath.Dir(lc.Copy), 0o700); err != nil {
@@ -498,7 +500,7 @@ func (lc LoginCopy) keepSession() error {
 			return err
 		}
 		dst := filepath.Join(lc.SessionKeep, n)
-		if err := os.RemoveAll(dst); err != nil {
+		if err := rmtree.RemoveAll(dst); err != nil {
 			return err
 		}
 		if err := os.Rename(src, dst); err != nil {
@@ -522,7 +524,7 @@ func (p *Plan) finishLogin() error {
 		if err := lc.keepSession(); err != nil {
 			errs = append(errs, err)
 		}
-		if err := os.RemoveAll(lc.Copy); err != nil {
+		if err := rmtree.RemoveAll(lc.Copy); err != nil {
 			errs = append(errs, err)
 		}
 	}
