@@ -288,6 +288,9 @@ func TestProofStateDirIsPrivate(t *testing.T) {
 		if strings.Contains(p, sep+"worktrees"+sep) || strings.Contains(p, sep+"artifacts"+sep) {
 			return nil // git's and the step's own files: the folders above keep others out
 		}
+		if rel, _ := filepath.Rel(state, p); strings.HasPrefix(rel, "pool"+sep) && (filepath.Base(p) == "tree" || strings.Contains(rel, sep+"tree"+sep)) {
+			return nil // a pooled worktree, as in worktrees/: its idle-<id> folder (0700) keeps others out
+		}
 		perm := fi.Mode().Perm()
 		if fi.IsDir() && perm != 0o700 || fi.Mode().IsRegular() && perm&0o077 != 0 {
 			t.Errorf("%s has mode %o (want 0700 folders, 0600 files)", p, perm)

@@ -304,7 +304,9 @@ func (r *Repo) Release(w *Worktree) (bool, error) {
 		_ = os.RemoveAll(slot)
 		return false, fmt.Errorf("release worktree: %v", err)
 	}
-	if err := writeNew(filepath.Join(slot, "base"), w.BaseSHA+"\n"); err != nil {
+	// Private as all of the state folder (the tree below keeps a
+	// checkout's modes: the slot's folder, 0700, keeps others out).
+	if err := os.WriteFile(filepath.Join(slot, "base"), []byte(w.BaseSHA+"\n"), 0o600); err != nil {
 		return fail(err)
 	}
 	if err := os.Rename(w.index, filepath.Join(slot, "index")); err != nil {
