@@ -315,6 +315,7 @@ func (r *clusterRig) metrics(t *testing.T) string {
 }
 
 func TestClusterExternalProcesses(t *testing.T) {
+	t.Parallel() // one of the package's longest: beside the others of them (make test's 15 minutes)
 	need(t, "git")
 	top := t // processes started again in a subtest live until the test ends
 	bin := natsServerBin(t)

@@ -318,6 +318,7 @@ func newcomerFirstRun(t *testing.T, uid int, app, dir string, mirrorEnv []string
 // The second run fetches nothing: the module cache is kept (how much
 // faster it is, is make bench's "first run" figure).
 func TestNewcomerGoModule(t *testing.T) {
+	t.Parallel() // one of the package's longest: beside the others of them (make test's 15 minutes)
 	needSandbox(t)
 	need(t, "go")
 	for _, uid := range seamUIDs() {
@@ -342,6 +343,7 @@ func TestNewcomerGoModule(t *testing.T) {
 // TestNewcomerNpmPackage: an npm package with a devDependency (its test
 // runner), installed with npm ci from its lockfile.
 func TestNewcomerNpmPackage(t *testing.T) {
+	t.Parallel() // one of the package's longest: beside the others of them (make test's 15 minutes)
 	needSandbox(t)
 	need(t, "npm")
 	for _, uid := range seamUIDs() {

@@ -216,6 +216,7 @@ steps:
 // attempt's own Gemini home): its request carries the first attempt's
 // prompt again. Another run of the step starts cold.
 func TestRealGeminiCLIContinueSession(t *testing.T) {
+	t.Parallel() // one of the package's longest: beside the others of them (make test's 15 minutes)
 	if testing.Short() {
 		t.Skip("-short: skipping the npm install and run of the real gemini")
 	}

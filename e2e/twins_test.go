@@ -159,6 +159,7 @@ func twinGoCache(t *testing.T, uid int) string {
 // (git commit and tag inside the sandbox: TestSeamStepCommitsBranchesTags.)
 // Every log of the run verifies with kusaw log verify --strict.
 func TestTwinsProjectToolsInTheSandbox(t *testing.T) {
+	t.Parallel() // one of the package's longest: beside the others of them (make test's 15 minutes)
 	needSandbox(t)
 	for _, tool := range []string{"git", "go", "npm", "node", "curl"} {
 		need(t, tool)
