@@ -321,7 +321,14 @@ func TestClusterWorkerKilled(t *testing.T) {
 		ws, _ := r.sp.client.Workers(context.Background())
 		return len(ws) == 1 && ws[0].Running == 2
 	})
-	time.Sleep(500 * time.Millisecond)
+	// Running counts an attempt from its claim, before its secrets, code
+	// and folder are fetched and made: kill once the folders exist, so
+	// that the restart below has something of its previous life to clean.
+	runs := filepath.Join(victim.state, "w", "state", "runs")
+	waitFor(t, "the victim's attempt folders", 30*time.Second, func() bool {
+		ents, _ := os.ReadDir(runs)
+		return len(ents) > 0
+	})
 	_ = syscall.Kill(-victim.cmd.Process.Pid, syscall.SIGKILL)
 	_ = victim.cmd.Wait()
 	r.startWorker(t, "s1")
@@ -347,7 +354,6 @@ func TestClusterWorkerKilled(t *testing.T) {
 	}
 	// The killed worker starts again without a token (its enrollment is
 	// in its state folder) and removes what the kill left behind.
-	runs := filepath.Join(victim.state, "w", "state", "runs")
 	if ents, _ := os.ReadDir(runs); len(ents) == 0 {
 		t.Fatalf("the kill left nothing in %s: the clean-up below proves nothing", runs)
 	}
