@@ -61,6 +61,21 @@ const qwenAgent = `{argv: [qwen, --auth-type=openai, --output-format=stream-json
     egress_hosts: [dashscope.aliyuncs.com], handshake_hosts: [gb4w8c3ygj-default-sea.rum.aliyuncs.com], sandbox_off_args: [--yolo],
     inject: {host: dashscope.aliyuncs.com, header: Authorization, upstream: "https://dashscope.aliyuncs.com/compatible-mode/v1"}}`
 
+// startChatAPI is the fake Chat Completions API the OpenAI-compatible
+// CLIs (opencode, Qwen Code) talk to: its one answer has the agent write
+// out.txt; it returns each completion request's key and body.
+func startChatAPI(t *testing.T, key string) (string, func() []string) {
+	api := providertest.NewChatAPI(t, "wrote out.txt")
+	api.WantKey = key
+	api.Commands = []string{"printf 'hello from the agent\\n' > out.txt"}
+	return api.URL, func() (keys []string) {
+		for _, r := range api.Completions() {
+			keys = append(keys, strings.TrimPrefix(r.Header.Get("authorization"), "Bearer ")+"|"+string(r.Body))
+		}
+		return keys
+	}
+}
+
 var realAgents = map[string]realAgent{
 	"gemini": {
 		provider: "gemini", cli: providertest.GeminiCLI, model: "gemini-2.5-flash",
@@ -102,17 +117,7 @@ var realAgents = map[string]realAgent{
 	// provider whose base URL and key come from the variables inject sets.
 	"oc": {
 		provider: "oc", cli: providertest.OpencodeCLI, model: "fake-model",
-		start: func(t *testing.T, key string) (string, func() []string) {
-			api := providertest.NewChatAPI(t, "wrote out.txt")
-			api.WantKey = key
-			api.Commands = []string{"printf 'hello from the agent\\n' > out.txt"}
-			return api.URL, func() (keys []string) {
-				for _, r := range api.Completions() {
-					keys = append(keys, strings.TrimPrefix(r.Header.Get("authorization"), "Bearer ")+"|"+string(r.Body))
-				}
-				return keys
-			}
-		},
+		start:  startChatAPI,
 		keyEnv: "OPENAI_API_KEY", baseEnv: "OPENAI_BASE_URL",
 		baseURL: func(root string) string { return root + "/v1" },
 		agent:   opencodeAgent, offArgs: "[--auto]",
@@ -123,34 +128,14 @@ var realAgents = map[string]realAgent{
 	// opencode built in: the description above, shipped.
 	"opencode": {
 		provider: "opencode", cli: providertest.OpencodeCLI, model: "fake-model",
-		start: func(t *testing.T, key string) (string, func() []string) {
-			api := providertest.NewChatAPI(t, "wrote out.txt")
-			api.WantKey = key
-			api.Commands = []string{"printf 'hello from the agent\\n' > out.txt"}
-			return api.URL, func() (keys []string) {
-				for _, r := range api.Completions() {
-					keys = append(keys, strings.TrimPrefix(r.Header.Get("authorization"), "Bearer ")+"|"+string(r.Body))
-				}
-				return keys
-			}
-		},
+		start:  startChatAPI,
 		keyEnv: "OPENAI_API_KEY", baseEnv: "OPENAI_BASE_URL",
 		baseURL:   func(root string) string { return root + "/v1" },
 		refusedOK: []string{"registry.npmjs.org"},
 	},
 	"qwen": {
 		provider: "qwen", cli: providertest.QwenCLI, model: "fake-model",
-		start: func(t *testing.T, key string) (string, func() []string) {
-			api := providertest.NewChatAPI(t, "wrote out.txt")
-			api.WantKey = key
-			api.Commands = []string{"printf 'hello from the agent\\n' > out.txt"}
-			return api.URL, func() (keys []string) {
-				for _, r := range api.Completions() {
-					keys = append(keys, strings.TrimPrefix(r.Header.Get("authorization"), "Bearer ")+"|"+string(r.Body))
-				}
-				return keys
-			}
-		},
+		start:  startChatAPI,
 		keyEnv: "OPENAI_API_KEY", baseEnv: "OPENAI_BASE_URL",
 		baseURL: func(root string) string { return root + "/v1" },
 		agent:   qwenAgent, offArgs: "[--yolo]",
