@@ -392,13 +392,20 @@ func (s *State) closeAttempt(r *record.RunRecord, a *record.AttemptRecord, now t
 			p.Outcome = status.OutcomeInterrupted
 		}
 	}
+	dir := s.AttemptDir(r.ID, a.Step, a.Number)
+	// A tree taken from a worktree pool is in the attempt's folder before
+	// its repository registers it: what a crash in between left there
+	// (the tree, its slot's stage folder) no repository lists, so it goes
+	// first, and RemoveWorktree then finds nothing at the planned path.
+	if _, err := worktree.RemoveUnregistered(filepath.Join(dir, record.WorktreesDir), s.runRepos(r)); err != nil {
+		errs = append(errs, fmt.Errorf("%s attempt %d: %v", a.Step, a.Number, err))
+	}
 	for i := range a.Worktrees {
 		w := &a.Worktrees[i]
 		if err := attempt.RemoveWorktree(w); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	dir := s.AttemptDir(r.ID, a.Step, a.Number)
 	os.RemoveAll(filepath.Join(dir, record.TmpDir))
 	_, _ = appendFinal(filepath.Join(dir, record.EventsFile), key, attempt.LogOptions(r.ID, a.Step, a.Number, chainlog.KindEvents), record.Event{TS: now, Run: r.ID, Step: a.Step, Attempt: a.Number, Type: record.EvAttemptFinished,
 		Data: map[string]any{"outcome": status.OutcomeInterrupted, "reason": status.ReasonRunInterrupted, "message": a.Message, "recovered": true}})
@@ -416,6 +423,17 @@ func (s *State) closeAttempt(r *record.RunRecord, a *record.AttemptRecord, now t
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// runRepos opens the run's repositories (those that still open).
+func (s *State) runRepos(r *record.RunRecord) []*worktree.Repo {
+	var out []*worktree.Repo
+	for _, rr := range r.Repos {
+		if repo, err := worktree.OpenRepo(rr.Path); err == nil {
+			out = append(out, repo)
+		}
+	}
+	return out
 }
 
 // Detached reports whether an attempt was left running on a worker by a

@@ -1,6 +1,7 @@
 package factory
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"github.com/kusaw/kusaw/internal/testkit"
 	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/status"
+	"github.com/kusaw/kusaw/worktree"
 )
 
 func writeRun(t *testing.T, st *State, rec record.RunRecord) {
@@ -226,4 +228,98 @@ steps:
 		t.Fatal(err)
 	}
 	return f, r
+}
+
+// TestRecoveryRemovesTreeTakenFromPool: an attempt takes its tree from the
+// repository's pool by renaming the slot beside its planned worktree
+// path, then moves the tree there, and only then registers it with the
+// repository. A kusaw killed in between left a tree no repository lists
+// (and, right after the rename, the whole slot): recovery removes it, and
+// the run is recovered without an error. Made as the crash leaves it, from
+// a slot a real run released.
+func TestRecoveryRemovesTreeTakenFromPool(t *testing.T) {
+	for _, crash := range []string{"after-rename", "after-unpack"} {
+		t.Run(crash, func(t *testing.T) {
+			f := testkit.Factory(t, `version: 1
+repos:
+  app: {path: ./app}
+pipelines:
+  default: [s]
+steps:
+  s: {run: ["true"], sandbox: off}
+`, "app")
+			e, err := New(f, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if first, err := e.Run(context.Background(), ""); err != nil || first.Record.State != status.RunSucceeded {
+				t.Fatalf("first run: %v", err)
+			}
+			slots, _ := filepath.Glob(filepath.Join(f.StateDir, "pool", "*", "idle-*"))
+			if len(slots) != 1 {
+				t.Fatalf("the first run left %d trees in the pool, want 1", len(slots))
+			}
+			pool := filepath.Dir(slots[0])
+
+			r, err := e.Prepare("")
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Record.State = status.RunRunning
+			if err := e.createRunBranches(r); err != nil {
+				t.Fatal(err)
+			}
+			// What the attempt records before it adds its worktree.
+			dir := record.AttemptDir(r.Dir, "s", 1)
+			wdir := filepath.Join(dir, record.WorktreesDir)
+			if err := os.MkdirAll(wdir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			rr := r.Record.Repos[0]
+			w := record.WorktreeRecord{Repo: "app", RepoPath: rr.Path, Path: filepath.Join(wdir, "app"), Branch: worktree.AttemptBranch(r.ID(), "s", 1)}
+			if err := writeJSON(filepath.Join(dir, record.AttemptFile), &record.AttemptRecord{Run: r.ID(), Step: "s", Number: 1, Started: time.Now(), Worktrees: []record.WorktreeRecord{w}}); err != nil {
+				t.Fatal(err)
+			}
+			// The take, as worktree.Pool does it, up to the crash.
+			stage := filepath.Join(wdir, ".pool-app")
+			if err := os.Rename(slots[0], stage); err != nil {
+				t.Fatal(err)
+			}
+			if crash == "after-unpack" {
+				os.MkdirAll(filepath.Join(pool, "held"), 0o700)
+				if err := os.Rename(filepath.Join(stage, "index"), filepath.Join(pool, "held", "x.index")); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Rename(filepath.Join(stage, "tree"), w.Path); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r.lock.Unlock() // the owner dies
+			st, err := OpenState(f.StateDir)
+			if err != nil || len(st.Recovered) != 1 || st.Recovered[0] != r.ID() {
+				t.Fatalf("recovery: %v %v", st.Recovered, err)
+			}
+			if ents, err := os.ReadDir(wdir); !errors.Is(err, os.ErrNotExist) {
+				var names []string
+				for _, e := range ents {
+					names = append(names, e.Name())
+				}
+				t.Fatalf("the attempt's worktrees folder after recovery: %v %v", names, err)
+			}
+			if hits := grepTree(t, r.Dir, "app"); len(hits) > 0 {
+				for _, h := range hits {
+					if filepath.Base(h) == "README" {
+						t.Fatalf("a checked out file stayed in the run's folder: %s", h)
+					}
+				}
+			}
+			if n, _ := filepath.Glob(filepath.Join(pool, "idle-*")); len(n) != 0 {
+				t.Errorf("the taken tree went back to the pool: %v", n)
+			}
+			app := filepath.Join(f.Dir, "app")
+			if out := testkit.GitRun(t, app, "worktree", "list"); strings.Count(out, "\n") != 0 {
+				t.Errorf("worktrees left:\n%s", out)
+			}
+		})
+	}
 }

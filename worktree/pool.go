@@ -31,7 +31,8 @@ import (
 // An idle tree is taken by renaming its folder away, so two attempts never
 // get the same one; a tree goes back only by a rename of a folder complete
 // with its trusted metadata, written first. An attempt that crashes leaves
-// its tree in the attempt folder, out of the pool; recovery removes it.
+// its tree in the attempt folder, out of the pool; recovery removes it
+// (RemoveUnregistered: also before makeAdmin registered it).
 
 // PoolIdleMax is how many idle trees a repository's pool keeps: enough
 // for the candidates of a step running side by side.
