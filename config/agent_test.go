@@ -2,6 +2,7 @@ package config
 
 import (
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -50,5 +51,32 @@ providers:
 	}
 	if _, err := SecretField("providers.aider.api_key", names); err == nil {
 		t.Fatal("providers.aider.api_key accepted")
+	}
+}
+
+// opencode has no model of its own kusaw could fall back on: validation
+// refuses an agent step on it without providers.opencode.model (E052,
+// naming the key and an example), as a step or as a candidate; the twin
+// with the model set passes, and a factory that only configures opencode
+// without running it is not refused.
+func TestOpencodeNeedsModel(t *testing.T) {
+	for name, src := range map[string]string{
+		"step":      "steps:\n  a: {prompt: hi, provider: opencode}\n",
+		"block":     "steps:\n  a: {prompt: hi, provider: opencode}\nproviders:\n  opencode: {base_url: \"https://api.example.com/v1\"}\n",
+		"candidate": "steps:\n  a: {prompt: hi, candidates: [{provider: claude-code}, {provider: opencode}]}\n",
+	} {
+		_, fs := Parse([]byte("version: 1\npipelines:\n  default: [a]\n"+src), filepath.Join(t.TempDir(), "factory.yaml"))
+		errs := fs.Errors()
+		if len(errs) != 1 || errs[0].Code != ECodeProviderModel || errs[0].Path != "providers.opencode.model" || !strings.Contains(errs[0].Fix, "providers.opencode: {model: gpt-5}") {
+			t.Errorf("%s: findings %v", name, fs)
+		}
+	}
+	for name, src := range map[string]string{
+		"model set": "steps:\n  a: {prompt: hi, provider: opencode}\nproviders:\n  opencode: {model: gpt-5}\n",
+		"not run":   "steps:\n  a: {prompt: hi}\nproviders:\n  opencode: {base_url: \"https://api.example.com/v1\"}\n",
+	} {
+		if _, fs := Parse([]byte("version: 1\npipelines:\n  default: [a]\n"+src), filepath.Join(t.TempDir(), "factory.yaml")); len(fs.Errors()) > 0 {
+			t.Errorf("%s: refused: %v", name, fs)
+		}
 	}
 }

@@ -71,6 +71,7 @@ const (
 	ECodeProviderCA      = "E048"
 	ECodeStepKind        = "E050"
 	ECodeNoPrompt        = "E051"
+	ECodeProviderModel   = "E052"
 	ECodeInjectNeedsList = "E060"
 	ECodeNetworkOpen     = "E061"
 	ECodeCapMissing      = "E062"
@@ -132,6 +133,7 @@ var CodeInfo = []struct{ Code, Meaning string }{
 	{ECodeProviderCA, "providers.NAME.ca_file that cannot be read or is not a PEM file of certificates"},
 	{ECodeStepKind, "a step that is more than one of agent, builtin and run"},
 	{ECodeNoPrompt, "an agent step without prompt or prompt_file, or with both"},
+	{ECodeProviderModel, "an agent step whose provider has no model of its own to fall back on (opencode) without providers.NAME.model"},
 	{ECodeInjectNeedsList, "inject without network: allowlist (there is no proxy to hold the key)"},
 	{ECodeNetworkOpen, "a step requires network while its network is open"},
 	{ECodeCapMissing, "a step requires a capability its provider or mode does not support"},

@@ -1022,15 +1022,44 @@ func (d *decoder) stepSandbox(f *Factory, n *yaml.Node, path string) *StepSandbo
 	return ss
 }
 
+// needsModel are the providers whose CLI has no model of its own that
+// kusaw could fall back on: opencode reaches the model through a provider
+// of kusaw's in its configuration, which lists exactly one model.
+var needsModel = map[string]string{"opencode": "gpt-5"}
+
+// checkProviderModel refuses an agent step whose provider needs
+// providers.NAME.model when it is unset (once per provider): the step
+// would fail at its start instead.
+func (d *decoder) checkProviderModel(f *Factory, s *Step, done map[string]bool) {
+	if s.Kind() != KindAgent {
+		return
+	}
+	for _, name := range append([]string{s.Provider}, s.CandidateProviders...) {
+		eg, ok := needsModel[name]
+		if !ok || done[name] {
+			continue
+		}
+		if pc := f.Providers[name]; pc != nil && pc.Model != "" {
+			continue
+		}
+		done[name] = true
+		p := join("providers", name)
+		at := f.posNode(join(p, "model"), p, join(join("steps", s.ID), "provider"), join("steps", s.ID))
+		d.errf(ECodeProviderModel, at, join(p, "model"), fmt.Sprintf("set %s.model to a model your API serves, e.g. %s: {model: %s}", p, p, eg),
+			"step %s runs %s, which needs %s.model: kusaw's provider in its configuration lists the one model the step uses", s.ID, name, p)
+	}
+}
+
 // crossChecks are the rules that look at more than one key.
 func (d *decoder) crossChecks(f *Factory) {
-	upstreamChecked := map[string]bool{}
+	upstreamChecked, modelChecked := map[string]bool{}, map[string]bool{}
 	for _, id := range f.StepOrder {
 		s := f.Steps[id]
 		p := join("steps", id)
 		net := f.StepNetwork(s)
 		hasInject := len(f.Inject(s)) > 0
 		d.checkProviderUpstream(f, s, upstreamChecked)
+		d.checkProviderModel(f, s, modelChecked)
 		if hasInject && !net.Proxied() {
 			at := f.posNode(join(p, "sandbox"), "sandbox.egress.inject")
 			d.errf(ECodeInjectNeedsList, at, p, "set network: allowlist for this step (sandbox.network or steps."+id+".sandbox.network)", "step %s injects a key but its network is not allowlist: there is no proxy to hold the key", id)
