@@ -16,7 +16,7 @@ COMMIT   := $(shell git rev-parse HEAD 2>/dev/null)
 MODIFIED := $(shell test -n "$$(git status --porcelain 2>/dev/null)" && echo true || echo false)
 LDFLAGS  := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.modified=$(MODIFIED)
 
-.PHONY: all build install test lint vet fmt demo e2e-egress bench docs deps clean
+.PHONY: all build install test lint vet fmt demo e2e-egress bench docs deps clean container-test
 
 all: build
 
@@ -63,6 +63,12 @@ e2e-egress: deps
 
 demo: deps build
 	@scripts/demo.sh
+
+# container-test: deploy/worker/Containerfile built and run with a Docker
+# daemon of its own (root; a few minutes: make test leaves it unbuilt
+# where no container runtime answers).
+container-test: deps build
+	@scripts/container-test.sh
 
 bench: deps build
 	@scripts/bench.sh
