@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -488,7 +489,13 @@ func checkNothingLeft(t *testing.T, dir, state string) {
 			t.Errorf("socket left: %s", p)
 		}
 		if fi.IsDir() && (fi.Name() == "tmp" || fi.Name() == "worktrees") && strings.Contains(p, string(filepath.Separator)+"steps"+string(filepath.Separator)) {
-			t.Errorf("attempt folder left: %s", p)
+			var in []string
+			ents, _ := os.ReadDir(p)
+			for _, e := range ents {
+				in = append(in, e.Name())
+			}
+			att, _ := os.ReadFile(filepath.Join(filepath.Dir(p), record.AttemptFile))
+			t.Errorf("attempt folder left: %s holding %q; its attempt.json: %.600s", p, in, att)
 		}
 		return nil
 	})
@@ -599,7 +606,10 @@ steps:
 	state := filepath.Join(dir, ".kusaw")
 	tmp := t.TempDir()
 	seed := time.Now().UnixNano()
-	t.Logf("kill delays from seed %d", seed)
+	if v, err := strconv.ParseInt(os.Getenv("KUSAW_KILL_SEED"), 10, 64); err == nil {
+		seed = v
+	}
+	t.Logf("kill delays from seed %d (KUSAW_KILL_SEED=%[1]d repeats them)", seed)
 	delay := func(i int) time.Duration { return time.Duration((seed/int64(i+1))%700+50) * time.Millisecond }
 	var ids []string
 	for round := 0; round < 4; round++ {

@@ -14,6 +14,7 @@ import (
 	"github.com/kusaw/kusaw/config"
 	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/status"
+	"github.com/kusaw/kusaw/worktree"
 )
 
 // Hooks serve needs from the engine: resuming an interrupted run, ending a
@@ -245,7 +246,7 @@ func (e *Engine) PrepareWithParams(pipeline string, params map[string]string) (*
 // without a record too (a crash between the folder and its attempt.json):
 // tmp/, the lease folders and the emptied worktrees/ go, and a folder
 // without a record gets one saying the attempt was interrupted.
-func sweepAttemptDirs(runDir string, r *record.RunRecord, now time.Time) error {
+func sweepAttemptDirs(runDir string, r *record.RunRecord, repos []*worktree.Repo, now time.Time) error {
 	var errs []error
 	stepDirs, _ := os.ReadDir(filepath.Join(runDir, record.StepsDir))
 	for _, sd := range stepDirs {
@@ -258,7 +259,13 @@ func sweepAttemptDirs(runDir string, r *record.RunRecord, now time.Time) error {
 			dir := filepath.Join(runDir, record.StepsDir, sd.Name(), ad.Name())
 			os.RemoveAll(filepath.Join(dir, record.TmpDir))
 			removeLeaseDirs(dir)
-			os.Remove(filepath.Join(dir, record.WorktreesDir)) // only when empty: git's worktrees were removed before
+			// Registered worktrees were removed before; what is left is a
+			// tree a crash caught between its pool slot and its
+			// registration, in an attempt run.json did not list yet.
+			if _, err := worktree.RemoveUnregistered(filepath.Join(dir, record.WorktreesDir), repos); err != nil {
+				errs = append(errs, fmt.Errorf("%s attempt %d: %v", sd.Name(), n, err))
+			}
+			os.Remove(filepath.Join(dir, record.WorktreesDir))
 			if _, err := os.Stat(filepath.Join(dir, record.AttemptFile)); errors.Is(err, os.ErrNotExist) {
 				started := now
 				if fi, err := os.Stat(dir); err == nil {

@@ -350,7 +350,7 @@ func (s *State) interrupt(id string) error {
 		}
 		_ = repo.Prune()
 	}
-	if err := sweepAttemptDirs(runDir, &r, now); err != nil {
+	if err := sweepAttemptDirs(runDir, &r, s.runRepos(&r), now); err != nil {
 		errs = append(errs, err)
 	}
 	r.State = status.RunInterrupted

@@ -86,8 +86,8 @@ func TestRecoverySkipsRunsWithLiveOwner(t *testing.T) {
 }
 
 // TestRecoverySweepsAttemptWithoutRecord: a crash between an attempt's
-// folder and its attempt.json leaves no temp folder behind, and the
-// attempt is recorded interrupted.
+// folder and its attempt.json leaves no temp folder and no tree behind,
+// and the attempt is recorded interrupted.
 func TestRecoverySweepsAttemptWithoutRecord(t *testing.T) {
 	f, r := preparedRun(t)
 	dir := record.AttemptDir(r.Dir, "a", 1)
@@ -97,6 +97,10 @@ func TestRecoverySweepsAttemptWithoutRecord(t *testing.T) {
 		}
 	}
 	os.WriteFile(filepath.Join(dir, record.TmpDir, "junk"), []byte("x"), 0o600)
+	// A tree no repository lists (a crash caught it between its pool
+	// slot and its registration) in an attempt without a record.
+	os.MkdirAll(filepath.Join(dir, record.WorktreesDir, "app", "sub"), 0o755)
+	os.WriteFile(filepath.Join(dir, record.WorktreesDir, "app", "sub", "README"), []byte("x"), 0o644)
 	r.lock.Unlock() // the owner dies
 	st, err := OpenState(f.StateDir)
 	if err != nil || len(st.Recovered) != 1 {
