@@ -20,6 +20,7 @@ import (
 	"github.com/kusaw/kusaw/internal/rmtree"
 	"github.com/kusaw/kusaw/providers"
 	"github.com/kusaw/kusaw/record"
+	"github.com/kusaw/kusaw/sandbox"
 	"github.com/kusaw/kusaw/status"
 	"github.com/kusaw/kusaw/steps"
 	"github.com/kusaw/kusaw/worktree"
@@ -610,6 +611,9 @@ type preparedProc struct {
 	// loginSessionDirs are the login folder's session folders
 	// continue_session carries to the run's next attempt.
 	loginSessionDirs []string
+	// credentialRules are how the agent CLI's refresh changes its
+	// credentials files (the provider's), for the sandbox's carry-back.
+	credentialRules []sandbox.CredentialRule
 	// readPaths must be readable in the sandbox (the agent CLI's install).
 	readPaths []string
 	// egressHosts are the provider's hosts for the allowlist.

@@ -50,6 +50,17 @@ type egressObserver struct {
 	// untrusted is the proxy's line for the first inject upstream whose
 	// certificate it refused (egress.ReasonUpstreamTLS).
 	untrusted string
+	// reached are the hosts of admitted connections that carried bytes
+	// both ways: the evidence a login refresh could have happened.
+	reached map[string]bool
+}
+
+// reachedHost reports whether the step made a connection to host that
+// got an answer (what the carry-back of a refreshed login needs).
+func (o *egressObserver) reachedHost(host string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.reached[strings.ToLower(host)]
 }
 
 func (a *Attempt) egressLog() *egressObserver {
@@ -89,6 +100,12 @@ func (o *egressObserver) Decision(d egress.Decision) {
 		}
 	}
 	show, showWould := false, false
+	if d.Decision == egress.Allow && d.BytesUp > 0 && d.BytesDown > 0 && d.Host != "" {
+		if o.reached == nil {
+			o.reached = map[string]bool{}
+		}
+		o.reached[strings.ToLower(d.Host)] = true
+	}
 	if d.Reason == egress.ReasonUpstreamTLS && o.untrusted == "" {
 		o.untrusted = d.Detail
 	}

@@ -90,6 +90,11 @@ func (a *Attempt) agentSpec(spec *steps.Spec, at steps.Attempt, p *preparedProc,
 	}
 	p.probe = &record.ProviderProbe{Path: prep.Probe.Path, Version: prep.Probe.Version}
 	prov := prep.Provider
+	if prov != nil {
+		for _, c := range prov.Spec().Credentials {
+			p.credentialRules = append(p.credentialRules, sandbox.CredentialRule{Name: c.File, Hosts: c.TokenHosts, Tokens: c.Tokens, Expiry: c.Expiry})
+		}
+	}
 	probeData := map[string]any{"provider": s.Provider, "path": prep.Probe.Path, "version": prep.Probe.Version}
 	if in.Resume != "" {
 		probeData["resume"] = in.Resume // continue_session: the session it continues
@@ -209,7 +214,7 @@ func (a *Attempt) sandboxed(i int, repos []string, spec *steps.Spec, env map[str
 	if spec.Kind == config.KindBuiltin || len(spec.Argv) > 0 && spec.Argv[0] == a.h.Kusaw {
 		in.ExtraBinaries = append(in.ExtraBinaries, a.h.Kusaw)
 	}
-	in.LoginPaths = p.loginPaths
+	in.LoginPaths, in.CredentialRules = p.loginPaths, p.credentialRules
 	if len(p.loginSessionDirs) > 0 {
 		// continue_session: the session folders of the attempt's login
 		// copy are kept in its folder, and the previous attempt's kept
@@ -255,14 +260,25 @@ func (a *Attempt) sandboxed(i int, repos []string, spec *steps.Spec, env map[str
 	cmd.Cancel, cmd.WaitDelay = nil, 0
 	p.cmd = cmd
 	prev := p.cleanup
+	leased := in.Proxy != nil
 	p.cleanup = func() {
-		// Carries the agent's refreshed login back, checked; what it
-		// refuses is said, never carried.
-		if err := plan.Cleanup(); err != nil {
-			a.events.Emit(record.EvSandboxCleanup, map[string]any{"repos": repos, "error": err.Error()})
-		}
+		// The lease closes first: then every connection of the step is in
+		// the egress log, which decides whether a refresh could have
+		// happened.
 		if prev != nil {
 			prev()
+		}
+		if obs := a.egressObs(); leased && obs != nil {
+			plan.Reached = obs.reachedHost
+		}
+		// Carries the agent's refreshed login back, checked; what it
+		// refuses is said, never carried.
+		err := plan.Cleanup()
+		for _, c := range plan.Carried {
+			a.events.Emit(record.EvSandboxCredentials, map[string]any{"repos": repos, "file": c.File, "carried": c.Carried, "token_host": c.Host, "reason": c.Reason})
+		}
+		if err != nil {
+			a.events.Emit(record.EvSandboxCleanup, map[string]any{"repos": repos, "error": err.Error()})
 		}
 	}
 	return nil

@@ -312,11 +312,17 @@ steps:
 // The real Claude Code sandboxed with inject, as a user signed in to it
 // runs it: its session state stays in the attempt (the user's projects/
 // gains nothing) and a login the CLI refreshed during the step is carried
-// back to the user's credentials file, keeping every key of the user's.
-// The refresh is the CLI's own process rewriting ~/.claude/.credentials.json
-// inside the sandbox (Claude Code refreshes its OAuth login against
-// claude.com, which a local test cannot stand in for); the fake API asks
-// it for that through its Bash tool.
+// back to the user's credentials file. The refresh is the CLI's own
+// process rewriting ~/.claude/.credentials.json inside the sandbox, as
+// its refresh does (new tokens, a later expiry), after a connection to
+// its token host platform.claude.com (a local stand-in, through the
+// proxy, named by a stub DNS), which the egress log shows: Claude Code's
+// real refresh talks to claude.com's token endpoint, which a local test
+// cannot stand in for. The fake API asks for both through its Bash tool.
+//
+// The attack, first: the agent writes another account's tokens of the
+// same shape there without any connection to the token host. The user's
+// file is unchanged and the attempt's sandbox.credentials event says why.
 func TestRealClaudeCodeRefreshedLoginCarriedBack(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: skipping the npm install and run of the real Claude Code")
@@ -326,12 +332,25 @@ func TestRealClaudeCodeRefreshedLoginCarriedBack(t *testing.T) {
 	const realKey = "sk-ant-e2e-refresh-key-2024"
 	api := providertest.NewMessagesAPI(t, "refreshed")
 	api.WantKey = realKey
-	api.Tools = []providertest.ToolUse{{Name: "Bash", Input: map[string]any{"description": "refresh the login",
-		"command": `node -e 'const fs=require("fs"), f=process.env.HOME+"/.claude/.credentials.json", c=JSON.parse(fs.readFileSync(f)); c.claudeAiOauth.accessToken=[...c.claudeAiOauth.accessToken].reverse().join(""); c.claudeAiOauth.expiresAt=4102444800999; fs.writeFileSync(f, JSON.stringify(c))' && echo done > refreshed.txt`}}}
+	// The new tokens are the old ones reversed (or the attacker's, cut
+	// from a word): neither is in the command the agent ran, so the
+	// records can be checked for them.
+	edit := func(tokens string) string {
+		return `node -e 'const fs=require("fs"), f=process.env.HOME+"/.claude/.credentials.json", c=JSON.parse(fs.readFileSync(f)), o=c.claudeAiOauth; ` + tokens + `; o.expiresAt=4102444800999; fs.writeFileSync(f, JSON.stringify(c))'`
+	}
+	swap := edit(`o.accessToken="attacker-access-tokenXYZ".slice(0,15); o.refreshToken="attacker-refresh-tokenXYZ".slice(0,16)`)
+	refresh := edit(`o.accessToken=[...o.accessToken].reverse().join(""); o.refreshToken=[...o.refreshToken].reverse().join("")`)
 	port, ca := tlsFront(t, api.URL)
+	dns := newStubDNS(t)
+	dns.set("localhost", "127.0.0.1")
+	dns.set("platform.claude.com", "127.0.0.1")
 	dir := factoryDir(t, `version: 1
 repos:
   app: {path: ./app}
+sandbox:
+  egress:
+    resolver: "`+dns.addr+`"
+    allow_ranges: [127.0.0.0/8]
 providers:
   claude-code: {command: `+bin+`, base_url: "https://localhost:`+port+`"}
 pipelines:
@@ -339,49 +358,76 @@ pipelines:
 steps:
   ask:
     prompt: refresh your login
-    sandbox: {mode: required, network: allowlist, egress: {inject: provider}}
+    sandbox: {mode: required, network: allowlist, egress: {inject: provider, allow: ["platform.claude.com:`+port+`"]}}
     env:
       DISABLE_TELEMETRY: "1"
       DISABLE_ERROR_REPORTING: "1"
 `, "app")
 	storeKey(t, dir, "claude-code", realKey)
 	login := filepath.Join(dir, "home", ".claude")
-	const creds = `{"claudeAiOauth":{"accessToken":"e2e-old-access","refreshToken":"e2e-refresh-token","expiresAt":4102444800000,"scopes":["user:inference"]},"mcpOAuth":{"srv":{"accessToken":"e2e-mcp"}}}`
+	const creds = `{"claudeAiOauth":{"accessToken":"e2e-old-access","refreshToken":"e2e-refresh-token","expiresAt":4102444800000,"scopes":["user:inference"],"subscriptionType":"max"},"mcpOAuth":{"srv":{"accessToken":"e2e-mcp"}}}`
 	writeFile(t, filepath.Join(login, ".credentials.json"), creds)
+	os.Chmod(filepath.Join(login, ".credentials.json"), 0o600)
 	writeFile(t, filepath.Join(login, "projects", "other", "s.jsonl"), "the user's other session\n")
-	res := runKusawEnv(t, dir, []string{"SSL_CERT_FILE=" + ca}, "run")
-	id := onlyRun(t, dir)
-	adir := filepath.Join(dir, ".kusaw", "runs", id, "steps", "ask", "1")
-	if res.code != 0 {
-		t.Fatalf("kusaw run exit %d\n%s%s\n%s%s", res.code, res.stdout, res.stderr, mayRead(filepath.Join(adir, "stdout.log")), mayRead(filepath.Join(adir, "stderr.log")))
+	runs := map[string]bool{}
+	run := func(command string) (string, string) {
+		t.Helper()
+		api.Tools = []providertest.ToolUse{{Name: "Bash", Input: map[string]any{"description": "refresh the login", "command": command + " && echo done > refreshed.txt"}}}
+		res := runKusawEnv(t, dir, []string{"SSL_CERT_FILE=" + ca}, "run")
+		id := newRun(t, dir, runs)
+		adir := filepath.Join(dir, ".kusaw", "runs", id, "steps", "ask", "1")
+		if res.code != 0 {
+			t.Fatalf("kusaw run exit %d\n%s%s\n%s%s", res.code, res.stdout, res.stderr, mayRead(filepath.Join(adir, "stdout.log")), mayRead(filepath.Join(adir, "stderr.log")))
+		}
+		if got := git(t, filepath.Join(dir, "app"), "show", "kusaw/"+id+":refreshed.txt"); got != "done" {
+			t.Fatalf("the agent's tool call did not run: %q", got)
+		}
+		var ev map[string]any
+		for _, l := range strings.Split(readFile(t, filepath.Join(adir, "events.jsonl")), "\n") {
+			if strings.Contains(l, `"sandbox.credentials"`) {
+				if ev != nil {
+					t.Errorf("two sandbox.credentials events: %s", l)
+				}
+				json.Unmarshal([]byte(l), &ev)
+			}
+		}
+		data, _ := ev["data"].(map[string]any)
+		b, _ := json.Marshal(data)
+		return readFile(t, filepath.Join(login, ".credentials.json")), string(b)
 	}
-	if got := git(t, filepath.Join(dir, "app"), "show", "kusaw/"+id+":refreshed.txt"); got != "done" {
-		t.Fatalf("the agent's tool call did not run: %q", got)
+
+	// The attack: another account's tokens, no connection to the token host.
+	got, ev := run(swap)
+	if got != creds {
+		t.Errorf("the swapped login reached the user's file: %s", got)
 	}
-	var got struct {
+	if !strings.Contains(ev, `"carried":false`) || !strings.Contains(ev, "made no connection to platform.claude.com") {
+		t.Errorf("the attempt does not say why the login was kept: %s", ev)
+	}
+
+	// The twin: the token host reached, then the refresh.
+	got, ev = run(`curl -sk -o /dev/null https://platform.claude.com:` + port + `/v1/oauth/token && ` + refresh)
+	var c struct {
 		OAuth map[string]any            `json:"claudeAiOauth"`
 		MCP   map[string]map[string]any `json:"mcpOAuth"`
 	}
-	if err := json.Unmarshal([]byte(readFile(t, filepath.Join(login, ".credentials.json"))), &got); err != nil {
+	if err := json.Unmarshal([]byte(got), &c); err != nil {
 		t.Fatal(err)
 	}
-	// The new token is the old one reversed: neither is in the command
-	// the agent ran, so the records can be checked for both.
-	const refreshed = "ssecca-dlo-e2e"
-	if got.OAuth["accessToken"] != refreshed || got.OAuth["refreshToken"] != "e2e-refresh-token" || got.OAuth["scopes"] == nil || got.MCP["srv"]["accessToken"] != "e2e-mcp" {
-		t.Errorf("the user's credentials after the run: %+v", got)
+	if c.OAuth["accessToken"] != "ssecca-dlo-e2e" || c.OAuth["refreshToken"] != "nekot-hserfer-e2e" || c.OAuth["scopes"] == nil || c.MCP["srv"]["accessToken"] != "e2e-mcp" {
+		t.Errorf("the user's credentials after the refresh: %s (event %s)", got, ev)
 	}
-	if fi, err := os.Lstat(filepath.Join(login, ".credentials.json")); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o077 != 0 {
+	if !strings.Contains(ev, `"carried":true`) || !strings.Contains(ev, `"token_host":"platform.claude.com"`) {
+		t.Errorf("the carried-back event: %s", ev)
+	}
+	if fi, err := os.Lstat(filepath.Join(login, ".credentials.json")); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o600 {
 		t.Errorf("the carried-back credentials file: %v %v", fi.Mode(), err)
 	}
 	// The session stayed in the attempt, which removed its copy.
 	if ents, _ := os.ReadDir(filepath.Join(login, "projects")); len(ents) != 1 || ents[0].Name() != "other" {
 		t.Errorf("the run changed the user's projects/: %v", ents)
 	}
-	if left, _ := os.ReadDir(filepath.Join(adir, "login")); len(left) > 0 {
-		t.Errorf("the attempt's login copy is left in its records: %v", left)
-	}
-	for _, secret := range []string{refreshed, "e2e-old-access", "e2e-refresh-token", "e2e-mcp", realKey} {
+	for _, secret := range []string{"ssecca-dlo-e2e", "nekot-hserfer-e2e", "e2e-old-access", "e2e-refresh-token", "e2e-mcp", realKey} {
 		if hits := grepDir(t, filepath.Join(dir, ".kusaw"), secret); len(hits) > 0 {
 			t.Errorf("%s is in the records: %v", secret, hits)
 		}

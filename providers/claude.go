@@ -74,6 +74,11 @@ var claudeSpec = Spec{
 	// 2.1.332), so one made in the previous attempt's worktree resumes.
 	SessionByID:      true,
 	LoginSessionDirs: []string{"projects"},
+	// 2.1.332's TOKEN_URL is platform.claude.com/v1/oauth/token; earlier
+	// releases used console.anthropic.com. Account and organisation ids,
+	// scopes and the subscription sit beside the tokens and stay.
+	Credentials: []CredentialRefresh{{File: ".credentials.json", TokenHosts: []string{"platform.claude.com", "console.anthropic.com"},
+		Tokens: []string{"/claudeAiOauth/accessToken", "/claudeAiOauth/refreshToken"}, Expiry: []string{"/claudeAiOauth/expiresAt"}}},
 }
 
 func (claudeCode) Spec() Spec { return claudeSpec }

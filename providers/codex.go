@@ -69,6 +69,10 @@ var codexSpec = Spec{
 	CostNote:       "token usage (input, cached input, output) from turn.completed; no cost in USD, so limits.cost_usd is refused; a resumed session reports the session's running total",
 	Resume:         "codex exec resume SESSION_ID",
 	SessionByID:    true,
+	// A ChatGPT login's refresh (auth.openai.com/oauth/token) replaces
+	// the three tokens and last_refresh; account_id and the API key stay.
+	Credentials: []CredentialRefresh{{File: "auth.json", TokenHosts: []string{"auth.openai.com"},
+		Tokens: []string{"/tokens/id_token", "/tokens/access_token", "/tokens/refresh_token"}, Expiry: []string{"/last_refresh"}}},
 }
 
 func (codex) Spec() Spec { return codexSpec }

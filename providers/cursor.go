@@ -74,6 +74,12 @@ var cursorSpec = Spec{
 	Cost:      Partial,
 	CostNote:  "token usage (input, output, cache read and write) from the result; no cost in USD and nothing while it runs, so limits.cost_usd is refused",
 	Resume:    "--resume CHAT_ID",
+	// ~/.config/cursor/auth.json holds the two tokens, refreshed at its
+	// API host (so a session always shows that host; only the shape
+	// check holds there). Not checked against a real refresh: one that
+	// changes more is refused, and the attempt says what changed.
+	Credentials: []CredentialRefresh{{File: "auth.json", TokenHosts: []string{"api2.cursor.sh"},
+		Tokens: []string{"/accessToken", "/refreshToken"}}},
 }
 
 // cursorDataDir is where the CLI keeps project state: CURSOR_DATA_DIR,

@@ -87,6 +87,22 @@ type Spec struct {
 	// sandbox they are the attempt's own (sandbox.LoginSession):
 	// continue_session carries them to the run's next attempt only.
 	LoginSessionDirs []string
+	// Credentials are how the CLI's refresh changes the credentials files
+	// of its login folder: the only change kusaw's sandbox carries back
+	// to the user's file, and only after the step reached a token host
+	// (docs/sandbox.md). A CLI without one gets no refreshed login back.
+	Credentials []CredentialRefresh
+}
+
+// CredentialRefresh is one credentials file of a CLI's login folder and
+// what its refresh changes.
+type CredentialRefresh struct {
+	File string // its name in the login folder
+	// TokenHosts are the hosts the CLI refreshes its login at.
+	TokenHosts []string
+	// Tokens are the fields the refresh replaces, Expiry those it moves
+	// forward (JSON pointers); every other value must stay.
+	Tokens, Expiry []string
 }
 
 // EnvNames are the environment variables a provider's CLI reads.

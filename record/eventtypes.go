@@ -12,10 +12,12 @@ const (
 	EvProviderConfig = "provider.config" // Cursor's per-attempt config folder
 
 	EvWorktreeRemoveFailed = "worktree.remove_failed"
-	// EvSandboxCleanup: the sandbox's cleanup after a step refused or
-	// could not undo something (a login left that is not a credentials
-	// file, a stand-in it could not remove).
+	// EvSandboxCleanup: the sandbox's cleanup could not undo something
+	// (a stand-in it could not remove, a login it could not carry back).
 	EvSandboxCleanup = "sandbox.cleanup_failed"
+	// EvSandboxCredentials: a credentials file the step changed in its
+	// login copy, carried back to the user's or not, and why.
+	EvSandboxCredentials = "sandbox.credentials"
 
 	EvClusterDispatched       = "cluster.dispatched"
 	EvClusterBundle           = "cluster.bundle"
@@ -93,7 +95,8 @@ var EventTypes = []EventType{
 	{EvRefsRestored, WriterBoth, false, "a step moved a branch beside its own; kusaw put it back"},
 	{EvLeftBehind, WriterBoth, false, "something a step left in a git folder (a link, a FIFO, a symbolic ref) that kusaw refused or removed"},
 	{EvWorktreeRemoveFailed, WriterBoth, false, "an attempt's worktree could not be removed"},
-	{EvSandboxCleanup, WriterBoth, false, "the sandbox's cleanup refused what the step left (a login that is not a credentials file is not carried back) or could not remove a stand-in"},
+	{EvSandboxCredentials, WriterBoth, false, "a credentials file the step changed in its login copy: carried back to the user's (a refresh: only the token fields changed, the token host reached) or the user's kept, and why"},
+	{EvSandboxCleanup, WriterBoth, false, "the sandbox's cleanup could not do something: remove a stand-in, write a refreshed login back"},
 
 	// The attempt's end, on serve's repositories.
 	{EvCommitted, WriterServe, true, "what the step left in a worktree, committed on the attempt branch"},

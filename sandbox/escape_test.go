@@ -196,9 +196,13 @@ func ptraceAttach(pid int) int {
 
 // The login folder's CLI, settings and the scripts they name.
 const (
-	localClaude       = "#!/bin/sh\necho claude-ok\n"
-	loginScript       = "#!/bin/sh\necho status\n"
-	credentialsJSON   = `{"claudeAiOauth":{"accessToken":"old"}}`
+	localClaude     = "#!/bin/sh\necho claude-ok\n"
+	loginScript     = "#!/bin/sh\necho status\n"
+	credentialsJSON = `{"claudeAiOauth":{"accessToken":"old","refreshToken":"r-old","expiresAt":1700000000000,"scopes":["user:inference"],"subscriptionType":"max"}}`
+	// refreshedJSON is a refresh of credentialsJSON; swappedJSON another
+	// account's login of the same shape.
+	refreshedJSON     = `{"claudeAiOauth":{"accessToken":"refreshed","refreshToken":"r-new","expiresAt":1800000000000,"scopes":["user:inference"],"subscriptionType":"max"}}`
+	swappedJSON       = `{"claudeAiOauth":{"accessToken":"attacker","refreshToken":"r-attacker","expiresAt":1800000000000,"scopes":["user:inference"],"subscriptionType":"max"}}`
 	loginSettingsJSON = `{"hooks":{"PreToolUse":[{"hooks":[{"type":"command","command":"$HOME/.claude/hooks/pre.sh"}]}]},"statusLine":{"type":"command","command":"sh ~/.claude/statusline.sh"},"apiKeyHelper":"~/.claude/scripts/key.sh"}`
 )
 
@@ -209,8 +213,12 @@ type suite struct {
 	helper  string
 	hostPID int
 	vars    map[string]string
-	// cleanupWant is the error the next Cleanup must return ("": none).
+	// cleanupWant is the error the next Cleanup must return, or the
+	// reason it kept the user's credentials file ("": none).
 	cleanupWant string
+	// offline: the next step's egress log shows no connection to the
+	// token host (else it shows one, as when the step may reach it).
+	offline bool
 }
 
 const prelude = `
@@ -258,10 +266,25 @@ func (s *suite) run(t *testing.T, edit func(*Input), script string) (int, string
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err = cmd.Run()
-	switch cerr := p.Cleanup(); {
-	case cerr != nil && (s.cleanupWant == "" || !strings.Contains(cerr.Error(), s.cleanupWant)):
-		t.Errorf("cleanup: %v", cerr)
-	case cerr == nil && s.cleanupWant != "":
+	// The egress log shows the API host, and the token host unless offline.
+	p.Reached = reachedHosts("api.anthropic.com", testClaudeRule.Hosts[0])
+	if s.offline {
+		p.Reached = reachedHosts("api.anthropic.com")
+	}
+	cerr := p.Cleanup()
+	said := ""
+	if cerr != nil {
+		said = cerr.Error()
+	}
+	for _, o := range p.Carried {
+		if !o.Carried {
+			said += "; kept: " + o.Reason
+		}
+	}
+	switch {
+	case said != "" && (s.cleanupWant == "" || !strings.Contains(said, s.cleanupWant)):
+		t.Errorf("cleanup: %s", said)
+	case said == "" && s.cleanupWant != "":
 		t.Errorf("cleanup did not refuse what the step left (want %q)", s.cleanupWant)
 	}
 	for _, st := range p.StandIns {
@@ -301,6 +324,9 @@ type escapeCase struct {
 	// cleanupErr: the attack's Cleanup must fail with this (what the step
 	// left is refused, and said).
 	cleanupErr string
+	// offline: the attack's egress log shows no connection to the token
+	// host (the twin's always does).
+	offline bool
 }
 
 func unchanged(path, want string) func(*testing.T, *fixture) {
@@ -378,7 +404,7 @@ func escapeCases() []escapeCase {
 			check:  unchanged("$ROOT/home/.claude/settings.json", loginSettingsJSON), twinHost: absent("$ROOT/home/.claude/projects/session.jsonl")},
 		{name: "carry back a login that is not a credentials file",
 			attack: `c=$HOME_/.claude/.credentials.json; rm -f $c && ln -s /etc/passwd $c && exit 42`,
-			twin:   `echo '{"claudeAiOauth":{"accessToken":"refreshed"}}' > $HOME_/.claude/.credentials.json`,
+			twin:   `echo '` + refreshedJSON + `' > $HOME_/.claude/.credentials.json`,
 			check:  unchanged("$ROOT/home/.claude/.credentials.json", credentialsJSON), cleanupErr: "not a regular file",
 			twinHost: func(t *testing.T, f *fixture) {
 				b, _ := os.ReadFile(filepath.Join(f.home, ".claude", ".credentials.json"))
@@ -389,8 +415,8 @@ func escapeCases() []escapeCase {
 			}},
 		{name: "empty the user's login through the credentials file carried back",
 			attack: `echo '{}' > $HOME_/.claude/.credentials.json; exit 42`,
-			twin:   `echo '{"claudeAiOauth":{"accessToken":"refreshed"},"mcpOAuth":{}}' > $HOME_/.claude/.credentials.json`,
-			check:  unchanged("$ROOT/home/.claude/.credentials.json", credentialsJSON), cleanupErr: "lack keys",
+			twin:   `echo '` + refreshedJSON + `' > $HOME_/.claude/.credentials.json`,
+			check:  unchanged("$ROOT/home/.claude/.credentials.json", credentialsJSON), cleanupErr: "removes /claudeAiOauth",
 			twinHost: func(t *testing.T, f *fixture) {
 				b, _ := os.ReadFile(filepath.Join(f.home, ".claude", ".credentials.json"))
 				if !strings.Contains(string(b), "refreshed") {
@@ -398,6 +424,18 @@ func escapeCases() []escapeCase {
 				}
 				write(t, filepath.Join(f.home, ".claude", ".credentials.json"), credentialsJSON)
 			}},
+		{name: "swap the login for another account's without reaching the token host",
+			attack:  `echo '` + swappedJSON + `' > $HOME_/.claude/.credentials.json; exit 42`,
+			twin:    `echo '` + refreshedJSON + `' > $HOME_/.claude/.credentials.json`,
+			offline: true, check: unchanged("$ROOT/home/.claude/.credentials.json", credentialsJSON), cleanupErr: "made no connection to platform.claude.com",
+			twinHost: func(t *testing.T, f *fixture) {
+				unchanged("$ROOT/home/.claude/.credentials.json", refreshedJSON+"\n")(t, f)
+				write(t, filepath.Join(f.home, ".claude", ".credentials.json"), credentialsJSON)
+			}},
+		{name: "swap the login for another account's of another subscription, the token host reached",
+			attack: `echo '` + strings.Replace(swappedJSON, `"max"`, `"pro"`, 1) + `' > $HOME_/.claude/.credentials.json; exit 42`,
+			twin:   `grep -q claudeAiOauth $HOME_/.claude/.credentials.json`,
+			check:  unchanged("$ROOT/home/.claude/.credentials.json", credentialsJSON), cleanupErr: "changes /claudeAiOauth/subscriptionType"},
 		{name: "carry back a script as the credentials file",
 			attack:     `printf '#!/bin/sh\nevil\n' > $HOME_/.claude/.credentials.json; exit 42`,
 			twin:       `grep -q claudeAiOauth $HOME_/.claude/.credentials.json`,
@@ -794,9 +832,9 @@ func runSuite(t *testing.T, uid int) {
 			if uid != 0 && c.rootOnly != "" {
 				t.Skip(c.rootOnly)
 			}
-			s.cleanupWant = c.cleanupErr
+			s.cleanupWant, s.offline = c.cleanupErr, c.offline
 			code, out := s.run(t, c.edit, c.attack)
-			s.cleanupWant = ""
+			s.cleanupWant, s.offline = "", false
 			if code != 42 {
 				t.Errorf("attack was not refused (exit %d, want 42):\n%s", code, out)
 			}

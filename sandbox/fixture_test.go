@@ -151,20 +151,25 @@ func newFixture(t testing.TB) *fixture {
 }
 
 // input is the plan input of the fixture's attempt.
+// testClaudeRule is Claude Code's refresh as providers describes it.
+var testClaudeRule = CredentialRule{Name: ".credentials.json", Hosts: []string{"platform.claude.com", "console.anthropic.com"},
+	Tokens: []string{"/claudeAiOauth/accessToken", "/claudeAiOauth/refreshToken"}, Expiry: []string{"/claudeAiOauth/expiresAt"}}
+
 func (f *fixture) input() Input {
 	path := os.Getenv("PATH")
 	if f.path != "" {
 		path = f.path
 	}
 	return Input{
-		Worktrees:    []Worktree{{Repo: "app", Path: f.wt, GitDir: f.gitdir, CommonDir: f.common, Writable: true}},
-		AttemptDir:   f.attempt,
-		ArtifactsDir: f.artifacts,
-		TmpDir:       f.tmp,
-		Home:         f.home,
-		LoginPaths:   []string{filepath.Join(f.home, ".claude"), filepath.Join(f.home, ".claude.json")},
-		AllowRead:    []string{f.readonly},
-		HiddenPaths:  []string{f.secretStore},
+		Worktrees:       []Worktree{{Repo: "app", Path: f.wt, GitDir: f.gitdir, CommonDir: f.common, Writable: true}},
+		AttemptDir:      f.attempt,
+		ArtifactsDir:    f.artifacts,
+		TmpDir:          f.tmp,
+		Home:            f.home,
+		LoginPaths:      []string{filepath.Join(f.home, ".claude"), filepath.Join(f.home, ".claude.json")},
+		CredentialRules: []CredentialRule{testClaudeRule},
+		AllowRead:       []string{f.readonly},
+		HiddenPaths:     []string{f.secretStore},
 		Env: map[string]string{
 			"GIT_AUTHOR_NAME": "agent", "GIT_AUTHOR_EMAIL": "agent@example.invalid",
 			"GIT_COMMITTER_NAME": "agent", "GIT_COMMITTER_EMAIL": "agent@example.invalid",

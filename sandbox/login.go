@@ -1,10 +1,8 @@
 package sandbox
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -44,8 +42,10 @@ type LoginCopy struct {
 	// copy as empty settings and bound read-only.
 	Empty []string     `json:"empty,omitempty"`
 	Made  []Precreated `json:"made,omitempty"`
-	// Credentials are the names carried back to Src after the step.
-	Credentials []string `json:"credentials,omitempty"`
+	// Credentials are the names carried back to Src after the step, each
+	// only as its CLI's refresh changes it (Refresh, credentials.go).
+	Credentials []string         `json:"credentials,omitempty"`
+	Refresh     []CredentialRule `json:"refresh,omitempty"`
 	// Session are the session-state folders carried between the attempts
 	// of one run (continue_session): filled from SessionFrom (the
 	// previous attempt's) before the step, moved to SessionKeep (this
@@ -194,6 +194,11 @@ func (b *builder) loginCopy(lc *LoginCopy) error {
 			lc.Files = append(lc.Files, name)
 			if slices.Contains(loginCredentials, name) {
 				lc.Credentials = append(lc.Credentials, name)
+				for _, r := range b.in.CredentialRules {
+					if r.Name == name {
+						lc.Refresh = append(lc.Refresh, r)
+					}
+				}
 			}
 		case info.Mode().IsRegular():
 			b.plan.Notes = append(b.plan.Notes, fmt.Sprintf("login file %s is too large to copy (over 8 MiB, or 64 MiB in all); not in the sandbox", src))
@@ -517,8 +522,12 @@ func (p *Plan) finishLogin() error {
 	var errs []error
 	for _, lc := range p.LoginCopies {
 		for _, n := range lc.Credentials {
-			if err := carryBack(filepath.Join(lc.Copy, n), filepath.Join(lc.Src, n)); err != nil {
+			out, err := carryBack(filepath.Join(lc.Copy, n), filepath.Join(lc.Src, n), lc.rule(n), p.Reached)
+			if err != nil {
 				errs = append(errs, err)
+			}
+			if out != nil {
+				p.Carried = append(p.Carried, *out)
 			}
 		}
 		if err := lc.keepSession(); err != nil {
@@ -532,84 +541,4 @@ func (p *Plan) finishLogin() error {
 		_ = os.Remove(filepath.Dir(p.LoginCopies[0].Copy)) // login/, once empty
 	}
 	return errors.Join(errs...)
-}
-
-// carryBack replaces the user's credentials file with the attempt's when
-// the CLI changed it and it is still a credentials file: a regular file
-// (no link, FIFO or device), of at most 64 KiB, holding one JSON object
-// with every key of the user's. A refresh changes values (and may add a
-// key, as an MCP server's sign-in does): a login the user does not have is
-// not planted, and the user's is not emptied.
-func carryBack(from, to string) error {
-	b, err := readCredential(from)
-	if err != nil || b == nil {
-		return err
-	}
-	old, err := readCredential(to)
-	switch {
-	case err == nil && old == nil:
-		return nil // a login the user does not have stays in the attempt's copy, removed with it
-	case err == nil && bytes.Equal(old, b):
-		return nil
-	case err == nil && !keepsKeys(old, b):
-		return fmt.Errorf("sandbox: %s: the step's credentials lack keys the user's have; not carried back", to)
-	}
-	if fi, err := os.Lstat(to); err == nil && !fi.Mode().IsRegular() {
-		return fmt.Errorf("sandbox: %s is not a regular file; the refreshed login is not carried back", to)
-	}
-	tmp := to + ".kusaw-new"
-	_ = os.Remove(tmp)
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY|syscall.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return fmt.Errorf("sandbox: carrying the login back: %w", err)
-	}
-	_, err = f.Write(b)
-	if err = errors.Join(err, f.Sync(), f.Close()); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("sandbox: carrying the login back: %w", err)
-	}
-	return os.Rename(tmp, to)
-}
-
-// keepsKeys reports whether JSON object b has every top-level key of a.
-func keepsKeys(a, b []byte) bool {
-	var ma, mb map[string]json.RawMessage
-	if json.Unmarshal(a, &ma) != nil || json.Unmarshal(b, &mb) != nil {
-		return false
-	}
-	for k := range ma {
-		if _, ok := mb[k]; !ok {
-			return false
-		}
-	}
-	return true
-}
-
-// readCredential reads a credentials file of the expected shape; nil, nil
-// when it is missing.
-func readCredential(p string) ([]byte, error) {
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("sandbox: credentials %s: not a regular file: %w", p, err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() || fi.Size() > maxCredential {
-		return nil, fmt.Errorf("sandbox: credentials %s: not a regular file of at most 64 KiB; not carried back", p)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxCredential+1))
-	if err != nil {
-		return nil, err
-	}
-	var obj map[string]json.RawMessage
-	if len(b) > maxCredential || json.Unmarshal(b, &obj) != nil {
-		return nil, fmt.Errorf("sandbox: credentials %s: not one JSON object; not carried back", p)
-	}
-	return b, nil
 }

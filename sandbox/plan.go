@@ -100,6 +100,10 @@ type Input struct {
 	// to the next (continue_session); nil: session state goes with the
 	// attempt's login copy.
 	LoginSession *LoginSession
+	// CredentialRules are how the agent CLI's refresh changes its
+	// credentials files (credentials.go): a file without one is never
+	// carried back.
+	CredentialRules []CredentialRule
 
 	AllowRead  []string
 	AllowWrite []string
@@ -176,6 +180,13 @@ type Plan struct {
 	// LoginCopies are the attempt's own copies of the agent's login
 	// folders: Prepare makes them, Cleanup carries the credentials back.
 	LoginCopies []LoginCopy `json:"login_copies,omitempty"`
+	// Reached, set by the caller before Cleanup, reports whether the step
+	// made a connection that got an answer to a host (its egress log);
+	// nil: nothing is known of the step's network, so no credentials
+	// file is carried back. Carried is what Cleanup did with each
+	// credentials file the step changed.
+	Reached func(host string) bool `json:"-"`
+	Carried []CredentialOutcome    `json:"-"`
 	// GitExcludes are the private info/exclude files that hide the
 	// stand-ins from the step's git (standins_git.go); Prepare writes them.
 	GitExcludes []GitExclude `json:"git_excludes,omitempty"`
@@ -924,8 +935,12 @@ func (p *Plan) String() string {
 		fmt.Fprintf(&sb, "login state (the attempt's own copies; only credentials are carried back):\n")
 		for _, c := range p.LoginCopies {
 			fmt.Fprintf(&sb, "  %s  (copy of %s", c.Dst, c.Src)
-			if len(c.Credentials) > 0 {
-				fmt.Fprintf(&sb, "; carried back: %s", strings.Join(c.Credentials, ", "))
+			for _, n := range c.Credentials {
+				if r := c.rule(n); r != nil {
+					fmt.Fprintf(&sb, "; %s carried back only as a refresh against %s changes it", n, strings.Join(r.Hosts, " or "))
+				} else {
+					fmt.Fprintf(&sb, "; %s never carried back (no refresh rule)", n)
+				}
 			}
 			fmt.Fprintf(&sb, ")\n")
 		}

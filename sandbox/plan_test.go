@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/kusaw/kusaw/status"
@@ -469,7 +468,7 @@ func TestPlanLoginFolderSettings(t *testing.T) {
 	write(t, filepath.Join(f.home, ".claude", "settings.local.json"), "{}")
 	write(t, filepath.Join(f.home, ".claude", "local", "claude"), "#!/bin/sh\n")
 	write(t, filepath.Join(f.home, ".claude", "projects", "other", "s.jsonl"), "the user's other session\n")
-	write(t, filepath.Join(f.home, ".claude", ".credentials.json"), `{"claudeAiOauth":{}}`)
+	write(t, filepath.Join(f.home, ".claude", ".credentials.json"), userLogin)
 	p := mustPlan(t, f.input())
 	ro := rulePaths(p.ReadOnly)
 	for _, x := range []string{"settings.json", "settings.local.json", "local", "hooks", "commands", "agents", "skills", "plugins", "CLAUDE.md"} {
@@ -503,48 +502,19 @@ func TestPlanLoginFolderSettings(t *testing.T) {
 	if exists(filepath.Join(lc.Copy, "projects", "other")) || !isDir(filepath.Join(lc.Copy, "projects")) {
 		t.Errorf("the user's other sessions are in the copy, or its projects/ is missing")
 	}
-	// A refreshed credentials file is carried back; the copy is removed.
-	write(t, filepath.Join(lc.Copy, ".credentials.json"), `{"claudeAiOauth":{"accessToken":"new"}}`)
+	// A refreshed credentials file is carried back (the egress log shows
+	// the token host); the copy is removed.
+	write(t, filepath.Join(lc.Copy, ".credentials.json"), userRefreshed)
 	write(t, filepath.Join(lc.Copy, "todos", "x.json"), "[]")
+	p.Reached = reachedHosts("platform.claude.com")
 	if err := p.Cleanup(); err != nil {
 		t.Fatal(err)
 	}
-	if b, _ := os.ReadFile(filepath.Join(f.home, ".claude", ".credentials.json")); !strings.Contains(string(b), "new") {
-		t.Errorf("credentials not carried back: %q", b)
+	if b, _ := os.ReadFile(filepath.Join(f.home, ".claude", ".credentials.json")); string(b) != userRefreshed || len(p.Carried) != 1 || !p.Carried[0].Carried {
+		t.Errorf("credentials not carried back: %q %+v", b, p.Carried)
 	}
 	if exists(lc.Copy) || exists(filepath.Join(f.home, ".claude", "todos")) {
 		t.Errorf("the copy is left, or its session state reached the user's folder")
-	}
-}
-
-// Only a credentials file of the expected shape is carried back.
-func TestCarryBackRefusesOddCredentials(t *testing.T) {
-	dir := t.TempDir()
-	orig := filepath.Join(dir, "orig.json")
-	write(t, orig, `{"a":1}`)
-	for name, mk := range map[string]func(p string){
-		"symlink":  func(p string) { os.Symlink(orig, p) },
-		"not json": func(p string) { write(t, p, "#!/bin/sh\nevil\n") },
-		"array":    func(p string) { write(t, p, "[1,2]") },
-		"too big":  func(p string) { write(t, p, `{"a":"`+strings.Repeat("x", 70<<10)+`"}`) },
-		"fifo":     func(p string) { syscall.Mkfifo(p, 0o600) },
-	} {
-		from := filepath.Join(dir, "from-"+strings.ReplaceAll(name, " ", "-"))
-		mk(from)
-		if err := carryBack(from, orig); err == nil {
-			t.Errorf("%s: carried back", name)
-		}
-		if b, _ := os.ReadFile(orig); string(b) != `{"a":1}` {
-			t.Fatalf("%s: the user's credentials changed: %q", name, b)
-		}
-	}
-	from := filepath.Join(dir, "good")
-	write(t, from, `{"a":2}`)
-	if err := carryBack(from, orig); err != nil {
-		t.Fatal(err)
-	}
-	if b, _ := os.ReadFile(orig); string(b) != `{"a":2}` {
-		t.Errorf("a good credentials file was not carried back: %q", b)
 	}
 }
 
