@@ -357,3 +357,79 @@ steps:
 		})
 	}
 }
+
+// kusaw gc trims the worktree pools: the idle tree of a repository no
+// longer in the factory file, then one idle longer than 7 days; --dry-run
+// lists them and changes nothing, --json reports them, and a run's own
+// records are not needed for it.
+func TestGCTrimsWorktreePools(t *testing.T) {
+	yaml := `version: 1
+repos:
+  app: {path: app}
+  lib: {path: lib}
+pipelines:
+  default: [build]
+steps:
+  build:
+    run: ["true"]
+    sandbox: "off"
+`
+	dir := factoryDir(t, yaml, "app", "lib")
+	if r := runKusaw(t, dir, "run"); r.code != 0 {
+		t.Fatalf("kusaw run: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	slots := func() []string {
+		m, _ := filepath.Glob(filepath.Join(dir, ".kusaw", "pool", "*", "idle-*"))
+		for i := range m {
+			m[i] = filepath.Base(filepath.Dir(m[i])) + "/" + filepath.Base(m[i])
+		}
+		slices.Sort(m)
+		return m
+	}
+	before := slots()
+	if len(before) != 2 || !strings.HasPrefix(before[0], "app-") || !strings.HasPrefix(before[1], "lib-") {
+		t.Fatalf("pool after a run on two repositories: %v", before)
+	}
+	writeFile(t, filepath.Join(dir, "factory.yaml"), strings.Replace(yaml, "  lib: {path: lib}\n", "", 1))
+	r := runKusaw(t, dir, "gc", "--keep", "10", "--dry-run")
+	if r.code != 0 || !strings.Contains(r.stdout, "would remove pool tree "+before[1]+" (idle since ") || !strings.Contains(r.stdout, "its repository is not in the factory file") ||
+		!strings.Contains(r.stdout, "would remove 1 idle worktree from the pools") || strings.Contains(r.stdout, before[0]) {
+		t.Fatalf("gc --dry-run: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if got := slots(); !slices.Equal(got, before) {
+		t.Fatalf("a dry run removed pool trees: %v", got)
+	}
+	r = runKusaw(t, dir, "gc", "--keep", "10")
+	if r.code != 0 || !strings.Contains(r.stdout, "removed pool tree "+before[1]) || !strings.Contains(r.stdout, "removed 1 idle worktree from the pools") {
+		t.Fatalf("gc: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if got := slots(); !slices.Equal(got, before[:1]) {
+		t.Fatalf("pool after gc: %v, want %v", got, before[:1])
+	}
+	// A week and an hour without an attempt on app.
+	old := time.Now().Add(-7*24*time.Hour - time.Hour)
+	if err := os.Chtimes(filepath.Join(dir, ".kusaw", "pool", before[0], "base"), old, old); err != nil {
+		t.Fatal(err)
+	}
+	r = runKusaw(t, dir, "gc", "--keep", "10", "--json")
+	var res struct {
+		PoolTrees []struct {
+			Pool, Tree, Why, Error string
+			Idle                   time.Time `json:"idle_since"`
+		} `json:"pool_trees"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || r.code != 0 {
+		t.Fatalf("gc --json: %d %v\n%s%s", r.code, err, r.stdout, r.stderr)
+	}
+	if len(res.PoolTrees) != 1 || res.PoolTrees[0].Pool+"/"+res.PoolTrees[0].Tree != before[0] || res.PoolTrees[0].Why != "idle more than 7d" ||
+		res.PoolTrees[0].Error != "" || res.PoolTrees[0].Idle.Sub(old).Abs() > time.Second {
+		t.Fatalf("gc --json pool_trees: %+v", res.PoolTrees)
+	}
+	if got := slots(); len(got) != 0 {
+		t.Fatalf("pool after gc: %v", got)
+	}
+	// The next run checks out afresh and fills the pool again.
+	if r := runKusaw(t, dir, "run"); r.code != 0 || len(slots()) != 1 {
+		t.Fatalf("kusaw run after gc: %d %v\n%s%s", r.code, slots(), r.stdout, r.stderr)
+	}
+}

@@ -60,6 +60,29 @@ type GCResult struct {
 	// Kept are the runs a bound reached that stay: unfinished, pinned,
 	// delivered, continued by a run that stays, or failing to go.
 	Kept []GCRun `json:"kept"`
+	// PoolTrees are the idle worktrees removed from the pools (TrimPools);
+	// one with an error stays.
+	PoolTrees []worktree.TrimmedTree `json:"pool_trees"`
+}
+
+// TrimPools removes the idle trees of the state folder's worktree pools
+// that are not worth keeping (worktree.TrimPools): those of repositories
+// not in repos (the factory file's), those idle longer than
+// worktree.PoolIdleMaxAge, and the oldest beyond worktree.PoolIdleMax per
+// repository. A tree an attempt has taken is never touched. With dryRun
+// nothing changes.
+func (s *State) TrimPools(repos map[string]*config.Repo, now time.Time, dryRun bool) ([]worktree.TrimmedTree, error) {
+	keep := map[string]bool{}
+	for _, rc := range repos {
+		if repo, err := worktree.OpenRepo(rc.Path); err == nil {
+			keep[repo.PoolName()] = true
+		}
+	}
+	out, err := worktree.TrimPools(s.Dir, keep, now, dryRun)
+	if out == nil {
+		out = []worktree.TrimmedTree{}
+	}
+	return out, err
 }
 
 // planGC decides which of runs (newest first, as State.Runs lists them) go:

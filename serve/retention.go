@@ -53,4 +53,15 @@ func (s *Server) applyRetention() {
 			s.log.Warn().Str("run", g.Run).Str("error", g.Error).Msg("retention could not remove a run; it stays")
 		}
 	}
+	trees, err := s.E.State.TrimPools(s.F.Repos, time.Now(), false)
+	if err != nil {
+		s.log.Warn().Err(err).Msg("retention: cannot trim the worktree pools")
+	}
+	for _, t := range trees {
+		if t.Error != "" {
+			s.log.Warn().Str("pool", t.Pool).Str("tree", t.Tree).Str("error", t.Error).Msg("retention could not remove an idle pool tree; it stays")
+		} else {
+			s.log.Info().Str("pool", t.Pool).Str("tree", t.Tree).Str("why", t.Why).Msg("retention removed an idle pool tree")
+		}
+	}
 }

@@ -37,6 +37,10 @@ runs pinned with kusaw runs pin RUN; delivered runs (merged, pushed, a pull
 request); runs a kept follow-up continues. kusaw sandbox exec's and doctor's
 runs go sooner: after a day, and beyond the newest 10. Each run is removed
 under its own lock, so a run serve is running or resuming is left alone.
+Each pass also trims the worktree pools (idle trees attempts reuse, in
+<state_dir>/pool): trees of repositories no longer in the factory file,
+trees idle longer than 7 days, and the oldest beyond 4 per repository. A
+tree an attempt is using is never touched.
 --dry-run lists what would go and changes nothing.`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, args []string) error {
@@ -68,9 +72,13 @@ under its own lock, so a run serve is running or resuming is left alone.
 			if err != nil {
 				return err
 			}
-			res, err := st.GC(p, time.Now(), dryRun)
+			now := time.Now()
+			res, err := st.GC(p, now, dryRun)
 			if err != nil {
 				return exitf(status.ExitInternal, "%v", err)
+			}
+			if res.PoolTrees, err = st.TrimPools(f.Repos, now, dryRun); err != nil {
+				return exitf(status.ExitInternal, "worktree pools: %v", err)
 			}
 			if jsonOut {
 				b, _ := json.MarshalIndent(res, "", "  ")
@@ -112,6 +120,22 @@ func printGC(w io.Writer, res *factory.GCResult) {
 		fmt.Fprintf(w, "kept %s (%s): %s\n", g.Run, termSafe(g.Pipeline), why)
 	}
 	fmt.Fprintf(w, "%s %d run%s and %d branch%s; kept %d a bound reached\n", verb, len(res.Removed), plural(len(res.Removed), "s"), branches, plural(branches, "es"), len(res.Kept))
+	trees := 0
+	for _, t := range res.PoolTrees {
+		if t.Error != "" {
+			fmt.Fprintf(w, "kept pool tree %s/%s: could not remove it: %s\n", t.Pool, t.Tree, t.Error)
+			continue
+		}
+		trees++
+		line := fmt.Sprintf("%s pool tree %s/%s", verb, t.Pool, t.Tree)
+		if !t.Idle.IsZero() {
+			line += " (idle since " + t.Idle.Local().Format("2006-01-02 15:04") + ")"
+		}
+		fmt.Fprintln(w, line+": "+t.Why)
+	}
+	if trees > 0 {
+		fmt.Fprintf(w, "%s %d idle worktree%s from the pools\n", verb, trees, plural(trees, "s"))
+	}
 }
 
 func plural(n int, suffix string) string {
