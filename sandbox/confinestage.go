@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -102,3 +103,39 @@ func (p *Plan) confineArgv() []string {
 
 // confineArgsFor is the stage's flags for writable paths, ending in "--".
 func confineArgsFor(writable []string) []string { return confine.Args(writable) }
+
+// confineGap says which kernel layers an attempt of this program lacks for
+// want of the confinement stage: "" when the stage runs (or off Linux).
+// refuse is set when the program named the stage's program
+// (ConfineProgram: kusaw-daemon names kusaw) and that is missing: an
+// attempt there is refused rather than run weaker than it was set up to
+// run. A program that never claimed a stage (a test binary of another
+// package) runs without one, and the plan says so.
+func confineGap() (gap string, refuse bool) {
+	if runtime.GOOS != "linux" || confineProgram() != nil {
+		return "", false
+	}
+	layers := "the per-attempt session keyring"
+	if abi, _ := confine.LandlockABI(); abi >= 1 {
+		layers = fmt.Sprintf("Landlock (the kernel has ABI %d) and %s", abi, layers)
+	}
+	confineMu.Lock()
+	by := confineBy
+	confineMu.Unlock()
+	if by != "" {
+		return fmt.Sprintf("%s: the confinement stage's program %s is missing or not executable", layers, by), true
+	}
+	return layers + ": this program has no confinement stage (kusaw-bridge is not beside it and it is not kusaw)", false
+}
+
+// executable is the running program's path, links resolved.
+func executable() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "the kusaw program"
+	}
+	if r, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = r
+	}
+	return exe
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strings"
 
 	"github.com/kusaw/kusaw/sandbox/confine"
 )
@@ -55,7 +56,11 @@ func KernelLayers(ns CheckResult) []Layer {
 	case abi < 1:
 		ll.Detail = fmt.Sprintf("not available: %v; writes are held by the read-only mounts alone", err)
 	case stage == nil:
-		ll.Detail = fmt.Sprintf("the kernel has ABI %d, but this program has no confinement stage (kusaw-bridge is not beside it and it is not kusaw)", abi)
+		gap, stop := confineGap()
+		ll.Detail = fmt.Sprintf("the kernel has ABI %d, but %s", abi, gap[strings.Index(gap, ": ")+2:])
+		if stop {
+			ll.Detail += ": attempts are refused"
+		}
 	default:
 		ll.Active = true
 		ll.Detail = fmt.Sprintf("ABI %d: writes only beneath the plan's writable paths", abi)
@@ -76,6 +81,9 @@ func KernelLayers(ns CheckResult) []Layer {
 		kr.Detail = "the kernel has no key store: there is no session keyring to share"
 	case stage == nil:
 		kr.Detail = "no confinement stage in this program: the step inherits the host's session keyring (seccomp still refuses every keyctl call on it)"
+		if _, stop := confineGap(); stop {
+			kr.Detail += "; attempts are refused (the program it was given is missing)"
+		}
 	default:
 		kr.Active = true
 		kr.Detail = "a new anonymous session keyring per attempt; keyctl, add_key and request_key refused by seccomp; /proc/keys shows empty"

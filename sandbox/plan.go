@@ -185,8 +185,11 @@ type Plan struct {
 	// nil: nothing is known of the step's network, so no credentials
 	// file is carried back. Carried is what Cleanup did with each
 	// credentials file the step changed.
-	Reached func(host string) bool `json:"-"`
-	Carried []CredentialOutcome    `json:"-"`
+	// LayersMissing names the kernel layers an attempt of this plan runs
+	// without, and why (Linux: no confinement stage).
+	LayersMissing []string               `json:"layers_missing,omitempty"`
+	Reached       func(host string) bool `json:"-"`
+	Carried       []CredentialOutcome    `json:"-"`
 	// GitExcludes are the private info/exclude files that hide the
 	// stand-ins from the step's git (standins_git.go); Prepare writes them.
 	GitExcludes []GitExclude `json:"git_excludes,omitempty"`
@@ -285,6 +288,19 @@ func BuildPlan(in Input) (*Plan, error) {
 		return nil, err
 	}
 	p := b.plan
+	if p.Backend == "bubblewrap" {
+		// The kernel layers the confinement stage sets up are named when
+		// missing, in the plan the attempt records; refused where the
+		// program was set up with a stage (confineGap).
+		gap, stop := confineGap()
+		if stop {
+			return nil, &status.Error{Reason: status.ReasonSandboxUnavailable, Msg: "sandbox: missing " + gap,
+				Fix: "put kusaw-bridge beside " + executable() + " (make build puts both in bin/), or reinstall kusaw"}
+		}
+		if gap != "" {
+			p.LayersMissing = append(p.LayersMissing, gap)
+		}
+	}
 	var all []Mount
 	for _, tier := range [][]Mount{b.base, b.hide, b.reads, b.writes, b.secrets, b.protect} {
 		all = append(all, tier...)
@@ -950,6 +966,9 @@ func (p *Plan) String() string {
 		for _, t := range p.Toolchains {
 			fmt.Fprintf(&sb, "  %s  (%s)\n", t.Path, t.From)
 		}
+	}
+	for _, l := range p.LayersMissing {
+		fmt.Fprintf(&sb, "layer missing: %s\n", l)
 	}
 	for _, n := range p.Notes {
 		fmt.Fprintf(&sb, "note: %s\n", n)
