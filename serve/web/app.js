@@ -72,6 +72,25 @@ async function health() {
     const h = await api("/v1/health");
     document.getElementById("serve-info").textContent =
       `serve pid ${h.pid} · ${h.running} running · ${h.queued} queued · at most ${h.max_parallel} at once`;
+    // What keeps serve from working, as kusaw service status says it.
+    const alerts = [];
+    const s = h.state, c = h.cluster;
+    if (s && !s.writable) {
+      alerts.push(el("p", { id: "state-full" },
+        el("strong", { text: "State folder full or not writable: " }), s.dir,
+        s.since ? ` (since ${new Date(s.since).toLocaleString()})` : "",
+        `. Attempts fail with ${s.reason || "state.write_failed"}. `, s.message || "",
+        el("br"), el("strong", { text: "Fix: " }), s.fix || ""));
+    }
+    if (c && !c.connected) {
+      alerts.push(el("p", { id: "cluster-down" },
+        el("strong", { text: "Not connected to NATS: " }), c.nats || "",
+        c.disconnected_since ? ` (since ${new Date(c.disconnected_since).toLocaleString()})` : "",
+        ". No worker is found lost meanwhile; their results are taken once serve is back."));
+    }
+    const box = document.getElementById("serve-alert");
+    box.replaceChildren(...alerts);
+    box.hidden = alerts.length === 0;
   } catch (e) { /* the page works without it */ }
 }
 
