@@ -339,7 +339,7 @@ func (a *Attempt) createWorktrees() error {
 // a run branch not made yet (Job.NewBranches) is made first, with the
 // attempt's own branch when the attempt starts from it.
 func (a *Attempt) addAttempt(repo *worktree.Repo, name, from, branch, path string) (*worktree.Worktree, error) {
-	o := worktree.AddOptions{Pool: a.pool(repo)}
+	o := worktree.AddOptions{Pool: a.pool(repo), Sparse: a.h.Sparse[name]}
 	if !a.job.NewBranches {
 		return repo.AddAttemptWith(from, branch, path, o)
 	}

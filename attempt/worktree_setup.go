@@ -36,6 +36,9 @@ func (a *Attempt) pool(repo *worktree.Repo) *worktree.Pool {
 // was reused, and what its cleaning removed or repaired.
 func worktreeCreated(w *record.WorktreeRecord, wt *worktree.Worktree) map[string]any {
 	d := map[string]any{"repo": w.Repo, "path": w.Path, "branch": w.Branch, "base": w.BaseSHA}
+	if len(wt.Sparse) > 0 {
+		d["sparse"] = wt.Sparse
+	}
 	if wt.Reused {
 		d["reused"] = true
 		d["cleaned"] = map[string]any{"untracked": wt.Cleaned.Untracked, "replaced": wt.Cleaned.Replaced, "changed": wt.Cleaned.Changed, "folders": wt.Cleaned.Folders}

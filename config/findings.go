@@ -85,6 +85,7 @@ const (
 	ECodeForge           = "E091"
 	ECodeAgent           = "E092"
 	ECodeRetention       = "E100"
+	ECodeSparse          = "E101"
 
 	WCodeProxyIgnored      = "W1"
 	WCodeNoRestriction     = "W2"
@@ -147,6 +148,7 @@ var CodeInfo = []struct{ Code, Meaning string }{
 	{ECodeForge, "an unknown forge, a forge without api_url, or a trigger on a forge whose webhook_secret is not set"},
 	{ECodeAgent, "a providers.NAME.agent block kusaw cannot run: a built-in name, argv without {prompt} or {prompt_file}, a stream without its result pointer, a login folder outside the CLI's own, inject without the CLI's key and base URL variables"},
 	{ECodeRetention, "retention: that names no bound, a max_runs below 1, or a max_age under an hour"},
+	{ECodeSparse, "a repos.NAME.sparse that lists no folder, or an entry that is not a plain folder path inside the repository (no .., no leading /, no glob characters, no .git)"},
 	{WCodeProxyIgnored, "allowlist mode with a tool known to ignore HTTP(S)_PROXY: it will fail closed"},
 	{WCodeNoRestriction, "network: allowlist on an attempt whose sandbox is off: nothing is restricted"},
 	{WCodeHandshake, "a provider's handshake hosts (login, telemetry) are not in the allowlist"},

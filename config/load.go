@@ -185,7 +185,7 @@ func (d *decoder) repos(f *Factory, n *yaml.Node) {
 		}
 		r := &Repo{Name: fl.key}
 		havePath := false
-		for _, rf := range d.fields(fl.value, p, []string{"path", "base", "sandbox", "include"}) {
+		for _, rf := range d.fields(fl.value, p, []string{"path", "base", "sandbox", "include", "sparse"}) {
 			kp := join(p, rf.key)
 			switch rf.key {
 			case "path":
@@ -210,6 +210,8 @@ func (d *decoder) repos(f *Factory, n *yaml.Node) {
 				r.Sandbox = Mode(d.enum(rf.value, kp, "off", "required"))
 			case "include":
 				r.Include = d.include(rf.value, kp)
+			case "sparse":
+				r.Sparse = d.sparse(rf.value, kp)
 			}
 		}
 		if !havePath && resolve(fl.value).Kind == yaml.MappingNode {

@@ -175,6 +175,7 @@ func factorySchema() *schemaNode {
 		p("base", text("the branch, tag or commit each run starts from (default: the repository's HEAD)")),
 		p("sandbox", enum("the sandbox mode of attempts whose active repos include this one", modes...)),
 		p("include", list("globs of gitignored files (.env, config/local.yaml) copied from the main checkout into each new worktree, outside the sandbox; never committed")),
+		p("sparse", list("folders an attempt's worktree checks out (git's sparse-checkout cone mode: each folder whole, and the files at the top and in the folders leading to one); the attempt's commit keeps everything else as in its base")),
 	)
 	repo.required = []string{"path"}
 

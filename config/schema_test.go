@@ -382,6 +382,8 @@ var beyondSchema = map[string]string{
 	"deliver_pr_without_push":      "a pull request needs push: a rule across keys",
 	"cache_without_env":            "env is required only for a cache that is not a preset: a rule on the key's name",
 	"include_outside":              "a glob leaving the repository is found by cleaning its path",
+	"sparse_outside":               "a folder leaving the repository is found by cleaning its path",
+	"sparse_empty":                 "an empty list is refused by the rule, not the schema (a null one too)",
 	"agent_no_prompt":              "an agent step needs one of prompt and prompt_file: a rule across keys",
 	"allow_write_etc":              "which folders are too broad is decided on the resolved path",
 	"allow_write_root":             "which folders are too broad is decided on the resolved path",

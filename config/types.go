@@ -111,6 +111,9 @@ type Repo struct {
 	// Include are globs of gitignored files copied from the main checkout
 	// into each new worktree (repos.<name>.include).
 	Include []string
+	// Sparse are the folders an attempt's worktree checks out (git's
+	// cone mode; repos.<name>.sparse); nil: the whole tree.
+	Sparse []string
 }
 
 // SecretRef names a value in the secret store.

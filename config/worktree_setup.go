@@ -136,6 +136,30 @@ func (d *decoder) include(n *yaml.Node, kp string) []string {
 	return out
 }
 
+// sparse reads repos.NAME.sparse: the cone folders of its worktrees.
+func (d *decoder) sparse(n *yaml.Node, kp string) []string {
+	folders, nodes := d.strList(n, kp)
+	if len(nodes) == 0 && resolve(n).Kind != yaml.ScalarNode || resolve(n).Tag == "!!null" {
+		d.errf(ECodeSparse, n, kp, "list the folders the steps work in, such as [services/api, libs/common], or remove sparse:", "%s lists no folder", kp)
+		return nil
+	}
+	var out []string
+	for i, f := range folders {
+		ip := fmt.Sprintf("%s[%d]", kp, i)
+		c := strings.TrimSuffix(f, "/")
+		bad := c == "" || c != strings.TrimSpace(c) || strings.ContainsAny(c, "*?[]\\!#\n\r\x00") || path.IsAbs(c) || path.Clean(c) != c || c == "." || c == ".." || strings.HasPrefix(c, "../")
+		for _, part := range strings.Split(c, "/") {
+			bad = bad || strings.EqualFold(part, ".git")
+		}
+		if bad {
+			d.errf(ECodeSparse, nodes[i], ip, "write a folder relative to the repository's top, such as services/api", "%s: %q is not a folder path inside the repository", ip, f)
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
 // StepCaches are the caches a step uses: the factory's, then the step's
 // (a step's cache of the same name replaces the factory's), by name.
 func (f *Factory) StepCaches(s *Step) []*Cache {

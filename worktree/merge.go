@@ -93,6 +93,11 @@ func (r *Repo) commitTree(tree string, parents []string, msg string) (string, er
 // It returns the conflicted files. CommitAll then records the merge with
 // theirs as the second parent (set in MergeParents).
 func (w *Worktree) StartMerge(theirs string) ([]string, error) {
+	if len(w.Sparse) > 0 {
+		// The commit keeps everything outside the cone as in the base,
+		// which would undo the merge there.
+		return nil, fmt.Errorf("start merge of %s in %s: the worktree is sparse (repos.NAME.sparse); a merge needs the whole tree (fix: remove sparse: from the repository, or resolve in a pipeline without it)", short(theirs), w.Path)
+	}
 	r, err := w.openRepo()
 	if err != nil {
 		return nil, err

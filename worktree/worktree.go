@@ -28,6 +28,9 @@ type Worktree struct {
 	Reused      bool
 	Cleaned     CleanReport
 	ReuseFailed string
+	// Sparse are the cone folders of a sparse worktree (AddOptions.Sparse):
+	// its commit keeps everything outside them as in BaseSHA.
+	Sparse []string
 
 	repo  *Repo
 	index string // the trusted index of its checkout (held in pool), "" when none
@@ -43,6 +46,10 @@ type AddOptions struct {
 	// NewRunBase, when set, makes the run branch at this commit first
 	// (AddAttemptNewRun).
 	NewRunBase string
+	// Sparse, when set, are the folders the worktree checks out (git's
+	// cone mode, repos.NAME.sparse); the tree is never taken from or given
+	// to the pool.
+	Sparse []string
 }
 
 // AddAttempt creates branch attemptBranch at the current head of runBranch
@@ -100,6 +107,14 @@ func (r *Repo) addAttempt(runBranch, attemptBranch, dir string, o AddOptions) (*
 	if entries, err := os.ReadDir(abs); err == nil && len(entries) > 0 {
 		return nil, fmt.Errorf("worktree %s already exists and is not empty (fix: remove it, or use a new attempt directory)", abs)
 	}
+	if len(o.Sparse) > 0 {
+		if err := CheckSparse(o.Sparse); err != nil {
+			return nil, fmt.Errorf("add worktree: %v", err)
+		}
+		if !plainName(filepath.Base(abs)) {
+			return nil, fmt.Errorf("add worktree %s: a sparse worktree's folder name must be plain (letters, digits, '.', '_', '-')", abs)
+		}
+	}
 	head := newRun
 	if newRun == "" {
 		if head, err = r.Head(runBranch); err != nil {
@@ -118,15 +133,15 @@ func (r *Repo) addAttempt(runBranch, attemptBranch, dir string, o AddOptions) (*
 	// exactly what was checked out even if the run branch moves meanwhile.
 	var reused *reusedTree
 	var reuseErr error
-	plain := r.plainAdd && plainName(filepath.Base(abs))
-	if plain {
+	plain := r.plainAdd && plainName(filepath.Base(abs)) && len(o.Sparse) == 0
+	if plain || len(o.Sparse) > 0 {
 		newRunBranch := ""
 		if newRun != "" {
 			newRunBranch = runBranch
 		}
 		// Only a plain worktree is reused: git's own add copies what a
 		// sparse checkout or per-worktree config needs.
-		if o.Pool != nil {
+		if o.Pool != nil && plain {
 			reused, reuseErr = r.prepareReuse(o.Pool, abs)
 			// A tree the pool gave that could be neither cleaned nor
 			// removed (a file made immutable while it waited, say) is
@@ -140,7 +155,7 @@ func (r *Repo) addAttempt(runBranch, attemptBranch, dir string, o AddOptions) (*
 				return nil, fmt.Errorf("add worktree %s: the tree taken from the pool %s could not be cleaned or removed (%s); fix: remove %s by hand (lsattr and chattr -i for immutable files)", abs, o.Pool.Dir(), why, abs)
 			}
 		}
-		if err := r.addPlain(abs, attemptBranch, head, newRunBranch, reused, &reuseErr); err != nil {
+		if err := r.addPlain(abs, attemptBranch, head, newRunBranch, reused, &reuseErr, o.Sparse); err != nil {
 			return nil, fmt.Errorf("add worktree %s in %s: %v", abs, r, err)
 		}
 	} else {
@@ -165,7 +180,7 @@ func (r *Repo) addAttempt(runBranch, attemptBranch, dir string, o AddOptions) (*
 		r.undoAdd(abs, attemptBranch, head)
 		return nil, fmt.Errorf("add worktree %s: %v", abs, err)
 	}
-	w := &Worktree{Repo: r.String(), Path: abs, Branch: attemptBranch, GitDir: gitDir, CommonDir: r.CommonDir, BaseSHA: head, repo: r}
+	w := &Worktree{Repo: r.String(), Path: abs, Branch: attemptBranch, GitDir: gitDir, CommonDir: r.CommonDir, BaseSHA: head, Sparse: o.Sparse, repo: r}
 	if reused != nil {
 		_ = os.Remove(reused.index)
 		if reuseErr == nil {
@@ -200,7 +215,10 @@ func (r *Repo) addAttempt(runBranch, attemptBranch, dir string, o AddOptions) (*
 // reused, when set, is a cleaned tree from the pool already at abs: head
 // is checked out over it (checkoutReused); if that fails, *reuseErr says
 // why and the tree is emptied and checked out afresh.
-func (r *Repo) addPlain(abs, branch, head, runBranch string, reused *reusedTree, reuseErr *error) error {
+//
+// sparse, when set, are the cone folders: the worktree's own patterns are
+// written before the checkout, which then writes only them.
+func (r *Repo) addPlain(abs, branch, head, runBranch string, reused *reusedTree, reuseErr *error, sparse []string) error {
 	var stdin strings.Builder
 	for _, b := range []string{runBranch, branch} {
 		if b != "" {
@@ -215,6 +233,9 @@ func (r *Repo) addPlain(abs, branch, head, runBranch string, reused *reusedTree,
 		refs <- err
 	}()
 	admin, made, err := r.makeAdmin(abs, branch)
+	if err == nil && len(sparse) > 0 {
+		err = writeSparse(admin, sparse)
+	}
 	var rerr error
 	if err == nil && reused != nil {
 		rerr = r.checkoutReused(admin, abs, head, reused)
@@ -235,7 +256,11 @@ func (r *Repo) addPlain(abs, branch, head, runBranch string, reused *reusedTree,
 	}
 	if err == nil && (reused == nil || rerr != nil) {
 		env := []string{"GIT_DIR=" + admin, "GIT_WORK_TREE=" + abs}
-		_, err = r.git.run(gitCmd{dir: abs, env: env, args: append(append([]string{}, indexConfig...), "read-tree", "--reset", "-u", head)})
+		args := append([]string{}, indexConfig...)
+		if len(sparse) > 0 {
+			args = append(args, sparseConfig...)
+		}
+		_, err = r.git.run(gitCmd{dir: abs, env: env, args: append(args, "read-tree", "--reset", "-u", head)})
 	}
 	if err == nil && refErr == nil {
 		return os.Remove(filepath.Join(admin, "locked"))
@@ -447,6 +472,11 @@ func (w *Worktree) CommitAll(msg string) (sha string, changed bool, err error) {
 	if _, err := run("add", "--all"); err != nil {
 		return "", false, fmt.Errorf("commit on %s: %v", w.Branch, err)
 	}
+	if len(w.Sparse) > 0 {
+		if err := w.keepOutsideCone(r, env); err != nil {
+			return "", false, fmt.Errorf("commit on %s: keep what is outside the sparse folders: %v", w.Branch, err)
+		}
+	}
 	tree, err := run("write-tree")
 	if err != nil {
 		return "", false, fmt.Errorf("commit on %s: %v", w.Branch, err)
@@ -509,6 +539,9 @@ func (w *Worktree) startIndex(index, parent string, run func(args ...string) (st
 // afterwards. It is a convenience for people who look at a kept worktree;
 // nothing depends on it, so failures are ignored.
 func (w *Worktree) syncIndex(index string) {
+	if len(w.Sparse) > 0 {
+		return // the private index has no skip-worktree bits: git status would list every file outside the cone as deleted
+	}
 	head, err := readRegular(filepath.Join(w.GitDir, "HEAD"), maxRefSize+256)
 	if err != nil || strings.TrimSpace(string(head)) != "ref: refs/heads/"+w.Branch {
 		return
