@@ -206,16 +206,23 @@ func (e *Engine) Pipeline(name string) (string, []*config.Step, error) {
 // Prepare creates a queued run of a pipeline: its id, folder, record and
 // lock. Execute runs it.
 func (e *Engine) Prepare(pipeline string) (*Run, error) {
+	return e.prepare(pipeline, nil)
+}
+
+func (e *Engine) prepare(pipeline string, init func(*record.RunRecord)) (*Run, error) {
 	name, steps, err := e.Pipeline(pipeline)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", record.ErrUnknownPipeline, err)
 	}
-	return e.prepareSteps(name, steps)
+	return e.prepareSteps(name, steps, init)
 }
 
 // prepareSteps creates a queued run of the given steps, recorded under the
-// pipeline name given (kusaw sandbox exec uses a step of its own).
-func (e *Engine) prepareSteps(name string, steps []*config.Step) (*Run, error) {
+// pipeline name given (kusaw sandbox exec uses a step of its own). init,
+// when given, completes the record before its first write: no reader ever
+// sees the run without what its request said (its trigger, the run it
+// continues).
+func (e *Engine) prepareSteps(name string, steps []*config.Step, init func(*record.RunRecord)) (*Run, error) {
 	var id, dir string
 	for i := 0; ; i++ {
 		id = NewRunID(time.Now())
@@ -235,6 +242,9 @@ func (e *Engine) prepareSteps(name string, steps []*config.Step) (*Run, error) {
 		Owner: &record.Owner{PID: os.Getpid(), Host: host, Start: processStart}}
 	for _, s := range steps {
 		rec.Steps = append(rec.Steps, record.StepResult{ID: s.ID})
+	}
+	if init != nil {
+		init(rec)
 	}
 	r := &Run{Record: rec, Dir: dir, e: e, steps: steps, lock: l, redact: &attempt.Redactor{}, limits: e.pipelineLimits(name)}
 	if err := writeJSON(filepath.Join(dir, record.RunFile), rec); err != nil {

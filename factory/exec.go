@@ -101,7 +101,7 @@ func (e *Engine) Exec(ctx context.Context, req ExecRequest) (*ExecResult, error)
 	if req.Pipeline != "" {
 		name = req.Pipeline
 	}
-	r, err := e.prepareSteps(name, []*config.Step{&s})
+	r, err := e.prepareSteps(name, []*config.Step{&s}, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -32,19 +32,15 @@ func (e *Engine) PrepareRequest(req RunRequest) (*Run, error) {
 		}
 		prev = p
 	}
-	r, err := e.PrepareWithParams(req.Pipeline, req.Params)
-	if err != nil {
-		return nil, err
-	}
-	r.Record.Trigger = req.Trigger
-	if prev != nil {
-		r.Record.Continues, r.Record.Thread = prev.ID, prev.ID
-		if prev.Thread != "" {
-			r.Record.Thread = prev.Thread
+	return e.prepareWithParams(req.Pipeline, req.Params, func(rec *record.RunRecord) {
+		rec.Trigger = req.Trigger
+		if prev != nil {
+			rec.Continues, rec.Thread = prev.ID, prev.ID
+			if prev.Thread != "" {
+				rec.Thread = prev.Thread
+			}
 		}
-	}
-	r.save()
-	return r, nil
+	})
 }
 
 // threadID is the run whose name a run's delivery uses: the first run of

@@ -224,10 +224,14 @@ func removeLeaseDirs(attemptDir string) {
 // each becomes KUSAW_PARAM_<NAME> in its steps' environment, and they are
 // kept in the run's params.json.
 func (e *Engine) PrepareWithParams(pipeline string, params map[string]string) (*Run, error) {
+	return e.prepareWithParams(pipeline, params, nil)
+}
+
+func (e *Engine) prepareWithParams(pipeline string, params map[string]string, init func(*record.RunRecord)) (*Run, error) {
 	if err := CheckParams(params); err != nil {
 		return nil, err
 	}
-	r, err := e.Prepare(pipeline)
+	r, err := e.prepare(pipeline, init)
 	if err != nil {
 		return nil, err
 	}
