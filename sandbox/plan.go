@@ -799,8 +799,11 @@ func (b *builder) addEmptyFile(dst, why string) {
 	b.plan.StandIns = append(b.plan.StandIns, dst)
 }
 
-func (b *builder) hidePath(p, why string) {
-	if isDir(p) {
+func (b *builder) hidePath(p, why string) { b.hideKnown(p, isDir(p), why) }
+
+// hideKnown is hidePath for a path whose type the caller knows.
+func (b *builder) hideKnown(p string, dir bool, why string) {
+	if dir {
 		b.secrets = append(b.secrets, Mount{Op: "tmpfs", Dst: p, Reason: why, Origin: OriginHidden})
 		b.remount = append(b.remount, Mount{Op: "remount-ro", Dst: p, Reason: "nothing can be created in it", Origin: OriginHidden})
 	} else {

@@ -109,30 +109,59 @@ func (b *builder) system() error {
 // whatever their names): what is not for everyone is not for a step.
 // Links are not followed; a folder hidden is not walked.
 func (b *builder) etcSecrets(root string) {
+	for _, e := range unreadableBelow(root) {
+		if e.dir {
+			b.hideKnown(e.path, true, "hidden: a system folder other users may not read (root inside keeps its uid)")
+		} else {
+			b.hideKnown(e.path, false, "hidden: a system file other users may not read (root inside keeps its uid)")
+		}
+	}
+}
+
+// unreadable is an entry of a system folder that other users may not read.
+type unreadable struct {
+	path string
+	dir  bool
+}
+
+// unreadableFor is the rule of the walk (unreadableBelow): a folder others
+// may not list and enter, or a regular file others may not read. Links
+// and other types are left alone: a link's own mode says nothing.
+func unreadableFor(mode fs.FileMode) bool {
+	perm := mode.Perm()
+	switch {
+	case mode.IsDir():
+		return perm&0o005 != 0o005
+	case mode.IsRegular():
+		return perm&0o004 == 0
+	}
+	return false
+}
+
+// unreadableBelowWalk is the walk by path/filepath, in lexical order: what
+// other systems use, and what the Linux walk is tested against.
+func unreadableBelowWalk(root string) []unreadable {
+	var out []unreadable
 	filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || p == root {
 			return nil
 		}
-		// A link's own mode says nothing (links are not followed), and
-		// the directory entry already says it is one: no lstat for the
-		// links that are most of /etc (alternatives, ssl/certs, rc?.d).
+		// The directory entry already says it is a link: no lstat for
+		// the links that are most of /etc (alternatives, ssl/certs, rc?.d).
 		if d.Type()&fs.ModeSymlink != 0 {
 			return nil
 		}
 		fi, ierr := d.Info()
-		if ierr != nil {
+		if ierr != nil || !unreadableFor(fi.Mode()) {
 			return nil
 		}
-		perm := fi.Mode().Perm()
-		switch {
-		case fi.IsDir() && perm&0o005 != 0o005:
-			b.hidePath(p, "hidden: a system folder other users may not read (root inside keeps its uid)")
+		out = append(out, unreadable{p, fi.IsDir()})
+		if fi.IsDir() {
 			return fs.SkipDir
-		case fi.Mode().IsRegular() && perm&0o004 == 0:
-			b.hidePath(p, "hidden: a system file other users may not read (root inside keeps its uid)")
 		}
 		return nil
 	})
+	return out
 }
 
 // homeFolder makes the home an empty read-only folder: HOME names a folder
