@@ -1,20 +1,23 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/pflag"
-	"github.com/spf13/viper"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/kusaw/kusaw/status"
 )
 
-// A setting is one of kusaw's own settings (never a factory key: viper
-// folds key case, and factory keys are case-sensitive). Each is layered:
+// A setting is one of kusaw's own settings (never a factory key: the
+// settings file's keys are folded to lower case, and factory keys are
+// case-sensitive). Each is layered:
 // a flag, then its KUSAW_* variable, then the user settings file, then
 // the default.
 type setting struct {
@@ -62,17 +65,19 @@ func settingsFile() string {
 // loadSettings layers flags (those of flags that are set), the
 // environment, the settings file and the defaults. A settings file with an
 // unknown key or a bad value is an error naming the file and the key.
+//
+// The file is read with the YAML decoder kusaw links anyway, not a
+// configuration library: every process of kusaw pays for the packages it
+// links at its start (docs/benchmarks.md, "sandbox exec").
 func loadSettings(flags *pflag.FlagSet) (*settings, error) {
-	v := viper.New()
 	s := &settings{file: settingsFile(), values: map[string]string{}, source: map[string]string{}}
+	var file map[string]fileValue
 	if s.file != "" {
-		if _, err := os.Stat(s.file); err == nil {
-			v.SetConfigFile(s.file)
-			v.SetConfigType("yaml")
-			if err := v.ReadInConfig(); err != nil {
+		if data, err := os.ReadFile(s.file); err == nil {
+			if file, err = parseSettingsFile(data); err != nil {
 				return nil, exitf(status.ExitUsage, "settings file %s: %v", s.file, firstLine(err.Error()))
 			}
-			for _, k := range v.AllKeys() {
+			for k := range file {
 				if !slices.ContainsFunc(settingsTable, func(st setting) bool { return st.Key == k }) {
 					return nil, exitf(status.ExitUsage, "settings file %s: unknown setting %q (known: %s)", s.file, k, strings.Join(settingKeys(), ", "))
 				}
@@ -80,29 +85,27 @@ func loadSettings(flags *pflag.FlagSet) (*settings, error) {
 		}
 	}
 	for _, st := range settingsTable {
-		_ = v.BindEnv(st.Key, st.Env)
-		if st.Default != "" {
-			v.SetDefault(st.Key, st.Default)
-		}
 		var fl *pflag.Flag
 		if flags != nil && st.Flag != "" {
 			fl = flags.Lookup(st.Flag)
-			if fl != nil {
-				_ = v.BindPFlag(st.Key, fl)
-			}
 		}
-		val := v.GetString(st.Key)
+		fv, inFile := file[st.Key]
+		inFile = inFile && fv.set
+		var val string
 		switch {
 		case fl != nil && fl.Changed:
-			s.source[st.Key] = "flag --" + st.Flag
+			val, s.source[st.Key] = fl.Value.String(), "flag --"+st.Flag
 		case os.Getenv(st.Env) != "":
-			s.source[st.Key] = "env " + st.Env
-		case v.InConfig(st.Key):
-			s.source[st.Key] = "file " + s.file
+			val, s.source[st.Key] = os.Getenv(st.Env), "env "+st.Env
+		case inFile:
+			val, s.source[st.Key] = fv.value, "file "+s.file
 		case st.Default != "":
-			s.source[st.Key] = "default"
+			val, s.source[st.Key] = st.Default, "default"
 		default:
 			s.source[st.Key] = "unset"
+			if fl != nil {
+				val = fl.Value.String() // the flag's own default
+			}
 		}
 		if st.Values != nil && !slices.Contains(st.Values, val) {
 			return nil, exitf(status.ExitUsage, "%s %q (from %s) is not one of %s", st.Key, val, s.source[st.Key], strings.Join(st.Values, ", "))
@@ -110,6 +113,50 @@ func loadSettings(flags *pflag.FlagSet) (*settings, error) {
 		s.values[st.Key] = val
 	}
 	return s, nil
+}
+
+// fileValue is one key of the settings file: set is false for a key
+// written without a value (it counts as known, and as not given).
+type fileValue struct {
+	value string
+	set   bool
+}
+
+// parseSettingsFile reads the settings file's YAML into its keys, folded to
+// lower case, nested mappings joined by dots (worker: {drain_timeout: 5m}
+// is worker.drain_timeout), scalars as their text.
+func parseSettingsFile(data []byte) (map[string]fileValue, error) {
+	var doc map[string]any
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("While parsing config: %w", err)
+	}
+	out := map[string]fileValue{}
+	var flatten func(prefix string, m map[string]any)
+	flatten = func(prefix string, m map[string]any) {
+		for k, v := range m {
+			key := prefix + strings.ToLower(k)
+			switch v := v.(type) {
+			case map[string]any:
+				flatten(key+".", v)
+			case nil:
+				out[key] = fileValue{}
+			case string:
+				out[key] = fileValue{v, true}
+			case bool:
+				out[key] = fileValue{strconv.FormatBool(v), true}
+			case int:
+				out[key] = fileValue{strconv.Itoa(v), true}
+			case float64:
+				out[key] = fileValue{strconv.FormatFloat(v, 'f', -1, 64), true}
+			case []any, map[any]any:
+				out[key] = fileValue{"", true} // not a value a setting takes
+			default:
+				out[key] = fileValue{fmt.Sprint(v), true}
+			}
+		}
+	}
+	flatten("", doc)
+	return out, nil
 }
 
 func settingKeys() []string {
