@@ -273,6 +273,7 @@ type builder struct {
 // BuildPlan resolves the sandbox of one attempt. It reads the filesystem
 // (to resolve links and see what exists) but changes nothing.
 func BuildPlan(in Input) (*Plan, error) {
+	warmProcessStart()
 	b := &builder{in: in, host: in.Host, mounted: map[string]bool{}}
 	if b.host == nil {
 		b.host = DetectHost()
@@ -313,6 +314,21 @@ func BuildPlan(in Input) (*Plan, error) {
 	p.classify()
 	return p, nil
 }
+
+// warmProcessStart has os/exec's one-time check of pidfd support (a child
+// process that exits at once) done while the plan is built, instead of in
+// the first Command's Start, where it delays the step's start.
+func warmProcessStart() {
+	warmStartOnce.Do(func() {
+		go func() {
+			if p, err := os.FindProcess(os.Getpid()); err == nil {
+				p.Release()
+			}
+		}()
+	})
+}
+
+var warmStartOnce sync.Once
 
 // classify fills the writable, read-only and hidden lists from the mounts.
 func (p *Plan) classify() {
