@@ -15,7 +15,8 @@ import (
 // its own descriptor and each entry stat'ed relative to it, and links are
 // known from the directory entry itself: /etc has about 1,400 entries, and
 // resolving each full path again (what filepath.WalkDir's lstat does) made
-// this walk most of a plan's time (docs/benchmarks.md, "sandbox exec").
+// this walk most of a plan's time
+// (docs/benchmarks.md, "Lean start, fifth pass (issue 25)").
 // A folder that cannot be opened is left as it is, as the walk by path
 // does.
 func unreadableBelow(root string) []unreadable {

@@ -68,7 +68,7 @@ func settingsFile() string {
 //
 // The file is read with the YAML decoder kusaw links anyway, not a
 // configuration library: every process of kusaw pays for the packages it
-// links at its start (docs/benchmarks.md, "sandbox exec").
+// links at its start (docs/benchmarks.md, "Lean start, fifth pass (issue 25)").
 func loadSettings(flags *pflag.FlagSet) (*settings, error) {
 	s := &settings{file: settingsFile(), values: map[string]string{}, source: map[string]string{}}
 	var file map[string]fileValue
