@@ -28,6 +28,7 @@ bench "kernel filters: what seccomp and the confinement stage (session keyring, 
 bench "allowlist start: the confinement stage and the egress bridge in one start of kusaw-bridge vs two (as before), outside bwrap" -bench AllowlistStart -benchtime 300x ./cmd/kusaw-bridge/
 bench "worktree: AddAttempt vs plain git worktree add; whole attempt cycle" -bench 'AddAttempt|AttemptCycle' -benchtime 10x ./worktree/
 bench "worktree reuse: a no-op attempt's start, commit and release on 1k, 20k and 100k files vs git worktree add of the same repository (repositories cached under ~/.cache/kusaw-bench)" -bench WorktreeReuse -benchtime 3x -timeout 60m ./worktree/
+bench "worktree reuse, whole run: kusaw run of a no-op step on 20k files after the first run (its tree from the pool) vs git worktree add + remove of the same repository, alternated" -bench KusawRunReuse20k -benchtime 3x -timeout 30m ./e2e/
 bench "seam: the private ref store and the checks after each attempt, vs creating its worktree" -bench SeamChecks -benchtime 10x ./worktree/
 bench "limits: starting a process under sandbox.resources (cgroup, rlimits, the holding sh) vs without" -bench RunLimits -benchtime 50x ./internal/proc/
 bench "pipeline: kusaw run of a no-op 3-step pipeline (binary, end to end) vs the git worktree floor" -bench 'KusawRunNoop3Steps|GitFloorNoop3Steps' -benchtime 10x ./e2e/
