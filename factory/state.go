@@ -341,7 +341,12 @@ func (s *State) interrupt(id string) error {
 		wts, err := repo.ListKusawWorktrees()
 		if err == nil {
 			for _, w := range wts {
-				if within(runDir, w.Path) {
+				// A registration a crash cut short names no folder yet
+				// (makeAdmin writes gitdir after HEAD) and is locked, so
+				// prune leaves it: this run's own attempt branch says it
+				// is the run's.
+				half := w.Path == "" && worktree.IsAttemptBranchOf(w.Branch, id)
+				if within(runDir, w.Path) || half {
 					if err := repo.RemoveWorktree(w); err != nil {
 						errs = append(errs, err)
 					}

@@ -242,7 +242,7 @@ steps:
 // the run is recovered without an error. Made as the crash leaves it, from
 // a slot a real run released.
 func TestRecoveryRemovesTreeTakenFromPool(t *testing.T) {
-	for _, crash := range []string{"after-rename", "after-unpack"} {
+	for _, crash := range []string{"after-rename", "after-unpack", "in-register"} {
 		t.Run(crash, func(t *testing.T) {
 			f := testkit.Factory(t, `version: 1
 repos:
@@ -289,7 +289,7 @@ steps:
 			if err := os.Rename(slots[0], stage); err != nil {
 				t.Fatal(err)
 			}
-			if crash == "after-unpack" {
+			if crash != "after-rename" {
 				os.MkdirAll(filepath.Join(pool, "held"), 0o700)
 				if err := os.Rename(filepath.Join(stage, "index"), filepath.Join(pool, "held", "x.index")); err != nil {
 					t.Fatal(err)
@@ -298,10 +298,25 @@ steps:
 					t.Fatal(err)
 				}
 			}
+			app := filepath.Join(f.Dir, "app")
+			admin := filepath.Join(app, ".git", "worktrees", "app")
+			if crash == "in-register" {
+				// makeAdmin got as far as HEAD: a locked registration
+				// naming no folder yet, which git worktree prune keeps.
+				for name, body := range map[string]string{"locked": "initializing\n", "commondir": "../..\n", "HEAD": "ref: refs/heads/" + w.Branch + "\n"} {
+					os.MkdirAll(admin, 0o755)
+					if err := os.WriteFile(filepath.Join(admin, name), []byte(body), 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
 			r.lock.Unlock() // the owner dies
 			st, err := OpenState(f.StateDir)
 			if err != nil || len(st.Recovered) != 1 || st.Recovered[0] != r.ID() {
 				t.Fatalf("recovery: %v %v", st.Recovered, err)
+			}
+			if _, err := os.Lstat(admin); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the half-made registration stayed: %v", err)
 			}
 			if ents, err := os.ReadDir(wdir); !errors.Is(err, os.ErrNotExist) {
 				var names []string
@@ -320,7 +335,6 @@ steps:
 			if n, _ := filepath.Glob(filepath.Join(pool, "idle-*")); len(n) != 0 {
 				t.Errorf("the taken tree went back to the pool: %v", n)
 			}
-			app := filepath.Join(f.Dir, "app")
 			if out := testkit.GitRun(t, app, "worktree", "list"); strings.Count(out, "\n") != 0 {
 				t.Errorf("worktrees left:\n%s", out)
 			}

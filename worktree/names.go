@@ -24,6 +24,11 @@ func AttemptBranch(runID, step string, n int) string {
 	return attemptPrefix + runID + "/" + step + "/" + strconv.Itoa(n)
 }
 
+// IsAttemptBranchOf reports whether branch is an attempt branch of run runID.
+func IsAttemptBranchOf(branch, runID string) bool {
+	return strings.HasPrefix(branch, attemptPrefix+runID+"/")
+}
+
 // IsKusawBranch reports whether a branch name (without refs/heads/) is one
 // kusaw creates; kusaw never moves or deletes any other branch.
 func IsKusawBranch(branch string) bool { return strings.HasPrefix(branch, branchPrefix) }
