@@ -98,6 +98,14 @@ func (x *remoteExecutor) Run(ctx context.Context, a *attempt.Attempt) *record.At
 		rr := r.repo(sr.Name)
 		w := record.WorktreeRecord{Repo: sr.Name, RepoPath: rr.Path, Branch: sr.AttemptBranch, BaseSHA: sr.Base, HeadSHA: res.Heads[sr.Name], Changed: changed[sr.Name], Removed: true}
 		repo, err := r.openRepo(sr.Name, rr.Path)
+		var kept []string
+		if cr := e.F.Repos[sr.Name]; err == nil && cr != nil && len(cr.Sparse) > 0 && w.HeadSHA != "" && w.HeadSHA != sr.Base {
+			// A worker checks out whole trees and its commits are not
+			// trusted: serve keeps repos.NAME.sparse's rule itself, as a
+			// local attempt's commit does (what is outside the cone stays
+			// as in the base).
+			w.HeadSHA, kept, err = repo.KeepOutsideCone(sr.Base, w.HeadSHA, cr.Sparse)
+		}
 		if err == nil && w.HeadSHA != "" {
 			err = repo.SetBranch(sr.AttemptBranch, "", w.HeadSHA)
 		}
@@ -106,7 +114,11 @@ func (x *remoteExecutor) Run(ctx context.Context, a *attempt.Attempt) *record.At
 			a.CommitFailed(err.Error())
 			w.HeadSHA = ""
 		} else if w.HeadSHA != "" {
-			a.Emit(record.EvCommitted, map[string]any{"repo": sr.Name, "branch": w.Branch, "sha": w.HeadSHA, "changed": w.Changed, "worker": res.Worker})
+			d := map[string]any{"repo": sr.Name, "branch": w.Branch, "sha": w.HeadSHA, "changed": w.Changed, "worker": res.Worker}
+			if len(kept) > 0 {
+				d["kept_outside_sparse"] = len(kept) // paths the worker changed outside the cone, put back
+			}
+			a.Emit(record.EvCommitted, d)
 		}
 		repos[sr.Name] = repo
 		rec.Worktrees = append(rec.Worktrees, w)

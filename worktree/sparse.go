@@ -130,27 +130,12 @@ func (w *Worktree) keepOutsideCone(r *Repo, env []string) error {
 	if err != nil {
 		return err
 	}
-	// Records: ":oldmode newmode oldsha newsha status\0path\0".
-	var drop, restore bytes.Buffer
-	fields := bytes.Split(out, []byte{0})
-	for i := 0; i+1 < len(fields); i += 2 {
-		meta, p := strings.Fields(strings.TrimPrefix(string(fields[i]), ":")), string(fields[i+1])
-		if len(meta) < 5 || inCone(cone, p) {
+	drop, restore, _ := outsideCone(out, cone)
+	for _, in := range [][]byte{drop, restore} {
+		if len(in) == 0 {
 			continue
 		}
-		oldMode, oldSHA := meta[0], meta[2]
-		// Dropped first, restored after: a path may turn from a file into
-		// a folder, or back.
-		fmt.Fprintf(&drop, "0 %s\t%s\x00", strings.Repeat("0", len(oldSHA)), p)
-		if oldMode != "000000" {
-			fmt.Fprintf(&restore, "%s %s\t%s\x00", oldMode, oldSHA, p)
-		}
-	}
-	for _, in := range []*bytes.Buffer{&drop, &restore} {
-		if in.Len() == 0 {
-			continue
-		}
-		if _, err := r.git.run(gitCmd{dir: w.Path, env: env, stdin: bytes.NewReader(in.Bytes()), args: []string{"update-index", "-z", "--index-info"}}); err != nil {
+		if _, err := r.git.run(gitCmd{dir: w.Path, env: env, stdin: bytes.NewReader(in), args: []string{"update-index", "-z", "--index-info"}}); err != nil {
 			return err
 		}
 	}
