@@ -339,7 +339,7 @@ func (a *Attempt) createWorktrees() error {
 // a run branch not made yet (Job.NewBranches) is made first, with the
 // attempt's own branch when the attempt starts from it.
 func (a *Attempt) addAttempt(repo *worktree.Repo, name, from, branch, path string) (*worktree.Worktree, error) {
-	o := worktree.AddOptions{Pool: a.pool(repo), Sparse: a.h.Sparse[name]}
+	o := worktree.AddOptions{Pool: a.pool(repo), Sparse: a.sparse(name)}
 	if !a.job.NewBranches {
 		return repo.AddAttemptWith(from, branch, path, o)
 	}
@@ -352,6 +352,17 @@ func (a *Attempt) addAttempt(repo *worktree.Repo, name, from, branch, path strin
 		return nil, err
 	}
 	return repo.AddAttemptWith(from, branch, path, o)
+}
+
+// sparse are the folders repo name's worktree checks out (the spec's,
+// wherever the attempt runs); nil: the whole tree.
+func (a *Attempt) sparse(name string) []string {
+	for _, sr := range a.spec.Repos {
+		if sr.Name == name {
+			return sr.Sparse
+		}
+	}
+	return nil
 }
 
 // setup runs the factory's setup commands in each new worktree, with the

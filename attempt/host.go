@@ -33,10 +33,6 @@ type Host struct {
 	// Include are the repos' include globs (repos.NAME.include): files
 	// copied from the main checkout into each worktree.
 	Include map[string][]string
-	// Sparse are the repos' cone folders (repos.NAME.sparse): the
-	// attempt's worktree checks out only them, and its commit changes
-	// nothing outside them.
-	Sparse map[string][]string
 	// Kusaw is the kusaw binary built-in steps run as.
 	Kusaw string
 	// KillGrace is the time between SIGTERM and SIGKILL.

@@ -26,16 +26,13 @@ func openSecretStore() (SecretSource, error) { return secretstore.Open() }
 // host is this machine as the attempt package sees it.
 func (e *Engine) host() *attempt.Host {
 	e.hostOnce.Do(func() {
-		inc, sparse := map[string][]string{}, map[string][]string{}
+		inc := map[string][]string{}
 		for name, r := range e.F.Repos {
 			if len(r.Include) > 0 {
 				inc[name] = r.Include
 			}
-			if len(r.Sparse) > 0 {
-				sparse[name] = r.Sparse
-			}
 		}
-		e.hostVal = &attempt.Host{StateDir: e.F.StateDir, Repos: e.hostRepos(), Include: inc, Sparse: sparse, Kusaw: e.opts.Kusaw,
+		e.hostVal = &attempt.Host{StateDir: e.F.StateDir, Repos: e.hostRepos(), Include: inc, Kusaw: e.opts.Kusaw,
 			KillGrace: e.opts.KillGrace, Key: e.opts.Key, InjectRootCAs: e.opts.InjectRootCAs, Hide: e.opts.Hide, OnEvent: e.opts.OnEvent,
 			Secrets: func() (attempt.SecretSource, error) {
 				src, err := e.secretSource()

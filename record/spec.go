@@ -25,7 +25,9 @@ import (
 // an older worker would not know the provider.
 // Version 5 carries the provider's ca_file and its certificates: a
 // version-4 worker would forward to the upstream without trusting its CA.
-const SpecVersion = 5
+// Version 6 carries each repo's sparse folders: a version-5 worker would
+// check out and commit the whole tree.
+const SpecVersion = 6
 
 // SpecFile is the attempt's spec beside attempt.json: what it was asked to
 // run, as it would cross to a worker.
@@ -190,6 +192,11 @@ type SpecRepo struct {
 	// sandbox only on it (code no step of the run wrote), and a step reads
 	// it as KUSAW_BASE_<REPO>.
 	RunBase string `json:"run_base"`
+	// Sparse are the folders the attempt's worktree checks out
+	// (repos.NAME.sparse); its commit keeps everything else as in Base.
+	// A kusaw that does not know the field refuses the spec (ParseSpec)
+	// rather than check out and commit the whole tree.
+	Sparse []string `json:"sparse,omitempty"`
 }
 
 // SpecProcess is one process of an attempt, resolved.
