@@ -100,7 +100,8 @@ func (x *remoteExecutor) Run(ctx context.Context, a *attempt.Attempt) *record.At
 		repo, err := r.openRepo(sr.Name, rr.Path)
 		var kept []string
 		if cr := e.F.Repos[sr.Name]; err == nil && cr != nil && len(cr.Sparse) > 0 && w.HeadSHA != "" && w.HeadSHA != sr.Base {
-			// A worker checks out whole trees and its commits are not
+			// A worker checks out the cone and commits by the rule too
+			// (the spec carries the folders), but its commits are not
 			// trusted: serve keeps repos.NAME.sparse's rule itself, as a
 			// local attempt's commit does (what is outside the cone stays
 			// as in the base).
