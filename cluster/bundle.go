@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -55,14 +56,17 @@ func HasCommit(ctx context.Context, repo, sha string) bool {
 // checked with index-pack --strict before it leaves. It returns the
 // bundle's size.
 func MakeBundle(ctx context.Context, repo, out, tip string, have []string) (int64, error) {
-	if !HasCommit(ctx, repo, tip) {
+	// The tip must be a commit of repo; what the receiver holds and this
+	// repo knows is left out. Both asked of one git process (each costs
+	// a few milliseconds, and a worker makes a bundle per attempt).
+	known := knownCommits(ctx, repo, append([]string{tip}, have...))
+	if !shaRe().MatchString(tip) || !slices.Contains(known, tip) {
 		return 0, fmt.Errorf("bundle: %s is not a commit of %s", tip, repo)
 	}
-	// What the receiver holds and this repo knows, left out; the bundle's
-	// prerequisites are the boundary commits git finds, in one pass (a
-	// few git processes whatever the number of commits held).
+	// The bundle's prerequisites are the boundary commits git finds, in
+	// one pass (a few git processes whatever the number of commits held).
 	revs := tip + "\n"
-	for _, h := range knownCommits(ctx, repo, have) {
+	for _, h := range known {
 		if h != tip {
 			revs += "^" + h + "\n"
 		}
