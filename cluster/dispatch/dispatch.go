@@ -80,6 +80,8 @@ type Dispatcher struct {
 	// (Settle); until then a result nobody waits for may be one a resumed
 	// run is about to re-attach to, and is not recorded as fenced.
 	settled bool
+
+	bundles bundleCache // the bundles of code serve made, shared by attempts dispatched together
 }
 
 // New starts watching heartbeats and late results.
@@ -98,7 +100,7 @@ func New(ctx context.Context, o Options) (*Dispatcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	go func() { <-ctx.Done(); _ = sub.Unsubscribe() }()
+	go func() { <-ctx.Done(); _ = sub.Unsubscribe(); d.bundles.close() }()
 	return d, nil
 }
 

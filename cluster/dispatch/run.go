@@ -60,7 +60,7 @@ func (d *Dispatcher) Run(ctx context.Context, spec *record.AttemptSpec, job reco
 		if !base {
 			prefix = "in-" + n.Commit + "-"
 		}
-		name, err := d.putBundle(ctx, spec, job, n, a.tmp, append(have, earlier...), prefix)
+		name, err := d.putBundle(ctx, spec, job, n, append(have, earlier...), prefix)
 		if err != nil {
 			return record.RemoteResult{Message: err.Error()}
 		}
@@ -615,14 +615,15 @@ func isBase(spec *record.AttemptSpec, n record.SpecNeed) bool {
 
 // putBundle stores a bundle of commit n against have and returns the
 // object's name.
-func (d *Dispatcher) putBundle(ctx context.Context, spec *record.AttemptSpec, job record.RemoteJob, n record.SpecNeed, tmp string, have []string, prefix string) (string, error) {
-	p := filepath.Join(tmp, prefix+n.Repo+".bundle")
-	if _, err := cluster.MakeBundle(ctx, job.Repos[n.Repo], p, n.Commit, have); err != nil {
+func (d *Dispatcher) putBundle(ctx context.Context, spec *record.AttemptSpec, job record.RemoteJob, n record.SpecNeed, have []string, prefix string) (string, error) {
+	p, release, err := d.bundles.get(ctx, job.Repos[n.Repo], n.Commit, have)
+	if err != nil {
 		return "", fmt.Errorf("repo %s: %v", n.Repo, err)
 	}
+	defer release()
 	name := cluster.ObjectName(poolOf(spec), spec.ID, 0, prefix+n.Repo+".bundle")
 	var size int64
-	err := untilNATS(ctx, func() (err error) {
+	err = untilNATS(ctx, func() (err error) {
 		size, err = d.o.H.PutFile(ctx, name, p)
 		return err
 	})
@@ -696,7 +697,7 @@ func (d *Dispatcher) answerBundle(ctx context.Context, m *nats.Msg, spec *record
 		if !isBase(spec, n) {
 			prefix = "full-" + n.Commit + "-"
 		}
-		name, err := d.putBundle(ctx, spec, job, n, tmp, nil, prefix)
+		name, err := d.putBundle(ctx, spec, job, n, nil, prefix)
 		if err != nil {
 			reply(cluster.BundleReply{Error: err.Error()})
 			return
