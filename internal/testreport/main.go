@@ -1,8 +1,9 @@
 // Command testreport reads `go test -json` on stdin and prints what a person
 // wants from a test run: go test's own closing line per package, the whole
 // output of every failed test (and of a package that failed outside a
-// test), each skipped test with its reason, and one count at the end. make
-// test uses it so that a long run never fails without saying why.
+// test), each skipped test with its reason, the slowest tests (where make
+// test's time goes) and one count at the end. make test uses it so that a
+// long run never fails without saying why.
 //
 //	go test -json ./... | go run ./internal/testreport -summary FILE
 //
@@ -53,11 +54,15 @@ func main() {
 	}
 }
 
+// slowest is how many of the slowest tests the report names.
+const slowest = 12
+
 func report(r io.Reader, w io.Writer) (counts, error) {
 	var c counts
 	out := map[string][]string{} // package/test → its output lines so far
 	key := func(e event) string { return e.Package + "\x00" + e.Test }
 	var skipped []string
+	var timed []event // top-level tests that ended, for the slowest
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	for sc.Scan() {
@@ -92,6 +97,9 @@ func report(r io.Reader, w io.Writer) (counts, error) {
 				}
 				continue
 			}
+			if !strings.Contains(e.Test, "/") {
+				timed = append(timed, e)
+			}
 			switch e.Action {
 			case "pass":
 				c.Passed++
@@ -110,6 +118,14 @@ func report(r io.Reader, w io.Writer) (counts, error) {
 	sort.Strings(skipped)
 	for _, s := range skipped {
 		fmt.Fprintln(w, s)
+	}
+	// Parallel tests overlap: their times add up to more than the run.
+	sort.SliceStable(timed, func(i, j int) bool { return timed[i].Elapsed > timed[j].Elapsed })
+	if len(timed) > slowest {
+		timed = timed[:slowest]
+	}
+	for _, e := range timed {
+		fmt.Fprintf(w, "slow: %6.1fs %s %s\n", e.Elapsed, e.Package, e.Test)
 	}
 	return c, sc.Err()
 }

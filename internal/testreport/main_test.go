@@ -12,6 +12,7 @@ func TestReport(t *testing.T) {
 {"Action":"run","Package":"p","Test":"TestA"}
 {"Action":"output","Package":"p","Test":"TestA","Output":"quiet line\n"}
 {"Action":"pass","Package":"p","Test":"TestA","Elapsed":0.1}
+{"Action":"pass","Package":"p","Test":"TestA/sub","Elapsed":9.5}
 {"Action":"run","Package":"p","Test":"TestB"}
 {"Action":"output","Package":"p","Test":"TestB","Output":"    b_test.go:9: the reason it broke\n"}
 {"Action":"fail","Package":"p","Test":"TestB","Elapsed":0.2}
@@ -33,10 +34,14 @@ not json: a build error
 			t.Errorf("report lacks %q:\n%s", want, got)
 		}
 	}
+	// The slowest first; a subtest's time is its parent's already.
+	if i, j := strings.Index(got, "slow:    0.2s p TestB"), strings.Index(got, "slow:    0.1s p TestA"); i < 0 || j < i || strings.Contains(got, "TestA/sub") {
+		t.Errorf("slowest tests not listed slowest first, without subtests:\n%s", got)
+	}
 	if strings.Contains(got, "quiet line") {
 		t.Errorf("a passing test's output was printed:\n%s", got)
 	}
-	if c != (counts{Packages: 1, Passed: 1, Failed: 1, Skipped: 1, PkgFailed: 1}) {
+	if c != (counts{Packages: 1, Passed: 2, Failed: 1, Skipped: 1, PkgFailed: 1}) {
 		t.Errorf("counts %+v", c)
 	}
 }
