@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/kusaw/kusaw/chainlog"
 )
@@ -49,6 +50,26 @@ func LogPlace(path string) (b chainlog.Binding, runDir string, ok bool) {
 		return b, "", false
 	}
 	return chainlog.Binding{Run: filepath.Base(runDir), Step: filepath.Base(stepDir), Attempt: n, Kind: kind}, runDir, true
+}
+
+// sealGrace is how long after a run's end its owner may still be writing
+// the events' last seal into run.json: the run's notifications have their
+// first try (up to 6 s) between the final state and the seal.
+const sealGrace = 10 * time.Second
+
+// AwaitRunSeal waits while runDir's run ended less than sealGrace ago and
+// its run.json names no last seal yet, until it names one: a log verified
+// in that moment would be found edited (CheckRunSeal). Any other record
+// returns at once.
+func AwaitRunSeal(runDir string) {
+	for {
+		var r RunRecord
+		b, err := os.ReadFile(filepath.Join(runDir, RunFile))
+		if err != nil || json.Unmarshal(b, &r) != nil || r.EventsSeal != nil || !r.State.Final() || r.Finished == nil || time.Since(*r.Finished) > sealGrace {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // CheckRunSeal compares a run's verified events log with the last seal its
