@@ -248,7 +248,7 @@ func (s streamObjects) Get(ctx context.Context, name string) (io.ReadCloser, Obj
 	if err != nil {
 		return nil, ObjectInfo{}, err
 	}
-	b, _, err := readMsg(ctx, s.js.Conn(), s.leader, o.stream(), o.meta())
+	b, err := s.read(ctx, o.stream(), o.meta())
 	if err != nil {
 		return nil, ObjectInfo{}, fmt.Errorf("object %s: %w", name, err)
 	}
@@ -279,7 +279,7 @@ func (s streamObjects) readChunks(ctx context.Context, o objectRef, info ObjectI
 		next++
 		slots = append(slots, c)
 		go func() {
-			b, _, err := readMsg(ctx, s.js.Conn(), s.leader, o.stream(), o.chunk(info.ID, n))
+			b, err := s.read(ctx, o.stream(), o.chunk(info.ID, n))
 			c <- got{b, err}
 		}()
 	}
@@ -304,6 +304,37 @@ func (s streamObjects) readChunks(ctx context.Context, o objectRef, info ObjectI
 		return fmt.Errorf("object %s: its chunks are not the %d bytes described", info.Name, info.Size)
 	}
 	return nil
+}
+
+// LagPatience is how long a worker's read of an object waits for it to
+// appear. A worker reads only what serve or itself has stored (a bundle
+// the work message or serve's reply names, a chunk its description
+// counts), but its direct gets may be answered by any replica: a follower
+// answers them from when it is 90% caught up, so with replicas above 1 it
+// may say "no such message" for one the leader already acknowledged.
+// Another try, which may reach another replica, or the same one a moment
+// later, finds it; an object that is truly gone still fails, after this.
+var LagPatience = 5 * time.Second
+
+// read is readMsg for an object's message; a worker's (direct gets) tries
+// again while the message is not found, up to LagPatience. Serve reads
+// from the leader, whose answer is final.
+func (s streamObjects) read(ctx context.Context, stream, subject string) ([]byte, error) {
+	b, _, err := readMsg(ctx, s.js.Conn(), s.leader, stream, subject)
+	if s.leader {
+		return b, err
+	}
+	deadline, wait := time.Now().Add(LagPatience), 10*time.Millisecond
+	for errors.Is(err, ErrNoObject) && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 500*time.Millisecond)
+		b, _, err = readMsg(ctx, s.js.Conn(), s.leader, stream, subject)
+	}
+	return b, err
 }
 
 type readCloser struct {
