@@ -396,6 +396,9 @@ func (e *Enroller) answer(data []byte) EnrollReply {
 		return EnrollReply{Error: "bad worker keys"}
 	case e.Registry.Known(req.Name) != nil && e.Registry.Get(req.Name) == nil:
 		return EnrollReply{Error: fmt.Sprintf("the worker named %s was retired (kusaw workers retire): pick another --name, and a new --state-dir", req.Name)}
+	case e.Registry.RetiredKeys()[req.NKey] != (time.Time{}):
+		// Revocation is by key: a retired key stays out under any name.
+		return EnrollReply{Error: "this worker's key belongs to a retired worker (kusaw workers retire): join from a new --state-dir, which makes new keys"}
 	case e.Registry.Get(req.Name) != nil && e.Registry.Get(req.Name).NKey != req.NKey:
 		return EnrollReply{Error: fmt.Sprintf("a worker named %s is already enrolled with another key: pick another --name", req.Name)}
 	case (req.Sig != "" || e.Registry.Get(req.Name) != nil) && !verifyNonce(req.NKey, req.Sig, []byte(req.Secret)):

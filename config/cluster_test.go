@@ -111,6 +111,31 @@ steps:
 	if errs := fs.Errors(); len(errs) != 1 || errs[0].Code != ECodeNatsAccount || strings.Contains(errs[0].String(), "SAAG") {
 		t.Fatalf("a seed in the file: %v", errs)
 	}
+	// The revoker's keys: all three are read; one missing is named.
+	revoke := `version: 1
+repos:
+  app: {path: .}
+serve:
+  cluster: {nats_url: "tls://n1:4222", account: AAVZRIM45LOZGXAQAH3DTRLAHPR7QZ7D5YBT2UD4CYRCRF7WLHZR7GXS, signing_key: {secret: nats.signing},
+    system_account: ACIPKTJS5CC7JP3LH5HZMSGVRJUUIVSTXLQM5L5V7AXC5M5FDDT2AOZX, system_key: {secret: sys.key}, operator_key: {secret: op.key}}
+pipelines:
+  default: [a]
+steps:
+  a: {run: [true]}
+`
+	f, fs = Parse([]byte(revoke), file)
+	if c = f.Serve.Cluster; len(fs.Errors()) > 0 || c.SystemAccount != "ACIPKTJS5CC7JP3LH5HZMSGVRJUUIVSTXLQM5L5V7AXC5M5FDDT2AOZX" || c.SystemKey == nil || c.SystemKey.Key != "sys.key" ||
+		c.OperatorKey == nil || c.OperatorKey.Key != "op.key" {
+		t.Fatalf("the revoker's keys: %+v %v", c, fs)
+	}
+	_, fs = Parse([]byte(strings.Replace(revoke, ", operator_key: {secret: op.key}", "", 1)), file)
+	if errs := fs.Errors(); len(errs) != 1 || errs[0].Code != ECodeNatsAccount || !strings.Contains(errs[0].Message, "serve.cluster.operator_key") {
+		t.Fatalf("system_account without operator_key: %v", errs)
+	}
+	_, fs = Parse([]byte(strings.Replace(revoke, "system_key: {secret: sys.key}", "system_key: SAAGNOTAREALSEEDXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX", 1)), file)
+	if errs := fs.Errors(); len(errs) != 1 || strings.Contains(errs[0].String(), "SAAG") {
+		t.Fatalf("a system seed in the file: %v", errs)
+	}
 	f, _ = Parse([]byte("version: 1\nrepos:\n  app: {path: .}\npipelines:\n  default: [a]\nsteps:\n  a: {run: [true]}\n"), file)
 	if f.Serve.Cluster != nil {
 		t.Fatal("no serve.cluster key: no cluster")

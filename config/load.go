@@ -620,7 +620,8 @@ func (d *decoder) cluster(f *Factory, n *yaml.Node, path string) *Cluster {
 	c := &Cluster{LocalWorker: true, LostAfter: DefaultLostAfter, Replicas: 1}
 	var urlN, firstExternal *yaml.Node
 	firstKey, sawSigning := "", false
-	for _, fl := range d.fields(n, path, []string{"listen", "nats_url", "account", "signing_key", "ca", "replicas", "local_worker", "lost_after", "max_running"}) {
+	seen := map[string]bool{}
+	for _, fl := range d.fields(n, path, []string{"listen", "nats_url", "account", "signing_key", "ca", "replicas", "system_account", "system_key", "operator_key", "local_worker", "lost_after", "max_running"}) {
 		kp := join(path, fl.key)
 		switch fl.key {
 		case "listen":
@@ -633,11 +634,12 @@ func (d *decoder) cluster(f *Factory, n *yaml.Node, path string) *Cluster {
 			if bad := badNatsURL(c.NatsURL); bad != "" {
 				d.errf(ECodeBadNatsURL, fl.value, kp, "write a URL such as tls://nats1.example:4222 (several: comma-separated)", "%s: %q is not a nats:// or tls:// URL", kp, bad)
 			}
-		case "account", "signing_key", "ca", "replicas":
+		case "account", "signing_key", "ca", "replicas", "system_account", "system_key", "operator_key":
 			if firstExternal == nil {
 				firstExternal, firstKey = fl.keyN, kp
 			}
 			sawSigning = sawSigning || fl.key == "signing_key"
+			seen[fl.key] = true
 			d.externalKey(f, c, fl.key, fl.value, kp)
 		case "local_worker":
 			c.LocalWorker = d.boolean(fl.value, kp)
@@ -666,6 +668,14 @@ func (d *decoder) cluster(f *Factory, n *yaml.Node, path string) *Cluster {
 		d.errf(ECodeNatsAccount, urlN, join(path, "account"), "write account: A... (the public key of the NATS account serve works in; nsc describe account shows it)", "%s needs serve.cluster.account: the NATS account serve and its workers use", join(path, "nats_url"))
 	case c.NatsURL != "" && !sawSigning:
 		d.errf(ECodeNatsAccount, urlN, join(path, "signing_key"), "store the account's signing seed (SA...) with kusaw config set serve.cluster.signing_key --secret, which also writes the reference", "%s needs serve.cluster.signing_key: serve signs its own and its workers' credentials with it", join(path, "nats_url"))
+	case c.NatsURL != "" && (seen["system_account"] || seen["system_key"] || seen["operator_key"]) && !(seen["system_account"] && seen["system_key"] && seen["operator_key"]):
+		var missing []string
+		for _, k := range []string{"system_account", "system_key", "operator_key"} {
+			if !seen[k] {
+				missing = append(missing, join(path, k))
+			}
+		}
+		d.errf(ECodeNatsAccount, urlN, missing[0], "give system_account, system_key and operator_key together (kusaw cluster nats-config writes all three), or none of them", "%s: revoking retired workers needs %s too", path, strings.Join(missing, " and "))
 	}
 	return c
 }
@@ -703,6 +713,22 @@ func (d *decoder) externalKey(f *Factory, c *Cluster, key string, v *yaml.Node, 
 		if msg := checkCABundle(c.CA); msg != "" {
 			d.errf(ECodeNatsCA, v, kp, "name a PEM file with the CA certificate(s) the NATS servers' certificates chain to (relative paths start at the factory file's folder), or remove ca to trust the system's roots", "%s: %s", kp, msg)
 		}
+	case "system_account":
+		c.SystemAccount = d.str(v, kp)
+		if c.SystemAccount != "" && !nkeys.IsValidPublicAccountKey(c.SystemAccount) {
+			d.errf(ECodeNatsAccount, v, kp, "write the system account's public key (56 characters starting with A; kusaw cluster nats-config writes it in serve-cluster.yaml)", "%s is not a NATS account's public key", kp)
+		}
+	case "system_key", "operator_key":
+		if resolve(v).Kind == yaml.MappingNode {
+			ref := d.secretRef(v, kp)
+			if key == "system_key" {
+				c.SystemKey = ref
+			} else {
+				c.OperatorKey = ref
+			}
+			return
+		}
+		d.errf(ECodeNatsAccount, v, kp, "remove the value and store the seed with kusaw config set "+kp+" --secret, which writes {secret: "+kp+"} in its place", "%s must reference the secret store ({secret: KEY}); never write a seed in the file", kp)
 	case "replicas":
 		c.Replicas = d.integer(v, kp)
 		if c.Replicas < 1 || c.Replicas > 5 {

@@ -22,6 +22,8 @@ func TestSecretField(t *testing.T) {
 		"steps.build.env.TOKEN",
 		"providers.claude-code.api_key",
 		"serve.cluster.signing_key",
+		"serve.cluster.system_key",
+		"serve.cluster.operator_key",
 		"pipelines.default.deliver.pull_request.token",
 		"forges.github.token",
 		"forges.gitlab.webhook_secret",

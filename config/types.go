@@ -329,12 +329,19 @@ type Cluster struct {
 	// With NatsURL: the account serve works in (its public nkey), the
 	// account signing seed in the secret store, the cluster's CA bundle
 	// ("" = the system's roots) and the replicas of streams and buckets.
-	Account     string
-	SigningKey  *SecretRef
-	CA          string
-	Replicas    int
-	LocalWorker bool          // serve runs attempts of pool default itself (default true)
-	LostAfter   time.Duration // a worker silent this long is lost (default 15s)
+	Account    string
+	SigningKey *SecretRef
+	CA         string
+	Replicas   int
+	// With NatsURL, optional, all three or none: the system account's
+	// public key, a signing seed of it scoped to kusaw's account JWT, and
+	// an operator signing seed; with them kusaw workers retire revokes
+	// the worker's user key on the account.
+	SystemAccount string
+	SystemKey     *SecretRef
+	OperatorKey   *SecretRef
+	LocalWorker   bool          // serve runs attempts of pool default itself (default true)
+	LostAfter     time.Duration // a worker silent this long is lost (default 15s)
 	// MaxRunning bounds the attempts on workers at once (0: only the
 	// workers' own slots do); serve.max_parallel bounds serve's own.
 	MaxRunning int

@@ -374,14 +374,18 @@ func TestClusterExternalProcesses(t *testing.T) {
 	if err := st.Set(serve.TokenSecretKey, clusterAPIToken); err != nil {
 		t.Fatal(err)
 	}
-	seed, err := os.ReadFile(filepath.Join(ncDir, "kusaw-signing.nk"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	set := exec.Command(kusawBin, "config", "set", "serve.cluster.signing_key", "--secret")
-	set.Dir, set.Env, set.Stdin = dir, testEnv(t, dir), bytes.NewReader(seed)
-	if out, err := set.CombinedOutput(); err != nil {
-		t.Fatalf("kusaw config set serve.cluster.signing_key --secret: %v\n%s", err, out)
+	revokeSeeds := map[string]string{}
+	for key, file := range map[string]string{"serve.cluster.signing_key": "kusaw-signing.nk", "serve.cluster.system_key": "sys-revoke.nk", "serve.cluster.operator_key": "operator-signing.nk"} {
+		b, err := os.ReadFile(filepath.Join(ncDir, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		revokeSeeds[key] = strings.TrimSpace(string(b))
+		set := exec.Command(kusawBin, "config", "set", key, "--secret")
+		set.Dir, set.Env, set.Stdin = dir, testEnv(t, dir), bytes.NewReader(b)
+		if out, err := set.CombinedOutput(); err != nil {
+			t.Fatalf("kusaw config set %s --secret: %v\n%s", key, err, out)
+		}
 	}
 	if err := os.Chmod(dir, 0o700); err != nil {
 		t.Fatal(err)
@@ -393,7 +397,6 @@ func TestClusterExternalProcesses(t *testing.T) {
 	if res := runKusaw(t, work, "cluster", "nats-config", "--dir", otherCA, "--server", "127.0.0.1:1"); res.code != 0 {
 		t.Fatalf("nats-config for another CA: %d %s", res.code, res.stderr)
 	}
-	seedStr := strings.TrimSpace(string(seed))
 	for _, bad := range []struct{ name, from, to, want string }{
 		{"wrong CA", filepath.Join(ncDir, "ca.pem"), filepath.Join(otherCA, "ca.pem"), "set serve.cluster.ca to the PEM file of the CA that signed it"},
 		// every URL: with one good one left serve connects to that
@@ -401,8 +404,10 @@ func TestClusterExternalProcesses(t *testing.T) {
 	} {
 		bd := factoryDir(t, strings.ReplaceAll(yaml, bad.from, bad.to), "app")
 		bst := secretstore.OpenDir(filepath.Join(bd, "secrets"))
-		if err := bst.Set("serve.cluster.signing_key", seedStr); err != nil {
-			t.Fatal(err)
+		for key, v := range revokeSeeds {
+			if err := bst.Set(key, v); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if err := bst.Set(serve.TokenSecretKey, clusterAPIToken); err != nil {
 			t.Fatal(err)
@@ -566,6 +571,21 @@ func TestClusterExternalProcesses(t *testing.T) {
 		}
 		r.checkRuns(t, ids)
 		r.noneRerun(t, ids, "the rolling restart")
+	})
+	// kusaw workers retire revokes the worker's user key on the account:
+	// the NATS servers close its connection and refuse it (it exits 10,
+	// not_enrolled), which serve alone could not make them do.
+	ok = ok && t.Run("retire", func(t *testing.T) {
+		r.idle(t)
+		held, note, err := r.sp.client.RetireWorker(context.Background(), "x3")
+		if err != nil || note != "" {
+			t.Fatalf("kusaw workers retire x3: %v (note %q, %d held)", err, note, held)
+		}
+		if code := workers["x3"].waitExit(t, time.Minute); code != int(status.ExitNotEnrolled) {
+			t.Fatalf("the retired worker x3: exit %d, want %d (not_enrolled)\n%s", code, status.ExitNotEnrolled, workers["x3"].log.String())
+		}
+		ids := r.submitSleep(t, 2, "0.3")
+		r.checkRuns(t, ids)
 	})
 	if !ok {
 		t.Log("a fault failed: the ones after it did not run")

@@ -530,6 +530,9 @@ func (v *Validator) secretChecks(f *config.Factory) config.Findings {
 	if c := f.Serve.Cluster; c != nil && c.SigningKey != nil {
 		refs = append(refs, ref{c.SigningKey.Key, "serve.cluster.signing_key"})
 	}
+	if c := f.Serve.Cluster; c != nil && c.SystemKey != nil && c.OperatorKey != nil {
+		refs = append(refs, ref{c.SystemKey.Key, "serve.cluster.system_key"}, ref{c.OperatorKey.Key, "serve.cluster.operator_key"})
+	}
 	for i, n := range f.Notify {
 		if n.Secret != nil {
 			refs = append(refs, ref{n.Secret.Key, fmt.Sprintf("notify[%d].secret", i)})
@@ -558,8 +561,11 @@ func (v *Validator) secretChecks(f *config.Factory) config.Findings {
 			if strings.Contains(r.path, "notify[") {
 				what = "the webhook will not be sent (a signed notification needs its key)"
 			}
-			if r.path == "serve.cluster.signing_key" {
+			switch r.path {
+			case "serve.cluster.signing_key":
 				what = "serve cannot sign in to the NATS cluster and will not start"
+			case "serve.cluster.system_key", "serve.cluster.operator_key":
+				what = "serve cannot revoke retired workers on the NATS account and will not start"
 			}
 			out = append(out, config.Finding{Code: config.WCodeSecretMissing, Severity: config.SevWarning, Path: r.path, Line: pos.Line, Column: pos.Column,
 				Message: fmt.Sprintf("secret %s is not in the secret store; %s", r.key, what),

@@ -40,6 +40,11 @@ type serveCluster struct {
 	newToken func(addr string, g cluster.Grant) (cluster.Token, error)
 	shutdown func()
 	external bool // serve.cluster.nats_url
+	// revoker, on an existing cluster with system_account, system_key and
+	// operator_key, revokes retired workers' keys on the account; reg is
+	// workers the registry they are in.
+	revoker *cluster.Revoker
+	workers *cluster.Registry
 }
 
 // startCluster starts the cluster's side of serve when the factory has
@@ -83,10 +88,11 @@ func startCluster(f *config.Factory, log zerolog.Logger) (*serveCluster, error) 
 	var id *cluster.Identity
 	var reg *cluster.Registry
 	if c.NatsURL != "" {
-		x, err := openExternal(dir, c)
+		x, rv, err := openExternal(dir, c)
 		if err != nil {
 			return fail(err)
 		}
+		sc.revoker = rv
 		if nc, err = x.Connect("kusaw serve", watch...); err != nil {
 			return fail(err)
 		}
@@ -97,6 +103,13 @@ func startCluster(f *config.Factory, log zerolog.Logger) (*serveCluster, error) 
 		pcancel()
 		if err != nil {
 			return fail(err)
+		}
+		if rv != nil {
+			// Workers retired while the account could not be reached (or
+			// before serve could revoke) are revoked now.
+			if err := rv.Revoke(ctx, x.Registry.RetiredKeys()); err != nil {
+				return fail(fmt.Errorf("cannot revoke the retired workers' keys on account %s: %v", c.Account, err))
+			}
 		}
 		if err := x.ServeEnrollments(ctx, nc); err != nil {
 			return fail(err)
@@ -120,6 +133,7 @@ func startCluster(f *config.Factory, log zerolog.Logger) (*serveCluster, error) 
 		return fail(err)
 	}
 	sc.reg = prometheus.NewRegistry()
+	sc.workers = reg
 	d, err := dispatch.New(ctx, dispatch.Options{NC: nc, H: h, Identity: id, Registry: reg, Dir: dir,
 		LostAfter: c.LostAfter, LocalWorker: c.LocalWorker, Metrics: dispatch.NewMetrics(sc.reg), AwaitSettle: true, Disconnect: disconnect})
 	if err != nil {
@@ -143,26 +157,40 @@ func (c *serveCluster) dispatcher() *dispatch.Dispatcher {
 
 // openExternal reads what an existing NATS cluster needs: the account's
 // signing seed from the secret store (never the factory file) and the
-// CA bundle.
-func openExternal(dir string, c *config.Cluster) (*cluster.External, error) {
+// CA bundle; with system_account, the revoker's seeds too.
+func openExternal(dir string, c *config.Cluster) (*cluster.External, *cluster.Revoker, error) {
 	if c.SigningKey == nil || c.Account == "" {
-		return nil, errors.New("nats_url needs account and signing_key (docs/cluster.md)")
+		return nil, nil, errors.New("nats_url needs account and signing_key (docs/cluster.md)")
 	}
 	st, err := secretstore.Open()
 	if err != nil {
-		return nil, fmt.Errorf("the secret store: %v", err)
+		return nil, nil, fmt.Errorf("the secret store: %v", err)
 	}
 	seed, err := st.Get(c.SigningKey.Key)
 	if err != nil || seed == "" {
-		return nil, fmt.Errorf("signing_key: secret %s is not in the secret store: store the account's signing seed (SA...) with kusaw config set %s --secret", c.SigningKey.Key, c.SigningKey.Key)
+		return nil, nil, fmt.Errorf("signing_key: secret %s is not in the secret store: store the account's signing seed (SA...) with kusaw config set %s --secret", c.SigningKey.Key, c.SigningKey.Key)
 	}
 	var caPEM []byte
 	if c.CA != "" {
 		if caPEM, err = os.ReadFile(c.CA); err != nil {
-			return nil, fmt.Errorf("ca: %v", err)
+			return nil, nil, fmt.Errorf("ca: %v", err)
 		}
 	}
-	return cluster.OpenExternal(cluster.ExternalOptions{Dir: dir, URLs: c.NatsURL, Account: c.Account, SigningSeed: seed, CAPEM: caPEM})
+	x, err := cluster.OpenExternal(cluster.ExternalOptions{Dir: dir, URLs: c.NatsURL, Account: c.Account, SigningSeed: seed, CAPEM: caPEM})
+	if err != nil || c.SystemAccount == "" || c.SystemKey == nil || c.OperatorKey == nil {
+		return x, nil, err
+	}
+	seeds := map[string]string{}
+	for name, ref := range map[string]*config.SecretRef{"system_key": c.SystemKey, "operator_key": c.OperatorKey} {
+		v, err := st.Get(ref.Key)
+		if err != nil || v == "" {
+			return nil, nil, fmt.Errorf("%s: secret %s is not in the secret store: store its seed with kusaw config set %s --secret (kusaw cluster nats-config wrote it)", name, ref.Key, ref.Key)
+		}
+		seeds[name] = v
+	}
+	rv, err := cluster.NewRevoker(cluster.RevokerOptions{URLs: c.NatsURL, CAPEM: caPEM, Account: c.Account, SystemAccount: c.SystemAccount,
+		SystemSeed: seeds["system_key"], OperatorSeed: seeds["operator_key"]})
+	return x, rv, err
 }
 
 func (c *serveCluster) close() {
@@ -265,14 +293,36 @@ func (s *Server) apiWorkerRetire(w http.ResponseWriter, r *http.Request) {
 	}
 	name := r.PathValue("name")
 	held, err := s.cl.d.Retire(r.Context(), name)
+	again := false
 	if err != nil {
-		apiError(w, http.StatusNotFound, "no_worker", err.Error(), "kusaw workers lists the enrolled workers")
-		return
+		// Retired already: on an existing cluster, its revocation may be
+		// what failed last time; try it again.
+		e := s.cl.workers.Known(name)
+		if s.cl.revoker == nil || e == nil || e.Retired == nil {
+			apiError(w, http.StatusNotFound, "no_worker", err.Error(), "kusaw workers lists the enrolled workers")
+			return
+		}
+		again = true
+	} else {
+		s.log.Info().Str("worker", name).Int("attempts_lost", held).Msg("worker retired: its enrollment is revoked; attempts it held go to other workers")
 	}
-	s.log.Info().Str("worker", name).Int("attempts_lost", held).Msg("worker retired: its enrollment is revoked; attempts it held go to other workers")
 	out := map[string]any{"worker": name, "retired": true, "attempts_lost": held}
-	if s.cl.external {
-		out["note"] = "on an existing NATS cluster serve refuses everything from the worker, but only the account can shut its user key out of NATS: revoke it there (nsc revocations add-user)"
+	switch {
+	case s.cl.revoker != nil:
+		e := s.cl.workers.Known(name)
+		if err := s.cl.revoker.Revoke(r.Context(), map[string]time.Time{e.NKey: *e.Retired}); err != nil {
+			s.log.Error().Str("worker", name).Str("error", err.Error()).Msg("worker retired on serve, but its key is not revoked on the NATS account")
+			apiError(w, http.StatusBadGateway, "not_revoked", fmt.Sprintf("worker %s is retired on serve (it refuses everything from it), but its user key is not revoked on the NATS account: %v", name, err),
+				"fix what the message says, then run kusaw workers retire "+name+" again (serve also tries at each start)")
+			return
+		}
+		s.log.Info().Str("worker", name).Str("nkey", e.NKey).Msg("worker's user key revoked on the NATS account: the servers closed its connections and refuse it")
+		out["revoked"] = true
+		if again {
+			out["note"] = "it was retired already; its user key is revoked on the NATS account"
+		}
+	case s.cl.external:
+		out["note"] = "on an existing NATS cluster serve refuses everything from the worker, but without serve.cluster.system_account, system_key and operator_key it cannot revoke its user key on the account: revoke it there (nsc revocations add-user), or give serve those keys (docs/cluster.md)"
 	}
 	writeJSONResponse(w, http.StatusOK, out)
 }

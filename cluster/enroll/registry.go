@@ -248,3 +248,17 @@ func writeFile(path string, b []byte, perm os.FileMode) error {
 	}
 	return os.Rename(tmp, path)
 }
+
+// RetiredKeys are the user keys (nkeys) of every retired worker with when
+// it was retired: what an existing NATS cluster's account must revoke.
+func (r *Registry) RetiredKeys() map[string]time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]time.Time{}
+	for _, e := range r.m {
+		if e.Retired != nil {
+			out[e.NKey] = *e.Retired
+		}
+	}
+	return out
+}

@@ -27,6 +27,7 @@ import (
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
 
+	"github.com/kusaw/kusaw/cluster"
 	"github.com/kusaw/kusaw/cluster/limits"
 )
 
@@ -75,6 +76,17 @@ const ClusterName = "kusaw"
 // what serve.cluster.signing_key must hold in serve's secret store.
 const SigningKeyFile = "kusaw-signing.nk"
 
+// OperatorKeyFile holds an operator signing key's seed (SO...), what
+// serve.cluster.operator_key holds: serve signs kusaw's account JWT anew
+// with it to revoke a retired worker's user key.
+const OperatorKeyFile = "operator-signing.nk"
+
+// SystemKeyFile holds a scoped signing key's seed of the system account
+// (SA...), what serve.cluster.system_key holds: its users may only look up
+// and update kusaw's account JWT (cluster.RevokerPerms), which is how serve
+// pushes a revocation to the servers.
+const SystemKeyFile = "sys-revoke.nk"
+
 // Result is what serve needs, and what was written.
 type Result struct {
 	// URLs is serve.cluster.nats_url.
@@ -85,6 +97,11 @@ type Result struct {
 	CAFile string
 	// SigningKeyFile is the path of the signing seed (SA...).
 	SigningKeyFile string
+	// SystemAccount is serve.cluster.system_account (the system
+	// account's public key); OperatorKeyFile and SystemKeyFile the paths
+	// of the seeds serve.cluster.operator_key and system_key hold.
+	SystemAccount                  string
+	OperatorKeyFile, SystemKeyFile string
 	// Replicas is serve.cluster.replicas (the number of servers).
 	Replicas int
 	// Names are the servers' names (server_name), ConfFiles their
@@ -249,6 +266,11 @@ func Write(o Options) (*Result, error) {
 	opPub, _ := op.PublicKey()
 	oc := jwt.NewOperatorClaims(opPub)
 	oc.Name = "kusaw-operator"
+	// serve's key for signing kusaw's account anew (revocations); the
+	// operator's own key stays with whoever ran this.
+	osk, _ := nkeys.CreateOperator()
+	oskPub, _ := osk.PublicKey()
+	oc.SigningKeys.Add(oskPub)
 	sys, _ := nkeys.CreateAccount()
 	sysPub, _ := sys.PublicKey()
 	oc.SystemAccount = sysPub
@@ -256,14 +278,24 @@ func Write(o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	acc, _ := nkeys.CreateAccount()
+	accPub, _ := acc.PublicKey()
 	sc := jwt.NewAccountClaims(sysPub)
 	sc.Name = "SYS"
+	// A scoped key: whatever a user JWT it signs says, the servers give
+	// that user only these permissions, so serve's system user can touch
+	// kusaw's account JWT and nothing else of the servers.
+	ssk, _ := nkeys.CreateAccount()
+	sskPub, _ := ssk.PublicKey()
+	scope := jwt.NewUserScope()
+	scope.Key, scope.Role = sskPub, "kusaw-revoke"
+	scope.Description = "kusaw serve: look up and update account " + accPub + " (revocations of retired workers)"
+	scope.Template.Permissions = cluster.RevokerPerms(accPub)
+	sc.SigningKeys.AddScopedSigner(scope)
 	sysJWT, err := sc.Encode(op)
 	if err != nil {
 		return nil, err
 	}
-	acc, _ := nkeys.CreateAccount()
-	accPub, _ := acc.PublicKey()
 	sk, _ := nkeys.CreateAccount()
 	skPub, _ := sk.PublicKey()
 	ac := jwt.NewAccountClaims(accPub)
@@ -297,6 +329,8 @@ func Write(o Options) (*Result, error) {
 	accSeed, _ := acc.Seed()
 	sysSeed, _ := sys.Seed()
 	skSeed, _ := sk.Seed()
+	oskSeed, _ := osk.Seed()
+	sskSeed, _ := ssk.Seed()
 	for _, f := range []struct {
 		name string
 		b    []byte
@@ -307,17 +341,21 @@ func Write(o Options) (*Result, error) {
 		{"sys-account.nk", append(sysSeed, '\n'), 0o600},
 		{"kusaw-account.nk", append(accSeed, '\n'), 0o600},
 		{SigningKeyFile, append(skSeed, '\n'), 0o600},
+		{OperatorKeyFile, append(oskSeed, '\n'), 0o600},
+		{SystemKeyFile, append(sskSeed, '\n'), 0o600},
 		{"sys.creds", creds, 0o600},
 	} {
 		if err := w.file(f.name, f.b, f.mode); err != nil {
 			return nil, err
 		}
 	}
-	resolver := fmt.Sprintf(`# The operator, the accounts it signed and a memory resolver
-# (written by kusaw cluster nats-config). The same on every server.
+	// The resolver itself (a full one, in each server's own folder) is in
+	// natsN.conf: a memory resolver forgets an account's update when its
+	// server restarts, and a revocation must outlive that.
+	resolver := fmt.Sprintf(`# The operator and the accounts it signed, preloaded into each server's
+# resolver (written by kusaw cluster nats-config). The same on every server.
 operator: %q
 system_account: %s
-resolver: MEMORY
 resolver_preload: {
   # SYS
   %s: %q
@@ -329,7 +367,8 @@ resolver_preload: {
 		return nil, err
 	}
 
-	res := &Result{Account: accPub, CAFile: filepath.Join(dir, "ca.pem"), SigningKeyFile: filepath.Join(dir, SigningKeyFile), Replicas: n}
+	res := &Result{Account: accPub, CAFile: filepath.Join(dir, "ca.pem"), SigningKeyFile: filepath.Join(dir, SigningKeyFile), Replicas: n,
+		SystemAccount: sysPub, OperatorKeyFile: filepath.Join(dir, OperatorKeyFile), SystemKeyFile: filepath.Join(dir, SystemKeyFile)}
 	var urls []string
 	for i, s := range servers {
 		urls = append(urls, "tls://"+net.JoinHostPort(s.host, strconv.Itoa(s.port)))
@@ -362,7 +401,10 @@ func ServeYAML(r *Result, ca string) string {
     signing_key: {secret: serve.cluster.signing_key}
     ca: %s
     replicas: %d
-`, r.URLs, r.Account, ca, r.Replicas)
+    system_account: %s
+    system_key: {secret: serve.cluster.system_key}
+    operator_key: {secret: serve.cluster.operator_key}
+`, r.URLs, r.Account, ca, r.Replicas, r.SystemAccount)
 }
 
 // serverConf is server i's configuration.
@@ -389,8 +431,18 @@ jetstream {
   max_file_store: %d
   max_memory_store: %d
 }
+
+# Accounts' JWTs, kept on disk: an update (serve revoking a retired
+# worker's key) outlives a restart, and a server that was down takes it
+# from the others within the interval. Nothing may delete an account.
+resolver {
+  type: full
+  dir: %q
+  allow_delete: false
+  interval: "10s"
+}
 `, s.name, filepath.Join(inst, s.name+".conf"), s.name, listenHost(s.host), s.port, s.monitor, limits.MaxPayload,
-		s.certFile, s.keyFil, filepath.Join(store, s.name), maxStore, limits.AccountMaxMemory)
+		s.certFile, s.keyFil, filepath.Join(store, s.name), maxStore, limits.AccountMaxMemory, filepath.Join(store, s.name, "jwt"))
 	if len(all) > 1 {
 		var routes []string
 		for j, o := range all {

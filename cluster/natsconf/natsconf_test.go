@@ -14,8 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
 	"github.com/kusaw/kusaw/cluster"
 )
@@ -306,4 +308,260 @@ func TestOwnCertificates(t *testing.T) {
 	if _, err := Write(Options{Dir: t.TempDir(), Servers: []string{"nats2.lan:4222"}, CACert: ca, CAKey: filepath.Join(src, "ca-key.pem")}); err != nil {
 		t.Errorf("the operator's own CA: %v", err)
 	}
+}
+
+// revokerOf is serve's revoker from what Write printed.
+func revokerOf(t *testing.T, r *Result) *cluster.Revoker {
+	t.Helper()
+	sys, _ := os.ReadFile(r.SystemKeyFile)
+	op, _ := os.ReadFile(r.OperatorKeyFile)
+	ca, _ := os.ReadFile(r.CAFile)
+	rv, err := cluster.NewRevoker(cluster.RevokerOptions{URLs: r.URLs, CAPEM: ca, Account: r.Account, SystemAccount: r.SystemAccount,
+		SystemSeed: string(sys), OperatorSeed: string(op)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rv
+}
+
+// From a retired worker's side on three servers of a written
+// configuration: once serve revokes its key on the account, the server it
+// is connected to closes its connection, it cannot connect again to any
+// server, one that was down during the revocation included (the full
+// resolver syncs it from the others) and one restarted since (it keeps
+// the update on disk); nothing it publishes reaches serve. The twin, a
+// worker enrolled beside it and not retired, keeps connecting and
+// publishing on every server. Serve's system user may touch nothing but
+// kusaw's account JWT.
+func TestRetiredWorkerRevoked(t *testing.T) {
+	ports := freePorts(t, 3)
+	var addrs []string
+	for _, p := range ports {
+		addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(p))
+	}
+	dir := t.TempDir()
+	r, err := Write(Options{Dir: dir, Servers: addrs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	servers := make([]*server.Server, 3)
+	for i, f := range r.ConfFiles {
+		servers[i] = startConf(t, f)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !anyLeader(servers) || servers[0].NumRoutes() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the three servers did not form a cluster")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	seed, _ := os.ReadFile(r.SigningKeyFile)
+	ca, _ := os.ReadFile(r.CAFile)
+	x, err := cluster.OpenExternal(cluster.ExternalOptions{Dir: filepath.Join(t.TempDir(), "cluster"), URLs: r.URLs, Account: r.Account, SigningSeed: string(seed), CAPEM: ca})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := x.Connect("kusaw serve")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := x.ServeEnrollments(ctx, nc); err != nil {
+		t.Fatal(err)
+	}
+	events := make(chan string, 64)
+	if _, err := nc.Subscribe("kusaw.events.>", func(m *nats.Msg) { events <- m.Subject }); err != nil {
+		t.Fatal(err)
+	}
+	_ = nc.Flush()
+	ids := map[string]*cluster.Identity{}
+	for _, name := range []string{"w1", "w2"} {
+		tok, err := x.NewToken("", cluster.Grant{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, _ := cluster.NewIdentity(name)
+		if err := cluster.Enroll(ctx, tok, id, "test", nil); err != nil {
+			t.Fatal(err)
+		}
+		ids[name] = id
+	}
+	// on is id dialing only server i.
+	on := func(id *cluster.Identity, i int) *cluster.Identity {
+		c := *id
+		c.Server = "tls://" + addrs[i]
+		return &c
+	}
+	// reaches says whether a publish of name's on conn arrives at serve.
+	reaches := func(conn *nats.Conn, name, attempt string) bool {
+		_ = conn.Publish(cluster.EventsSubject(attempt, name), []byte("{}"))
+		_ = conn.Flush()
+		want := cluster.EventsSubject(attempt, name)
+		for {
+			select {
+			case s := <-events:
+				if s == want {
+					return true
+				}
+			case <-time.After(2 * time.Second):
+				return false
+			}
+		}
+	}
+	w1, err := cluster.Dial(on(ids["w1"], 0), "w1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w1.Close()
+	if !reaches(w1, "w1", "a0") {
+		t.Fatal("the worker to retire cannot publish before it is retired")
+	}
+
+	// Server 3 is down while serve revokes.
+	servers[2].Shutdown()
+	servers[2].WaitForShutdown()
+	x.Registry.Retire("w1")
+	rv := revokerOf(t, r)
+	if err := rv.Revoke(ctx, x.Registry.RetiredKeys()); err != nil {
+		t.Fatalf("revoking the retired worker: %v", err)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for w1.IsConnected() && !w1.IsClosed() {
+		if time.Now().After(deadline) {
+			t.Fatal("the retired worker's connection stayed open after the revocation")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// The update reaches the servers one after another: once both that
+	// are up keep it, nothing of the retired worker gets through.
+	w1Key := ids["w1"].NKey()
+	for _, name := range []string{"nats1", "nats2"} {
+		f := filepath.Join(dir, "jetstream", name, "jwt", r.Account+".jwt")
+		for {
+			b, _ := os.ReadFile(f)
+			if ac, err := jwt.DecodeAccountClaims(string(b)); err == nil && ac.Revocations[w1Key] != 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s does not keep the revocation in %s", name, f)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	if reaches(w1, "w1", "a1") {
+		t.Fatalf("the retired worker's publish reached serve after the revocation (on %s)", w1.ConnectedUrl())
+	}
+	w1.Close()
+	for _, i := range []int{0, 1} {
+		if c, err := cluster.Dial(on(ids["w1"], i), "w1"); err == nil {
+			c.Close()
+			t.Errorf("the retired worker connected to server %d", i+1)
+		}
+		twin, err := cluster.Dial(on(ids["w2"], i), "w2")
+		if err != nil {
+			t.Fatalf("the twin cannot connect to server %d: %v", i+1, err)
+		}
+		if !reaches(twin, "w2", fmt.Sprintf("b%d", i)) {
+			t.Errorf("the twin's publish on server %d did not reach serve", i+1)
+		}
+		twin.Close()
+	}
+	// Revoking again adds nothing and pushes nothing.
+	if err := rv.Revoke(ctx, x.Registry.RetiredKeys()); err != nil {
+		t.Fatal(err)
+	}
+
+	// Server 1 restarts and keeps the update on disk; server 3 comes
+	// back and syncs from the others (within the resolver's interval).
+	servers[0].Shutdown()
+	servers[0].WaitForShutdown()
+	servers[0] = startConf(t, r.ConfFiles[0])
+	servers[2] = startConf(t, r.ConfFiles[2])
+	for _, i := range []int{2, 0} {
+		var err error
+		deadline = time.Now().Add(20 * time.Second)
+		for {
+			var c *nats.Conn
+			if c, err = cluster.Dial(on(ids["w1"], i), "w1"); err == nil {
+				// The server may answer before its resolver synced: wait
+				// for it, then it must refuse.
+				c.Close()
+				if time.Now().Before(deadline) {
+					time.Sleep(200 * time.Millisecond)
+					continue
+				}
+			}
+			break
+		}
+		if err == nil {
+			t.Errorf("the retired worker connected to server %d after its restart", i+1)
+		}
+		twin, err := cluster.Dial(on(ids["w2"], i), "w2")
+		if err != nil {
+			t.Fatalf("the twin cannot connect to server %d after its restart: %v", i+1, err)
+		}
+		twin.Close()
+	}
+
+	// The retired key with a new token under a new name: refused (the
+	// revocation is by key, and a JWT issued now would pass it); the twin,
+	// a new key with a new token, joins.
+	again := *ids["w1"]
+	again.Name, again.JWT = "w1b", ""
+	tok, _ := x.NewToken("", cluster.Grant{})
+	if err := cluster.Enroll(ctx, tok, &again, "test", nil); err == nil || !strings.Contains(err.Error(), "retired worker") {
+		t.Errorf("the retired key joining again as w1b: %v", err)
+	}
+	fresh, _ := cluster.NewIdentity("w3")
+	tok, _ = x.NewToken("", cluster.Grant{})
+	if err := cluster.Enroll(ctx, tok, fresh, "test", nil); err != nil {
+		t.Errorf("a new key joining: %v", err)
+	}
+
+	// Serve's system user: the scope gives it kusaw's account JWT and no
+	// other subject of the system account.
+	perr := make(chan error, 4)
+	sysUser := sysConn(t, r, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { perr <- err }))
+	defer sysUser.Close()
+	if _, err := sysUser.Request("$SYS.REQ.SERVER.PING.CONNZ", nil, 2*time.Second); err == nil {
+		t.Error("serve's system user may ask the servers for their connections")
+	}
+	if _, err := sysUser.Request("$SYS.REQ.ACCOUNT."+r.SystemAccount+".CLAIMS.LOOKUP", nil, 2*time.Second); err == nil {
+		t.Error("serve's system user may look up another account's JWT")
+	}
+	m, err := sysUser.Request("$SYS.REQ.ACCOUNT."+r.Account+".CLAIMS.LOOKUP", nil, 5*time.Second)
+	if err != nil || !strings.HasPrefix(string(m.Data), "eyJ") {
+		t.Errorf("the twin: serve's system user looks up kusaw's account: %v", err)
+	}
+}
+
+// sysConn is a user of the system account signed by the scoped key, as
+// the revoker makes one.
+func sysConn(t *testing.T, r *Result, opts ...nats.Option) *nats.Conn {
+	t.Helper()
+	seed, _ := os.ReadFile(r.SystemKeyFile)
+	sk, err := nkeys.FromSeed([]byte(strings.TrimSpace(string(seed))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, _ := nkeys.CreateUser()
+	pub, _ := u.PublicKey()
+	uc := jwt.NewUserClaims(pub)
+	uc.IssuerAccount = r.SystemAccount
+	uc.UserPermissionLimits = jwt.UserPermissionLimits{}
+	tok, err := uc.Encode(sk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := os.ReadFile(r.CAFile)
+	tc, _ := cluster.ClusterTLS(ca)
+	nc, err := nats.Connect(r.URLs, append([]nats.Option{nats.Secure(tc), nats.CustomInboxPrefix("_INBOX_KUSAW_REVOKE"),
+		nats.UserJWT(func() (string, error) { return tok, nil }, u.Sign)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc
 }

@@ -148,8 +148,10 @@ func printNATSConfig(a *app, o natsconf.Options, r *natsconf.Result) {
 	for _, l := range strings.Split(strings.TrimRight(natsconf.ServeYAML(r, ""), "\n"), "\n") {
 		fmt.Fprintf(w, "     %s\n", l)
 	}
-	fmt.Fprintf(w, "\n3. Give serve the account's signing key, then remove the file:\n")
+	fmt.Fprintf(w, "\n3. Give serve the account's signing key and the keys it revokes retired workers with, then remove the files:\n")
 	fmt.Fprintf(w, "     kusaw config set serve.cluster.signing_key --secret < %s\n", r.SigningKeyFile)
+	fmt.Fprintf(w, "     kusaw config set serve.cluster.system_key --secret < %s\n", r.SystemKeyFile)
+	fmt.Fprintf(w, "     kusaw config set serve.cluster.operator_key --secret < %s\n", r.OperatorKeyFile)
 	fmt.Fprintf(w, "4. Start kusaw serve; join workers with kusaw cluster token as usual.\n")
 }
 
