@@ -42,6 +42,13 @@ func (d *Dispatcher) Run(ctx context.Context, spec *record.AttemptSpec, job reco
 	if err := untilNATS(ctx, func() error { return d.o.H.EnsurePool(ctx, poolOf(spec)) }); err != nil {
 		return record.RemoteResult{Message: err.Error()}
 	}
+	// A fresh attempt has no claim of right before its work is published:
+	// one already there was planted by a worker that guessed the id (a
+	// run's, a step's and a number), and would take the attempt from the
+	// worker that pulls the work.
+	if _, tok, err := d.o.H.Holder(ctx, poolOf(spec), spec.ID); err != nil || tok != 0 {
+		_ = d.o.H.Revoke(ctx, poolOf(spec), spec.ID)
+	}
 
 	// Code travels as bundles of the commits the attempt reads (the base
 	// commits, then a merge's or a judge's), against what every live

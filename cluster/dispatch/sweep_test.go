@@ -227,3 +227,108 @@ func TestRefollowNoDuplicates(t *testing.T) {
 	case <-time.After(500 * time.Millisecond):
 	}
 }
+
+// The attacker's side, timed before the sweep can see it: an enrolled
+// worker claims the key of an attempt serve is about to publish (attempt
+// ids are a run's, a step's and a number: guessable), so that the worker
+// that takes the work finds it claimed and the attempt is the attacker's
+// or nobody's. A fresh attempt has no claim of right before its work is
+// published: serve drops what it finds. The twin: a claim of a running
+// attempt serve re-attaches to after a restart stays.
+func TestPreclaimedAttemptFreed(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cluster")
+	srv, err := cluster.StartServer(cluster.ServerOptions{Dir: dir, Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.ConnectInProcess("serve")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := srv.ServeEnrollments(ctx, nc); err != nil {
+		t.Fatal(err)
+	}
+	h, err := cluster.Setup(ctx, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker := func(name string) *cluster.Handles {
+		tok, _ := srv.NewToken("", cluster.Grant{})
+		parsed, _ := cluster.ParseToken(tok.String())
+		id, _ := cluster.NewIdentity(name)
+		if err := cluster.Enroll(ctx, parsed, id, "test", nil); err != nil {
+			t.Fatal(err)
+		}
+		wnc, err := cluster.Dial(id, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(wnc.Close)
+		wh, err := cluster.Open(ctx, wnc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return wh
+	}
+	mal, good := worker("mal"), worker("good")
+	d, err := New(ctx, Options{NC: nc, H: h, Identity: srv.Identity, Registry: srv.Registry, Dir: dir, LostAfter: 5 * time.Second, SweepEvery: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := &record.AttemptSpec{ID: "r/s/1", Run: "r", Step: "s", Number: 1, Pool: "default"}
+	if _, err := mal.Claim(ctx, "default", spec.ID, "mal"); err != nil {
+		t.Fatal(err)
+	}
+	rctx, rcancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		d.Run(rctx, spec, record.RemoteJob{Dir: t.TempDir(), Emit: func(string, map[string]any) {}})
+	}()
+	defer func() { rcancel(); <-done }()
+	st, err := h.JS.Stream(ctx, cluster.WorkStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if info, err := st.Info(ctx); err == nil && info.State.Msgs > 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("serve did not publish the attempt")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := good.Claim(ctx, "default", spec.ID, "good"); err != nil {
+		t.Fatalf("the worker that takes the published attempt cannot claim it: %v", err)
+	}
+	if c, _, _ := h.Holder(ctx, "default", spec.ID); c.Worker != "good" {
+		t.Fatalf("the published attempt is held by %q", c.Worker)
+	}
+
+	// The twin: re-attaching keeps the claim its worker holds.
+	rcancel()
+	<-done
+	spec2 := &record.AttemptSpec{ID: "r/s/2", Run: "r", Step: "s", Number: 2, Pool: "default"}
+	tok2, err := good.Claim(ctx, "default", spec2.ID, "good")
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := t.TempDir()
+	r2, c2 := context.WithCancel(ctx)
+	done2 := make(chan struct{})
+	go func() {
+		defer close(done2)
+		d.Reattach(r2, spec2, record.RemoteJob{Dir: job, Emit: func(string, map[string]any) {}}, "good", tok2)
+	}()
+	time.Sleep(500 * time.Millisecond)
+	if c, _, _ := h.Holder(ctx, "default", spec2.ID); c.Worker != "good" {
+		t.Errorf("re-attaching dropped the running attempt's claim (held by %q)", c.Worker)
+	}
+	c2()
+	<-done2
+}
