@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
+
+	"github.com/kusaw/kusaw/cluster/enroll"
 )
 
 // On an existing NATS cluster a worker's user JWT never expires, so
@@ -24,18 +26,11 @@ import (
 // servers keep accounts in a full resolver, so the update outlives a
 // restart and reaches a server that was down.
 
-// revokeInbox is the inbox prefix of serve's system user: the only
-// subjects it may receive on.
-const revokeInbox = "_INBOX_KUSAW_REVOKE"
+// revokeInbox: serve's system user receives only here.
+const revokeInbox = enroll.RevokeInbox
 
-// RevokerPerms are the permissions of serve's system user for account:
-// look up and update that account's JWT, receive the answers.
-func RevokerPerms(account string) jwt.Permissions {
-	var p jwt.Permissions
-	p.Pub.Allow.Add("$SYS.REQ.ACCOUNT."+account+".CLAIMS.LOOKUP", "$SYS.REQ.ACCOUNT."+account+".CLAIMS.UPDATE")
-	p.Sub.Allow.Add(revokeInbox + ".>")
-	return p
-}
+// RevokerPerms is enroll.RevokerPerms.
+func RevokerPerms(account string) jwt.Permissions { return enroll.RevokerPerms(account) }
 
 // RevokerOptions are what serve needs to revoke users of Account.
 type RevokerOptions struct {

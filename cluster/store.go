@@ -429,14 +429,18 @@ func (o PoolOptions) normal() PoolOptions {
 // poolStreams are a pool's two stream configurations.
 func poolStreams(pool string, o PoolOptions) []jetstream.StreamConfig {
 	o = o.normal()
-	base := func(name, subjects string, maxBytes int64, msg int32, age time.Duration) jetstream.StreamConfig {
-		return jetstream.StreamConfig{Name: name, Subjects: []string{subjects}, Storage: jetstream.FileStorage, Replicas: o.Replicas,
+	base := func(name string, subjects []string, maxBytes int64, msg int32, age time.Duration) jetstream.StreamConfig {
+		return jetstream.StreamConfig{Name: name, Subjects: subjects, Storage: jetstream.FileStorage, Replicas: o.Replicas,
 			MaxBytes: maxBytes, MaxMsgSize: msg, MaxMsgsPerSubject: 1, Discard: jetstream.DiscardNew, DiscardNewPerSubject: true,
 			MaxAge: age, MaxMsgs: -1, MaxConsumers: -1, AllowDirect: true, DenyDelete: true, AllowRollup: false, Duplicates: 2 * time.Minute}
 	}
 	return []jetstream.StreamConfig{
-		base(ClaimsStream(pool), subjClaims+pool+".*", o.ClaimsMaxBytes, ClaimMaxSize, 0),
-		base(ObjectsStream(pool), subjObjects+pool+".>", o.ObjectsMaxBytes, objectMsgMax, ObjectsMaxAge),
+		base(ClaimsStream(pool), []string{subjClaims + pool + ".*"}, o.ClaimsMaxBytes, ClaimMaxSize, 0),
+		// Only the two shapes objects are made of (meta and chunk): a
+		// worker may publish anything under its prefix, and a message of
+		// another shape would hide from the sweep, which finds an
+		// attempt's key at its place in the subject.
+		base(ObjectsStream(pool), []string{subjObjects + pool + ".*.M.*.*.*", subjObjects + pool + ".*.C.*.*.*.*"}, o.ObjectsMaxBytes, objectMsgMax, ObjectsMaxAge),
 	}
 }
 

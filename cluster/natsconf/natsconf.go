@@ -27,7 +27,7 @@ import (
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
 
-	"github.com/kusaw/kusaw/cluster"
+	"github.com/kusaw/kusaw/cluster/enroll"
 	"github.com/kusaw/kusaw/cluster/limits"
 )
 
@@ -83,7 +83,7 @@ const OperatorKeyFile = "operator-signing.nk"
 
 // SystemKeyFile holds a scoped signing key's seed of the system account
 // (SA...), what serve.cluster.system_key holds: its users may only look up
-// and update kusaw's account JWT (cluster.RevokerPerms), which is how serve
+// and update kusaw's account JWT (enroll.RevokerPerms), which is how serve
 // pushes a revocation to the servers.
 const SystemKeyFile = "sys-revoke.nk"
 
@@ -290,7 +290,7 @@ func Write(o Options) (*Result, error) {
 	scope := jwt.NewUserScope()
 	scope.Key, scope.Role = sskPub, "kusaw-revoke"
 	scope.Description = "kusaw serve: look up and update account " + accPub + " (revocations of retired workers)"
-	scope.Template.Permissions = cluster.RevokerPerms(accPub)
+	scope.Template.Permissions = enroll.RevokerPerms(accPub)
 	sc.SigningKeys.AddScopedSigner(scope)
 	sysJWT, err := sc.Encode(op)
 	if err != nil {
