@@ -112,6 +112,16 @@ func (r *Revoker) connect() (*nats.Conn, error) {
 	return nc, nil
 }
 
+// RevokeRetired revokes every key reg has retired, not only the newest:
+// the account JWT Revoke reads may come from a server that missed an
+// earlier retirement (down then, or rebuilt from its configuration), and
+// the JWT Revoke pushes replaces the account on every server, so a
+// revocation missing from it is undone everywhere. serve's registry is
+// what must be revoked.
+func (r *Revoker) RevokeRetired(ctx context.Context, reg *Registry) error {
+	return r.Revoke(ctx, reg.RetiredKeys())
+}
+
 // Revoke makes sure the account revokes each user key of users with
 // every JWT issued up to the time given (when the worker was retired:
 // serve issues it none after): it reads the account's JWT from the

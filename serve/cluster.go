@@ -107,7 +107,7 @@ func startCluster(f *config.Factory, log zerolog.Logger) (*serveCluster, error) 
 		if rv != nil {
 			// Workers retired while the account could not be reached (or
 			// before serve could revoke) are revoked now.
-			if err := rv.Revoke(ctx, x.Registry.RetiredKeys()); err != nil {
+			if err := rv.RevokeRetired(ctx, x.Registry); err != nil {
 				return fail(fmt.Errorf("cannot revoke the retired workers' keys on account %s: %v", c.Account, err))
 			}
 		}
@@ -310,7 +310,8 @@ func (s *Server) apiWorkerRetire(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case s.cl.revoker != nil:
 		e := s.cl.workers.Known(name)
-		if err := s.cl.revoker.Revoke(r.Context(), map[string]time.Time{e.NKey: *e.Retired}); err != nil {
+		// Every retired key, not only this one (RevokeRetired).
+		if err := s.cl.revoker.RevokeRetired(r.Context(), s.cl.workers); err != nil {
 			s.log.Error().Str("worker", name).Str("error", err.Error()).Msg("worker retired on serve, but its key is not revoked on the NATS account")
 			apiError(w, http.StatusBadGateway, "not_revoked", fmt.Sprintf("worker %s is retired on serve (it refuses everything from it), but its user key is not revoked on the NATS account: %v", name, err),
 				"fix what the message says, then run kusaw workers retire "+name+" again (serve also tries at each start)")
