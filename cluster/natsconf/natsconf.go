@@ -1,7 +1,7 @@
 // Package natsconf writes what an operator needs to run kusaw on NATS
 // servers of their own (docs/cluster.md, "An existing NATS cluster"),
 // without nsc: each server's configuration (TLS, routes, JetStream,
-// operator-mode JWT auth with a memory resolver), the certificates, the
+// operator-mode JWT auth with a full resolver), the certificates, the
 // operator's and accounts' JWTs, and what serve needs (the URLs, the CA,
 // the account and its signing key).
 package natsconf
@@ -434,12 +434,13 @@ jetstream {
 
 # Accounts' JWTs, kept on disk: an update (serve revoking a retired
 # worker's key) outlives a restart, and a server that was down takes it
-# from the others within the interval. Nothing may delete an account.
+# from the others within the interval (a retired worker's old JWT gets in
+# there until then: keep it short). Nothing may delete an account.
 resolver {
   type: full
   dir: %q
   allow_delete: false
-  interval: "10s"
+  interval: "2s"
 }
 `, s.name, filepath.Join(inst, s.name+".conf"), s.name, listenHost(s.host), s.port, s.monitor, limits.MaxPayload,
 		s.certFile, s.keyFil, filepath.Join(store, s.name), maxStore, limits.AccountMaxMemory, filepath.Join(store, s.name, "jwt"))
