@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
@@ -16,18 +15,7 @@ import (
 // that never comes still fails with ErrNoObject, once LagPatience is
 // over; serve's read (from the leader) fails at once.
 func TestWorkerReadWaitsForLaggingObject(t *testing.T) {
-	s := startTestServer(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	serve, _ := s.ConnectInProcess("serve")
-	defer serve.Close()
-	sh, err := Open(ctx, serve)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sh.EnsurePool(ctx, "default"); err != nil {
-		t.Fatal(err)
-	}
+	s, ctx, sh := serveWithPool(t, "default")
 	_, wh := workerConn(t, s, "w1", Grant{})
 	bundle := ObjectName("default", "r1/s/1", 0, "in-app.bundle")
 	big := make([]byte, 3*ObjectChunkSize+17) // several chunks

@@ -423,18 +423,7 @@ func TestWorkerTakesOnlyItsPools(t *testing.T) {
 // reads both and claims its next attempt, mallory still uses her own
 // pool's, and a worker granted every pool reads release's.
 func TestPoolsSeparateData(t *testing.T) {
-	s := startTestServer(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	serve, _ := s.ConnectInProcess("serve")
-	defer serve.Close()
-	sh, err := Open(ctx, serve)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sh.EnsurePool(ctx, "release"); err != nil {
-		t.Fatal(err)
-	}
+	s, ctx, sh := serveWithPool(t, "release")
 	const marker = "release-private-code-9917"
 	const id = "r1/ship/1"
 	bundle := ObjectName("release", id, 0, "in-app.bundle")

@@ -331,3 +331,26 @@ func TestJoinAgain(t *testing.T) {
 		t.Fatalf("w1 joined a third time: %+v", e)
 	}
 }
+
+// serveWithPool starts the embedded server and opens serve's handles on
+// it with pool's streams made: the set-up of the tests that attack a
+// pool's data as a worker. ctx ends with the test (a minute at most).
+func serveWithPool(t *testing.T, pool string) (*Server, context.Context, *Handles) {
+	t.Helper()
+	s := startTestServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	serve, err := s.ConnectInProcess("serve")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(serve.Close)
+	sh, err := Open(ctx, serve)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sh.EnsurePool(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	return s, ctx, sh
+}

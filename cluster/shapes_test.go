@@ -16,18 +16,7 @@ import (
 // each is refused. The twin: the worker's real objects go in, and the
 // sweep sees their attempt.
 func TestObjectSubjectShapes(t *testing.T) {
-	s := startTestServer(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	serve, _ := s.ConnectInProcess("serve")
-	defer serve.Close()
-	sh, err := Open(ctx, serve)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sh.EnsurePool(ctx, "default"); err != nil {
-		t.Fatal(err)
-	}
+	s, ctx, sh := serveWithPool(t, "default")
 	_, wh := workerConn(t, s, "mal", Grant{})
 	short := func() context.Context {
 		c, cancel := context.WithTimeout(ctx, 2*time.Second)
