@@ -9,6 +9,7 @@ import (
 
 	"github.com/kusaw/kusaw/cluster"
 	"github.com/kusaw/kusaw/record"
+	"github.com/nats-io/nats.go"
 )
 
 // The attacker's side: an enrolled worker claims and stores under keys of
@@ -16,26 +17,8 @@ import (
 // serve restarts. Serve's sweep removes them while it runs. The twin: the
 // claim and objects of an attempt serve waits for stay.
 func TestSweepRemovesJunkClaims(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "cluster")
-	srv, err := cluster.StartServer(cluster.ServerOptions{Dir: dir, Listen: "127.0.0.1:0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	nc, err := srv.ConnectInProcess("serve")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := srv.ServeEnrollments(ctx, nc); err != nil {
-		t.Fatal(err)
-	}
-	h, err := cluster.Setup(ctx, nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := enrollingServer(t)
+	srv, nc, dir, ctx, h := e.srv, e.nc, e.dir, e.ctx, e.h
 	// An enrolled worker of pool default, with a worker's permissions.
 	tok, err := srv.NewToken("", cluster.Grant{})
 	if err != nil {
@@ -236,26 +219,8 @@ func TestRefollowNoDuplicates(t *testing.T) {
 // published: serve drops what it finds. The twin: a claim of a running
 // attempt serve re-attaches to after a restart stays.
 func TestPreclaimedAttemptFreed(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "cluster")
-	srv, err := cluster.StartServer(cluster.ServerOptions{Dir: dir, Listen: "127.0.0.1:0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	nc, err := srv.ConnectInProcess("serve")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := srv.ServeEnrollments(ctx, nc); err != nil {
-		t.Fatal(err)
-	}
-	h, err := cluster.Setup(ctx, nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := enrollingServer(t)
+	srv, nc, dir, ctx, h := e.srv, e.nc, e.dir, e.ctx, e.h
 	worker := func(name string) *cluster.Handles {
 		tok, _ := srv.NewToken("", cluster.Grant{})
 		parsed, _ := cluster.ParseToken(tok.String())
@@ -331,4 +296,42 @@ func TestPreclaimedAttemptFreed(t *testing.T) {
 	}
 	c2()
 	<-done2
+}
+
+// enrolling is the embedded server with serve's connection taking
+// enrollments and serve's handles set up: what an enrolled worker's
+// attack needs on the other side. ctx ends with the test (a minute at
+// most).
+type enrolling struct {
+	srv *cluster.Server
+	nc  *nats.Conn
+	dir string
+	ctx context.Context
+	h   *cluster.Handles
+}
+
+func enrollingServer(t *testing.T) enrolling {
+	t.Helper()
+	e := enrolling{dir: filepath.Join(t.TempDir(), "cluster")}
+	var err error
+	e.srv, err = cluster.StartServer(cluster.ServerOptions{Dir: e.dir, Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.srv.Shutdown)
+	e.nc, err = e.srv.ConnectInProcess("serve")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.nc.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	e.ctx = ctx
+	if err := e.srv.ServeEnrollments(ctx, e.nc); err != nil {
+		t.Fatal(err)
+	}
+	if e.h, err = cluster.Setup(ctx, e.nc); err != nil {
+		t.Fatal(err)
+	}
+	return e
 }
