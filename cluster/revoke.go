@@ -107,6 +107,9 @@ func (r *Revoker) connect() (*nats.Conn, error) {
 		if isAuthErr(err) {
 			return nil, fmt.Errorf("the NATS cluster refused serve's system user: is system_key a signing key of system account %s? (%v)", r.o.SystemAccount, err)
 		}
+		if why := tlsTrouble(err, r.o.URLs, len(r.o.CAPEM) > 0); why != "" {
+			return nil, fmt.Errorf("cannot connect to the NATS cluster at %s as the system account: %s (%v)", r.o.URLs, why, err)
+		}
 		return nil, fmt.Errorf("cannot connect to the NATS cluster at %s as the system account: %v", r.o.URLs, err)
 	}
 	return nc, nil
@@ -129,6 +132,9 @@ func (r *Revoker) RevokeRetired(ctx context.Context, reg *Registry) error {
 // pushes it. The servers close the revoked users' connections at once.
 // Nothing missing: nothing is pushed.
 func (r *Revoker) Revoke(ctx context.Context, users map[string]time.Time) error {
+	if len(users) == 0 {
+		return nil // no worker retired: nothing to ask the servers
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	nc, err := r.connect()
