@@ -225,7 +225,7 @@ func SetupWith(ctx context.Context, nc *nats.Conn, o SetupOptions) (*Handles, er
 	if err := work.Purge(ctx); err != nil {
 		return nil, fmt.Errorf("stream %s: %v", WorkStream, err)
 	}
-	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: EventsStream, Subjects: []string{subjEvents + ">", subjResult + ">"},
+	if _, err := createWhenLed(ctx, js, jetstream.StreamConfig{Name: EventsStream, Subjects: []string{subjEvents + ">", subjResult + ">"},
 		Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage, MaxAge: 7 * 24 * time.Hour, Replicas: replicas,
 		MaxBytes: o.EventsMaxBytes, MaxMsgSize: EventMaxSize, Discard: jetstream.DiscardOld, DenyDelete: true, DenyPurge: true}); err != nil {
 		return nil, fmt.Errorf("stream %s: %v", EventsStream, err)
@@ -234,7 +234,7 @@ func SetupWith(ctx context.Context, nc *nats.Conn, o SetupOptions) (*Handles, er
 		poolOpts: PoolOptions{Replicas: replicas, ClaimsMaxBytes: o.ClaimsMaxBytes, ObjectsMaxBytes: o.ObjectsMaxBytes}}
 	// The heartbeats bucket as nats.go would make it, less roll-ups,
 	// deletes and purges: each worker puts its own key, serve only reads.
-	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "KV_" + WorkersBucket, Subjects: []string{"$KV." + WorkersBucket + ".>"},
+	if _, err := createWhenLed(ctx, js, jetstream.StreamConfig{Name: "KV_" + WorkersBucket, Subjects: []string{"$KV." + WorkersBucket + ".>"},
 		MaxMsgsPerSubject: 1, MaxBytes: WorkersMaxBytes, MaxMsgSize: HeartbeatMaxSize, Storage: jetstream.FileStorage, Replicas: replicas,
 		Discard: jetstream.DiscardNew, AllowDirect: true, DenyDelete: true, DenyPurge: true, Duplicates: 2 * time.Minute,
 		MaxMsgs: -1, MaxConsumers: -1}); err != nil {
@@ -292,10 +292,11 @@ func connectPatiently(ctx context.Context, url string, opts ...nats.Option) (*na
 
 const connectPatience = 15 * time.Second
 
-// createWhenLed makes the first stream, waiting while a NATS cluster
-// that has just started still elects its JetStream leader (requests time
-// out, or the server answers that JetStream is temporarily unavailable),
-// for up to clusterSettle.
+// createWhenLed makes a stream, waiting while a NATS cluster that has
+// just started (or restarted a server) still settles: it elects its
+// JetStream leader (requests time out, or the server answers that
+// JetStream is temporarily unavailable), or its leader still counts a
+// peer offline that is reconnecting its routes; for up to clusterSettle.
 func createWhenLed(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
 	deadline := time.Now().Add(clusterSettle)
 	for {
@@ -315,9 +316,14 @@ const clusterSettle = 60 * time.Second
 // unavailable" (no meta leader yet); nats.go names no constant for it.
 const jsTemporarilyUnavailable jetstream.ErrorCode = 10008
 
+// jsNoPeers is "no suitable peers for placement"; with "peer offline" a
+// server the leader waits to hear from again, else (storage, tags) lasting.
+const jsNoPeers jetstream.ErrorCode = 10005
+
 func leaderless(err error) bool {
 	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == jsTemporarilyUnavailable {
+	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jsTemporarilyUnavailable ||
+		apiErr.ErrorCode == jsNoPeers && strings.Contains(apiErr.Description, "offline")) {
 		return true
 	}
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders)

@@ -456,7 +456,7 @@ func (h *Handles) EnsurePool(ctx context.Context, pool string) error {
 		return nil
 	}
 	for _, cfg := range poolStreams(pool, h.poolOpts) {
-		if _, err := h.JS.CreateOrUpdateStream(ctx, cfg); err != nil {
+		if _, err := createWhenLed(ctx, h.JS, cfg); err != nil {
 			return fmt.Errorf("pool %s: stream %s: %v", pool, cfg.Name, err)
 		}
 	}
