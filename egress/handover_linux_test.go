@@ -288,7 +288,20 @@ func TestHandOverLocalListeners(t *testing.T) {
 	}
 	defer leased.Close()
 	lp := strconv.Itoa(portOf(t, leased.Addr().String()))
-	e := newEnv(t, Options{}, LeaseConfig{SocketDir: t.TempDir(), Allow: rules(t, "localhost:"+lp)})
+	// The lease's port is free in the sandbox's own namespace, not always
+	// on the host's loopback, where this test binds it: another lease.
+	var e *env
+	var proxyLn net.Listener
+	for try := 1; ; try++ {
+		e = newEnv(t, Options{}, LeaseConfig{SocketDir: t.TempDir(), Allow: rules(t, "localhost:"+lp)})
+		if proxyLn, err = net.Listen("tcp", e.l.ListenAddr()); err == nil {
+			break
+		}
+		if try == 5 {
+			t.Fatalf("five leases' ports were taken on the host's loopback: %v", err)
+		}
+	}
+	defer proxyLn.Close()
 	if got := e.l.LeasedLocalPorts(); len(got) != 1 || strconv.Itoa(got[0]) != lp {
 		t.Fatalf("leased ports %v, want [%s]", got, lp)
 	}
@@ -296,11 +309,6 @@ func TestHandOverLocalListeners(t *testing.T) {
 	if !strings.Contains(argv, "--local "+lp+" --") {
 		t.Fatalf("bridge argv %q lacks --local %s", argv, lp)
 	}
-	proxyLn, err := net.Listen("tcp", e.l.ListenAddr())
-	if err != nil {
-		t.Skipf("the lease's port is taken on the host's loopback: %v", err)
-	}
-	defer proxyLn.Close()
 	pfd := fdOf(t, proxyLn.(*net.TCPListener))
 
 	unlisted, _ := net.Listen("tcp", "127.0.0.1:0")
