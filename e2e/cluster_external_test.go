@@ -132,6 +132,21 @@ func (n *natsProc) get(path string, out any) error {
 	return nil
 }
 
+// startNATSServers starts nats-server -c natsN.conf from what kusaw
+// cluster nats-config wrote in ncDir, one per port (its monitor 4000
+// above), and waits until all are healthy.
+func startNATSServers(t *testing.T, bin, ncDir string, ports []int) []*natsProc {
+	t.Helper()
+	var ns []*natsProc
+	for i, p := range ports {
+		n := &natsProc{bin: bin, conf: filepath.Join(ncDir, fmt.Sprintf("nats%d.conf", i+1)), name: fmt.Sprintf("nats%d", i+1), monitor: p + 4000}
+		n.start(t)
+		ns = append(ns, n)
+	}
+	waitHealthy(t, ns)
+	return ns
+}
+
 // waitHealthy waits until every server's /healthz says it is ready
 // (JetStream current with the cluster).
 func waitHealthy(t *testing.T, ns []*natsProc) {
@@ -334,13 +349,7 @@ func TestClusterExternalProcesses(t *testing.T) {
 		t.Fatalf("kusaw cluster nats-config: exit %d\n%s%s", nc.code, nc.stdout, nc.stderr)
 	}
 	// 2. nats-server -c natsN.conf on each.
-	var ns []*natsProc
-	for i, p := range ports {
-		n := &natsProc{bin: bin, conf: filepath.Join(ncDir, fmt.Sprintf("nats%d.conf", i+1)), name: fmt.Sprintf("nats%d", i+1), monitor: p + 4000}
-		n.start(t)
-		ns = append(ns, n)
-	}
-	waitHealthy(t, ns)
+	ns := startNATSServers(t, bin, ncDir, ports)
 
 	// 3. The printed serve.cluster block into the factory file, the
 	// signing key into serve's secret store with kusaw config set.

@@ -44,13 +44,7 @@ func TestClusterRetiredWorkerShutOut(t *testing.T) {
 	if res := runKusaw(t, work, args...); res.code != 0 {
 		t.Fatalf("kusaw cluster nats-config: exit %d\n%s%s", res.code, res.stdout, res.stderr)
 	}
-	var ns []*natsProc
-	for i, p := range ports {
-		n := &natsProc{bin: bin, conf: filepath.Join(ncDir, fmt.Sprintf("nats%d.conf", i+1)), name: fmt.Sprintf("nats%d", i+1), monitor: p + 4000}
-		n.start(t)
-		ns = append(ns, n)
-	}
-	waitHealthy(t, ns)
+	ns := startNATSServers(t, bin, ncDir, ports)
 	block := readFile(t, filepath.Join(ncDir, "serve-cluster.yaml"))
 	field := func(name string) string {
 		for _, l := range strings.Split(block, "\n") {
