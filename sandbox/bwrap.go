@@ -191,6 +191,7 @@ func (p *Plan) Prepare() error {
 			return fmt.Errorf("sandbox: creating %s: %w", d, err)
 		}
 	}
+	p.takeStandIns()
 	return nil
 }
 

@@ -206,6 +206,9 @@ type Plan struct {
 	Env []string `json:"-"`
 	// mkdirs are folders Command creates before the start (temp subfolders).
 	mkdirs []string
+	// standInDirs are the stand-ins that are folders, shallowest first:
+	// Prepare takes them from the pool of spare folders (standinpool*.go).
+	standInDirs []string
 	// privateTmp: the temp folder is a tmpfs of the sandbox (Input.PrivateTmp).
 	privateTmp bool
 }
@@ -642,7 +645,42 @@ func (b *builder) hideSecrets() error {
 		}
 		b.hidePath(r, "hidden: kusaw's secrets or a path the factory keeps out")
 	}
+	b.hideStandInPool()
 	return nil
+}
+
+// hideStandInPool hides the pool of spare stand-in folders from a plan
+// that would show it (a writable ~/.cache, say): a step that could write
+// into a spare folder could fill another attempt's stand-in. A pool that
+// holds a folder the step needs cannot be hidden: then this process uses
+// no pool.
+func (b *builder) hideStandInPool() {
+	d := standInPoolDir()
+	if d == "" || b.plan.Backend != "bubblewrap" {
+		return
+	}
+	r := resolve(d)
+	shown := false
+	for _, tier := range [][]Mount{b.base, b.hide, b.reads, b.writes, b.secrets, b.protect} {
+		for _, m := range tier {
+			if m.Op != "bind" && m.Op != "ro-bind" {
+				continue
+			}
+			if within(r, m.Src) || within(r, m.Dst) {
+				poolUnsafe.Store(true)
+				return
+			}
+			shown = shown || within(m.Src, r) || within(m.Dst, r)
+		}
+	}
+	if !shown {
+		return
+	}
+	if err := os.MkdirAll(r, 0o700); err != nil {
+		poolUnsafe.Store(true)
+		return
+	}
+	b.hideKnown(r, true, "hidden: kusaw's spare stand-in folders")
 }
 
 // hideCheckouts hides each repository's own checkout (uncommitted files,
@@ -807,6 +845,7 @@ func (b *builder) addPrivateDir(dst, why string) {
 func (b *builder) addTmpfsStandIn(dst, why string) {
 	b.addTmpfs(&b.protect, dst, why)
 	b.plan.StandIns = append(b.plan.StandIns, dst)
+	b.plan.standInDirs = append(b.plan.standInDirs, dst)
 }
 
 func (b *builder) addEmptyFile(dst, why string) {
@@ -1002,7 +1041,9 @@ func (p *Plan) JSON() []byte {
 	return b
 }
 
-// Cleanup removes the stand-in mount points the backend left on disk,
+// Cleanup removes the stand-in mount points the backend left on disk
+// (an empty folder goes back to the pool of spare folders when it can:
+// standinpool*.go),
 // carries the agent's refreshed credentials back from the attempt's login
 // copies and removes the copies; call it after the process has ended and
 // before committing the worktree. Only
@@ -1021,6 +1062,7 @@ func (p *Plan) Cleanup() error {
 		byDepth[d] = append(byDepth[d], s)
 	}
 	sort.Sort(sort.Reverse(sort.IntSlice(depths)))
+	pool := openStandInPool(len(p.StandIns))
 	var (
 		mu   sync.Mutex
 		errs []string
@@ -1032,6 +1074,9 @@ func (p *Plan) Cleanup() error {
 		}
 		switch {
 		case fi.IsDir():
+			if pool.giveBack(s) {
+				return
+			}
 			err = syscall.Rmdir(s) // fails on a folder that is not empty
 		case fi.Mode().IsRegular() && fi.Size() == 0:
 			err = syscall.Unlink(s)
