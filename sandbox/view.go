@@ -107,9 +107,10 @@ func (b *builder) system() error {
 // etcSecrets hides every file and folder of root that its mode keeps from
 // other users (shadow, ssh host keys, ssl/private, a service's credentials,
 // whatever their names): what is not for everyone is not for a step.
-// Links are not followed; a folder hidden is not walked.
+// Links are not followed; a folder hidden is not walked. The walk may
+// have been started ahead (WalkSystemAhead).
 func (b *builder) etcSecrets(root string) {
-	for _, e := range unreadableBelow(root) {
+	for _, e := range unreadableIn(root) {
 		if e.dir {
 			b.hideKnown(e.path, true, "hidden: a system folder other users may not read (root inside keeps its uid)")
 		} else {

@@ -6,13 +6,30 @@ import (
 	"os"
 
 	"github.com/kusaw/kusaw/internal/proc"
+	"github.com/kusaw/kusaw/sandbox"
 )
 
 func main() {
 	// A copy of kusaw started as a step's reaper does only that.
 	proc.MaybeReap(os.Args)
+	if sandboxExecArgs(os.Args[1:]) {
+		// Its plan's walk of /etc overlaps the flags, the settings and
+		// the backend check.
+		sandbox.WalkSystemAhead()
+	}
 	if exe, err := os.Executable(); err == nil {
 		proc.EnableReaper(exe)
 	}
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// sandboxExecArgs reports whether args are kusaw sandbox exec's (before
+// the command's own, after --). A wrong guess costs one walk of /etc.
+func sandboxExecArgs(args []string) bool {
+	for i := 0; i+1 < len(args) && args[i] != "--"; i++ {
+		if args[i] == "sandbox" && args[i+1] == "exec" {
+			return true
+		}
+	}
+	return false
 }

@@ -27,3 +27,24 @@ func TestScripts(t *testing.T) {
 		},
 	})
 }
+
+// TestSandboxExecArgs: the walk of /etc starts ahead for kusaw sandbox
+// exec only, wherever its global flags are, and not for a command that
+// merely runs "sandbox exec" as its own arguments.
+func TestSandboxExecArgs(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"sandbox", "exec", "--", "true"}, true},
+		{[]string{"-f", "x.yaml", "sandbox", "exec", "--step", "s", "--", "true"}, true},
+		{[]string{"sandbox", "check"}, false},
+		{[]string{"run", "--", "sandbox", "exec"}, false},
+		{[]string{"sandbox"}, false},
+		{nil, false},
+	} {
+		if got := sandboxExecArgs(c.args); got != c.want {
+			t.Errorf("sandboxExecArgs(%q) = %v, want %v", c.args, got, c.want)
+		}
+	}
+}

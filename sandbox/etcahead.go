@@ -1,0 +1,57 @@
+package sandbox
+
+import (
+	"sync"
+	"time"
+)
+
+// The walk of /etc for root-only files (etcSecrets) is the largest part
+// of a plan, and kusaw sandbox exec has a millisecond of other work
+// before its plan (flags, settings, the backend check) on a machine with
+// more than one core: WalkSystemAhead starts the walk then, and the plan
+// waits for it where it would have walked (docs/benchmarks.md, "Lean
+// start, sixth pass (issue 25)").
+//
+// The walk is used once, by the next plan of this process, and only if
+// it started at most walkAheadFor before: what the plan hides is what
+// /etc held a moment before, never a result kept from an earlier run
+// (a file chmod'ed since would be missed).
+const walkAheadFor = time.Second
+
+var walkAhead struct {
+	sync.Mutex
+	ch chan []unreadable
+	at time.Time
+}
+
+// WalkSystemAhead starts the walk of /etc that the next plan built in
+// this process uses. A second call before that plan does nothing.
+func WalkSystemAhead() {
+	walkAhead.Lock()
+	defer walkAhead.Unlock()
+	if walkAhead.ch != nil {
+		return
+	}
+	ch := make(chan []unreadable, 1)
+	walkAhead.ch, walkAhead.at = ch, time.Now()
+	go func() { ch <- unreadableBelow(systemSecretsIn) }()
+}
+
+// unreadableIn is unreadableBelow(root), from the walk started ahead when
+// there is one for root that is recent enough. It always waits for a
+// walk started ahead: the plan needs the whole list before any argv.
+func unreadableIn(root string) []unreadable {
+	if root != systemSecretsIn {
+		return unreadableBelow(root)
+	}
+	walkAhead.Lock()
+	ch, at := walkAhead.ch, walkAhead.at
+	walkAhead.ch = nil
+	walkAhead.Unlock()
+	if ch != nil {
+		if r := <-ch; time.Since(at) <= walkAheadFor {
+			return r
+		}
+	}
+	return unreadableBelow(root)
+}
