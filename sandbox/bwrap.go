@@ -191,7 +191,6 @@ func (p *Plan) Prepare() error {
 			return fmt.Errorf("sandbox: creating %s: %w", d, err)
 		}
 	}
-	p.takeStandIns()
 	return nil
 }
 

@@ -104,6 +104,9 @@ func Command(ctx context.Context, p *Plan, argv []string) (*exec.Cmd, error) {
 		return nil
 	}
 	cmd.WaitDelay = GraceDelay
+	// Last, once nothing here can fail: a caller whose Command failed
+	// may not call Cleanup, and the stand-ins would stay.
+	p.takeStandIns()
 	return cmd, nil
 }
 

@@ -206,8 +206,8 @@ type Plan struct {
 	Env []string `json:"-"`
 	// mkdirs are folders Command creates before the start (temp subfolders).
 	mkdirs []string
-	// standInDirs are the stand-ins that are folders, shallowest first:
-	// Prepare takes them from the pool of spare folders (standinpool*.go).
+	// standInDirs are the stand-ins that are folders:
+	// Command takes them from the pool of spare folders (standinpool*.go).
 	standInDirs []string
 	// privateTmp: the temp folder is a tmpfs of the sandbox (Input.PrivateTmp).
 	privateTmp bool

@@ -18,7 +18,7 @@ import (
 // made by bwrap and removed by Cleanup. On a file system mounted with
 // discard, each rmdir waits for its block to be discarded (docs/
 // benchmarks.md, "Lean start, fifth pass"). So empty folders are kept in
-// a pool in kusaw's cache folder: Prepare takes a stand-in from it with
+// a pool in kusaw's cache folder: Command takes a stand-in from it with
 // rename(2) and Cleanup gives it back the same way; a rename frees no
 // block. What a step or git sees is unchanged: an empty folder at the
 // same path, present from before the start to Cleanup, as before.
@@ -49,7 +49,7 @@ func privateDir(d string) bool {
 
 type standInPool struct {
 	dir   string
-	spare []string     // names listed when opened (Prepare's)
+	spare []string     // names listed when opened (Command's)
 	room  atomic.Int64 // folders that may still come back (Cleanup's)
 	seq   atomic.Int64
 }

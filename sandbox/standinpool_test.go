@@ -79,11 +79,9 @@ if touch %[1]s/x 2>/dev/null; then echo "wrote into a stand-in"; exit 1; fi`, hu
 		t.Fatalf("pool after the first run: %v, want %d spare folders", spares, len(p.standInDirs))
 	}
 	p = mustPlan(t, f.input())
-	if err := p.Prepare(); err != nil {
-		t.Fatal(err)
-	}
+	p.takeStandIns() // as Command does last
 	if left := poolNames(t, pool); len(left) != 0 || !isDir(husky) {
-		t.Fatalf("prepare did not take the stand-ins from the pool: left %v, %s made: %v", left, husky, isDir(husky))
+		t.Fatalf("Command did not take the stand-ins from the pool: left %v, %s made: %v", left, husky, isDir(husky))
 	}
 	if out, err := runPlan(t, p, script); err != nil {
 		t.Fatalf("second run (from the pool): %v\n%s", err, out)
@@ -118,9 +116,7 @@ func TestStandInPoolNeverHandsOutASpareWithFiles(t *testing.T) {
 		os.Chown(filepath.Join(pool, "d-foreign"), 65534, 65534)
 	}
 	p := mustPlan(t, f.input())
-	if err := p.Prepare(); err != nil {
-		t.Fatal(err)
-	}
+	p.takeStandIns()
 	for _, d := range p.standInDirs {
 		if exists(d) {
 			t.Errorf("%s was made from a spare that is not an empty folder of this user", d)
@@ -133,9 +129,7 @@ func TestStandInPoolNeverHandsOutASpareWithFiles(t *testing.T) {
 	// The twin: an empty spare is taken.
 	os.Mkdir(filepath.Join(pool, "e-empty"), 0o755)
 	p = mustPlan(t, f.input())
-	if err := p.Prepare(); err != nil {
-		t.Fatal(err)
-	}
+	p.takeStandIns()
 	if exists(filepath.Join(pool, "e-empty")) || !isDir(p.standInDirs[0]) {
 		t.Errorf("an empty spare was not taken for %s", p.standInDirs[0])
 	}
