@@ -17,8 +17,10 @@ import (
 
 // Bundles carry code between serve and a worker (docs/cluster.md): the
 // git bundle format (v2), made from a commit without touching the source
-// repo's refs, and read back by `git index-pack --strict`, which re-hashes
-// every object and checks its links, at both ends.
+// repo's refs, and read by `git index-pack --strict`, which re-hashes
+// every object and checks its links, at the receiving end, serve's or a
+// worker's: the end that trusts nothing the other sends. The sender does
+// not check its own pack first: a broken one is refused there all the same.
 
 const bundleHeader = "# v2 git bundle\n"
 
@@ -52,50 +54,39 @@ func HasCommit(ctx context.Context, repo, sha string) bool {
 }
 
 // MakeBundle writes to out a bundle of tip without what the commits in
-// have (those the receiver holds, and repo too) already reach. The pack is
-// checked with index-pack --strict before it leaves. It returns the
-// bundle's size.
+// have (those the receiver holds, and repo too) already reach. It returns
+// the bundle's size. The receiver checks the pack (ImportBundle).
 func MakeBundle(ctx context.Context, repo, out, tip string, have []string) (int64, error) {
-	// The tip must be a commit of repo; what the receiver holds and this
-	// repo knows is left out. Both asked of one git process (each costs
-	// a few milliseconds, and a worker makes a bundle per attempt).
-	known := knownCommits(ctx, repo, append([]string{tip}, have...))
-	if !shaRe().MatchString(tip) || !slices.Contains(known, tip) {
+	if !shaRe().MatchString(tip) {
 		return 0, fmt.Errorf("bundle: %s is not a commit of %s", tip, repo)
 	}
 	// The bundle's prerequisites are the boundary commits git finds, in
-	// one pass (a few git processes whatever the number of commits held).
-	revs := tip + "\n"
-	for _, h := range known {
-		if h != tip {
-			revs += "^" + h + "\n"
+	// one pass. Most often every commit named is in repo (a worker's
+	// bundle against its base), and that pass is the only question
+	// asked: a git process costs a few milliseconds, and every attempt
+	// makes a bundle. It fails on a commit repo does not know, and
+	// prints no tip that is not a commit or that have already reaches:
+	// then the commits repo knows are sorted out first, as one more
+	// process.
+	prereqs, ok := boundary(ctx, repo, tip, have)
+	if !ok {
+		known := knownCommits(ctx, repo, append([]string{tip}, have...))
+		if !slices.Contains(known, tip) {
+			return 0, fmt.Errorf("bundle: %s is not a commit of %s", tip, repo)
+		}
+		var kept []string
+		for _, h := range known {
+			if h != tip {
+				kept = append(kept, h)
+			}
+		}
+		have = kept
+		var err error
+		if prereqs, err = boundaryOf(ctx, repo, tip, have); err != nil {
+			return 0, err
 		}
 	}
-	var prereqs []string
-	var bound bytes.Buffer
-	if err := git(ctx, repo, strings.NewReader(revs), &bound, "rev-list", "--boundary", "--stdin"); err != nil {
-		return 0, err
-	}
-	for _, l := range strings.Split(bound.String(), "\n") {
-		if b, ok := strings.CutPrefix(l, "-"); ok && shaRe().MatchString(b) {
-			prereqs = append(prereqs, b)
-		}
-	}
-	pack, err := os.CreateTemp("", "kusaw-pack-*.pack")
-	if err != nil {
-		return 0, err
-	}
-	defer os.Remove(pack.Name())
-	defer os.Remove(strings.TrimSuffix(pack.Name(), ".pack") + ".idx")
-	if err := git(ctx, repo, strings.NewReader(revs), pack, "pack-objects", "--revs", "--stdout", "-q"); err != nil {
-		pack.Close()
-		return 0, err
-	}
-	pack.Close()
-	// The sending end's check: every object re-hashed, every link present.
-	if err := git(ctx, repo, nil, io.Discard, "index-pack", "--strict", "-o", strings.TrimSuffix(pack.Name(), ".pack")+".idx", pack.Name()); err != nil {
-		return 0, fmt.Errorf("bundle of %s failed its check: %v", tip, err)
-	}
+	revs := revsOf(tip, have)
 	f, err := os.OpenFile(out, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
 		return 0, err
@@ -107,15 +98,11 @@ func MakeBundle(ctx context.Context, repo, out, tip string, have []string) (int6
 		w.WriteString("-" + p + "\n")
 	}
 	w.WriteString(tip + " " + bundleRef + "\n\n")
-	pf, err := os.Open(pack.Name())
-	if err != nil {
-		return 0, err
-	}
-	defer pf.Close()
-	if _, err := io.Copy(w, pf); err != nil {
-		return 0, err
-	}
 	if err := w.Flush(); err != nil {
+		return 0, err
+	}
+	// The pack goes straight after the header, from pack-objects.
+	if err := git(ctx, repo, strings.NewReader(revs), f, "pack-objects", "--revs", "--stdout", "-q"); err != nil {
 		return 0, err
 	}
 	st, err := f.Stat()
@@ -123,6 +110,56 @@ func MakeBundle(ctx context.Context, repo, out, tip string, have []string) (int6
 		return 0, err
 	}
 	return st.Size(), nil
+}
+
+// revsOf is the input of rev-list and pack-objects for tip without have.
+func revsOf(tip string, have []string) string {
+	revs := tip + "\n"
+	for _, h := range have {
+		if h != tip && shaRe().MatchString(h) {
+			revs += "^" + h + "\n"
+		}
+	}
+	return revs
+}
+
+// boundary asks rev-list for tip without have and returns the boundary
+// commits, and whether the answer can be used as it is: tip is a commit
+// that have does not reach, and every commit named is known.
+func boundary(ctx context.Context, repo, tip string, have []string) ([]string, bool) {
+	for _, h := range have {
+		if h == tip || !shaRe().MatchString(h) {
+			return nil, false
+		}
+	}
+	var out bytes.Buffer
+	if git(ctx, repo, strings.NewReader(revsOf(tip, have)), &out, "rev-list", "--boundary", "--stdin") != nil {
+		return nil, false
+	}
+	prereqs, lines := parseBoundary(out.String())
+	return prereqs, slices.Contains(lines, tip)
+}
+
+func boundaryOf(ctx context.Context, repo, tip string, have []string) ([]string, error) {
+	var out bytes.Buffer
+	if err := git(ctx, repo, strings.NewReader(revsOf(tip, have)), &out, "rev-list", "--boundary", "--stdin"); err != nil {
+		return nil, err
+	}
+	prereqs, _ := parseBoundary(out.String())
+	return prereqs, nil
+}
+
+// parseBoundary splits rev-list --boundary's output into the boundary
+// commits (prefixed "-") and the commits listed.
+func parseBoundary(out string) (prereqs, commits []string) {
+	for _, l := range strings.Split(out, "\n") {
+		if b, ok := strings.CutPrefix(l, "-"); ok && shaRe().MatchString(b) {
+			prereqs = append(prereqs, b)
+		} else if shaRe().MatchString(l) {
+			commits = append(commits, l)
+		}
+	}
+	return prereqs, commits
 }
 
 // ImportBundle checks a bundle and stores its objects in repo: its
@@ -141,6 +178,7 @@ func ImportBundle(ctx context.Context, repo, file string) (string, error) {
 		return "", fmt.Errorf("bundle: not a v2 git bundle")
 	}
 	tip := ""
+	var prereqs []string
 	for {
 		line, err = r.ReadString('\n')
 		if err != nil {
@@ -151,10 +189,10 @@ func ImportBundle(ctx context.Context, repo, file string) (string, error) {
 			break
 		}
 		if p, ok := strings.CutPrefix(line, "-"); ok {
+			// Asked only if the check fails (index-pack refuses a pack
+			// whose links are not all in repo): to name the one missing.
 			p, _, _ = strings.Cut(p, " ")
-			if !HasCommit(ctx, repo, p) {
-				return "", fmt.Errorf("bundle: needs commit %s, which this repo does not have", p)
-			}
+			prereqs = append(prereqs, p)
 			continue
 		}
 		sha, ref, ok := strings.Cut(line, " ")
@@ -189,6 +227,12 @@ func ImportBundle(ctx context.Context, repo, file string) (string, error) {
 		return "", err
 	}
 	if err := git(ctx, repo, nil, io.Discard, "index-pack", "--strict", "-o", filepath.Join(tmp, "in.idx"), packPath); err != nil {
+		known := knownCommits(ctx, repo, prereqs)
+		for _, p := range prereqs {
+			if !slices.Contains(known, p) {
+				return "", fmt.Errorf("bundle: needs commit %s, which this repo does not have", p)
+			}
+		}
 		return "", fmt.Errorf("bundle refused: %v", err)
 	}
 	in, err := os.Open(packPath)

@@ -105,3 +105,49 @@ func TestBundleTamperedRefused(t *testing.T) {
 		t.Fatalf("the untouched bundle: %s %v", tip, err)
 	}
 }
+
+// MakeBundle asks one rev-list when every commit it is given is known,
+// and sorts them out only when not: a commit the receiver holds that this
+// repo never saw is left out of the bundle's prerequisites, a tip that is
+// not a commit (a tree, an unknown name) is refused, and a tip the
+// receiver's commits already reach makes a bundle that imports.
+func TestMakeBundleCommitsSortedOut(t *testing.T) {
+	ctx := context.Background()
+	src, dst := t.TempDir(), t.TempDir()
+	gitT(t, src, "init", "-q")
+	gitT(t, dst, "init", "-q", "--bare")
+	c1 := commitFile(t, src, "a.txt", "one")
+	c2 := commitFile(t, src, "b.txt", "two")
+	unknown := strings.Repeat("1", 40)
+	full := filepath.Join(t.TempDir(), "full")
+	if _, err := MakeBundle(ctx, src, full, c1, []string{unknown}); err != nil {
+		t.Fatalf("a held commit this repo does not know: %v", err)
+	}
+	if tip, err := ImportBundle(ctx, dst, full); err != nil || tip != c1 {
+		t.Fatalf("import of the bundle made against an unknown commit: %s %v", tip, err)
+	}
+	inc := filepath.Join(t.TempDir(), "inc")
+	if _, err := MakeBundle(ctx, src, inc, c2, []string{unknown, c1}); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(inc)
+	if head := string(b[:bytes.Index(b, []byte("\n\n"))]); !strings.Contains(head, "-"+c1) || strings.Contains(head, unknown) {
+		t.Errorf("prerequisites: want %s only, header:\n%s", c1, head)
+	}
+	if tip, err := ImportBundle(ctx, dst, inc); err != nil || tip != c2 {
+		t.Fatalf("increment: %s %v", tip, err)
+	}
+	tree := gitT(t, src, "rev-parse", c2+"^{tree}")
+	for _, bad := range []string{tree, unknown, "HEAD"} {
+		if _, err := MakeBundle(ctx, src, filepath.Join(t.TempDir(), "x"), bad, []string{c1}); err == nil || !strings.Contains(err.Error(), "is not a commit") {
+			t.Errorf("tip %s: %v, want it refused as not a commit", bad, err)
+		}
+	}
+	reached := filepath.Join(t.TempDir(), "reached")
+	if _, err := MakeBundle(ctx, src, reached, c1, []string{c2}); err != nil {
+		t.Fatalf("a tip the receiver's commits reach: %v", err)
+	}
+	if tip, err := ImportBundle(ctx, dst, reached); err != nil || tip != c1 {
+		t.Fatalf("import of a bundle of a reached tip: %s %v", tip, err)
+	}
+}
