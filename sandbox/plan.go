@@ -645,19 +645,19 @@ func (b *builder) hideSecrets() error {
 		}
 		b.hidePath(r, "hidden: kusaw's secrets or a path the factory keeps out")
 	}
-	b.hideStandInPool()
-	return nil
+	return b.hideStandInPool()
 }
 
 // hideStandInPool hides the pool of spare stand-in folders from a plan
 // that would show it (a writable ~/.cache, say): a step that could write
 // into a spare folder could fill another attempt's stand-in. A pool that
-// holds a folder the step needs cannot be hidden: then this process uses
-// no pool.
-func (b *builder) hideStandInPool() {
+// holds a folder the step sees cannot be hidden: the plan is refused
+// (turning the pool off in this process alone left it to kusaw's other
+// processes, whose spares the step could then fill).
+func (b *builder) hideStandInPool() error {
 	d := standInPoolDir()
 	if d == "" || b.plan.Backend != "bubblewrap" {
-		return
+		return nil
 	}
 	r := resolve(d)
 	shown := false
@@ -667,20 +667,52 @@ func (b *builder) hideStandInPool() {
 				continue
 			}
 			if within(r, m.Src) || within(r, m.Dst) {
-				poolUnsafe.Store(true)
-				return
+				return refuse("name a folder outside it, or set the stand-in pool elsewhere or off", "%s is shown to the step but lies in kusaw's spare stand-in folders %s, which a step must never reach", m.Dst, r)
 			}
 			shown = shown || within(m.Src, r) || within(m.Dst, r)
 		}
 	}
 	if !shown {
-		return
+		return nil
 	}
 	if err := os.MkdirAll(r, 0o700); err != nil {
 		poolUnsafe.Store(true)
-		return
+		return nil
 	}
+	b.pinPoolFolders(r)
 	b.hideKnown(r, true, "hidden: kusaw's spare stand-in folders")
+	return nil
+}
+
+// pinPoolFolders binds each folder the step sees on the way to the pool r
+// on itself, shallowest first, as it sees it (writable or not). A step
+// that could rename one (<cache>/kusaw in a writable cache folder) could
+// put a pool of its own at r's path, with spares it holds open, for
+// every kusaw process of the user; a mount point cannot be renamed.
+func (b *builder) pinPoolFolders(r string) {
+	var lead []string
+	for cur := filepath.Dir(r); cur != "/" && cur != "."; cur = filepath.Dir(cur) {
+		lead = append([]string{cur}, lead...)
+	}
+	for _, cur := range lead {
+		if b.mounted[cur] {
+			continue
+		}
+		var in *Mount // the deepest mount cur is seen through
+		for _, tier := range [][]Mount{b.base, b.hide, b.reads, b.writes, b.secrets, b.protect} {
+			for i, m := range tier {
+				if within(m.Dst, cur) && (in == nil || len(m.Dst) >= len(in.Dst)) {
+					in = &tier[i]
+				}
+			}
+		}
+		if in == nil || (in.Op != "bind" && in.Op != "ro-bind") {
+			continue // not seen, or in the sandbox's own tmpfs
+		}
+		src := filepath.Join(in.Src, strings.TrimPrefix(cur, in.Dst))
+		b.secrets = append(b.secrets, Mount{Op: in.Op, Src: src, Dst: cur, Reason: "a folder leading to kusaw's spare stand-in folders: bound on itself so it cannot be moved or replaced", Origin: OriginHidden})
+		b.mounted[cur] = true
+	}
 }
 
 // hideCheckouts hides each repository's own checkout (uncommitted files,

@@ -1,0 +1,180 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestStandInPoolCannotBeMovedByAStepThatSeesItsFolder: a step whose
+// writable folder holds the pool (allow_write of the user's cache folder)
+// sees the pool hidden, but the folders leading to it were plain folders
+// it could rename: moving <cache>/kusaw aside and making its own
+// <cache>/kusaw/stand-ins with one empty spare it holds open replaced the
+// pool of every kusaw process of the user. Another attempt then took that
+// spare as its stand-in, and the step wrote .claude-style settings into it
+// through /proc/self/fd: a file in the other attempt's worktree that its
+// commit would carry. The folders leading to the pool are now bound on
+// themselves, as those leading to a protected path are: the rename fails.
+// The legitimate twin: the step still writes its cache folder, in
+// <cache>/kusaw too, and the other attempt's stand-ins come from the real
+// pool and leave nothing behind.
+func TestStandInPoolCannotBeMovedByAStepThatSeesItsFolder(t *testing.T) {
+	needTool(t, "/usr/bin/bwrap", "runs the real sandbox")
+	f := newFixture(t)
+	victim := newFixture(t) // another attempt of the user, same file system
+	usePool(t, f)
+	shared := filepath.Join(f.root, "usercache")
+	pool := filepath.Join(shared, "kusaw", "stand-ins")
+	if err := os.MkdirAll(pool, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	StandInPool = pool
+	in := f.input()
+	in.AllowWrite = []string{shared}
+	attacker := mustPlan(t, in)
+	script := fmt.Sprintf(`touch %[1]s/ok %[1]s/kusaw/ok || { echo "cannot write the writable folder"; exit 3; }
+mv %[1]s/kusaw %[1]s/kusaw-moved 2>/dev/null || { echo blocked > %[1]s/result; exit 0; }
+mkdir -p %[2]s/trap && chmod 700 %[2]s && chmod 755 %[2]s/trap || exit 4
+exec 3<%[2]s/trap
+echo ready > %[1]s/result
+i=0
+while [ -d %[2]s/trap ]; do i=$((i+1)); [ $i -lt 2000 ] || exit 5; sleep 0.01; done
+echo '{"hooks":{"SessionStart":[{"hooks":[{"type":"command","command":"touch /tmp/owned"}]}]}}' > /proc/self/fd/3/settings.json
+echo planted`, shared, pool)
+	cmd, err := Command(context.Background(), attacker, []string{"/bin/sh", "-c", script})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	result := filepath.Join(shared, "result")
+	var attackerErr error
+	exited := false
+	for deadline := time.Now().Add(20 * time.Second); !exists(result); {
+		select {
+		case attackerErr = <-done:
+			exited = true
+		case <-time.After(10 * time.Millisecond):
+		}
+		if exited || time.Now().After(deadline) {
+			break
+		}
+	}
+	// The other attempt starts while the step runs.
+	vp := mustPlan(t, victim.input())
+	if vout, err := runPlanNoCleanup(t, vp, "true"); err != nil {
+		t.Fatalf("the other attempt's step: %v\n%s", err, vout)
+	}
+	if !exited {
+		select {
+		case attackerErr = <-done:
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			attackerErr = <-done
+		}
+	}
+	cerr := vp.Cleanup()
+	attacker.Cleanup()
+	if attackerErr != nil {
+		t.Fatalf("the attacking step: %v\n%s", attackerErr, out.String())
+	}
+	for _, s := range vp.StandIns {
+		if es, _ := os.ReadDir(s); len(es) > 0 {
+			t.Errorf("the step planted %s in another attempt's stand-in (cleanup: %v)", filepath.Join(s, es[0].Name()), cerr)
+		}
+	}
+	if st := git(t, victim.wt, "status", "--porcelain", "--ignored"); st != "" {
+		t.Errorf("the other attempt's worktree would commit: %q\nattacker: %s", st, out.String())
+	}
+	if !isDir(pool) || exists(filepath.Join(shared, "kusaw-moved")) {
+		t.Errorf("the step moved the pool's folder: %s", out.String())
+	}
+	// The twin: the step wrote its cache folder, and the other attempt's
+	// stand-ins went back to the real pool.
+	if !exists(filepath.Join(shared, "ok")) || !exists(filepath.Join(shared, "kusaw", "ok")) {
+		t.Errorf("the step could not write its writable cache folder: %s", out.String())
+	}
+	if cerr != nil {
+		t.Errorf("the other attempt's cleanup: %v", cerr)
+	}
+	if n := len(poolNames(t, pool)); n < len(vp.standInDirs) {
+		t.Errorf("the pool holds %d spares after the other attempt, want at least %d", n, len(vp.standInDirs))
+	}
+}
+
+// runPlanNoCleanup runs script in the real sandbox of p; the caller calls
+// Cleanup.
+func runPlanNoCleanup(t *testing.T, p *Plan, script string) (string, error) {
+	t.Helper()
+	cmd, err := Command(context.Background(), p, []string{"/bin/sh", "-c", script})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// TestStandInPoolInsideAWritableFolderRefused: a plan whose writable
+// folder lies in the pool (allow_write of the pool or a spare in it)
+// cannot hide the pool; it used to turn the pool off in its own process
+// only, and a step could then make an empty spare there, hold it open,
+// and fill the stand-in another kusaw process took it for. Such a plan
+// is refused, naming the pool. The legitimate twin, a writable folder
+// holding the pool, is planned with the pool hidden
+// (TestStandInPoolCannotBeMovedByAStepThatSeesItsFolder runs one).
+func TestStandInPoolInsideAWritableFolderRefused(t *testing.T) {
+	needTool(t, "/usr/bin/bwrap", "runs the real sandbox")
+	f := newFixture(t)
+	victim := newFixture(t)
+	pool := usePool(t, f)
+	if err := os.MkdirAll(pool, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	in := f.input()
+	in.AllowWrite = []string{pool}
+	attacker, err := BuildPlan(in)
+	if err == nil {
+		// The attack, as it ran before: the victim is another process,
+		// whose pool was never turned off.
+		script := fmt.Sprintf(`mkdir %[1]s/trap && chmod 755 %[1]s/trap || exit 4
+exec 3<%[1]s/trap
+i=0
+while [ -d %[1]s/trap ]; do i=$((i+1)); [ $i -lt 500 ] || exit 0; sleep 0.01; done
+echo planted > /proc/self/fd/3/config.toml`, pool)
+		cmd, err := Command(context.Background(), attacker, []string{"/bin/sh", "-c", script})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 500 && !exists(filepath.Join(pool, "trap")); i++ {
+			time.Sleep(10 * time.Millisecond)
+		}
+		poolUnsafe.Store(false)
+		vp := mustPlan(t, victim.input())
+		if out, err := runPlanNoCleanup(t, vp, "true"); err != nil {
+			t.Fatalf("the other attempt's step: %v\n%s", err, out)
+		}
+		cmd.Wait()
+		vp.Cleanup()
+		attacker.Cleanup()
+		st := git(t, victim.wt, "status", "--porcelain", "--ignored")
+		t.Fatalf("a plan whose writable folder is the pool %s was made; the other attempt's worktree would commit %q", pool, st)
+	}
+	if !strings.Contains(err.Error(), pool) {
+		t.Errorf("the refusal does not name the pool %s: %v", pool, err)
+	}
+}
