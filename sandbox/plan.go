@@ -659,6 +659,9 @@ func (b *builder) hideStandInPool() error {
 	if d == "" || b.plan.Backend != "bubblewrap" {
 		return nil
 	}
+	if err := b.poolLinksFixed(d); err != nil {
+		return err
+	}
 	r := resolve(d)
 	shown := false
 	for _, tier := range [][]Mount{b.base, b.hide, b.reads, b.writes, b.secrets, b.protect} {
@@ -684,6 +687,36 @@ func (b *builder) hideStandInPool() error {
 	return nil
 }
 
+// poolLinksFixed refuses a plan in which the step may replace a link on
+// the pool's path d: hiding and pinning reach the resolved path, not the
+// link, and with a folder of its own in the link's place the step would
+// hold the pool of every kusaw process of the user (which uses no pool
+// while a link is on the way, and this one after).
+func (b *builder) poolLinksFixed(d string) error {
+	for cur := filepath.Clean(d); cur != "/" && cur != "."; cur = filepath.Dir(cur) {
+		if fi, err := os.Lstat(cur); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			continue
+		}
+		if m := b.deepestMount(filepath.Dir(cur)); m != nil && m.Op == "bind" {
+			return refuse("make "+cur+" a folder, or take "+m.Dst+" out of the step's writable folders", "kusaw's spare stand-in folders %s are reached through the link %s in the step's writable folder %s", d, cur, m.Dst)
+		}
+	}
+	return nil
+}
+
+// deepestMount is the mount through which the step sees p; nil when none.
+func (b *builder) deepestMount(p string) *Mount {
+	var in *Mount
+	for _, tier := range [][]Mount{b.base, b.hide, b.reads, b.writes, b.secrets, b.protect} {
+		for i, m := range tier {
+			if within(m.Dst, p) && (in == nil || len(m.Dst) >= len(in.Dst)) {
+				in = &tier[i]
+			}
+		}
+	}
+	return in
+}
+
 // pinPoolFolders binds each folder the step sees on the way to the pool r
 // on itself, shallowest first, as it sees it (writable or not). A step
 // that could rename one (<cache>/kusaw in a writable cache folder) could
@@ -698,14 +731,7 @@ func (b *builder) pinPoolFolders(r string) {
 		if b.mounted[cur] {
 			continue
 		}
-		var in *Mount // the deepest mount cur is seen through
-		for _, tier := range [][]Mount{b.base, b.hide, b.reads, b.writes, b.secrets, b.protect} {
-			for i, m := range tier {
-				if within(m.Dst, cur) && (in == nil || len(m.Dst) >= len(in.Dst)) {
-					in = &tier[i]
-				}
-			}
-		}
+		in := b.deepestMount(cur)
 		if in == nil || (in.Op != "bind" && in.Op != "ro-bind") {
 			continue // not seen, or in the sandbox's own tmpfs
 		}

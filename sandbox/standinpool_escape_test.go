@@ -178,3 +178,92 @@ echo planted > /proc/self/fd/3/config.toml`, pool)
 		t.Errorf("the refusal does not name the pool %s: %v", pool, err)
 	}
 }
+
+// TestStandInPoolThroughALinkTheStepCanReplace: a pool whose path runs
+// through a link in a folder the step may write (the cache folder a link
+// to another disk) is not shown to the step, so it is not hidden, yet the
+// step can replace the link by a folder of its own with a spare it holds
+// open, and another attempt's stand-in would be that spare. A pool with a
+// link on its way is not used (mkdir and rmdir as without one). The
+// legitimate twin: the same pool reached without the link is used.
+func TestStandInPoolThroughALinkTheStepCanReplace(t *testing.T) {
+	needTool(t, "/usr/bin/bwrap", "runs the real sandbox")
+	f := newFixture(t)
+	victim := newFixture(t)
+	usePool(t, f)
+	shared := filepath.Join(f.root, "usercache")
+	real := filepath.Join(f.root, "realcache")
+	if err := os.MkdirAll(filepath.Join(real, "kusaw", "stand-ins"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	os.MkdirAll(shared, 0o755)
+	if err := os.Symlink(real, filepath.Join(shared, "cache")); err != nil {
+		t.Fatal(err)
+	}
+	pool := filepath.Join(shared, "cache", "kusaw", "stand-ins")
+	StandInPool = pool
+	in := f.input()
+	in.AllowWrite = []string{shared}
+	attacker, err := BuildPlan(in)
+	if err != nil {
+		if !strings.Contains(err.Error(), filepath.Join(shared, "cache")) {
+			t.Errorf("the refusal does not name the link: %v", err)
+		}
+	} else {
+		linkAttack(t, attacker, victim, shared, pool)
+	}
+	// The twins: a plan whose writable folders do not hold the link is
+	// made, and the pool reached without the link is used.
+	if _, err := BuildPlan(f.input()); err != nil {
+		t.Errorf("a plan that cannot reach the link: %v", err)
+	}
+	StandInPool = filepath.Join(real, "kusaw", "stand-ins")
+	vp := mustPlan(t, victim.input())
+	if _, err := runPlanNoCleanup(t, vp, "true"); err != nil {
+		t.Fatal(err)
+	}
+	if err := vp.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(poolNames(t, StandInPool)); n < len(vp.standInDirs) {
+		t.Errorf("the pool without a link holds %d spares, want at least %d", n, len(vp.standInDirs))
+	}
+}
+
+// linkAttack replaces the link on the pool's path by a pool of the
+// step's own and fills the spare another attempt takes from it.
+func linkAttack(t *testing.T, attacker *Plan, victim *fixture, shared, pool string) {
+	t.Helper()
+	script := fmt.Sprintf(`rm %[1]s/cache && mkdir -p %[2]s/trap && chmod 700 %[2]s && chmod 755 %[2]s/trap || { echo blocked > %[1]s/result; exit 0; }
+exec 3<%[2]s/trap
+echo ready > %[1]s/result
+i=0
+while [ -d %[2]s/trap ]; do i=$((i+1)); [ $i -lt 300 ] || exit 0; sleep 0.01; done
+echo planted > /proc/self/fd/3/config.toml
+echo planted`, shared, pool)
+	cmd, err := Command(context.Background(), attacker, []string{"/bin/sh", "-c", script})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 1000 && !exists(filepath.Join(shared, "result")); i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	vp := mustPlan(t, victim.input())
+	if vout, err := runPlanNoCleanup(t, vp, "true"); err != nil {
+		t.Fatalf("the other attempt's step: %v\n%s", err, vout)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the attacking step: %v\n%s", err, out.String())
+	}
+	cerr := vp.Cleanup()
+	attacker.Cleanup()
+	if st := git(t, victim.wt, "status", "--porcelain", "--ignored"); st != "" {
+		t.Errorf("the other attempt's worktree would commit %q (cleanup: %v)\nattacker: %s", st, cerr, out.String())
+	}
+	t.Errorf("a plan whose writable folder holds a link on the pool's path was made")
+}

@@ -68,6 +68,13 @@ func openStandInPool(standIns int) *standInPool {
 			return nil
 		}
 	}
+	// A link on the way could lie in a folder a step may write, where the
+	// plan's hiding (of the resolved path) does not reach: the step could
+	// put a folder of its own in the link's place. Folders alone can be
+	// fixed in place (pinPoolFolders).
+	if r, err := filepath.EvalSymlinks(d); err != nil || r != d {
+		return nil
+	}
 	f, err := os.Open(d)
 	if err != nil {
 		return nil
