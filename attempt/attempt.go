@@ -935,7 +935,7 @@ func (a *Attempt) commit() {
 		w.HeadSHA, w.Changed = sha, changed
 		a.events.Emit(record.EvCommitted, map[string]any{"repo": w.Repo, "branch": w.Branch, "sha": sha, "changed": changed})
 	}
-	if a.rec.Outcome != status.OutcomePassed || a.job.Shape.Keep {
+	if a.rec.Outcome != status.OutcomePassed || a.job.Shape.Keep || a.job.RunBranchElsewhere {
 		return
 	}
 	for i := range a.rec.Worktrees {

@@ -103,7 +103,13 @@ type Job struct {
 	// folder goes with the attempt and another machine keeps the records
 	// that count (a worker's attempt: fsync would only slow its start).
 	Volatile bool
-	Shape    Shape
+	// RunBranchElsewhere: the run branch that counts is another
+	// machine's (serve's, which moves it when it takes the result: a
+	// worker's attempt), so the stand-in here stays where it was made; a
+	// fast-forward check and a git process per attempt would be thrown
+	// away, and branch.advanced is serve's event.
+	RunBranchElsewhere bool
+	Shape              Shape
 	// Redact is the run's redactor: secrets the attempt resolves are added
 	// to it. Nil: the attempt's own.
 	Redact *Redactor

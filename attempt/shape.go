@@ -141,7 +141,7 @@ func ForeignJob(spec *record.AttemptSpec, repos map[string]string, runDir string
 	if err := os.MkdirAll(filepath.Join(runDir, record.StepsDir), record.DirMode()); err != nil {
 		return Job{}, err
 	}
-	job := Job{Dir: record.AttemptDir(runDir, spec.Step, spec.Number), NewBranches: true, Volatile: true}
+	job := Job{Dir: record.AttemptDir(runDir, spec.Step, spec.Number), NewBranches: true, Volatile: true, RunBranchElsewhere: true}
 	opened := map[string]*worktree.Repo{}
 	for _, sr := range spec.Repos {
 		path := repos[sr.Name]

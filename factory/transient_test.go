@@ -63,10 +63,12 @@ func TestForeignAttemptRecordsWhole(t *testing.T) {
 	if rec.Outcome != status.OutcomePassed || len(rec.Worktrees) != 1 || !rec.Worktrees[0].Changed {
 		t.Fatalf("foreign attempt: %s %s %+v", rec.Outcome, rec.Message, rec.Worktrees)
 	}
-	// Its own run branch, made with the worktree, moved to the commit.
+	// Its own run branch, made with the worktree, stays at the attempt's
+	// base: serve moves the run's branch when it takes the result, and a
+	// worker moving its stand-in would be a git process thrown away.
 	runBranch := "kusaw/" + spec.Run + "." + spec.Step + ".1"
-	if got := strings.TrimSpace(testkit.GitRun(t, cache, "rev-parse", runBranch)); got != rec.Worktrees[0].HeadSHA {
-		t.Errorf("%s at %s, want %s", runBranch, got, rec.Worktrees[0].HeadSHA)
+	if got := strings.TrimSpace(testkit.GitRun(t, cache, "rev-parse", runBranch)); got != rec.Worktrees[0].BaseSHA || got == rec.Worktrees[0].HeadSHA {
+		t.Errorf("%s at %s, want the base %s (the commit is %s)", runBranch, got, rec.Worktrees[0].BaseSHA, rec.Worktrees[0].HeadSHA)
 	}
 	var saved record.AttemptRecord
 	if err := readJSON(filepath.Join(dir, record.AttemptFile), &saved); err != nil || saved.Outcome != rec.Outcome || saved.Finished == nil {
