@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 )
@@ -243,10 +246,60 @@ func ImportBundle(ctx context.Context, repo, file string) (string, error) {
 	if err := git(ctx, repo, in, io.Discard, "unpack-objects", "-q", "--strict"); err != nil {
 		return "", fmt.Errorf("bundle refused: %v", err)
 	}
-	if !HasCommit(ctx, repo, tip) {
+	// The tip is a commit of the pack index-pack just checked (read from
+	// its index, without a git process), or else one repo already had.
+	if !packHasCommit(filepath.Join(tmp, "in.idx"), packPath, tip) && !HasCommit(ctx, repo, tip) {
 		return "", fmt.Errorf("bundle: its commit %s is not in its pack", tip)
 	}
 	return tip, nil
+}
+
+// packHasCommit reports whether the pack at packPath, with its version 2
+// index at idxPath (as index-pack writes it for SHA-1), stores sha whole
+// as a commit. False when it cannot tell (a deltified entry, another
+// index version or hash): the caller asks git then.
+func packHasCommit(idxPath, packPath, sha string) bool {
+	want, err := hex.DecodeString(sha)
+	if err != nil || len(want) != 20 {
+		return false
+	}
+	idx, err := os.ReadFile(idxPath)
+	if err != nil || len(idx) < 8+256*4 || string(idx[:8]) != "\xfftOc\x00\x00\x00\x02" {
+		return false
+	}
+	fan := func(i int) int { return int(binary.BigEndian.Uint32(idx[8+i*4:])) }
+	n := fan(255)
+	names, offs := 8+256*4, 8+256*4+n*20+n*4
+	if len(idx) < offs+n*4 {
+		return false
+	}
+	lo := 0
+	if want[0] > 0 {
+		lo = fan(int(want[0]) - 1)
+	}
+	hi := fan(int(want[0]))
+	if lo > hi || hi > n {
+		return false
+	}
+	i := lo + sort.Search(hi-lo, func(k int) bool { return bytes.Compare(idx[names+(lo+k)*20:names+(lo+k)*20+20], want) >= 0 })
+	if i >= hi || !bytes.Equal(idx[names+i*20:names+i*20+20], want) {
+		return false
+	}
+	off := binary.BigEndian.Uint32(idx[offs+i*4:])
+	if off&0x80000000 != 0 {
+		return false // a pack over 2 GiB: its large offsets are not read here
+	}
+	f, err := os.Open(packPath)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	var b [1]byte
+	if _, err := f.ReadAt(b[:], int64(off)); err != nil {
+		return false
+	}
+	// An entry's first byte: bits 4–6 are its type, 1 a commit.
+	return (b[0]>>4)&7 == 1
 }
 
 // knownCommits keeps the commits of shas that repo holds, with one git

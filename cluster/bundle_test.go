@@ -151,3 +151,44 @@ func TestMakeBundleCommitsSortedOut(t *testing.T) {
 		t.Fatalf("import of a bundle of a reached tip: %s %v", tip, err)
 	}
 }
+
+// The tip is found as a commit in the checked pack's index without a git
+// process; a header that names another object of the pack (a tree, a
+// blob) or one it lacks is refused, and the twin naming the commit imports.
+func TestImportBundleTipFromPackIndex(t *testing.T) {
+	ctx := context.Background()
+	src := t.TempDir()
+	gitT(t, src, "init", "-q")
+	c1 := commitFile(t, src, "a.txt", "one")
+	b := filepath.Join(t.TempDir(), "b")
+	if _, err := MakeBundle(ctx, src, b, c1, nil); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := os.ReadFile(b)
+	tree := gitT(t, src, "rev-parse", c1+"^{tree}")
+	blob := gitT(t, src, "rev-parse", c1+":a.txt")
+	for _, tc := range []struct {
+		name, tip string
+		ok        bool
+	}{{"the commit", c1, true}, {"its tree", tree, false}, {"its blob", blob, false}, {"absent", strings.Repeat("2", 40), false}} {
+		dst := t.TempDir()
+		gitT(t, dst, "init", "-q", "--bare")
+		p := filepath.Join(t.TempDir(), "x")
+		os.WriteFile(p, bytes.Replace(raw, []byte(c1+" "+bundleRef), []byte(tc.tip+" "+bundleRef), 1), 0o600)
+		tip, err := ImportBundle(ctx, dst, p)
+		if tc.ok && (err != nil || tip != c1) {
+			t.Errorf("%s: %s %v", tc.name, tip, err)
+		}
+		if !tc.ok && (err == nil || !strings.Contains(err.Error(), "is not in its pack")) {
+			t.Errorf("%s named as the tip: %s %v, want it refused", tc.name, tip, err)
+		}
+	}
+	// The index read directly: the commit is one, its tree is not.
+	dir := t.TempDir()
+	pack := filepath.Join(dir, "p.pack")
+	os.WriteFile(pack, raw[bytes.Index(raw, []byte("\n\n"))+2:], 0o600)
+	gitT(t, src, "index-pack", "-o", filepath.Join(dir, "p.idx"), pack)
+	if !packHasCommit(filepath.Join(dir, "p.idx"), pack, c1) || packHasCommit(filepath.Join(dir, "p.idx"), pack, tree) {
+		t.Errorf("packHasCommit: commit %v, tree %v", packHasCommit(filepath.Join(dir, "p.idx"), pack, c1), packHasCommit(filepath.Join(dir, "p.idx"), pack, tree))
+	}
+}
