@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestStandInPoolCannotBeMovedByAStepThatSeesItsFolder: a step whose
@@ -266,4 +268,56 @@ echo planted`, shared, pool)
 		t.Errorf("the other attempt's worktree would commit %q (cleanup: %v)\nattacker: %s", st, cerr, out.String())
 	}
 	t.Errorf("a plan whose writable folder holds a link on the pool's path was made")
+}
+
+// TestStandInPoolOtherFileSystemAndFull: the legitimate cases around the
+// pool. On another file system than the worktree (the rename fails with
+// EXDEV) and when the pool is full (of spares never taken), the stand-ins are made and removed as
+// without a pool: the step sees empty read-only folders, nothing is left
+// in the worktree, and the pool keeps what it had.
+func TestStandInPoolOtherFileSystemAndFull(t *testing.T) {
+	needTool(t, "/usr/bin/bwrap", "runs the real sandbox")
+	f := newFixture(t)
+	pool := usePool(t, f)
+	shm, err := os.MkdirTemp("/dev/shm", "kusaw-pool-")
+	if err != nil {
+		t.Fatalf("this test needs /dev/shm (a tmpfs) as another file system than %s: %v", f.root, err)
+	}
+	t.Cleanup(func() { os.RemoveAll(shm) })
+	var a, b unix.Stat_t
+	if unix.Stat(shm, &a) != nil || unix.Stat(f.root, &b) != nil || a.Dev == b.Dev {
+		t.Fatalf("/dev/shm and %s are one file system here; the test needs two", f.root)
+	}
+	husky := filepath.Join(f.wt, ".husky")
+	script := fmt.Sprintf(`test -d %[1]s && test -z "$(ls -A %[1]s)" || { echo "no empty stand-in"; exit 1; }
+if touch %[1]s/x 2>/dev/null; then echo "wrote into a stand-in"; exit 1; fi`, husky)
+	for _, c := range []struct {
+		name, pool string
+		spares     int
+	}{
+		{"another file system", filepath.Join(shm, "kusaw", "stand-ins"), 1},
+		{"full", pool, standInPoolMax},
+	} {
+		StandInPool = c.pool
+		os.MkdirAll(c.pool, 0o700)
+		for i := range c.spares {
+			s := filepath.Join(c.pool, fmt.Sprint("s", i))
+			os.Mkdir(s, 0o755)
+			if c.name == "full" {
+				write(t, filepath.Join(s, "f"), "not empty, never taken") // full: none can be given back
+			}
+		}
+		p := mustPlan(t, f.input())
+		if out, err := runPlan(t, p, script); err != nil {
+			t.Errorf("%s: %v\n%s", c.name, err, out)
+		}
+		for _, s := range p.StandIns {
+			if exists(s) {
+				t.Errorf("%s: stand-in %s left in the worktree", c.name, s)
+			}
+		}
+		if n := len(poolNames(t, c.pool)); n != c.spares {
+			t.Errorf("%s: the pool holds %d spares, want %d", c.name, n, c.spares)
+		}
+	}
 }
