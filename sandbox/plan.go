@@ -252,22 +252,25 @@ func refuse(fix, format string, args ...any) error {
 // decided afterwards by ordered (folders before what lies in them); the
 // tiers keep the order of mounts at one path, and are macOS's order.
 type builder struct {
-	in      Input
-	host    *Host
-	plan    *Plan
-	base    []Mount // the system folders, /dev, /proc, /tmp, the home
-	hide    []Mount // the repositories' own checkouts
-	reads   []Mount // toolchains, allow_read, binaries, read-only worktrees
-	writes  []Mount // worktrees, git folders, artifacts, tmp, login state, allow_write
-	secrets []Mount // credential folders and the caller's hidden paths
-	protect []Mount // control files and settings, read-only on top
-	remount []Mount
-	mounted map[string]bool // destinations already given a mount
-	home    string          // the resolved home
-	visible []string        // every bind destination (for conflict checks)
-	objDir  string          // the private object folder, or ""
-	alts    []string        // the repositories' objects/ folders (GIT_ALTERNATE_OBJECT_DIRECTORIES)
-	origin  string          // the origin given to the mounts being added
+	in Input
+	// laterHooks are core.hooksPath folders outside a worktree ({worktree,
+	// folder}), protected once allow_write is mounted.
+	laterHooks [][2]string
+	host       *Host
+	plan       *Plan
+	base       []Mount // the system folders, /dev, /proc, /tmp, the home
+	hide       []Mount // the repositories' own checkouts
+	reads      []Mount // toolchains, allow_read, binaries, read-only worktrees
+	writes     []Mount // worktrees, git folders, artifacts, tmp, login state, allow_write
+	secrets    []Mount // credential folders and the caller's hidden paths
+	protect    []Mount // control files and settings, read-only on top
+	remount    []Mount
+	mounted    map[string]bool // destinations already given a mount
+	home       string          // the resolved home
+	visible    []string        // every bind destination (for conflict checks)
+	objDir     string          // the private object folder, or ""
+	alts       []string        // the repositories' objects/ folders (GIT_ALTERNATE_OBJECT_DIRECTORIES)
+	origin     string          // the origin given to the mounts being added
 
 	attempt, tmp, artifacts string // resolved folders of the attempt
 	private                 bool   // the temp folder is the sandbox's own (Input.PrivateTmp)
@@ -529,6 +532,10 @@ func (b *builder) writable() error {
 	}
 	b.origin = OriginAllowWrite
 	if err := b.allowWrite(); err != nil {
+		return err
+	}
+	b.origin = OriginWorktree
+	if err := b.protectLaterHooks(); err != nil {
 		return err
 	}
 	b.origin = OriginCheckout
@@ -797,6 +804,19 @@ func (b *builder) writableAt(p string) bool {
 		}
 	}
 	return op == "bind" || op == "tmpfs-rw"
+}
+
+// writableTop is the deepest writable mount p lies in (writableAt(p)).
+func (b *builder) writableTop(p string) string {
+	best := ""
+	for _, tier := range [][]Mount{b.writes, b.protect} {
+		for _, m := range tier {
+			if (m.Op == "bind" || m.Op == "ro-bind" || m.Op == "tmpfs" || m.Op == "tmpfs-rw" || m.Op == "empty-file") && within(m.Dst, p) && len(m.Dst) >= len(best) {
+				best = m.Dst
+			}
+		}
+	}
+	return best
 }
 
 func (b *builder) underBind(p string) bool {

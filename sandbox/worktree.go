@@ -178,7 +178,28 @@ func (b *builder) hooksPath(wt string, cfgs []string) error {
 	if !filepath.IsAbs(hp) {
 		hp = filepath.Join(wt, hp)
 	}
-	return b.protectPath(wt, filepath.Clean(hp), true, "the folder core.hooksPath names: its hooks run outside")
+	hp = filepath.Clean(hp)
+	if !within(wt, hp) {
+		// Outside the worktree it may lie in an allow_write folder, not
+		// mounted yet: protected once every writable folder is
+		// (protectLaterHooks).
+		b.laterHooks = append(b.laterHooks, [2]string{wt, hp})
+		return nil
+	}
+	return b.protectPath(wt, hp, true, "the folder core.hooksPath names: its hooks run outside")
+}
+
+// protectLaterHooks protects the core.hooksPath folders outside the
+// worktrees, once allow_write's folders are mounted: before, one in an
+// allow_write folder was not yet writable, so it was left writable.
+func (b *builder) protectLaterHooks() error {
+	for _, h := range b.laterHooks {
+		if err := b.protectPath(h[0], h[1], true, "the folder core.hooksPath names: its hooks run outside"); err != nil {
+			return err
+		}
+	}
+	b.laterHooks = nil
+	return nil
 }
 
 // checkout protects a writable project folder like a worktree: its git
@@ -305,6 +326,12 @@ func (b *builder) protectPath(wt, p string, wantDir bool, why string) error {
 	// Outside every writable place: read-only already.
 	if !b.writableAt(p) {
 		return nil
+	}
+	// Outside the worktree (a hooks folder in an allow_write folder), the
+	// folders from the writable folder down to p are fixed the same way:
+	// one the step could rename would let it put its own p in place.
+	if !within(wt, p) {
+		wt = b.writableTop(p)
 	}
 	// Resolve links on the way: a link anywhere on the path cannot be protected.
 	for cur := p; within(wt, cur) && cur != wt; cur = filepath.Dir(cur) {
