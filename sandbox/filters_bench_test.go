@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/kusaw/kusaw/internal/bridgebuild"
 )
 
 // BenchmarkKernelFilters: what the kernel filters add to a sandboxed
@@ -18,10 +20,15 @@ import (
 //	ms-seccomp: + the seccomp filter (bwrap reads and installs it);
 //	ms-mask:    + the /proc/keys mask (one more bind);
 //	ms-confine: + the confinement stage (kusaw-bridge __confine: a fresh
-//	            session keyring and Landlock, then exec);
-//	ms-filters: all three, what an attempt without an allowlist pays
+//	            session keyring and Landlock, then exec), in Go
+//	            (kusaw-bridge built with CGO_ENABLED=0);
+//	ms-confine-c: the same stage in C (kusaw-bridge built with cgo, the
+//	            stage run before the Go runtime starts), as make build
+//	            makes it where a C compiler is;
+//	ms-filters: all three with the C stage (the Go one without a C
+//	            compiler), what an attempt without an allowlist pays
 //	            (with one, the stage runs in the bridge's own start).
-//	            Target ≤ 1 ms.
+//	            Target ≤ 1 ms. ms-filters-go: the same with the Go stage.
 //
 // Run: go test -run '^$' -bench KernelFilters -benchtime 100x ./sandbox/
 func BenchmarkKernelFilters(b *testing.B) {
@@ -38,14 +45,21 @@ func BenchmarkKernelFilters(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	bridge := filepath.Join(dir, "kusaw-bridge")
-	build := exec.Command("go", "build", "-ldflags", "-s -w", "-o", bridge, "github.com/kusaw/kusaw/cmd/kusaw-bridge")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		b.Fatalf("building kusaw-bridge: %v\n%s", err, out)
+	bridge := filepath.Join(dir, "go", "kusaw-bridge")
+	if err := bridgebuild.Build("", bridge, false); err != nil {
+		b.Fatal(err)
+	}
+	bridgeC := bridge
+	if bridgebuild.StaticCC() {
+		bridgeC = filepath.Join(dir, "c", "kusaw-bridge")
+		if err := bridgebuild.Build("", bridgeC, true); err != nil {
+			b.Fatal(err)
+		}
+	} else {
+		b.Log("no C compiler with a static C library: ms-confine-c is the Go stage again")
 	}
 	in := f.input()
-	in.ExtraBinaries = []string{bridge}
+	in.ExtraBinaries = []string{bridge, bridgeC}
 	p, err := BuildPlan(in)
 	if err != nil {
 		b.Fatal(err)
@@ -67,8 +81,10 @@ func BenchmarkKernelFilters(b *testing.B) {
 		w = append(w, r.Path)
 	}
 	stage := append([]string{bridge, "__confine"}, append(confineArgsFor(w), "/bin/true")...)
+	stageC := append([]string{bridgeC}, stage[1:]...)
 	// level 0: the plan's argv alone; 1: + the seccomp filter; 2: + the
-	// /proc/keys mask (what filterArgs gives); 3: + the stage.
+	// /proc/keys mask (what filterArgs gives); 3: + the Go stage; 4: + the
+	// C stage instead.
 	run := func(level int) {
 		args := slices.Clone(base)
 		cmd := exec.Command(bw)
@@ -89,7 +105,9 @@ func BenchmarkKernelFilters(b *testing.B) {
 			args = append(args, fa...)
 		}
 		args = append(args, "--")
-		if level >= 3 {
+		if level == 4 {
+			args = append(args, stageC...)
+		} else if level == 3 {
 			args = append(args, stage...)
 		} else {
 			args = append(args, "/bin/true")
@@ -99,7 +117,7 @@ func BenchmarkKernelFilters(b *testing.B) {
 			b.Fatalf("bwrap (level %d): %v %s", level, err, out)
 		}
 	}
-	const levels = 4
+	const levels = 5
 	for l := 0; l < levels; l++ {
 		run(l)
 	}
@@ -121,14 +139,16 @@ func BenchmarkKernelFilters(b *testing.B) {
 		slices.Sort(s)
 		return float64(s[len(s)/2]) / 1e6
 	}
-	m0, m1, m2, m3 := med(ts[0]), med(ts[1]), med(ts[2]), med(ts[3])
+	m0, m1, m2, m3, m4 := med(ts[0]), med(ts[1]), med(ts[2]), med(ts[3]), med(ts[4])
 	b.ReportMetric(m0, "ms-bwrap")
 	b.ReportMetric(m1-m0, "ms-seccomp")
 	b.ReportMetric(m2-m1, "ms-mask")
 	b.ReportMetric(m3-m2, "ms-confine")
-	b.ReportMetric(m3-m0, "ms-filters")
-	b.ReportMetric(m3/m0, "x-bwrap")
-	b.Logf("seccomp filter %d bytes; stage %s with %s writable paths", len(mustFilter(b)), bridge, strconv.Itoa(len(w)))
+	b.ReportMetric(m4-m2, "ms-confine-c")
+	b.ReportMetric(m4-m0, "ms-filters")
+	b.ReportMetric(m3-m0, "ms-filters-go")
+	b.ReportMetric(m4/m0, "x-bwrap")
+	b.Logf("seccomp filter %d bytes; stages %s, %s with %s writable paths", len(mustFilter(b)), bridge, bridgeC, strconv.Itoa(len(w)))
 }
 
 func mustFilter(b *testing.B) []byte {

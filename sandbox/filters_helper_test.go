@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kusaw/kusaw/internal/bridgebuild"
 	"github.com/kusaw/kusaw/sandbox/confine"
 )
 
@@ -268,6 +269,18 @@ func confineTestProgram() func() {
 		panic(err)
 	}
 	os.Chmod(dir, 0o755)
+	// kusaw-bridge as make build makes it where a C compiler is: the
+	// escape and filter suites then hold the stage in C to their attacks
+	// (cmd/kusaw-bridge's TestStageImplementationsAgree holds it to the Go
+	// one, which is what this binary runs without a C compiler).
+	if bridgebuild.StaticCC() {
+		dst := filepath.Join(dir, "kusaw-bridge")
+		if err := bridgebuild.Build("", dst, true); err != nil {
+			panic(err)
+		}
+		confineOnce.Do(func() { confineProg = []string{dst, confine.Subcommand} })
+		return func() { os.RemoveAll(dir) }
+	}
 	dst := filepath.Join(dir, "sandbox.test")
 	b, err := os.ReadFile(exe)
 	if err == nil {

@@ -12,6 +12,10 @@ for pair in "${want[@]}"; do
   # bwrap must be the system's, in /usr/bin (kusaw never takes it from PATH).
   if [ "$cmd" = bwrap ]; then
     [ -x /usr/bin/bwrap ] || missing+=("$pkg")
+  elif [ "$cmd" = libc.a ]; then
+    # the static C library kusaw-bridge's C stage links (make build)
+    f=$(cc -print-file-name=libc.a 2>/dev/null || true)
+    [ -f "$f" ] && [ "${f#/}" != "$f" ] || missing+=("$pkg")
   else
     command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg")
   fi

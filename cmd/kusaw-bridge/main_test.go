@@ -48,6 +48,13 @@ func probe(a []string) {
 	fmt.Printf("signal_host=%s\n", res(unix.Kill(pid, 0)))
 	id, err := unix.KeyctlInt(unix.KEYCTL_GET_KEYRING_ID, unix.KEY_SPEC_SESSION_KEYRING, 0, 0, 0)
 	fmt.Printf("keyring=%d %v\n", id, err)
+	if len(a) > 4 {
+		c, err := net.DialTimeout("unix", "@"+a[4], 5*time.Second)
+		if err == nil {
+			c.Close()
+		}
+		fmt.Printf("abstract_host=%s\n", res(err))
+	}
 	if addr != "" {
 		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
 		if err == nil {
