@@ -24,7 +24,8 @@ say "go: $(go version | cut -d' ' -f3), bwrap: $(/usr/bin/bwrap --version 2>/dev
 
 bench "sandbox: true under the plan vs the same bwrap argv vs bare true" -bench SandboxTrue -benchtime 100x ./sandbox/
 bench "sandbox: the allowlist view vs the host's / read-only (bwrap start)" -bench ViewVsHostRoot -benchtime 100x ./sandbox/
-bench "kernel filters: what seccomp and the confinement stage (session keyring, Landlock) add to a sandboxed true, vs the same bwrap argv without them" -bench KernelFilters -benchtime 100x ./sandbox/
+bench "kernel filters: what seccomp and the confinement stage (session keyring, Landlock; in C and in Go) add to a sandboxed true, vs the same bwrap argv without them" -bench KernelFilters -benchtime 100x ./sandbox/
+bench "stage start: kusaw-bridge __confine -- /bin/true with the stage in C (cgo) and in Go (CGO_ENABLED=0) vs /bin/true, outside bwrap" -bench StageStart -benchtime 300x ./cmd/kusaw-bridge/
 bench "allowlist start: the confinement stage and the egress bridge in one start of kusaw-bridge vs two (as before), outside bwrap" -bench AllowlistStart -benchtime 300x ./cmd/kusaw-bridge/
 bench "worktree: AddAttempt vs plain git worktree add; whole attempt cycle" -bench 'AddAttempt|AttemptCycle' -benchtime 10x ./worktree/
 bench "worktree reuse: a no-op attempt's start, commit and release on 1k, 20k and 100k files vs git worktree add of the same repository (repositories cached under ~/.cache/kusaw-bench)" -bench WorktreeReuse -benchtime 3x -timeout 60m ./worktree/

@@ -9,7 +9,10 @@
 // step: `kusaw-bridge __confine -w PATH... -- kusaw-bridge --lease ...
 // -- STEP`), the stage does not exec it again: it runs the bridge itself
 // and confines after the hand-over, right before the step's exec. One Go
-// program starts instead of two (the figures: docs/benchmarks.md).
+// program starts instead of two (the figures: docs/benchmarks.md). Built
+// with cgo, the stage for any other command runs in C before the Go
+// runtime starts (stage_cgo.go), and this Go code only when that stage
+// leaves it the work.
 package main
 
 import (

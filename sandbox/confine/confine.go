@@ -8,7 +8,10 @@
 //
 // It runs as `kusaw __confine` or `kusaw-bridge __confine` (the small
 // binary beside kusaw, which starts in a fraction of kusaw's time), and
-// imports nothing of kusaw's.
+// imports nothing of kusaw's. kusaw-bridge built with cgo does the same
+// in C before its Go runtime starts (cmd/kusaw-bridge/stage_cgo.go); this
+// package is the stage everywhere else and the one the bridge applies
+// after its hand-over.
 package confine
 
 import "fmt"

@@ -79,6 +79,8 @@ func LandlockABI() (int, error) {
 // Write rights Landlock handles, by the ABI that introduced them. Reads
 // are left to the view (what is not mounted does not exist); ioctl on
 // devices stays (terminals).
+// cmd/kusaw-bridge/stage_cgo.go applies the same rights in C: a change here
+// goes there too (TestStageImplementationsAgree compares the two).
 const (
 	writeV1 = unix.LANDLOCK_ACCESS_FS_WRITE_FILE | unix.LANDLOCK_ACCESS_FS_REMOVE_DIR |
 		unix.LANDLOCK_ACCESS_FS_REMOVE_FILE | unix.LANDLOCK_ACCESS_FS_MAKE_CHAR |
