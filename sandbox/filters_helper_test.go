@@ -273,11 +273,20 @@ func confineTestProgram() func() {
 	// escape and filter suites then hold the stage in C to their attacks
 	// (cmd/kusaw-bridge's TestStageImplementationsAgree holds it to the Go
 	// one, which is what this binary runs without a C compiler).
+	// A test that runs this binary again (as another user, elsewhere)
+	// takes the parent's build from the environment.
+	if stage := os.Getenv("KUSAW_TEST_C_STAGE"); stage != "" {
+		os.RemoveAll(dir)
+		confineOnce.Do(func() { confineProg = []string{stage, confine.Subcommand} })
+		return func() {}
+	}
 	if bridgebuild.StaticCC() {
 		dst := filepath.Join(dir, "kusaw-bridge")
 		if err := bridgebuild.Build("", dst, true); err != nil {
-			panic(err)
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
 		}
+		os.Setenv("KUSAW_TEST_C_STAGE", dst)
 		confineOnce.Do(func() { confineProg = []string{dst, confine.Subcommand} })
 		return func() { os.RemoveAll(dir) }
 	}
