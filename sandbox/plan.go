@@ -655,18 +655,41 @@ func (b *builder) hideSecrets() error {
 	return b.hideStandInPool()
 }
 
-// hideStandInPool hides the pool of spare stand-in folders from a plan
-// that would show it (a writable ~/.cache, say): a step that could write
-// into a spare folder could fill another attempt's stand-in. A pool that
-// holds a folder the step sees cannot be hidden: the plan is refused
-// (turning the pool off in this process alone left it to kusaw's other
-// processes, whose spares the step could then fill).
+// hideStandInPool hides kusaw's own cache folder (<user cache>/kusaw: the
+// sandbox check it remembers, the spare stand-in folders) and the pool of
+// spare stand-in folders from a plan that would show them (a writable
+// ~/.cache, say): a step that could write into a spare folder could fill
+// another attempt's stand-in, and one that could write the remembered
+// check could make the next kusaw take bwrap for an older one and drop
+// --disable-userns. A folder of them that holds a folder the step sees
+// cannot be hidden: the plan is refused (turning the pool off in this
+// process alone left it to kusaw's other processes).
 func (b *builder) hideStandInPool() error {
-	d := standInPoolDir()
-	if d == "" || b.plan.Backend != "bubblewrap" {
+	if b.plan.Backend != "bubblewrap" {
 		return nil
 	}
-	if err := b.poolLinksFixed(d); err != nil {
+	type place struct{ dir, what string }
+	var places []place
+	own := ""
+	if c, err := os.UserCacheDir(); err == nil && filepath.IsAbs(c) {
+		own = filepath.Join(c, "kusaw")
+		places = append(places, place{own, "kusaw's own cache folder"})
+	}
+	if d := standInPoolDir(); d != "" && (own == "" || !within(own, d)) {
+		places = append(places, place{d, "kusaw's spare stand-in folders"})
+	}
+	for _, pl := range places {
+		if err := b.hideKusawFolder(pl.dir, pl.what); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// hideKusawFolder hides d, a folder of kusaw's own (what), when the plan
+// shows it, with the folders leading to it fixed in place.
+func (b *builder) hideKusawFolder(d, what string) error {
+	if err := b.poolLinksFixed(d, what); err != nil {
 		return err
 	}
 	r := resolve(d)
@@ -677,7 +700,7 @@ func (b *builder) hideStandInPool() error {
 				continue
 			}
 			if within(r, m.Src) || within(r, m.Dst) {
-				return refuse("name a folder outside it, or set the stand-in pool elsewhere or off", "%s is shown to the step but lies in kusaw's spare stand-in folders %s, which a step must never reach", m.Dst, r)
+				return refuse("name a folder outside it, or set the stand-in pool elsewhere or off", "%s is shown to the step but lies in %s %s, which a step must never reach", m.Dst, what, r)
 			}
 			shown = shown || within(m.Src, r) || within(m.Dst, r)
 		}
@@ -690,7 +713,7 @@ func (b *builder) hideStandInPool() error {
 		return nil
 	}
 	b.pinPoolFolders(r)
-	b.hideKnown(r, true, "hidden: kusaw's spare stand-in folders")
+	b.hideKnown(r, true, "hidden: "+what)
 	return nil
 }
 
@@ -699,13 +722,13 @@ func (b *builder) hideStandInPool() error {
 // link, and with a folder of its own in the link's place the step would
 // hold the pool of every kusaw process of the user (which uses no pool
 // while a link is on the way, and this one after).
-func (b *builder) poolLinksFixed(d string) error {
+func (b *builder) poolLinksFixed(d, what string) error {
 	for cur := filepath.Clean(d); cur != "/" && cur != "."; cur = filepath.Dir(cur) {
 		if fi, err := os.Lstat(cur); err != nil || fi.Mode()&os.ModeSymlink == 0 {
 			continue
 		}
 		if m := b.deepestMount(filepath.Dir(cur)); m != nil && m.Op == "bind" {
-			return refuse("make "+cur+" a folder, or take "+m.Dst+" out of the step's writable folders", "kusaw's spare stand-in folders %s are reached through the link %s in the step's writable folder %s", d, cur, m.Dst)
+			return refuse("make "+cur+" a folder, or take "+m.Dst+" out of the step's writable folders", "%s %s is reached through the link %s in the step's writable folder %s", what, d, cur, m.Dst)
 		}
 	}
 	return nil

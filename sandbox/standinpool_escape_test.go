@@ -321,3 +321,58 @@ if touch %[1]s/x 2>/dev/null; then echo "wrote into a stand-in"; exit 1; fi`, hu
 		}
 	}
 }
+
+// TestKusawCacheFolderHiddenFromAStepThatSeesIt: a step whose writable
+// folder is the user's cache folder could rewrite kusaw's remembered
+// sandbox check (<cache>/kusaw/sandbox-check.json; its key is in the file
+// for the taking) to name an older bwrap, and the next kusaw process
+// dropped --unshare-user and --disable-userns for its steps. kusaw's own
+// cache folder is hidden like the pool. The legitimate twin: the step
+// writes the rest of the cache folder, and the check is remembered.
+func TestKusawCacheFolderHiddenFromAStepThatSeesIt(t *testing.T) {
+	needTool(t, "/usr/bin/bwrap", "runs the real sandbox")
+	f := newFixture(t)
+	usePool(t, f)
+	cache := filepath.Join(f.root, "usercache")
+	os.MkdirAll(cache, 0o755)
+	t.Setenv("XDG_CACHE_HOME", cache)
+	old := CheckCacheFile
+	CheckCacheFile = ""
+	t.Cleanup(func() { CheckCacheFile = old })
+	if res := CachedCheck(); !res.Available {
+		t.Fatalf("the sandbox check: %s", res.Msg)
+	}
+	file := checkCachePath()
+	before, err := os.ReadFile(file)
+	if err != nil || !within(cache, file) {
+		t.Fatalf("the check was not remembered in %s: %v", cache, err)
+	}
+	in := f.input()
+	in.AllowWrite = []string{cache}
+	p := mustPlan(t, in)
+	script := fmt.Sprintf(`touch %[1]s/ok || { echo "cannot write the cache folder"; exit 3; }
+f=%[2]s
+if [ -r "$f" ]; then sed 's/"version":"[^"]*"/"version":"0.7.0"/' "$f" > "$f.new" 2>/dev/null && mv "$f.new" "$f" 2>/dev/null && echo rewritten; fi
+true`, cache, file)
+	out, err := runPlan(t, p, script)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if after, _ := os.ReadFile(file); string(after) != string(before) {
+		t.Errorf("the step rewrote kusaw's remembered check: %s (%s)", after, out)
+	}
+	bw, err := FindBwrap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	versionMu.Lock()
+	delete(versionCache, bw) // as a new kusaw process
+	versionMu.Unlock()
+	CachedCheck()
+	if !disableUsernsSupported(bw) {
+		t.Errorf("the next kusaw takes %s for a bwrap without --disable-userns", bw)
+	}
+	if !exists(filepath.Join(cache, "ok")) {
+		t.Errorf("the step could not write the cache folder: %s", out)
+	}
+}
