@@ -464,3 +464,89 @@ func TestPoolNotForSparseCheckouts(t *testing.T) {
 		w.DropIndex()
 	}
 }
+
+// git tells racily clean entries by the second: a file checked out in the
+// second its index was written is read and hashed again by every status
+// and add until the index is written once more, later. The first reuse of
+// a tree writes its trusted index again with the stat data git verified,
+// so the index the tree keeps from then on has no such entry.
+func TestPoolReuseRewritesRacyIndex(t *testing.T) {
+	isolateHome(t)
+	dir, c1, _ := poolRepo(t)
+	state := t.TempDir()
+	r := open(t, dir)
+	pool := r.Pool(state)
+	tgit(t, dir, "update-ref", "refs/heads/kusaw/r", c1)
+	racy := func(index string) int {
+		idx, err := readTrustedIndex(index, len(c1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, e := range idx.entries {
+			if int64(e.mtimeS) >= idx.written.Unix() {
+				n++
+			}
+		}
+		return n
+	}
+	// A small checkout takes milliseconds: its files share the index's
+	// second. The index is stamped a microsecond after the last of them
+	// (in the same second): what a large checkout gives, whose index is
+	// written in a later clock tick than its files (kusaw's cleaning keeps
+	// them) but in the same second (git hashes them again).
+	var w *Worktree
+	for try := 0; ; try++ {
+		var err error
+		w, err = r.AddAttemptWith("kusaw/r", AttemptBranch("r", "s", try+1), filepath.Join(state, "runs", fmt.Sprint(try), "app"), AddOptions{Pool: pool})
+		if err != nil {
+			t.Fatal(err)
+		}
+		idx, err := readTrustedIndex(w.index, len(c1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var last time.Time
+		for _, e := range idx.entries {
+			if ct := time.Unix(int64(e.ctimeS), int64(e.ctimeN)); ct.After(last) {
+				last = ct
+			}
+			if mt := time.Unix(int64(e.mtimeS), int64(e.mtimeN)); mt.After(last) {
+				last = mt
+			}
+		}
+		stamp := last.Add(time.Microsecond)
+		if stamp.Unix() == last.Unix() {
+			if err := os.Chtimes(w.index, stamp, stamp); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+		if try == 2 {
+			t.Fatal("three checkouts ended at the turn of a second")
+		}
+		if err := r.RemoveWorktree(w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := racy(w.index); n == 0 {
+		t.Fatal("no racily clean entry after the checkout: the test proves nothing")
+	}
+	if ok, err := r.Release(w); !ok || err != nil {
+		t.Fatalf("release: %v %v", ok, err)
+	}
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 10*time.Millisecond)))
+	w2, err := r.AddAttemptWith("kusaw/r", AttemptBranch("r", "s", 9), filepath.Join(state, "runs", "9", "app"), AddOptions{Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !w2.Reused || w2.Cleaned.Total() > 0 {
+		t.Fatalf("not reused as it was: %s %+v", w2.ReuseFailed, w2.Cleaned)
+	}
+	if n := racy(w2.index); n > 0 {
+		t.Errorf("the reused tree's trusted index still has %d racily clean entries: every status and commit on it hashes them again", n)
+	}
+	if _, changed, err := w2.CommitAll("m"); err != nil || changed {
+		t.Fatalf("commit: %v changed=%v", err, changed)
+	}
+}
