@@ -6,8 +6,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -58,18 +60,13 @@ func cleanTree(root string, idx *trustedIndex, quick bool) (restore []string, re
 	if err := c.fixDir(root); err != nil {
 		return nil, rep, err
 	}
-	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, rep, &fs.PathError{Op: "open", Path: root, Err: err}
-	}
-	if err := c.walk(fd, ""); err != nil {
+	if err := c.walkAll(); err != nil {
 		return nil, c.rep, err
 	}
 	// What the step deleted, and what was below a folder it replaced.
 	for i := range idx.entries {
 		if !c.seen[i] {
-			c.rep.Changed++
-			c.restore = append(c.restore, idx.entries[i].name)
+			c.found(&c.rep.Changed, idx.entries[i].name)
 		}
 	}
 	return c.restore, c.rep, nil
@@ -83,23 +80,95 @@ type cleaner struct {
 	dirs              map[string]bool
 	idx               *trustedIndex
 	dirMode, fileMode uint32
+	mu                sync.Mutex // guards restore and rep, and the walk's queue
 	restore           []string
 	rep               CleanReport
+
+	queue   []string // folders waiting for a walker
+	pending int      // folders queued or being walked
+	err     error
+	wake    *sync.Cond
 }
 
-// walk cleans the folder rel (relative to root, "" for root), open as
-// dirfd (which walk closes), which is known to be a real folder of the
-// right mode. Entries are looked at relative to dirfd: a stat by the
+// found counts a path not as kusaw left it, and the tracked path to
+// check out again, if any.
+func (c *cleaner) found(n *int, restore string) {
+	c.mu.Lock()
+	*n++
+	if restore != "" {
+		c.restore = append(c.restore, restore)
+	}
+	c.mu.Unlock()
+}
+
+// walkAll walks the tree from the root with a walker
+// per processor: most of the cleaning is a stat of each file, which
+// folders can have side by side (as git's own preloading of the index
+// does).
+func (c *cleaner) walkAll() error {
+	c.wake = sync.NewCond(&c.mu)
+	c.queue, c.pending = []string{""}, 1
+	n := runtime.GOMAXPROCS(0)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				c.mu.Lock()
+				for len(c.queue) == 0 && c.pending > 0 && c.err == nil {
+					c.wake.Wait()
+				}
+				if len(c.queue) == 0 || c.err != nil {
+					c.mu.Unlock()
+					return
+				}
+				j := c.queue[len(c.queue)-1]
+				c.queue = c.queue[:len(c.queue)-1]
+				c.mu.Unlock()
+				err := c.walk(j)
+				c.mu.Lock()
+				c.pending--
+				if err != nil && c.err == nil {
+					c.err = err
+				}
+				if c.pending == 0 || c.err != nil {
+					c.wake.Broadcast()
+				}
+				c.mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return c.err
+}
+
+// push queues folder rel for a walker.
+func (c *cleaner) push(rel string) {
+	c.mu.Lock()
+	c.queue = append(c.queue, rel)
+	c.pending++
+	c.wake.Signal()
+	c.mu.Unlock()
+}
+
+// walk cleans the entries of folder rel (relative to root, "" for root),
+// which is known to be a real folder of the right mode, and queues its
+// subfolders. Entries are looked at relative to dirfd: a stat by the
 // full path would walk every folder above it again, for each file (most
 // of the cleaning's time on a 100,000-file tree).
-func (c *cleaner) walk(dirfd int, rel string) error {
-	f := os.NewFile(uintptr(dirfd), filepath.Join(c.root, rel))
-	ents, err := f.ReadDir(-1)
-	defer f.Close()
+func (c *cleaner) walk(rel string) error {
+	dir := filepath.Join(c.root, rel)
+	f, err := os.OpenFile(dir, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_DIRECTORY, 0)
 	if err != nil {
 		return err
 	}
-	dir := f.Name()
+	defer f.Close()
+	ents, err := f.ReadDir(-1)
+	if err != nil {
+		return err
+	}
+	dirfd := int(f.Fd())
 	for _, d := range ents {
 		name := d.Name()
 		p := name
@@ -111,8 +180,7 @@ func (c *cleaner) walk(dirfd int, rel string) error {
 			c.seen[i] = true
 			if c.quick && e.mode != modeGitlink {
 				if d.Type() != listedType(e.mode) {
-					c.rep.Replaced++
-					c.restore = append(c.restore, p)
+					c.found(&c.rep.Replaced, p)
 					if err := forceRemoveAll(filepath.Join(dir, name)); err != nil {
 						return err
 					}
@@ -127,7 +195,7 @@ func (c *cleaner) walk(dirfd int, rel string) error {
 		if c.dirs[p] {
 			full := filepath.Join(dir, name)
 			if d.Type() != fs.ModeDir {
-				c.rep.Replaced++
+				c.found(&c.rep.Replaced, "")
 				if err := forceRemoveAll(full); err != nil {
 					return err
 				}
@@ -136,16 +204,10 @@ func (c *cleaner) walk(dirfd int, rel string) error {
 			if err := c.fixDir(full); err != nil {
 				return err
 			}
-			sub, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-			if err != nil {
-				return &fs.PathError{Op: "open", Path: full, Err: err}
-			}
-			if err := c.walk(sub, p); err != nil {
-				return err
-			}
+			c.push(p)
 			continue
 		}
-		c.rep.Untracked++
+		c.found(&c.rep.Untracked, "")
 		if err := forceRemoveAll(filepath.Join(dir, name)); err != nil {
 			return err
 		}
@@ -169,8 +231,7 @@ func (c *cleaner) tracked(dirfd int, dir, name, p string, e *indexEntry) error {
 		want = unix.S_IFDIR
 	}
 	if uint32(typ) != want {
-		c.rep.Replaced++
-		c.restore = append(c.restore, p)
+		c.found(&c.rep.Replaced, p)
 		return forceRemoveAll(filepath.Join(dir, name))
 	}
 	if e.mode == modeGitlink {
@@ -183,7 +244,7 @@ func (c *cleaner) tracked(dirfd int, dir, name, p string, e *indexEntry) error {
 			return err
 		}
 		for _, d := range ents {
-			c.rep.Untracked++
+			c.found(&c.rep.Untracked, "")
 			if err := forceRemoveAll(filepath.Join(dir, name, d.Name())); err != nil {
 				return err
 			}
@@ -191,8 +252,7 @@ func (c *cleaner) tracked(dirfd int, dir, name, p string, e *indexEntry) error {
 		return nil
 	}
 	if !c.unchanged(&st, e) {
-		c.rep.Changed++
-		c.restore = append(c.restore, p)
+		c.found(&c.rep.Changed, p)
 		return os.Remove(filepath.Join(dir, name))
 	}
 	return nil
@@ -256,7 +316,7 @@ func (c *cleaner) fixDir(p string) error {
 		return err
 	}
 	if fixed || dropped {
-		c.rep.Folders++
+		c.found(&c.rep.Folders, "")
 	}
 	return nil
 }
