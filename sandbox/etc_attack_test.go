@@ -36,7 +36,7 @@ func TestViewHidesRootOnlyFilesOfEtc(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() { removeFromEtc(dir) })
 	os.Chmod(dir, 0o755)
 	key := filepath.Join(dir, "service.key") // 0600: like an ssl or VPN key
 	write(t, key, "ROOT-ONLY-KEY\n")
@@ -90,4 +90,25 @@ func TestViewHidesRootOnlyFilesOfEtc(t *testing.T) {
 			t.Errorf("the legitimate read of /etc lacks %s:\n%s", want, got)
 		}
 	}
+}
+
+// removeFromEtc removes a folder this test planted in the host's /etc
+// without failing another package's sandbox that starts meanwhile: every
+// plan walks /etc and hides what only root may read, and bwrap fails when
+// a path it is to hide is gone before it starts ("Can't mkdir parents").
+// So the folder is first made readable to all, which no later plan hides,
+// and removed only once plans made before have had time to start.
+func removeFromEtc(dir string) {
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Type()&os.ModeSymlink == 0 {
+			if d.IsDir() {
+				os.Chmod(p, 0o755)
+			} else {
+				os.Chmod(p, 0o644)
+			}
+		}
+		return nil
+	})
+	time.Sleep(3 * time.Second)
+	os.RemoveAll(dir)
 }
