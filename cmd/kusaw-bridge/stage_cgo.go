@@ -162,6 +162,9 @@ static const char *kusaw_lookpath(const char *name) {
 	}
 }
 
+// Only glibc calls a constructor with argc, argv and envp (musl passes
+// nothing): elsewhere the stage is the Go code's.
+#ifdef __GLIBC__
 __attribute__((constructor)) static void kusaw_stage(int argc, char **argv, char **envp) {
 	(void)envp;
 	if (argc < 2 || argv == NULL || strcmp(argv[1], "__confine") != 0)
@@ -196,5 +199,6 @@ __attribute__((constructor)) static void kusaw_stage(int argc, char **argv, char
 	execve(path, cmd, environ);
 	kusaw_fail(126, "cannot run %s", cmd[0], errno);
 }
+#endif
 */
 import "C"
