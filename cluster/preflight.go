@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -31,7 +32,7 @@ func Preflight(ctx context.Context, nc *nats.Conn, replicas int) error {
 	if err != nil {
 		return err
 	}
-	info, err := js.AccountInfo(ctx)
+	info, err := accountInfo(ctx, js)
 	switch {
 	case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
 		return fmt.Errorf("the NATS server at %s has no JetStream for serve's account: enable JetStream on the servers (jetstream {store_dir: ..., max_file_store: ...}) and for the account (its JWT's JetStream limits: nsc edit account --js-disk-storage 20G --js-streams -1 --js-consumer -1)", Where(nc))
@@ -51,6 +52,32 @@ func Preflight(ctx context.Context, nc *nats.Conn, replicas int) error {
 		return fmt.Errorf("serve's NATS account may have %d JetStream streams, and kusaw needs 4 plus 2 per pool: allow more (nsc edit account --js-streams -1)", lim.MaxStreams)
 	}
 	return nil
+}
+
+// jetStreamStartWait is how long a server that says JetStream is off is
+// asked again before serve believes it: a clustered nats-server answers
+// so for its first seconds, until its JetStream has started and taken
+// the account (CI saw it from one of three servers just started). A
+// server without JetStream still fails serve's start, this much later.
+var jetStreamStartWait = 10 * time.Second
+
+// accountInfo is the account's JetStream information, asked again every
+// quarter second while the server says JetStream is off, up to
+// jetStreamStartWait.
+func accountInfo(ctx context.Context, js jetstream.JetStream) (*jetstream.AccountInfo, error) {
+	deadline := time.Now().Add(jetStreamStartWait)
+	for {
+		info, err := js.AccountInfo(ctx)
+		off := errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount)
+		if !off || time.Now().After(deadline) {
+			return info, err
+		}
+		select {
+		case <-ctx.Done():
+			return info, err
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 func size(n int64) string {

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -46,6 +47,8 @@ func TestPreflightRefusesWhatWouldFailLater(t *testing.T) {
 		t.Errorf("a 1 MB max_payload: %v", err)
 	}
 	noJS := plainServer(t, server.Options{MaxPayload: MaxPayload})
+	defer func(w time.Duration) { jetStreamStartWait = w }(jetStreamStartWait)
+	jetStreamStartWait = 500 * time.Millisecond
 	if err := Preflight(ctx, noJS, 1); err == nil || !strings.Contains(err.Error(), "no JetStream") {
 		t.Errorf("no JetStream: %v", err)
 	}
@@ -89,5 +92,53 @@ func TestWrongCANamesTheKey(t *testing.T) {
 	_, err := testExternal(t, c.Account, c.SigningSeed, other.CAPEM, c.URL).Connect("wrong-ca")
 	if err == nil || !strings.Contains(err.Error(), "does not chain to serve.cluster.ca") {
 		t.Fatalf("a wrong CA: %v", err)
+	}
+}
+
+// A server that says JetStream is off in its first moments and then has
+// it (here: one without JetStream replaced on the same port by one with
+// it, the client reconnecting) passes serve's check; the refusal above is
+// for a server that keeps saying so.
+func TestPreflightWaitsForJetStreamToStart(t *testing.T) {
+	o := server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true, MaxPayload: MaxPayload}
+	first, err := server.NewServer(&o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go first.Start()
+	if !first.ReadyForConnections(10 * time.Second) {
+		t.Fatal("the server did not start")
+	}
+	port := first.Addr().(*net.TCPAddr).Port
+	nc, err := nats.Connect(first.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	later := make(chan *server.Server, 1)
+	go func() {
+		time.Sleep(600 * time.Millisecond)
+		first.Shutdown()
+		first.WaitForShutdown()
+		o2 := o
+		o2.Port, o2.JetStream, o2.StoreDir = port, true, t.TempDir()
+		s2, err := server.NewServer(&o2)
+		if err != nil {
+			later <- nil
+			return
+		}
+		go s2.Start()
+		later <- s2
+	}()
+	t.Cleanup(func() {
+		if s2 := <-later; s2 != nil {
+			s2.Shutdown()
+			s2.WaitForShutdown()
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := Preflight(ctx, nc, 1); err != nil {
+		t.Fatalf("a server whose JetStream starts late: %v", err)
 	}
 }
