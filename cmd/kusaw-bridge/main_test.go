@@ -152,14 +152,7 @@ func freePort(t testing.TB) string {
 // folder and reaches the proxy through the handed-over listener. The same
 // for a stage whose command is not the bridge (network none or open).
 func TestStageConfinesWithAndWithoutBridge(t *testing.T) {
-	abi, why := confine.LandlockABI()
-	if abi < 1 {
-		msg := fmt.Sprintf("Landlock is not available here (%v): the stage's write rules cannot be tested", why)
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
+	abi := needLandlock(t, "the stage's write rules cannot be tested")
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -226,4 +219,25 @@ func TestStageFailureStopsStep(t *testing.T) {
 	if _, err := os.Stat(marker); err == nil {
 		t.Fatal("the step ran after the hand-over failed")
 	}
+}
+
+// needLandlock is the kernel's Landlock ABI; without Landlock the test is
+// skipped, and fails under CI=true, saying what it cannot test.
+func needLandlock(t *testing.T, cannot string) int {
+	t.Helper()
+	abi, why := confine.LandlockABI()
+	if abi < 1 {
+		skipOrFail(t, fmt.Sprintf("Landlock is not available here (%v): %s", why, cannot))
+	}
+	return abi
+}
+
+// skipOrFail skips the test with msg, or fails it under CI=true, where
+// every test must run.
+func skipOrFail(t *testing.T, msg string) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
 }

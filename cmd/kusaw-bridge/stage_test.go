@@ -29,20 +29,9 @@ import (
 // for one that cannot be run, 125 for a bad argument), with the same
 // messages.
 func TestStageImplementationsAgree(t *testing.T) {
-	abi, why := confine.LandlockABI()
-	if abi < 1 {
-		msg := fmt.Sprintf("Landlock is not available here (%v): the stages' write rules cannot be compared", why)
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
+	abi := needLandlock(t, "the stages' write rules cannot be compared")
 	if !bridgebuild.StaticCC() {
-		msg := "no C compiler with a static C library here (apt-get install gcc libc6-dev; make deps does): the C stage cannot be built"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		skipOrFail(t, "no C compiler with a static C library here (apt-get install gcc libc6-dev; make deps does): the C stage cannot be built")
 	}
 	exe, err := os.Executable()
 	if err != nil {
