@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -50,15 +51,7 @@ i=0
 while [ -d %[2]s/trap ]; do i=$((i+1)); [ $i -lt 2000 ] || exit 5; sleep 0.01; done
 echo '{"hooks":{"SessionStart":[{"hooks":[{"type":"command","command":"touch /tmp/owned"}]}]}}' > /proc/self/fd/3/settings.json
 echo planted`, shared, pool)
-	cmd, err := Command(context.Background(), attacker, []string{"/bin/sh", "-c", script})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, out := startAttacker(t, attacker, script)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	result := filepath.Join(shared, "result")
@@ -243,15 +236,7 @@ i=0
 while [ -d %[2]s/trap ]; do i=$((i+1)); [ $i -lt 300 ] || exit 0; sleep 0.01; done
 echo planted > /proc/self/fd/3/config.toml
 echo planted`, shared, pool)
-	cmd, err := Command(context.Background(), attacker, []string{"/bin/sh", "-c", script})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, out := startAttacker(t, attacker, script)
 	for i := 0; i < 1000 && !exists(filepath.Join(shared, "result")); i++ {
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -375,4 +360,21 @@ true`, cache, file)
 	if !exists(filepath.Join(cache, "ok")) {
 		t.Errorf("the step could not write the cache folder: %s", out)
 	}
+}
+
+// startAttacker starts script in p's sandbox, its output gathered in out,
+// and leaves the waiting to the test (the attack runs while the test
+// plays the victim).
+func startAttacker(t *testing.T, p *Plan, script string) (*exec.Cmd, *strings.Builder) {
+	t.Helper()
+	cmd, err := Command(context.Background(), p, []string{"/bin/sh", "-c", script})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &strings.Builder{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, out
 }
