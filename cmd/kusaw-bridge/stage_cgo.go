@@ -2,17 +2,29 @@
 
 package main
 
-// The confinement stage in C, run by glibc as a constructor before the Go
-// runtime starts: a sandboxed step's first program then costs a C
-// program's start, not a Go one's (the figures: docs/benchmarks.md,
-// "Kernel filters, fourth pass"). It does what confine.Run does, the same
+// The confinement stage in C, run before the Go runtime starts: a
+// sandboxed step's first program then costs a C program's start, not a Go
+// one's (the figures: docs/benchmarks.md, "Kernel filters, fifth pass (issue 24)",
+// and the fourth pass before it). It does what confine.Run does, the same
 // rights per Landlock ABI, the same messages and exit statuses; anything
 // it does not handle (a bad argument, the stage's command being this
 // program's own bridge, which confines after its hand-over) it leaves to
 // the Go code by returning. confine.Run is the implementation without
 // cgo; TestStageImplementationsAgree holds both to one behaviour.
+//
+// It runs from one of two places. On amd64 the program's entry point is
+// kusawentry (the linker's -e), which runs the stage before the C library
+// has started: glibc's static start-up alone cost about 0.35 ms, most of
+// what the stage added to a step. There nothing may call the C library
+// (no errno, no IFUNCs resolved yet), so the stage makes its system calls
+// itself, and on any failure it only returns: the C library then starts
+// and its constructor (kusaw_ctor, the other place, and the only one
+// elsewhere) runs the stage again, this time reporting the failure. Doing
+// it twice is harmless: a second fresh keyring, a second Landlock layer
+// with the same rules.
 
 /*
+#cgo linux,amd64 LDFLAGS: -Wl,-e,kusawentry
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -52,13 +64,62 @@ package main
 #define KL_FILE_RIGHTS (KL_WRITE_FILE | KL_TRUNCATE)
 
 #define KEYCTL_JOIN 1
+#ifndef SYS_faccessat2
+#define SYS_faccessat2 439
+#endif
+
+// Code the entry point runs before the C library has started: no stack
+// protector (its canary lives in thread-local storage, not set up yet) and
+// no loop turned into a call of memcpy or strlen (not resolved yet).
+#if defined(__clang__)
+#define KUSAW_EARLY __attribute__((no_stack_protector, no_builtin))
+#else
+#define KUSAW_EARLY __attribute__((no_stack_protector, optimize("no-tree-loop-distribute-patterns")))
+#endif
 
 struct kl_ruleset { uint64_t fs, net, scoped; };
 struct kl_beneath { uint64_t allowed; int32_t fd; } __attribute__((packed));
 
-extern char **environ;
+// kusaw_sys is a system call made without the C library: it returns the
+// result, or -errno.
+KUSAW_EARLY static long kusaw_sys(long n, long a, long b, long c, long d, long e) {
+#if defined(__x86_64__)
+	long r;
+	register long r10 __asm__("r10") = d;
+	register long r8 __asm__("r8") = e;
+	__asm__ volatile("syscall" : "=a"(r) : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8) : "rcx", "r11", "memory");
+	return r;
+#elif defined(__aarch64__)
+	register long x8 __asm__("x8") = n;
+	register long x0 __asm__("x0") = a;
+	register long x1 __asm__("x1") = b;
+	register long x2 __asm__("x2") = c;
+	register long x3 __asm__("x3") = d;
+	register long x4 __asm__("x4") = e;
+	__asm__ volatile("svc #0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4) : "memory");
+	return x0;
+#else
+	long r = syscall(n, a, b, c, d, e);
+	return r < 0 ? -errno : r;
+#endif
+}
 
-static const char *const kusaw_usage = "usage: __confine [-w WRITABLE_PATH]... -- COMMAND [ARG...]";
+KUSAW_EARLY static int kusaw_streq(const char *a, const char *b) {
+	while (*a && *a == *b)
+		a++, b++;
+	return *a == *b;
+}
+
+KUSAW_EARLY static size_t kusaw_strlen(const char *s) {
+	size_t n = 0;
+	while (s[n])
+		n++;
+	return n;
+}
+
+KUSAW_EARLY static int kusaw_stat(const char *p, struct stat *st) {
+	return kusaw_sys(SYS_newfstatat, AT_FDCWD, (long)p, (long)st, 0, 0) == 0;
+}
 
 // kusaw_err is Go's text for an errno: strerror's, lower-cased first.
 static const char *kusaw_err(int e) {
@@ -69,7 +130,7 @@ static const char *kusaw_err(int e) {
 	return buf;
 }
 
-static void kusaw_fail(int code, const char *msg, const char *arg, int e) {
+static void kusaw_report(int code, const char *msg, const char *arg, int e) {
 	fprintf(stderr, "kusaw: ");
 	fprintf(stderr, msg, arg);
 	if (e)
@@ -78,22 +139,34 @@ static void kusaw_fail(int code, const char *msg, const char *arg, int e) {
 	_exit(code);
 }
 
+// kusaw_fail reports a failure and ends the process, with the C library
+// started (report set); without it (the entry point) it returns 0 and the
+// caller returns, so the constructor can report.
+KUSAW_EARLY static int kusaw_fail(int report, int code, const char *msg, const char *arg, int e) {
+	if (report)
+		kusaw_report(code, msg, arg, e);
+	return 0;
+}
+
 // kusaw_own_bridge mirrors isOwnBridge in main.go.
-static int kusaw_own_bridge(char **cmd, int n, const char *self) {
+KUSAW_EARLY static int kusaw_own_bridge(char **cmd, int n, const char *self) {
 	struct stat a, b;
-	if (n < 2 || strcmp(cmd[1], "--lease") != 0)
+	if (n < 2 || !kusaw_streq(cmd[1], "--lease"))
 		return 0;
-	if (strcmp(cmd[0], self) == 0)
+	if (kusaw_streq(cmd[0], self))
 		return 1;
-	return stat("/proc/self/exe", &a) == 0 && stat(cmd[0], &b) == 0 &&
+	return kusaw_stat("/proc/self/exe", &a) && kusaw_stat(cmd[0], &b) &&
 		a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 
-static void kusaw_landlock(char **writable, int nw) {
+// kusaw_landlock restricts writes to the paths argv[wfirst], argv[wfirst+2],
+// ... (nw of them). It returns 1 when done (or when the kernel has no
+// Landlock), 0 when it failed without reporting.
+KUSAW_EARLY static int kusaw_landlock(char **argv, int wfirst, int nw, int report) {
 	static const char *const always[] = {"/dev", "/proc"};
-	long abi = syscall(KL_CREATE, NULL, 0, KL_VERSION);
+	long abi = kusaw_sys(KL_CREATE, 0, 0, KL_VERSION, 0, 0);
 	if (abi < 1)
-		return;
+		return 1;
 	struct kl_ruleset attr = {KL_WRITE_V1, 0, 0};
 	size_t size = 8;
 	if (abi >= 2)
@@ -104,101 +177,169 @@ static void kusaw_landlock(char **writable, int nw) {
 		attr.scoped = KL_SCOPE_ABSTRACT_UNIX_SOCKET | KL_SCOPE_SIGNAL;
 		size = 24;
 	}
-	int rs = syscall(KL_CREATE, &attr, size, 0);
+	long rs = kusaw_sys(KL_CREATE, (long)&attr, size, 0, 0, 0);
 	if (rs < 0)
-		kusaw_fail(125, "confine: landlock: creating the ruleset%s", "", errno);
+		return kusaw_fail(report, 125, "confine: landlock: creating the ruleset%s", "", -rs);
 	for (int i = 0; i < 2 + nw; i++) {
-		const char *p = i < 2 ? always[i] : writable[i - 2];
-		int fd = open(p, O_PATH | O_CLOEXEC);
+		const char *p = i < 2 ? always[i] : argv[wfirst + 2 * (i - 2)];
+		long fd = kusaw_sys(SYS_openat, AT_FDCWD, (long)p, O_PATH | O_CLOEXEC, 0, 0);
 		if (fd < 0)
 			continue; // left out: it then cannot be written, the safe side
 		struct stat st;
-		struct kl_beneath rule = {attr.fs, fd};
-		if (fstat(fd, &st) == 0 && !S_ISDIR(st.st_mode))
+		struct kl_beneath rule = {attr.fs, (int32_t)fd};
+		if (kusaw_sys(SYS_fstat, fd, (long)&st, 0, 0, 0) == 0 && !S_ISDIR(st.st_mode))
 			rule.allowed &= KL_FILE_RIGHTS;
-		int r = syscall(KL_ADD_RULE, rs, KL_RULE_PATH_BENEATH, &rule, 0);
-		int e = errno;
-		close(fd);
-		if (r < 0)
-			kusaw_fail(125, "confine: landlock: allowing writes beneath %s", p, e);
+		long r = kusaw_sys(KL_ADD_RULE, rs, KL_RULE_PATH_BENEATH, (long)&rule, 0, 0);
+		kusaw_sys(SYS_close, fd, 0, 0, 0, 0);
+		if (r < 0) {
+			kusaw_sys(SYS_close, rs, 0, 0, 0, 0);
+			return kusaw_fail(report, 125, "confine: landlock: allowing writes beneath %s", p, -r);
+		}
 	}
-	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-		kusaw_fail(125, "confine: landlock: no_new_privs%s", "", errno);
-	if (syscall(KL_RESTRICT, rs, 0) < 0)
-		kusaw_fail(125, "confine: landlock: restricting%s", "", errno);
-	close(rs);
+	long r = kusaw_sys(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+	if (r < 0) {
+		kusaw_sys(SYS_close, rs, 0, 0, 0, 0);
+		return kusaw_fail(report, 125, "confine: landlock: no_new_privs%s", "", -r);
+	}
+	r = kusaw_sys(KL_RESTRICT, rs, 0, 0, 0, 0);
+	kusaw_sys(SYS_close, rs, 0, 0, 0, 0);
+	if (r < 0)
+		return kusaw_fail(report, 125, "confine: landlock: restricting%s", "", -r);
+	return 1;
 }
 
 // kusaw_executable is Go's findExecutable: a file, not a folder, that
-// this process may execute.
-static int kusaw_executable(const char *p) {
+// this process may execute. -1: undecided (a kernel without faccessat2,
+// before the C library has started).
+KUSAW_EARLY static int kusaw_executable(const char *p, int report) {
 	struct stat st;
-	return stat(p, &st) == 0 && !S_ISDIR(st.st_mode) && faccessat(AT_FDCWD, p, X_OK, AT_EACCESS) == 0;
+	if (!kusaw_stat(p, &st) || S_ISDIR(st.st_mode))
+		return 0;
+	long r = kusaw_sys(SYS_faccessat2, AT_FDCWD, (long)p, X_OK, AT_EACCESS, 0);
+	if (r == -ENOSYS)
+		return report ? faccessat(AT_FDCWD, p, X_OK, AT_EACCESS) == 0 : -1;
+	return r == 0;
 }
 
 // kusaw_lookpath is exec.LookPath: a name with a slash as it is, else the
 // first PATH entry that has it, refused when that entry is relative.
-static const char *kusaw_lookpath(const char *name) {
+// *undecided is set when kusaw_executable could not decide.
+KUSAW_EARLY static const char *kusaw_lookpath(const char *name, char **envp, int report, int *undecided) {
 	static char buf[4096];
-	if (strchr(name, '/'))
-		return kusaw_executable(name) ? name : NULL;
-	const char *path = getenv("PATH");
+	int x;
+	for (const char *c = name; *c; c++) {
+		if (*c == '/') {
+			x = kusaw_executable(name, report);
+			*undecided = x < 0;
+			return x > 0 ? name : NULL;
+		}
+	}
+	const char *path = NULL;
+	for (char **e = envp; e && *e; e++) {
+		const char *v = *e;
+		if (v[0] == 'P' && v[1] == 'A' && v[2] == 'T' && v[3] == 'H' && v[4] == '=') {
+			path = v + 5;
+			break;
+		}
+	}
 	if (!path)
 		return NULL;
+	size_t ln = kusaw_strlen(name);
 	for (const char *s = path;; ) {
-		const char *e = strchr(s, ':');
-		size_t n = e ? (size_t)(e - s) : strlen(s);
+		const char *e = s;
+		while (*e && *e != ':')
+			e++;
+		size_t n = (size_t)(e - s);
 		if (n == 0) {
-			if (kusaw_executable(name))
+			x = kusaw_executable(name, report);
+			*undecided = x < 0;
+			if (x != 0)
 				return NULL; // found in the working folder: Go's ErrDot
-		} else if (n + 1 + strlen(name) < sizeof buf) {
-			snprintf(buf, sizeof buf, "%.*s/%s", (int)n, s, name);
-			if (kusaw_executable(buf))
-				return buf[0] == '/' ? buf : NULL;
+		} else if (n + 1 + ln < sizeof buf) {
+			for (size_t k = 0; k < n; k++)
+				buf[k] = s[k];
+			buf[n] = '/';
+			for (size_t k = 0; k <= ln; k++)
+				buf[n + 1 + k] = name[k];
+			x = kusaw_executable(buf, report);
+			*undecided = x < 0;
+			if (x != 0)
+				return x > 0 && buf[0] == '/' ? buf : NULL;
 		}
-		if (!e)
+		if (!*e)
 			return NULL;
 		s = e + 1;
 	}
 }
 
+// kusaw_stage runs the stage when argv asks for it: it execs the step, or
+// reports a failure and exits (report), or returns (the Go code's work,
+// or a failure left to the constructor to report).
+KUSAW_EARLY static void kusaw_stage(int argc, char **argv, char **envp, int report) {
+	if (argc < 2 || argv == NULL || !kusaw_streq(argv[1], "__confine"))
+		return;
+	int nw = 0, i = 2;
+	for (; i < argc && kusaw_streq(argv[i], "-w") && i + 1 < argc; i += 2)
+		nw++;
+	// Bad arguments are the Go code's to report.
+	if (i >= argc || !kusaw_streq(argv[i], "--") || i + 1 >= argc)
+		return;
+	char **cmd = argv + i + 1;
+	if (kusaw_own_bridge(cmd, argc - i - 1, argv[0]))
+		return;
+	long r = kusaw_sys(SYS_keyctl, KEYCTL_JOIN, 0, 0, 0, 0);
+	if (r < 0 && r != -ENOSYS && r != -EOPNOTSUPP) {
+		kusaw_fail(report, 125, "confine: cannot give the step a session keyring of its own%s", "", -r);
+		return;
+	}
+	if (!kusaw_landlock(argv, 3, nw, report))
+		return;
+	int undecided = 0;
+	const char *path = kusaw_lookpath(cmd[0], envp, report, &undecided);
+	if (!path) {
+		if (!undecided)
+			kusaw_fail(report, 127, "cannot run %s: not found", cmd[0], 0);
+		return;
+	}
+	r = kusaw_sys(SYS_execve, (long)path, (long)cmd, (long)envp, 0, 0);
+	kusaw_fail(report, 126, "cannot run %s", cmd[0], -r);
+}
+
 // Only glibc calls a constructor with argc, argv and envp (musl passes
 // nothing): elsewhere the stage is the Go code's.
 #ifdef __GLIBC__
-__attribute__((constructor)) static void kusaw_stage(int argc, char **argv, char **envp) {
-	(void)envp;
-	if (argc < 2 || argv == NULL || strcmp(argv[1], "__confine") != 0)
-		return;
-	char **writable = calloc(argc, sizeof *writable);
-	int nw = 0, i = 2;
-	if (!writable)
-		return;
-	for (; i < argc; i++) {
-		if (strcmp(argv[i], "-w") == 0 && i + 1 < argc)
-			writable[nw++] = argv[++i];
-		else
-			break;
-	}
-	// Bad arguments are the Go code's to report.
-	if (i >= argc || strcmp(argv[i], "--") != 0 || i + 1 >= argc) {
-		free(writable);
-		return;
-	}
-	char **cmd = argv + i + 1;
-	if (kusaw_own_bridge(cmd, argc - i - 1, argv[0])) {
-		free(writable);
-		return;
-	}
-	long r = syscall(SYS_keyctl, KEYCTL_JOIN, 0, 0, 0, 0);
-	if (r < 0 && errno != ENOSYS && errno != EOPNOTSUPP)
-		kusaw_fail(125, "confine: cannot give the step a session keyring of its own%s", "", errno);
-	kusaw_landlock(writable, nw);
-	const char *path = kusaw_lookpath(cmd[0]);
-	if (!path)
-		kusaw_fail(127, "cannot run %s: not found", cmd[0], 0);
-	execve(path, cmd, environ);
-	kusaw_fail(126, "cannot run %s", cmd[0], errno);
+__attribute__((constructor)) static void kusaw_ctor(int argc, char **argv, char **envp) {
+	kusaw_stage(argc, argv, envp, 1);
 }
+#endif
+
+#if defined(__x86_64__)
+// kusawentry: the kernel's entry into the program (argc, argv and envp
+// on the stack, rdx the dynamic loader's fini function or 0). It runs the
+// stage without the C library, then, if the stage returned, restores the
+// stack and rdx and goes on to the C library's own entry, _start.
+KUSAW_EARLY void kusaw_entry_stage(long *sp) {
+	int argc = (int)sp[0];
+	char **argv = (char **)(sp + 1);
+	kusaw_stage(argc, argv, argv + argc + 1, 0);
+}
+__asm__(
+	".pushsection .text\n"
+	".globl kusawentry\n"
+	".type kusawentry, @function\n"
+	"kusawentry:\n"
+	"	mov %rsp, %r12\n"
+	"	mov %rdx, %r13\n"
+	"	mov %rsp, %rdi\n"
+	"	and $-16, %rsp\n"
+	"	call kusaw_entry_stage\n"
+	"	mov %r12, %rsp\n"
+	"	mov %r13, %rdx\n"
+	"	xor %r12d, %r12d\n"
+	"	xor %r13d, %r13d\n"
+	"	jmp _start\n"
+	".popsection\n"
+);
 #endif
 */
 import "C"
