@@ -72,6 +72,18 @@ func TestSeccompFilterEveryCall(t *testing.T) {
 			t.Errorf("system call %d: %#x, want %#x", nr, got, w)
 		}
 	}
+	// beyond the named calls: ENOSYS up to where archKilled starts
+	for _, nr := range []uint32{1024, 0x10000, 0x3fffffff, 0x40000000, 0x40000000 | unix.SYS_READ, 0x7fffffff, 0x80000000, 0xfffffffe, 0xffffffff} {
+		w := uint32(retENOSYS)
+		for _, r := range archKilled {
+			if nr >= r[0] && nr <= r[1] {
+				w = retKill
+			}
+		}
+		if got := runFilter(t, auditArch, nr); got != w {
+			t.Errorf("system call %#x: %#x, want %#x", nr, got, w)
+		}
+	}
 	// conditional calls, with arguments
 	cases := []struct {
 		nr   uintptr

@@ -3,6 +3,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"os"
@@ -249,116 +250,149 @@ func flagsNone(i int, mask uint32) []bpf.Instruction {
 	}
 }
 
-// sysRule is the block of the calls lo..hi (one call when lo == hi).
-type sysRule struct {
+// segment is what the filter does for the calls lo..hi: return ret, or,
+// for a call decided by its arguments, run block.
+type segment struct {
 	lo, hi uint32
+	ret    uint32
 	block  []bpf.Instruction
 }
 
-// seccompRules is every named call with its block, sorted by number, and
-// neighbouring calls with the same one-instruction block merged into one
-// range: the filter shrinks to a quarter, and the kernel checks and
-// compiles it at each start of a sandbox.
-func seccompRules() ([]sysRule, error) {
-	blocks := map[uint32][]bpf.Instruction{}
-	add := func(nr uintptr, b []bpf.Instruction) error {
-		if _, dup := blocks[uint32(nr)]; dup {
-			return fmt.Errorf("seccomp: system call %d named twice", nr)
-		}
-		blocks[uint32(nr)] = b
-		return nil
-	}
-	for _, nr := range append(append([]uintptr{}, allowed...), archAllowed...) {
-		if err := add(nr, []bpf.Instruction{bpf.RetConstant{Val: retAllow}}); err != nil {
-			return nil, err
-		}
-	}
-	for _, nr := range append(append([]uintptr{}, refused...), archRefused...) {
-		if err := add(nr, []bpf.Instruction{bpf.RetConstant{Val: retEPERM}}); err != nil {
-			return nil, err
-		}
-	}
-	for _, nr := range noSys {
-		if err := add(nr, []bpf.Instruction{bpf.RetConstant{Val: retENOSYS}}); err != nil {
-			return nil, err
+// seccompSegments cuts the whole range of call numbers into segments,
+// sorted: every named call with its action, neighbouring calls with the
+// same return merged into one segment, what archKilled names killed, and
+// every number left ENOSYS.
+func seccompSegments() ([]segment, error) {
+	var items []segment
+	for _, t := range []struct {
+		nrs []uintptr
+		ret uint32
+	}{{allowed, retAllow}, {archAllowed, retAllow}, {refused, retEPERM}, {archRefused, retEPERM}, {noSys, retENOSYS}} {
+		for _, nr := range t.nrs {
+			items = append(items, segment{uint32(nr), uint32(nr), t.ret, nil})
 		}
 	}
 	for nr, b := range conditional() {
-		if err := add(nr, b); err != nil {
-			return nil, err
+		items = append(items, segment{uint32(nr), uint32(nr), 0, b})
+	}
+	for _, r := range archKilled {
+		items = append(items, segment{r[0], r[1], retKill, nil})
+	}
+	slices.SortFunc(items, func(a, b segment) int { return cmp.Compare(a.lo, b.lo) })
+	var segs []segment
+	put := func(s segment) {
+		if n := len(segs); n > 0 && s.block == nil && segs[n-1].block == nil && segs[n-1].ret == s.ret {
+			segs[n-1].hi = s.hi
+			return
 		}
+		segs = append(segs, s)
 	}
-	nrs := make([]uint32, 0, len(blocks))
-	for nr := range blocks {
-		nrs = append(nrs, nr)
-	}
-	slices.Sort(nrs)
-	var rules []sysRule
-	for _, nr := range nrs {
-		b := blocks[nr]
-		if n := len(rules); n > 0 && rules[n-1].hi+1 == nr && len(b) == 1 && len(rules[n-1].block) == 1 && rules[n-1].block[0] == b[0] {
-			rules[n-1].hi = nr
-			continue
+	next := uint64(0) // the first number no segment covers yet
+	for _, it := range items {
+		if uint64(it.lo) < next {
+			return nil, fmt.Errorf("seccomp: system call %d named twice (or in a killed range)", it.lo)
 		}
-		rules = append(rules, sysRule{nr, nr, b})
+		if uint64(it.lo) > next {
+			put(segment{uint32(next), it.lo - 1, retENOSYS, nil})
+		}
+		put(it)
+		next = uint64(it.hi) + 1
 	}
-	return rules, nil
+	if next <= 0xffffffff {
+		put(segment{uint32(next), 0xffffffff, retENOSYS, nil})
+	}
+	return segs, nil
 }
 
-// dispatch is a binary search over the sorted rules: a few comparisons
-// per call even on kernels without seccomp's per-call cache. The long
-// jumps (ja) carry the distances conditional jumps cannot.
-func dispatch(rules []sysRule) []bpf.Instruction {
-	if len(rules) <= 3 {
-		var out []bpf.Instruction
-		for _, r := range rules {
-			n := uint8(len(r.block))
-			if r.lo == r.hi {
-				out = append(out, bpf.JumpIf{Cond: bpf.JumpEqual, Val: r.lo, SkipFalse: n})
-			} else {
-				out = append(out,
-					bpf.JumpIf{Cond: bpf.JumpGreaterOrEqual, Val: r.lo, SkipFalse: n + 1},
-					bpf.JumpIf{Cond: bpf.JumpGreaterThan, Val: r.hi, SkipTrue: n})
+// dispatch is a binary search over the segments' lower bounds, one
+// comparison a step: a few per call even on kernels without seccomp's
+// per-call cache. The steps come first, then the leaves they jump to: the
+// blocks, and one return of each action, shared by every step that
+// decides a call. The whole stays within a conditional jump's reach
+// (255): no long jumps, no return repeated. (The kernel checks, converts,
+// compiles and emulates the filter at each start of a sandbox, twice with
+// bwrap, whose PID 1 installs it too: the fewer instructions, the less.)
+func dispatch(segs []segment) ([]bpf.Instruction, error) {
+	type step struct {
+		val    uint32
+		jt, jf int // a step's index, or -1-i for leaves[i]
+	}
+	var steps []step
+	var leaves [][]bpf.Instruction
+	retLeaf := map[uint32]int{}
+	leaf := func(s segment) int {
+		if s.block == nil {
+			if i, ok := retLeaf[s.ret]; ok {
+				return -1 - i
 			}
-			out = append(out, r.block...)
+			retLeaf[s.ret] = len(leaves)
+			s.block = []bpf.Instruction{bpf.RetConstant{Val: s.ret}}
 		}
-		return append(out, bpf.RetConstant{Val: retENOSYS})
+		leaves = append(leaves, s.block)
+		return -len(leaves)
 	}
-	mid := len(rules) / 2
-	left, right := dispatch(rules[:mid]), dispatch(rules[mid:])
-	// At or above the middle: the ja over the left half; below: the left half.
-	out := []bpf.Instruction{
-		bpf.JumpIf{Cond: bpf.JumpGreaterOrEqual, Val: rules[mid].lo, SkipFalse: 1},
-		bpf.Jump{Skip: uint32(len(left))},
+	var build func(lo, hi int) int
+	build = func(lo, hi int) int {
+		if hi-lo == 1 {
+			return leaf(segs[lo])
+		}
+		mid := (lo + hi) / 2
+		i := len(steps)
+		steps = append(steps, step{val: segs[mid].lo})
+		jf := build(lo, mid)
+		steps[i].jt, steps[i].jf = build(mid, hi), jf
+		return i
 	}
-	out = append(out, left...)
-	return append(out, right...)
+	build(0, len(segs))
+	at := make([]int, len(leaves))
+	n := len(steps)
+	for i, b := range leaves {
+		at[i] = n
+		n += len(b)
+	}
+	pos := func(target int) int {
+		if target >= 0 {
+			return target
+		}
+		return at[-1-target]
+	}
+	var out []bpf.Instruction
+	for i, st := range steps {
+		jt, jf := pos(st.jt)-i-1, pos(st.jf)-i-1
+		if jt > 255 || jf > 255 {
+			return nil, fmt.Errorf("seccomp: the filter's step %d jumps %d instructions, beyond the 255 a conditional jump reaches", i, max(jt, jf))
+		}
+		out = append(out, bpf.JumpIf{Cond: bpf.JumpGreaterOrEqual, Val: st.val, SkipTrue: uint8(jt), SkipFalse: uint8(jf)})
+	}
+	for _, b := range leaves {
+		out = append(out, b...)
+	}
+	return out, nil
 }
 
 // seccompProgram assembles the filter: check the architecture, then the
 // call. The result is what bwrap's --seccomp reads: struct sock_filter
 // entries back to back.
 func seccompProgram() ([]byte, error) {
-	rules, err := seccompRules()
+	segs, err := seccompSegments()
 	if err != nil {
 		return nil, err
 	}
-	for _, r := range rules {
-		if len(r.block) > 255 {
-			return nil, fmt.Errorf("seccomp: the rule of system call %d is too long", r.lo)
-		}
+	body, err := dispatch(segs)
+	if err != nil {
+		return nil, err
+	}
+	// A foreign architecture jumps past the body to its own return.
+	if len(body) > 255 {
+		return nil, fmt.Errorf("seccomp: the filter's body is %d instructions, beyond the 255 a conditional jump reaches", len(body))
 	}
 	prog := []bpf.Instruction{
 		bpf.LoadAbsolute{Off: offArch, Size: 4},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: auditArch, SkipTrue: 1},
-		bpf.RetConstant{Val: retKill},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: auditArch, SkipFalse: uint8(1 + len(body))},
 		bpf.LoadAbsolute{Off: offNr, Size: 4},
 	}
-	prog = append(prog, archPrologue...)
-	prog = append(prog, dispatch(rules)...)
-	if len(prog) > 4096 {
-		return nil, fmt.Errorf("seccomp: the filter has %d instructions, more than the kernel's 4096", len(prog))
-	}
+	prog = append(prog, body...)
+	prog = append(prog, bpf.RetConstant{Val: retKill})
 	raw, err := bpf.Assemble(prog)
 	if err != nil {
 		return nil, fmt.Errorf("seccomp: %w", err)

@@ -1,18 +1,12 @@
 package sandbox
 
-import (
-	"golang.org/x/net/bpf"
-	"golang.org/x/sys/unix"
-)
+import "golang.org/x/sys/unix"
 
 const auditArch = unix.AUDIT_ARCH_X86_64
 
 // x32 calls carry bit 30 in their number under the x86_64 architecture
-// value: refused like a foreign architecture.
-var archPrologue = []bpf.Instruction{
-	bpf.JumpIf{Cond: bpf.JumpGreaterOrEqual, Val: 0x40000000, SkipFalse: 1},
-	bpf.RetConstant{Val: retKill},
-}
+// value: killed like a foreign architecture.
+var archKilled = [][2]uint32{{0x40000000, 0xffffffff}}
 
 // The x86_64 calls arm64 only has in their *at form.
 var archAllowed = []uintptr{
