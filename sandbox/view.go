@@ -223,10 +223,14 @@ func Toolchains(path, home string) []Toolchain {
 			out = append(out, tc)
 		}
 	}
+	// An entry named again adds nothing: the same folders, from the
+	// same entry (PATH often holds ~/.cargo/bin twice).
+	entries := map[string]bool{}
 	for _, e := range filepath.SplitList(path) {
-		if e == "" || !filepath.IsAbs(e) {
+		if e == "" || !filepath.IsAbs(e) || entries[e] {
 			continue
 		}
+		entries[e] = true
 		d, err := filepath.EvalSymlinks(filepath.Clean(e))
 		if err != nil || !isDir(d) || inSystem(d) || !toolchainRootOK(d, home) {
 			continue
@@ -327,28 +331,49 @@ func goWorkspace(p string) bool {
 }
 
 // linkTargets returns the folders that the links in d point to, outside d.
+// d is resolved (no link in it), so a link whose target is a name in d
+// (rustup's proxies: cargo -> rustup, a dozen of them) resolves as that
+// name does: each such name is resolved once, not once per link.
 func linkTargets(d string) []string {
 	ents, err := os.ReadDir(d)
 	if err != nil {
 		return nil
 	}
 	var out []string
+	sibling := map[string]string{} // a name in d -> the folder it resolves to, "" if none
 	for _, e := range ents {
 		if e.Type()&os.ModeSymlink == 0 {
 			continue
 		}
-		t, err := filepath.EvalSymlinks(filepath.Join(d, e.Name()))
-		if err != nil {
-			continue
+		p := filepath.Join(d, e.Name())
+		var t string
+		if l, err := os.Readlink(p); err == nil && l != "." && l != ".." && l != "" && !strings.Contains(l, "/") {
+			var ok bool
+			if t, ok = sibling[l]; !ok {
+				t = linkFolder(filepath.Join(d, l))
+				sibling[l] = t
+			}
+		} else {
+			t = linkFolder(p)
 		}
-		if fi, err := os.Stat(t); err == nil && !fi.IsDir() {
-			t = filepath.Dir(t)
-		}
-		if !within(d, t) && !slicesContains(out, t) {
+		if t != "" && !within(d, t) && !slicesContains(out, t) {
 			out = append(out, t)
 		}
 	}
 	return out
+}
+
+// linkFolder is the folder p resolves to: p's target when it is a folder,
+// else the folder holding it; "" when p does not resolve.
+func linkFolder(p string) string {
+	t, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return ""
+	}
+	if fi, err := os.Stat(t); err == nil && !fi.IsDir() {
+		t = filepath.Dir(t)
+	}
+	return t
 }
 
 func slicesContains(s []string, v string) bool {

@@ -153,3 +153,85 @@ func TestToolchains(t *testing.T) {
 		t.Errorf("toolchains %v, want exactly %v", got, want)
 	}
 }
+
+// linkTargets resolves a link to a name in its own folder as that name
+// resolves, once per name: the same folders in the same order as
+// resolving every link by its full path (linkTargetsEach), on a folder
+// with each kind of link.
+func TestLinkTargetsSameAsEachLinkResolved(t *testing.T) {
+	root := t.TempDir()
+	if r, err := filepath.EvalSymlinks(root); err == nil {
+		root = r
+	}
+	bin := filepath.Join(root, "tool", "bin")
+	other := filepath.Join(root, "other", "lib")
+	far := filepath.Join(root, "far")
+	for _, d := range []string{bin, other, far, filepath.Join(bin, "sub")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(t, filepath.Join(bin, "rustup"), "binary")
+	write(t, filepath.Join(other, "prog"), "binary")
+	write(t, filepath.Join(far, "prog"), "binary")
+	links := map[string]string{
+		"cargo":    "rustup",                        // a name in the folder: a file
+		"rustc":    "rustup",                        // the same name again
+		"away":     filepath.Join(other, "prog"),    // a file elsewhere
+		"hop":      "away",                          // a name in the folder that links elsewhere
+		"hop2":     "hop",                           // and again through two names
+		"up":       "..",                            // the folder above
+		"here":     ".",                             // the folder itself
+		"subdir":   "sub",                           // a folder inside
+		"rel":      "../../other/lib/prog",          // relative with a slash
+		"dangling": "missing",                       // a name that is not there
+		"loop1":    "loop2",                         // a loop
+		"loop2":    "loop1",                         //
+		"otherdir": filepath.Join(root, "other"),    // a folder elsewhere
+		"viadir":   "otherdir",                      // a name that links to a folder elsewhere
+		"abs":      filepath.Join(bin, "rustup"),    // an absolute link into the folder
+		"deep":     filepath.Join(other, "..", "x"), // dangling, absolute
+		// A name that sorts first and links through one that sorts
+		// last: its folder comes first, as it did (the order decides
+		// which of two nested folders Toolchains keeps).
+		"a_hop": "z_far",
+		"z_far": filepath.Join(far, "prog"),
+	}
+	for name, target := range links {
+		if err := os.Symlink(target, filepath.Join(bin, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, want := linkTargets(bin), linkTargetsEach(bin)
+	if !slices.Equal(got, want) {
+		t.Fatalf("linkTargets(%s) = %v, want %v", bin, got, want)
+	}
+	if len(want) < 3 {
+		t.Fatalf("the fixture resolves to too few folders to compare: %v", want)
+	}
+}
+
+// linkTargetsEach is linkTargets resolving every link by its full path.
+func linkTargetsEach(d string) []string {
+	ents, err := os.ReadDir(d)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range ents {
+		if e.Type()&os.ModeSymlink == 0 {
+			continue
+		}
+		t, err := filepath.EvalSymlinks(filepath.Join(d, e.Name()))
+		if err != nil {
+			continue
+		}
+		if fi, err := os.Stat(t); err == nil && !fi.IsDir() {
+			t = filepath.Dir(t)
+		}
+		if !within(d, t) && !slices.Contains(out, t) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
