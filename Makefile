@@ -15,6 +15,11 @@ VERSION  := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 COMMIT   := $(shell git rev-parse HEAD 2>/dev/null)
 MODIFIED := $(shell test -n "$$(git status --porcelain 2>/dev/null)" && echo true || echo false)
 LDFLAGS  := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.modified=$(MODIFIED)
+# kusaw itself links no go-git: its package initialisers cost every start
+# about 1 ms, and without it worktree reads through the git binary
+# (docs/benchmarks.md, "Lean start, seventh pass (issue 25)").
+# kusaw-daemon, which runs the attempts of serve and of workers, keeps it.
+KUSAW_TAGS := kusaw_nogogit
 
 .PHONY: all build install test lint vet fmt demo e2e-egress bench docs deps clean container-test
 
@@ -33,7 +38,7 @@ deps:
 # runs in C before the Go runtime starts (docs/benchmarks.md, "Kernel
 # filters, fourth pass"); without one, the same stage in Go.
 build:
-	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/kusaw
+	CGO_ENABLED=0 $(GO) build -tags $(KUSAW_TAGS) -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/kusaw
 	@f=$$($(CC) -print-file-name=libc.a 2>/dev/null); if [ -f "$$f" ] && [ "$${f#/}" != "$$f" ]; then \
 	  echo "CGO_ENABLED=1 $(GO) build -tags netgo,osusergo -ldflags '$(LDFLAGS) -linkmode external -extldflags -static' -o $(BRIDGE) ./cmd/kusaw-bridge"; \
 	  CGO_ENABLED=1 $(GO) build -tags netgo,osusergo -ldflags '$(LDFLAGS) -linkmode external -extldflags -static' -o $(BRIDGE) ./cmd/kusaw-bridge; \
@@ -53,6 +58,7 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "not gofmt'd (run make fmt):"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	$(GO) vet -tags $(KUSAW_TAGS) ./cmd/kusaw ./worktree
 	@GO=$(GO) scripts/check-tidy.sh
 
 fmt:

@@ -1,5 +1,7 @@
 // Package worktree manages run branches and per-attempt git worktrees with
-// the git binary, and reads refs, commits and diffs with go-git.
+// the git binary, and reads refs, commits and diffs with go-git (built with
+// the tag kusaw_nogogit, as the kusaw CLI is, with the git binary and
+// branch refs from git's files).
 //
 // Branches: a run has kusaw/<run-id> in each repo; an attempt has
 // kusaw/attempts/<run-id>/<step>/<n> (RunBranch, AttemptBranch). Git stores

@@ -24,7 +24,7 @@ type openFacts struct {
 	common, path      string
 	guard             []string
 	plainAdd          bool
-	readerOK          bool
+	goGit             reader // the in-process reader, nil when git answers
 	readerNote        string
 	stamps            []fileStamp
 	commonIno, absIno uint64
@@ -103,10 +103,10 @@ func cachedOpen(abs string, g *gitRunner, absIno uint64) *Repo {
 	}
 	g.guard = f.guard
 	r := &Repo{Bare: f.bare, CommonDir: f.common, Path: f.path, git: g, plainAdd: f.plainAdd, readerNote: f.readerNote}
-	if f.readerOK {
-		r.rd = goGitReader{path: r.workDir()}
+	if f.goGit != nil {
+		r.rd = f.goGit
 	} else {
-		r.rd = binReader{g: g, dir: r.workDir()}
+		r.rd = binReader{g: g, dir: r.workDir(), common: r.CommonDir}
 	}
 	return r
 }
@@ -123,7 +123,9 @@ func keepOpen(abs string, r *Repo, files []string, start time.Time, absIno uint6
 	}
 	f := &openFacts{bare: r.Bare, common: r.CommonDir, path: r.Path, plainAdd: r.plainAdd, readerNote: r.readerNote,
 		commonIno: inoOf(st), absIno: absIno}
-	_, f.readerOK = r.rd.(goGitReader)
+	if _, bin := r.rd.(binReader); !bin {
+		f.goGit = r.rd
+	}
 	files = append(files, configCandidates(r.git, r.CommonDir)...)
 	if !r.Bare {
 		// A .git link names the git folder: the link changing moves it.

@@ -86,12 +86,14 @@ func OpenRepo(path string) (*Repo, error) {
 	}
 	var files []string
 	g.guard, r.plainAdd, files = g.configFacts(r.workDir())
-	gg := goGitReader{path: r.workDir()}
-	if _, err := gg.open(); err != nil {
-		r.rd = binReader{g: g, dir: r.workDir()}
-		r.readerNote = fmt.Sprintf("go-git cannot open it (%v); reading with the git binary", err)
+	rd, why := goGitReaderFor(r.workDir())
+	if rd != nil {
+		r.rd = rd
 	} else {
-		r.rd = gg
+		r.rd = binReader{g: g, dir: r.workDir(), common: r.CommonDir}
+		if why != nil {
+			r.readerNote = why.Error()
+		}
 	}
 	keepOpen(abs, r, files, start, inoOf(st))
 	return r, nil

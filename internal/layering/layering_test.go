@@ -6,6 +6,7 @@ package layering
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -192,4 +193,34 @@ func linksDaemonCode(t *testing.T, main string) []string {
 		}
 	}
 	return bad
+}
+
+// kusawTags are the build tags make build gives kusaw itself (the
+// Makefile's KUSAW_TAGS).
+const kusawTags = "kusaw_nogogit"
+
+// TestKusawLinksNoGoGit: kusaw, built as make build builds it, links no
+// go-git (its package initialisers cost every start about 1 ms: worktree
+// reads through the git binary there), and make build does give it the tag.
+func TestKusawLinksNoGoGit(t *testing.T) {
+	for _, c := range []struct {
+		tags  string
+		wants bool
+	}{{kusawTags, false}, {"", true}} {
+		out, err := exec.Command("go", "list", "-deps", "-tags", c.tags, mod+"cmd/kusaw").Output()
+		if err != nil {
+			t.Fatalf("go list -deps -tags %q cmd/kusaw: %v", c.tags, err)
+		}
+		links := strings.Contains(string(out), "github.com/go-git/")
+		if links != c.wants {
+			t.Errorf("cmd/kusaw built with tags %q links go-git: %v, want %v (worktree/reader_gogit.go and reader_nogogit.go choose by the tag)", c.tags, links, c.wants)
+		}
+	}
+	mk, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(mk), "KUSAW_TAGS := "+kusawTags+"\n") || !strings.Contains(string(mk), "build -tags $(KUSAW_TAGS) -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/kusaw") {
+		t.Errorf("the Makefile does not build kusaw with KUSAW_TAGS := %s", kusawTags)
+	}
 }

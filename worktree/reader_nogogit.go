@@ -1,0 +1,8 @@
+//go:build kusaw_nogogit
+
+package worktree
+
+// Built without go-git (the kusaw CLI, whose every start would pay for
+// its package initialisers, ~1 ms: docs/benchmarks.md, "Lean start,
+// seventh pass (issue 25)"): the git binary answers every read.
+func goGitReaderFor(path string) (reader, error) { return nil, nil }
