@@ -3,9 +3,11 @@
 package sandbox
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"syscall"
 	"testing"
 )
@@ -61,5 +63,58 @@ func TestUnreadableBelowMatchesTheWalk(t *testing.T) {
 	}
 	if unreadableBelow(filepath.Join(root, "missing")) != nil {
 		t.Error("a missing root gave entries")
+	}
+}
+
+// TestSharedWalkSameAsOneWalk: the walk taken in turns by several
+// goroutines (the one started ahead and the plan's) finds exactly what
+// one walk finds, in the same order, on the machine's /etc and on a tree
+// whose entries each hold something to find.
+func TestSharedWalkSameAsOneWalk(t *testing.T) {
+	root := t.TempDir()
+	for i := 0; i < 40; i++ {
+		d := filepath.Join(root, fmt.Sprintf("d%02d", i), "sub")
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "secret.key"), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, fmt.Sprintf("f%02d.key", i)), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, dir := range []string{root, "/etc"} {
+		want := unreadableBelowWalk(dir)
+		for round := 0; round < 20; round++ {
+			w := startWalk(dir)
+			var wg sync.WaitGroup
+			for g := 0; g < 3; g++ {
+				wg.Add(1)
+				go func() { defer wg.Done(); w.help() }()
+			}
+			w.help()
+			got := w.result()
+			wg.Wait()
+			if !slices.Equal(got, want) {
+				t.Fatalf("%s walked by four goroutines found\n%v\none walk\n%v", dir, got, want)
+			}
+		}
+	}
+	if dir := root; len(unreadableBelowWalk(dir)) != 80 {
+		t.Fatalf("the tree holds %d entries to find, want 80", len(unreadableBelowWalk(dir)))
+	}
+	// The walk on a goroutine of its own, with the plan's help.
+	ch := make(chan []unreadable, 1)
+	help := walkOnGoroutine(root, ch)
+	got, ok := help()
+	if !ok {
+		got = <-ch
+	}
+	if !slices.Equal(got, unreadableBelowWalk(root)) {
+		t.Errorf("the walk on its goroutine with help found\n%v", got)
+	}
+	if ok && !slices.Equal(<-ch, got) {
+		t.Errorf("the walk's goroutine sent another list than the plan had")
 	}
 }
