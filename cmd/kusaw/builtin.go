@@ -7,7 +7,7 @@ import (
 	"github.com/kusaw/kusaw/steps"
 )
 
-func init() { addCommand(newBuiltinCmd) }
+func init() { addCommand("__builtin", newBuiltinCmd) }
 
 // newBuiltinCmd is the hidden entry point of built-in steps: the engine
 // runs them as `kusaw __builtin NAME` so a sandbox wraps them like any step.

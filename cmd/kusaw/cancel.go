@@ -9,7 +9,7 @@ import (
 	"github.com/kusaw/kusaw/status"
 )
 
-func init() { addCommand(newCancelCmd) }
+func init() { addCommand("cancel", newCancelCmd) }
 
 func newCancelCmd(a *app) *cobra.Command {
 	var wait time.Duration

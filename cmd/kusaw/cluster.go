@@ -21,9 +21,9 @@ import (
 )
 
 func init() {
-	addCommand(newClusterCmd)
-	addCommand(newWorkerCmd)
-	addCommand(newWorkersCmd)
+	addCommand("cluster", newClusterCmd)
+	addCommand("worker", newWorkerCmd)
+	addCommand("workers", newWorkersCmd)
 }
 
 // serveOnly is the running serve's client, or the error that says none runs.

@@ -18,7 +18,7 @@ import (
 	"github.com/kusaw/kusaw/status"
 )
 
-func init() { addCommand(newConfigCmd) }
+func init() { addCommand("config", newConfigCmd) }
 
 func newConfigCmd(a *app) *cobra.Command {
 	c := &cobra.Command{Use: "config", Short: "read and change factory.yaml and the secret store"}

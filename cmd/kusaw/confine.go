@@ -11,7 +11,7 @@ import (
 )
 
 func init() {
-	addCommand(newConfineCmd)
+	addCommand("__confine", newConfineCmd)
 	// kusaw runs the stage itself when kusaw-bridge is not beside it.
 	sandbox.ServeConfine()
 }

@@ -16,7 +16,7 @@ import (
 	"github.com/kusaw/kusaw/status"
 )
 
-func init() { addCommand(newDeliverCmd) }
+func init() { addCommand("deliver", newDeliverCmd) }
 
 func newDeliverCmd(a *app) *cobra.Command {
 	var jsonOut bool

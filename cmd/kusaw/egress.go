@@ -19,7 +19,7 @@ import (
 	"github.com/kusaw/kusaw/status"
 )
 
-func init() { addCommand(newEgressCmd) }
+func init() { addCommand("egress", newEgressCmd) }
 
 func newEgressCmd(a *app) *cobra.Command {
 	c := &cobra.Command{

@@ -9,7 +9,7 @@ import (
 	"github.com/kusaw/kusaw/status"
 )
 
-func init() { addCommand(newEgressBridgeCmd) }
+func init() { addCommand("__egress-bridge", newEgressBridgeCmd) }
 
 // newEgressBridgeCmd is the hidden first process inside a Linux sandbox
 // with network: allowlist. Flags are parsed by egress.RunBridge so the

@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func init() { addCommand(newEnvCmd) }
+func init() { addCommand("env", newEnvCmd) }
 
 func newEnvCmd(a *app) *cobra.Command {
 	var asJSON bool

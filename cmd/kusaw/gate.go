@@ -14,8 +14,8 @@ import (
 )
 
 func init() {
-	addCommand(func(a *app) *cobra.Command { return newGateCmd(a, true) })
-	addCommand(func(a *app) *cobra.Command { return newGateCmd(a, false) })
+	addCommand("approve", func(a *app) *cobra.Command { return newGateCmd(a, true) })
+	addCommand("reject", func(a *app) *cobra.Command { return newGateCmd(a, false) })
 }
 
 func newGateCmd(a *app, approve bool) *cobra.Command {

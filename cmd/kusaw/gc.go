@@ -14,7 +14,7 @@ import (
 	"github.com/kusaw/kusaw/status"
 )
 
-func init() { addCommand(newGCCmd) }
+func init() { addCommand("gc", newGCCmd) }
 
 // kusaw gc, not kusaw runs prune: it removes branches in the repositories
 // as well as runs' records, as git gc tidies more than one kind of thing,

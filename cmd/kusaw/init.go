@@ -21,7 +21,7 @@ import (
 	"github.com/kusaw/kusaw/steps"
 )
 
-func init() { addCommand(newInitCmd) }
+func init() { addCommand("init", newInitCmd) }
 
 // initSandboxCheck is swappable so a test can show the unavailable case.
 var initSandboxCheck = sandbox.CachedCheck

@@ -20,7 +20,7 @@ import (
 	"github.com/kusaw/kusaw/status"
 )
 
-func init() { addCommand(newLogCmd) }
+func init() { addCommand("log", newLogCmd) }
 
 func newLogCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{

@@ -18,7 +18,7 @@ import (
 	"github.com/kusaw/kusaw/status"
 )
 
-func init() { addCommand(newLogsCmd) }
+func init() { addCommand("logs", newLogsCmd) }
 
 func newLogsCmd(a *app) *cobra.Command {
 	var step string

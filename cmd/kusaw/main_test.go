@@ -2,9 +2,12 @@ package main
 
 import (
 	"os"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
+	"github.com/spf13/cobra"
 )
 
 func TestMain(m *testing.M) {
@@ -45,6 +48,57 @@ func TestSandboxExecArgs(t *testing.T) {
 	} {
 		if got := sandboxExecArgs(c.args); got != c.want {
 			t.Errorf("sandboxExecArgs(%q) = %v, want %v", c.args, got, c.want)
+		}
+	}
+}
+
+// A start makes only the command it runs (newRootCmdFor): each command
+// registered under its own name, and the command a start finds in the
+// smaller tree reads, parses and prints as in the whole tree (usage,
+// flags, global flags, subcommands). Help, completion, a flag first or
+// an unknown name get the whole tree.
+func TestRootForOneCommandSameAsWholeTree(t *testing.T) {
+	a := &app{}
+	whole := newRootCmd(a)
+	for _, f := range commandFactories {
+		if got := f.make(a).Name(); got != f.name {
+			t.Errorf("command %q is registered as %q", got, f.name)
+			continue
+		}
+		root := newRootCmdFor(a, []string{f.name, "--help"})
+		var names []string
+		for _, c := range root.Commands() {
+			names = append(names, c.Name())
+		}
+		want := []string{"completion", "help", f.name}
+		slices.Sort(names)
+		slices.Sort(want)
+		if !slices.Equal(names, want) {
+			t.Errorf("the tree for %s holds %v", f.name, names)
+		}
+		var walk func(lazy *cobra.Command)
+		walk = func(lazy *cobra.Command) {
+			full, _, err := whole.Find(strings.Fields(lazy.CommandPath())[1:])
+			if err != nil || full.CommandPath() != lazy.CommandPath() {
+				t.Errorf("%s: not in the whole tree (%v)", lazy.CommandPath(), err)
+				return
+			}
+			if lazy.UsageString() != full.UsageString() {
+				t.Errorf("%s: usage differs from the whole tree's:\n%s\nwhole tree:\n%s", lazy.CommandPath(), lazy.UsageString(), full.UsageString())
+			}
+			for _, c := range lazy.Commands() {
+				walk(c)
+			}
+		}
+		for _, c := range root.Commands() {
+			if c.Name() == f.name {
+				walk(c)
+			}
+		}
+	}
+	for _, args := range [][]string{nil, {"help"}, {"--help"}, {"-f", "x.yaml", "run"}, {"rnu"}, {"__complete", "sa"}} {
+		if got, want := len(newRootCmdFor(a, args).Commands()), len(whole.Commands()); got != want {
+			t.Errorf("the tree for %q holds %d commands, want the whole tree's %d", args, got, want)
 		}
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/kusaw/kusaw/status"
 )
 
-func init() { addCommand(newProbeCmd) }
+func init() { addCommand("__probe", newProbeCmd) }
 
 // newProbeCmd is the hidden program kusaw sandbox doctor runs inside a
 // step's sandbox: it tries what P3–P8 need and prints one result line.

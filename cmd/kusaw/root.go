@@ -39,12 +39,40 @@ func exitf(code status.ExitCode, format string, args ...any) error {
 func silentExit(code status.ExitCode) error { return &exitError{code: code} }
 
 // commandFactories is filled by each command file's init, so adding a
-// command never edits this file.
-var commandFactories []func(*app) *cobra.Command
+// command never edits this file. Each goes by its command's name, so that
+// a start can make only the command it runs (newRootCmdFor).
+var commandFactories []commandFactory
 
-func addCommand(f func(*app) *cobra.Command) { commandFactories = append(commandFactories, f) }
+type commandFactory struct {
+	name string
+	make func(*app) *cobra.Command
+}
 
-func newRootCmd(a *app) *cobra.Command {
+func addCommand(name string, f func(*app) *cobra.Command) {
+	commandFactories = append(commandFactories, commandFactory{name, f})
+}
+
+// newRootCmd is the whole command tree.
+func newRootCmd(a *app) *cobra.Command { return newRootCmdOf(a, "") }
+
+// newRootCmdFor is the tree that runs args: the root with only the command
+// args name first, when they start with one (kusaw sandbox exec makes one
+// command of 29 and their flags, not all: docs/benchmarks.md, "Lean
+// start, seventh pass (issue 25)"), else the whole tree (help,
+// completion, a flag first, a mistyped name and its suggestions).
+func newRootCmdFor(a *app, args []string) *cobra.Command {
+	if len(args) > 0 {
+		for _, f := range commandFactories {
+			if f.name == args[0] {
+				return newRootCmdOf(a, f.name)
+			}
+		}
+	}
+	return newRootCmd(a)
+}
+
+// newRootCmdOf is the root with every command, or only the one named only.
+func newRootCmdOf(a *app, only string) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "kusaw",
 		Short:         "kusaw runs a software factory's steps in git worktrees, optionally sandboxed",
@@ -84,7 +112,9 @@ func newRootCmd(a *app) *cobra.Command {
 		return exitf(status.ExitUsage, "%v (see '%s --help')", err, c.CommandPath())
 	})
 	for _, f := range commandFactories {
-		root.AddCommand(f(a))
+		if only == "" || f.name == only {
+			root.AddCommand(f.make(a))
+		}
 	}
 	// cobra would add these at Execute, after usageArgs.
 	root.InitDefaultHelpCmd()
@@ -103,7 +133,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (code int) {
 		}
 	}()
 	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
-	root := newRootCmd(a)
+	root := newRootCmdFor(a, args)
 	root.SetArgs(args)
 	err := root.Execute()
 	if msg := errMessage(err); msg != "" {

@@ -11,7 +11,7 @@ import (
 	"github.com/kusaw/kusaw/status"
 )
 
-func init() { addCommand(newRunCmd) }
+func init() { addCommand("run", newRunCmd) }
 
 // KillGraceEnv overrides the time between SIGTERM and SIGKILL (tests use a
 // short one).

@@ -13,7 +13,7 @@ import (
 	"github.com/kusaw/kusaw/status"
 )
 
-func init() { addCommand(newRunsCmd) }
+func init() { addCommand("runs", newRunsCmd) }
 
 func newRunsCmd(a *app) *cobra.Command {
 	var jsonOut, all bool

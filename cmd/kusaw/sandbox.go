@@ -2,7 +2,7 @@ package main
 
 import "github.com/spf13/cobra"
 
-func init() { addCommand(newSandboxCmd) }
+func init() { addCommand("sandbox", newSandboxCmd) }
 
 // sandboxSubcommands is filled by the init of each sandbox_*.go file, so a
 // new subcommand (exec, doctor) never edits this file.

@@ -6,7 +6,7 @@ import (
 	"github.com/kusaw/kusaw/config"
 )
 
-func init() { addCommand(newSchemaCmd) }
+func init() { addCommand("schema", newSchemaCmd) }
 
 func newSchemaCmd(a *app) *cobra.Command {
 	return &cobra.Command{

@@ -10,7 +10,7 @@ import (
 	"github.com/kusaw/kusaw/status"
 )
 
-func init() { addCommand(newSecretsCmd) }
+func init() { addCommand("secrets", newSecretsCmd) }
 
 // newSecretsCmd lists and removes what kusaw config set --secret stored:
 // names only, never a value.

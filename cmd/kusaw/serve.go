@@ -15,7 +15,7 @@ import (
 	"github.com/kusaw/kusaw/status"
 )
 
-func init() { addCommand(newServeCmd) }
+func init() { addCommand("serve", newServeCmd) }
 
 func newServeCmd(a *app) *cobra.Command {
 	var maxParallel int

@@ -21,7 +21,7 @@ import (
 	"github.com/kusaw/kusaw/status"
 )
 
-func init() { addCommand(newServiceCmd) }
+func init() { addCommand("service", newServiceCmd) }
 
 func newServiceCmd(a *app) *cobra.Command {
 	c := &cobra.Command{Use: "service", Short: "is kusaw serve running; install or remove it as a user service"}

@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func init() { addCommand(newShowCmd) }
+func init() { addCommand("show", newShowCmd) }
 
 func newShowCmd(a *app) *cobra.Command {
 	var jsonOut bool

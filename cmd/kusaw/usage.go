@@ -14,7 +14,7 @@ import (
 	"github.com/kusaw/kusaw/status"
 )
 
-func init() { addCommand(newUsageCmd) }
+func init() { addCommand("usage", newUsageCmd) }
 
 // usageRow is one line of kusaw usage: a pipeline, a step or a day.
 type usageRow struct {

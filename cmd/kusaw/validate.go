@@ -15,7 +15,7 @@ import (
 	"github.com/kusaw/kusaw/status"
 )
 
-func init() { addCommand(newValidateCmd) }
+func init() { addCommand("validate", newValidateCmd) }
 
 func newValidateCmd(a *app) *cobra.Command {
 	var asJSON bool

@@ -20,7 +20,7 @@ var (
 	modified string // "true" when the tree had uncommitted changes
 )
 
-func init() { addCommand(newVersionCmd) }
+func init() { addCommand("version", newVersionCmd) }
 
 // buildInfo is what a bug report needs to say which kusaw it is.
 type buildInfo struct {
