@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -17,7 +18,8 @@ var (
 	agentInjectKeys = []string{"host", "header", "upstream"}
 )
 
-var placeholderRe = regexp.MustCompile(`\{[a-z_]+\}`)
+// Compiled on first use, not at every start of kusaw.
+var placeholderRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\{[a-z_]+\}`) })
 
 // agent reads providers.NAME.agent: an agent CLI described as data. Every
 // refusal is E092 unless a general code (type, name, host) says it better.
@@ -35,7 +37,7 @@ func (d *decoder) agent(name string, n *yaml.Node, path string) *Agent {
 			var nodes []*yaml.Node
 			a.Argv, nodes = d.strList(fl.value, kp)
 			for i, s := range a.Argv {
-				for _, ph := range placeholderRe.FindAllString(s, -1) {
+				for _, ph := range placeholderRe().FindAllString(s, -1) {
 					if !contains(AgentPlaceholders, ph) {
 						bad(nodes[i], fmt.Sprintf("%s[%d]", kp, i), "use "+strings.Join(AgentPlaceholders, ", "), "%s[%d]: unknown placeholder %s", kp, i, ph)
 					}
@@ -179,7 +181,7 @@ func (d *decoder) agentChecks(name string, a *Agent, n, argvN, streamN *yaml.Nod
 		d.errf(ECodeMissing, at(nil), path+".argv", "add argv: [program, ..., \"{prompt}\"]", "%s has no argv: kusaw does not know how to run the agent", path)
 	case len(a.Argv) > 0 && !strings.Contains(strings.Join(a.Argv[1:], "\x00"), "{prompt"):
 		d.errf(ECodeAgent, at(argvN), path+".argv", `add "{prompt}" (the prompt as an argument) or "{prompt_file}" (a file holding it)`, "%s.argv names neither {prompt} nor {prompt_file}: the agent would never get the step's prompt", path)
-	case len(a.Argv) > 0 && placeholderRe.MatchString(a.Argv[0]):
+	case len(a.Argv) > 0 && placeholderRe().MatchString(a.Argv[0]):
 		d.errf(ECodeAgent, at(argvN), path+".argv[0]", "start argv with the program", "%s.argv[0] must be the program, not %s", path, a.Argv[0])
 	}
 	sp := path + ".stream"

@@ -3,6 +3,7 @@ package status
 import (
 	"fmt"
 	"regexp"
+	"sync"
 )
 
 // Reason is a typed code that says why an attempt or run ended as it did.
@@ -132,13 +133,13 @@ func Errorf(r Reason, format string, args ...any) *Error {
 
 // placeholder is a word in capitals a fix in the table stands for a value
 // with: RUN, STEP, KEY, HOST.
-var placeholder = regexp.MustCompile(`\b(RUN|STEP|KEY|HOST|PROVIDER)\b`)
+var placeholder = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\b(RUN|STEP|KEY|HOST|PROVIDER)\b`) })
 
 // Fill puts the values kusaw knows into a fix's placeholders (RUN, STEP,
 // KEY, HOST); a placeholder without a value stays, so the table's text is
 // still readable.
 func Fill(fix string, known map[string]string) string {
-	return placeholder.ReplaceAllStringFunc(fix, func(w string) string {
+	return placeholder().ReplaceAllStringFunc(fix, func(w string) string {
 		if v := known[w]; v != "" {
 			return v
 		}
