@@ -1149,9 +1149,10 @@ func (p *Plan) JSON() []byte {
 // copies and removes the copies; call it after the process has ended and
 // before committing the worktree. Only
 // empty files and empty folders are removed. The deepest go first; those
-// of one depth are removed at the same time: on a busy disk one removal
-// can wait milliseconds for the journal, and waiting for each in turn made
-// this the largest part of a short sandbox exec after bwrap itself.
+// of one depth are removed at the same time when there is no pool: on a
+// busy disk one removal can wait milliseconds for the journal, and
+// waiting for each in turn made this the largest part of a short sandbox
+// exec after bwrap itself.
 func (p *Plan) Cleanup() error {
 	byDepth := map[int][]string{}
 	var depths []int
@@ -1192,8 +1193,14 @@ func (p *Plan) Cleanup() error {
 	}
 	for _, d := range depths {
 		group := byDepth[d]
-		if len(group) == 1 {
-			remove(group[0])
+		if len(group) == 1 || pool != nil {
+			// Back to the pool, a rename each, one after another: eight
+			// goroutines cost more than they save (0.86 -> 0.60 ms for a
+			// plain folder's eight: docs/benchmarks.md, "Lean start,
+			// seventh pass (issue 25)").
+			for _, s := range group {
+				remove(s)
+			}
 			continue
 		}
 		var wg sync.WaitGroup
