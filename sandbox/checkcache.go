@@ -3,12 +3,14 @@ package sandbox
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kusaw/kusaw/status"
 )
 
 // checkCacheTTL bounds how long a passed check is trusted without probing.
@@ -26,20 +28,15 @@ func CachedCheck() CheckResult {
 	path := checkCachePath()
 	if key != "" && path != "" {
 		if b, err := os.ReadFile(path); err == nil {
-			var c struct {
-				Key    string      `json:"key"`
-				At     time.Time   `json:"at"`
-				Result CheckResult `json:"result"`
-			}
-			if json.Unmarshal(b, &c) == nil && c.Key == key && time.Since(c.At) < checkCacheTTL && c.Result.Available {
-				rememberVersion(c.Result.Path, c.Result.Version)
-				return c.Result
+			if r, ok := decodeCheckCache(b, key, time.Now()); ok {
+				rememberVersion(r.Path, r.Version)
+				return r
 			}
 		}
 	}
 	res := Check()
 	if res.Available && key != "" && path != "" {
-		b, _ := json.Marshal(map[string]any{"key": key, "at": time.Now().UTC(), "result": res})
+		b := encodeCheckCache(key, time.Now(), res)
 		if os.MkdirAll(filepath.Dir(path), 0o700) == nil {
 			tmp := path + fmt.Sprintf(".%d", os.Getpid())
 			if os.WriteFile(tmp, b, 0o600) == nil {
@@ -67,7 +64,7 @@ func checkCachePath() string {
 	if err != nil || d == "" {
 		return ""
 	}
-	return filepath.Join(d, "kusaw", "sandbox-check.json")
+	return filepath.Join(d, "kusaw", "sandbox-check")
 }
 
 // checkCacheKey hashes what a check's answer depends on; "" when any of it
@@ -116,4 +113,79 @@ func rememberVersion(path, version string) {
 		versionCache[path] = v
 	}
 	versionMu.Unlock()
+}
+
+// The remembered check is a few lines of "name value", each value quoted
+// as Go quotes a string: read without encoding/json, whose first use cost
+// kusaw sandbox exec 0.3-0.5 ms at every start (docs/benchmarks.md, "Lean
+// start, seventh pass (issue 25)").
+const checkCacheHeader = "kusaw sandbox check 1"
+
+func encodeCheckCache(key string, at time.Time, r CheckResult) []byte {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s\nkey %q\nat %q\nbackend %q\npath %q\nversion %q\navailable %t\nreason %q\nmessage %q\nfix %q\n",
+		checkCacheHeader, key, at.UTC().Format(time.RFC3339Nano), r.Backend, r.Path, r.Version, r.Available, string(r.Reason), r.Msg, r.Fix)
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "note %q\n", n)
+	}
+	return []byte(b.String())
+}
+
+// decodeCheckCache returns the remembered result when b is one, for key,
+// from less than checkCacheTTL before now, and available; anything else
+// is not taken.
+func decodeCheckCache(b []byte, key string, now time.Time) (CheckResult, bool) {
+	lines := strings.Split(string(b), "\n")
+	if len(lines) < 2 || lines[0] != checkCacheHeader || lines[len(lines)-1] != "" {
+		return CheckResult{}, false
+	}
+	var r CheckResult
+	seen := map[string]bool{}
+	for _, l := range lines[1 : len(lines)-1] {
+		name, q, _ := strings.Cut(l, " ")
+		if name == "available" {
+			if q != "true" {
+				return CheckResult{}, false
+			}
+			r.Available = true
+			seen[name] = true
+			continue
+		}
+		v, err := strconv.Unquote(q)
+		if err != nil || seen[name] && name != "note" {
+			return CheckResult{}, false
+		}
+		seen[name] = true
+		switch name {
+		case "key":
+			if v != key {
+				return CheckResult{}, false
+			}
+		case "at":
+			at, err := time.Parse(time.RFC3339Nano, v)
+			if err != nil || now.Sub(at) >= checkCacheTTL {
+				return CheckResult{}, false
+			}
+		case "backend":
+			r.Backend = v
+		case "path":
+			r.Path = v
+		case "version":
+			r.Version = v
+		case "reason":
+			r.Reason = status.Reason(v)
+		case "message":
+			r.Msg = v
+		case "fix":
+			r.Fix = v
+		case "note":
+			r.Notes = append(r.Notes, v)
+		default:
+			return CheckResult{}, false
+		}
+	}
+	if !seen["key"] || !seen["at"] || !r.Available {
+		return CheckResult{}, false
+	}
+	return r, true
 }

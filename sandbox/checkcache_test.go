@@ -1,10 +1,11 @@
 package sandbox
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -22,7 +23,7 @@ func TestCachedCheckKeysAndRefusals(t *testing.T) {
 	// A planted "available" result under another key is ignored.
 	planted := CheckResult{Backend: "bubblewrap", Available: true, Version: "planted"}
 	write := func(k string, at time.Time, r CheckResult) {
-		b, _ := json.Marshal(map[string]any{"key": k, "at": at, "result": r})
+		b := encodeCheckCache(k, at, r)
 		os.MkdirAll(filepath.Dir(path), 0o700)
 		if err := os.WriteFile(path, b, 0o600); err != nil {
 			t.Fatal(err)
@@ -47,5 +48,40 @@ func TestCachedCheckKeysAndRefusals(t *testing.T) {
 	write(key, time.Now(), bad)
 	if got := CachedCheck(); got.Version == "planted-bad" {
 		t.Fatal("an unavailable result was taken from the cache")
+	}
+}
+
+// The remembered check reads back as it was written, notes with quotes and
+// new lines included; a file that is not wholly one (a line added, left
+// out, doubled or cut, another header) is not taken.
+func TestCheckCacheFileReadsBack(t *testing.T) {
+	now := time.Now()
+	r := CheckResult{Backend: "bubblewrap", Path: "/usr/bin/bwrap", Version: "0.8.0", Available: true,
+		Notes: []string{`no "Landlock" here`, "two\nlines"}}
+	b := encodeCheckCache("k1", now, r)
+	got, ok := decodeCheckCache(b, "k1", now.Add(time.Minute))
+	if !ok || got.Backend != r.Backend || got.Path != r.Path || got.Version != r.Version || !got.Available || !slices.Equal(got.Notes, r.Notes) {
+		t.Fatalf("read back %+v, %v; wrote %+v", got, ok, r)
+	}
+	s := string(b)
+	for name, bad := range map[string]string{
+		"another key":        strings.Replace(s, `key "k1"`, `key "k2"`, 1),
+		"no key":             strings.Replace(s, "key \"k1\"\n", "", 1),
+		"no time":            strings.Replace(s, "at ", "zz ", 1),
+		"unavailable":        strings.Replace(s, "available true", "available false", 1),
+		"no available line":  strings.Replace(s, "available true\n", "", 1),
+		"two versions":       s + "version \"0.7.0\"\n",
+		"an unknown line":    s + "extra \"x\"\n",
+		"cut short":          s[:len(s)-3],
+		"another header":     strings.Replace(s, checkCacheHeader, "kusaw sandbox check 2", 1),
+		"JSON of the old":    `{"key":"k1","result":{"available":true}}`,
+		"an unquoted value":  strings.Replace(s, `version "0.8.0"`, "version 0.8.0", 1),
+		"stale":              string(encodeCheckCache("k1", now.Add(-checkCacheTTL-time.Second), r)),
+		"empty":              "",
+		"header alone, open": checkCacheHeader,
+	} {
+		if _, ok := decodeCheckCache([]byte(bad), "k1", now); ok {
+			t.Errorf("%s: taken", name)
+		}
 	}
 }
