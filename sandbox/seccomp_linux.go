@@ -304,95 +304,185 @@ func seccompSegments() ([]segment, error) {
 	return segs, nil
 }
 
-// dispatch is a binary search over the segments' lower bounds, one
-// comparison a step: a few per call even on kernels without seccomp's
-// per-call cache. The steps come first, then the leaves they jump to: the
-// blocks, and one return of each action, shared by every step that
-// decides a call. The whole stays within a conditional jump's reach
-// (255): no long jumps, no return repeated. (The kernel checks, converts,
+// target is where a jump goes: an instruction of the filter by its index
+// ('a'), instruction k of block i ('b'), or the shared return of action i
+// ('r').
+type target struct {
+	kind byte
+	i, k uint32
+}
+
+// symInstr is an instruction of the filter before its jumps are resolved.
+type symInstr struct {
+	ins    bpf.Instruction
+	jt, jf *target // for a JumpIf
+}
+
+// assemble lays the filter out: the architecture check, then a binary
+// search over the segments' lower bounds, one comparison a step (a few per
+// call even on kernels without seccomp's per-call cache), then the blocks,
+// then one return of each action. Every step that decides a call, and
+// every jump of a block to a return, goes to that action's shared return:
+// no return is repeated, and the whole stays within a conditional jump's
+// reach (255), so it needs no long jumps. (The kernel checks, converts,
 // compiles and emulates the filter at each start of a sandbox, twice with
 // bwrap, whose PID 1 installs it too: the fewer instructions, the less.)
-func dispatch(segs []segment) ([]bpf.Instruction, error) {
-	type step struct {
-		val    uint32
-		jt, jf int // a step's index, or -1-i for leaves[i]
+func assemble(segs []segment) ([]bpf.Instruction, error) {
+	ret := func(v uint32) *target { return &target{'r', v, 0} }
+	prog := []symInstr{
+		{ins: bpf.LoadAbsolute{Off: offArch, Size: 4}},
+		{ins: bpf.JumpIf{Cond: bpf.JumpEqual, Val: auditArch}, jf: ret(retKill)},
+		{ins: bpf.LoadAbsolute{Off: offNr, Size: 4}},
 	}
-	var steps []step
-	var leaves [][]bpf.Instruction
-	retLeaf := map[uint32]int{}
-	leaf := func(s segment) int {
-		if s.block == nil {
-			if i, ok := retLeaf[s.ret]; ok {
-				return -1 - i
-			}
-			retLeaf[s.ret] = len(leaves)
-			s.block = []bpf.Instruction{bpf.RetConstant{Val: s.ret}}
-		}
-		leaves = append(leaves, s.block)
-		return -len(leaves)
-	}
-	var build func(lo, hi int) int
-	build = func(lo, hi int) int {
+	at := map[target]int{} // where each target lands
+	var blocks [][]bpf.Instruction
+	var build func(lo, hi int) *target
+	build = func(lo, hi int) *target {
 		if hi-lo == 1 {
-			return leaf(segs[lo])
+			if s := segs[lo]; s.block != nil {
+				blocks = append(blocks, s.block)
+				return &target{'b', uint32(len(blocks) - 1), 0}
+			}
+			return ret(segs[lo].ret)
 		}
 		mid := (lo + hi) / 2
-		i := len(steps)
-		steps = append(steps, step{val: segs[mid].lo})
+		i := len(prog)
+		prog = append(prog, symInstr{ins: bpf.JumpIf{Cond: bpf.JumpGreaterOrEqual, Val: segs[mid].lo}})
+		self := &target{'a', uint32(i), 0}
+		at[*self] = i
 		jf := build(lo, mid)
-		steps[i].jt, steps[i].jf = build(mid, hi), jf
-		return i
+		prog[i].jt, prog[i].jf = build(mid, hi), jf
+		return self
 	}
-	build(0, len(segs))
-	at := make([]int, len(leaves))
-	n := len(steps)
-	for i, b := range leaves {
-		at[i] = n
-		n += len(b)
+	// The search starts right after the number's load.
+	if root := build(0, len(segs)); root.kind != 'a' {
+		return nil, fmt.Errorf("seccomp: one segment, nothing to search")
 	}
-	pos := func(target int) int {
-		if target >= 0 {
-			return target
+	load := target{'a', 2, 0}
+	at[load] = 2
+	prog[1].jt = &load
+	for bi, b := range blocks {
+		syms, err := blockSyms(uint32(bi), b)
+		if err != nil {
+			return nil, err
 		}
-		return at[-1-target]
-	}
-	var out []bpf.Instruction
-	for i, st := range steps {
-		jt, jf := pos(st.jt)-i-1, pos(st.jf)-i-1
-		if jt > 255 || jf > 255 {
-			return nil, fmt.Errorf("seccomp: the filter's step %d jumps %d instructions, beyond the 255 a conditional jump reaches", i, max(jt, jf))
+		for k, sy := range syms {
+			at[target{'b', uint32(bi), uint32(k)}] = len(prog)
+			prog = append(prog, sy)
 		}
-		out = append(out, bpf.JumpIf{Cond: bpf.JumpGreaterOrEqual, Val: st.val, SkipTrue: uint8(jt), SkipFalse: uint8(jf)})
 	}
-	for _, b := range leaves {
-		out = append(out, b...)
+	// The shared returns, in the order the jumps first name them.
+	for _, p := range prog {
+		for _, t := range []*target{p.jt, p.jf} {
+			if t != nil && t.kind == 'r' {
+				if _, ok := at[*t]; !ok {
+					at[*t] = len(prog)
+					prog = append(prog, symInstr{ins: bpf.RetConstant{Val: t.i}})
+				}
+			}
+		}
+	}
+	out := make([]bpf.Instruction, len(prog))
+	for i, p := range prog {
+		out[i] = p.ins
+		if p.jt == nil {
+			continue
+		}
+		j := p.ins.(bpf.JumpIf)
+		skip := func(t *target) (uint8, error) {
+			d := at[*t] - i - 1
+			if d < 0 || d > 255 {
+				return 0, fmt.Errorf("seccomp: instruction %d of the filter jumps %d, beyond the 255 a conditional jump reaches", i, d)
+			}
+			return uint8(d), nil
+		}
+		var err error
+		if j.SkipTrue, err = skip(p.jt); err != nil {
+			return nil, err
+		}
+		if j.SkipFalse, err = skip(p.jf); err != nil {
+			return nil, err
+		}
+		out[i] = j
 	}
 	return out, nil
 }
 
-// seccompProgram assembles the filter: check the architecture, then the
-// call. The result is what bwrap's --seccomp reads: struct sock_filter
-// entries back to back.
+// blockSyms turns block number bi into symbolic instructions: a jump to
+// one of its returns goes to the shared return instead, and a return only
+// jumps reached is left out.
+func blockSyms(bi uint32, b []bpf.Instruction) ([]symInstr, error) {
+	kept := make([]int, len(b)) // new index of each instruction, -1 if left out
+	n := 0
+	for k, ins := range b {
+		_, isRet := ins.(bpf.RetConstant)
+		fallenInto := false
+		if k > 0 {
+			switch b[k-1].(type) {
+			case bpf.JumpIf, bpf.RetConstant:
+			default:
+				fallenInto = true
+			}
+		}
+		if isRet && !fallenInto {
+			kept[k] = -1
+			continue
+		}
+		switch ins.(type) {
+		case bpf.LoadAbsolute, bpf.JumpIf, bpf.RetConstant:
+		default:
+			return nil, fmt.Errorf("seccomp: block %d has an instruction the filter does not use: %v", bi, ins)
+		}
+		kept[k] = n
+		n++
+	}
+	to := func(k int) (*target, error) {
+		if k >= len(b) {
+			return nil, fmt.Errorf("seccomp: block %d jumps out of itself", bi)
+		}
+		if r, ok := b[k].(bpf.RetConstant); ok {
+			return &target{'r', r.Val, 0}, nil
+		}
+		return &target{'b', bi, uint32(kept[k])}, nil
+	}
+	var out []symInstr
+	for k, ins := range b {
+		if kept[k] < 0 {
+			continue
+		}
+		sy := symInstr{ins: ins}
+		if j, ok := ins.(bpf.JumpIf); ok {
+			var err error
+			if sy.jt, err = to(k + 1 + int(j.SkipTrue)); err != nil {
+				return nil, err
+			}
+			if sy.jf, err = to(k + 1 + int(j.SkipFalse)); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, sy)
+	}
+	if len(out) > 0 {
+		if _, ok := out[len(out)-1].ins.(bpf.RetConstant); !ok {
+			if _, ok := out[len(out)-1].ins.(bpf.JumpIf); !ok {
+				return nil, fmt.Errorf("seccomp: block %d falls through", bi)
+			}
+		}
+	}
+	return out, nil
+}
+
+// seccompProgram assembles the filter. The result is what bwrap's
+// --seccomp reads: struct sock_filter entries back to back.
 func seccompProgram() ([]byte, error) {
 	segs, err := seccompSegments()
 	if err != nil {
 		return nil, err
 	}
-	body, err := dispatch(segs)
+	prog, err := assemble(segs)
 	if err != nil {
 		return nil, err
 	}
-	// A foreign architecture jumps past the body to its own return.
-	if len(body) > 255 {
-		return nil, fmt.Errorf("seccomp: the filter's body is %d instructions, beyond the 255 a conditional jump reaches", len(body))
-	}
-	prog := []bpf.Instruction{
-		bpf.LoadAbsolute{Off: offArch, Size: 4},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: auditArch, SkipFalse: uint8(1 + len(body))},
-		bpf.LoadAbsolute{Off: offNr, Size: 4},
-	}
-	prog = append(prog, body...)
-	prog = append(prog, bpf.RetConstant{Val: retKill})
 	raw, err := bpf.Assemble(prog)
 	if err != nil {
 		return nil, fmt.Errorf("seccomp: %w", err)
