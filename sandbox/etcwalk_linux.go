@@ -160,13 +160,12 @@ func walkEntry(dfd int, dir string, e dirEntry, buf []byte, out *[]unreadable) {
 	default:
 		return
 	}
-	p := dir + "/" + e.name
 	if unreadableFor(mode) {
-		*out = append(*out, unreadable{p, mode.IsDir()})
+		*out = append(*out, unreadable{dir + "/" + e.name, mode.IsDir()})
 		return
 	}
 	if !mode.IsDir() {
-		return
+		return // most of /etc: no path made for it
 	}
 	// O_NOFOLLOW: a folder swapped for a link since the stat is not
 	// followed (and so not walked, as a link is not).
@@ -174,7 +173,7 @@ func walkEntry(dfd int, dir string, e dirEntry, buf []byte, out *[]unreadable) {
 	if err != nil {
 		return
 	}
-	walkUnreadable(sub, p, buf, out)
+	walkUnreadable(sub, dir+"/"+e.name, buf, out)
 	unix.Close(sub)
 }
 
