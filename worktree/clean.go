@@ -40,49 +40,71 @@ type CleanReport struct {
 // Total is the number of paths that were not as kusaw left them.
 func (c CleanReport) Total() int { return c.Untracked + c.Replaced + c.Changed + c.Folders }
 
-// cleanTree cleans root against idx. restore lists the tracked entries it
-// removed (to check out again from the index). quick cleans only by what
-// a folder listing tells (paths the index does not name, entries of
-// another type, folders' modes), without a stat of each tracked file:
-// what Release does, so that nothing of that kind waits in the pool; the
-// full cleaning at the next take does the rest.
-func cleanTree(root string, idx *trustedIndex, quick bool) (restore []string, rep CleanReport, err error) {
-	files := make(map[string]int32, len(idx.entries))
-	dirs := map[string]bool{"": true}
-	for i := range idx.entries {
-		e := &idx.entries[i]
-		files[e.name] = int32(i)
-		for d := filepath.Dir(e.name); d != "." && !dirs[d]; d = filepath.Dir(d) {
-			dirs[d] = true
-		}
+// cleanMode is what a walk of a tree does with what is not as the
+// trusted index has it.
+type cleanMode int
+
+const (
+	// cleanFull, at take: every tracked file's stat data too; all of it
+	// goes (the tracked paths to check out again).
+	cleanFull cleanMode = iota
+	// cleanQuick, at a release without a survey: only what a folder
+	// listing tells (paths the index does not name, entries of another
+	// type, folders' modes), so that nothing of that kind waits in the
+	// pool; the full cleaning at the next take does the rest.
+	cleanQuick
+	// cleanSurvey, at the commit: as thorough as cleanFull, but nothing
+	// changes; what it finds is what the commit gives git to stage and
+	// what Release then removes, neither walking the tree again.
+	cleanSurvey
+)
+
+// survey is what a walk of an attempt's tree at its commit found not as
+// the trusted index of its checkout has it (the tree unchanged).
+type survey struct {
+	changed   []string // tracked paths changed, deleted or of another type; a submodule's folder not empty
+	untracked []string // paths the index does not name, outermost (not .git: git never adds one); which are ignored is git's to tell
+	remove    []string // what Release removes: untracked and ignored paths, .git entries, entries of another type, a submodule folder's content
+	folders   []string // folders whose mode or extended attributes Release resets, each after the folder above it
+}
+
+// cleanTree cleans (or, in cleanSurvey, surveys) root against idx.
+// restore lists the tracked entries it removed (to check out again from
+// the index).
+func cleanTree(root string, idx *trustedIndex, mode cleanMode) (restore []string, rep CleanReport, sv *survey, err error) {
+	files, dirs := idx.lookup()
+	c := &cleaner{root: root, mode: mode, files: files, dirs: dirs, idx: idx, seen: make([]bool, len(idx.entries)), dirMode: 0o777 &^ processUmask(), fileMode: 0o666 &^ processUmask()}
+	if mode == cleanSurvey {
+		c.sv, c.replaced = &survey{}, map[string]bool{}
 	}
-	c := &cleaner{root: root, quick: quick, files: files, dirs: dirs, idx: idx, seen: make([]bool, len(idx.entries)), dirMode: 0o777 &^ processUmask(), fileMode: 0o666 &^ processUmask()}
-	if err := c.fixDir(root); err != nil {
-		return nil, rep, err
+	if err := c.fixDir(root, ""); err != nil {
+		return nil, rep, nil, err
 	}
 	if err := c.walkAll(); err != nil {
-		return nil, c.rep, err
+		return nil, c.rep, nil, err
 	}
 	// What the step deleted, and what was below a folder it replaced.
 	for i := range idx.entries {
-		if !c.seen[i] {
+		if !c.seen[i] && !c.belowReplaced(idx.entries[i].name) {
 			c.found(&c.rep.Changed, idx.entries[i].name)
 		}
 	}
-	return c.restore, c.rep, nil
+	return c.restore, c.rep, c.sv, nil
 }
 
 type cleaner struct {
 	root              string
-	quick             bool
+	mode              cleanMode
 	files             map[string]int32 // entry of each tracked path
 	seen              []bool           // entries found in the tree (kept or restored)
 	dirs              map[string]bool
 	idx               *trustedIndex
 	dirMode, fileMode uint32
-	mu                sync.Mutex // guards restore and rep, and the walk's queue
+	mu                sync.Mutex // guards restore, rep and sv, and the walk's queue
 	restore           []string
 	rep               CleanReport
+	sv                *survey         // cleanSurvey's findings
+	replaced          map[string]bool // cleanSurvey: tracked folders found to be something else
 
 	queue   []string // folders waiting for a walker
 	pending int      // folders queued or being walked
@@ -91,14 +113,63 @@ type cleaner struct {
 }
 
 // found counts a path not as kusaw left it, and the tracked path to
-// check out again, if any.
+// check out again, if any (in cleanSurvey: to stage).
 func (c *cleaner) found(n *int, restore string) {
 	c.mu.Lock()
 	*n++
 	if restore != "" {
-		c.restore = append(c.restore, restore)
+		if c.sv != nil {
+			c.sv.changed = append(c.sv.changed, restore)
+		} else {
+			c.restore = append(c.restore, restore)
+		}
 	}
 	c.mu.Unlock()
+}
+
+// noted is cleanSurvey's record of a path: to stage as untracked (when
+// untracked), and for Release to remove (when remove).
+func (c *cleaner) noted(p string, untracked, remove bool) {
+	c.mu.Lock()
+	if untracked {
+		c.sv.untracked = append(c.sv.untracked, p)
+	}
+	if remove {
+		c.sv.remove = append(c.sv.remove, p)
+	}
+	c.mu.Unlock()
+}
+
+// drop removes path full, whose place in the tree is p, or in cleanSurvey
+// notes it for Release; untracked: a path the index does not name, for
+// the commit to stage.
+func (c *cleaner) drop(full, p string, untracked bool) error {
+	if c.sv != nil {
+		c.noted(p, untracked && pathBase(p) != ".git", true)
+		return nil
+	}
+	return forceRemoveAll(full)
+}
+
+// belowReplaced: p is below a folder cleanSurvey staged as replaced.
+func (c *cleaner) belowReplaced(p string) bool {
+	for len(c.replaced) > 0 {
+		i := strings.LastIndexByte(p, '/')
+		if i < 0 {
+			return false
+		}
+		if p = p[:i]; c.replaced[p] {
+			return true
+		}
+	}
+	return false
+}
+
+func pathBase(p string) string {
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		return p[i+1:]
+	}
+	return p
 }
 
 // walkAll walks the tree from the root with a walker
@@ -169,16 +240,19 @@ func (c *cleaner) walk(rel string) error {
 		return err
 	}
 	dirfd := int(f.Fd())
+	var buf []byte // the entry's path, looked up without a string made for each
 	for _, d := range ents {
 		name := d.Name()
-		p := name
+		buf = buf[:0]
 		if rel != "" {
-			p = rel + "/" + name
+			buf = append(append(buf, rel...), '/')
 		}
-		if i, ok := c.files[p]; ok {
+		buf = append(buf, name...)
+		if i, ok := c.files[string(buf)]; ok {
 			e := &c.idx.entries[i]
+			p := e.name
 			c.seen[i] = true
-			if c.quick && e.mode != modeGitlink {
+			if c.mode == cleanQuick && e.mode != modeGitlink {
 				if d.Type() != listedType(e.mode) {
 					c.found(&c.rep.Replaced, p)
 					if err := forceRemoveAll(filepath.Join(dir, name)); err != nil {
@@ -192,23 +266,35 @@ func (c *cleaner) walk(rel string) error {
 			}
 			continue
 		}
+		p := string(buf)
 		if c.dirs[p] {
 			full := filepath.Join(dir, name)
 			if d.Type() != fs.ModeDir {
-				c.found(&c.rep.Replaced, "")
-				if err := forceRemoveAll(full); err != nil {
+				// What the index has below it is restored. The commit
+				// stages the folder's path: what the index has below
+				// it goes, what is there now comes (git would refuse
+				// the names below it, beyond a link).
+				if c.sv != nil {
+					c.found(&c.rep.Replaced, p)
+					c.mu.Lock()
+					c.replaced[p] = true
+					c.mu.Unlock()
+				} else {
+					c.found(&c.rep.Replaced, "")
+				}
+				if err := c.drop(full, p, false); err != nil {
 					return err
 				}
-				continue // what the index has below it is restored
+				continue
 			}
-			if err := c.fixDir(full); err != nil {
+			if err := c.fixDir(full, p); err != nil {
 				return err
 			}
 			c.push(p)
 			continue
 		}
 		c.found(&c.rep.Untracked, "")
-		if err := forceRemoveAll(filepath.Join(dir, name)); err != nil {
+		if err := c.drop(filepath.Join(dir, name), p, true); err != nil {
 			return err
 		}
 	}
@@ -232,20 +318,24 @@ func (c *cleaner) tracked(dirfd int, dir, name, p string, e *indexEntry) error {
 	}
 	if uint32(typ) != want {
 		c.found(&c.rep.Replaced, p)
-		return forceRemoveAll(filepath.Join(dir, name))
+		return c.drop(filepath.Join(dir, name), p, false)
 	}
 	if e.mode == modeGitlink {
-		// A submodule's folder: a checkout leaves it empty.
-		if err := c.fixDir(filepath.Join(dir, name)); err != nil {
+		// A submodule's folder: a checkout leaves it empty (git tells
+		// whether what is in it now changes the commit).
+		if err := c.fixDir(filepath.Join(dir, name), p); err != nil {
 			return err
 		}
 		ents, err := os.ReadDir(filepath.Join(dir, name))
 		if err != nil {
 			return err
 		}
+		if len(ents) > 0 && c.sv != nil {
+			c.found(&c.rep.Changed, p)
+		}
 		for _, d := range ents {
 			c.found(&c.rep.Untracked, "")
-			if err := forceRemoveAll(filepath.Join(dir, name, d.Name())); err != nil {
+			if err := c.drop(filepath.Join(dir, name, d.Name()), p+"/"+d.Name(), false); err != nil {
 				return err
 			}
 		}
@@ -253,6 +343,9 @@ func (c *cleaner) tracked(dirfd int, dir, name, p string, e *indexEntry) error {
 	}
 	if !c.unchanged(&st, e) {
 		c.found(&c.rep.Changed, p)
+		if c.sv != nil {
+			return nil // a tracked file's content: the next take checks it out again
+		}
 		return os.Remove(filepath.Join(dir, name))
 	}
 	return nil
@@ -294,9 +387,29 @@ func (c *cleaner) unchanged(st *unix.Stat_t, e *indexEntry) bool {
 	return st.Nlink == 1 && uint32(st.Mode)&0o7777 == perm
 }
 
-// fixDir gives folder p the mode a checkout gives it and drops its
-// extended attributes.
-func (c *cleaner) fixDir(p string) error {
+// fixDir gives folder p (rel in the tree) the mode a checkout gives it
+// and drops its extended attributes; cleanSurvey notes it for Release.
+func (c *cleaner) fixDir(p, rel string) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return fmt.Errorf("%s is not a folder", p)
+	}
+	if c.sv != nil {
+		if uint32(st.Mode)&0o7777 != c.dirMode || hasXattrs(p) {
+			c.mu.Lock()
+			c.sv.folders = append(c.sv.folders, rel)
+			c.mu.Unlock()
+		}
+		return nil
+	}
+	return c.resetDir(p)
+}
+
+// resetDir is fixDir's repair.
+func (c *cleaner) resetDir(p string) error {
 	var st unix.Stat_t
 	if err := unix.Lstat(p, &st); err != nil {
 		return err
@@ -317,6 +430,76 @@ func (c *cleaner) fixDir(p string) error {
 	}
 	if fixed || dropped {
 		c.found(&c.rep.Folders, "")
+	}
+	return nil
+}
+
+// hasXattrs: p has extended attributes dropXattrs would remove.
+func hasXattrs(p string) bool {
+	n, err := unix.Llistxattr(p, nil)
+	if err != nil || n == 0 {
+		return false
+	}
+	buf := make([]byte, n)
+	if n, err = unix.Llistxattr(p, buf); err != nil {
+		return false
+	}
+	for _, name := range strings.Split(strings.TrimRight(string(buf[:n]), "\x00"), "\x00") {
+		if name != "" && !strings.HasPrefix(name, "security.") {
+			return true
+		}
+	}
+	return false
+}
+
+// applySurvey removes and repairs in root what sv found there at the
+// commit, without a walk: the folders first (a folder the step made
+// unwritable keeps what is in it), each only while every folder above
+// it is still a real one (never a link planted since).
+func applySurvey(root string, sv *survey) (CleanReport, error) {
+	c := &cleaner{root: root, dirMode: 0o777 &^ processUmask()}
+	for _, rel := range sv.folders {
+		if err := realFolders(root, rel, true); err != nil {
+			return c.rep, err
+		}
+		if err := c.resetDir(filepath.Join(root, rel)); err != nil {
+			return c.rep, err
+		}
+	}
+	for _, rel := range sv.remove {
+		if err := realFolders(root, rel, false); errors.Is(err, fs.ErrNotExist) {
+			continue // gone with what was above it
+		} else if err != nil {
+			return c.rep, err
+		}
+		c.rep.Untracked++
+		if err := forceRemoveAll(filepath.Join(root, rel)); err != nil {
+			return c.rep, err
+		}
+	}
+	return c.rep, nil
+}
+
+// realFolders: each folder on the way from root to rel (rel itself too
+// when self) is a folder, not a link.
+func realFolders(root, rel string, self bool) error {
+	p := root
+	parts := strings.Split(rel, "/")
+	if !self {
+		parts = parts[:len(parts)-1]
+	}
+	for _, part := range parts {
+		if part == "" {
+			continue
+		}
+		p = filepath.Join(p, part)
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		if !fi.IsDir() {
+			return fmt.Errorf("%s is no longer a folder", p)
+		}
 	}
 	return nil
 }

@@ -10,6 +10,8 @@ import (
 	"hash"
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -54,6 +56,25 @@ const (
 type trustedIndex struct {
 	entries []indexEntry
 	written time.Time
+	files   map[string]int32 // entry of each path, made by lookup
+	dirs    map[string]bool  // folders the entries are in ("" the root)
+}
+
+// lookup is the index by path, made once (a walk of the tree asks it of
+// every entry).
+func (idx *trustedIndex) lookup() (files map[string]int32, dirs map[string]bool) {
+	if idx.files == nil {
+		idx.files = make(map[string]int32, len(idx.entries))
+		idx.dirs = map[string]bool{"": true}
+		for i := range idx.entries {
+			e := &idx.entries[i]
+			idx.files[e.name] = int32(i)
+			for d := filepath.Dir(e.name); d != "." && !idx.dirs[d]; d = filepath.Dir(d) {
+				idx.dirs[d] = true
+			}
+		}
+	}
+	return idx.files, idx.dirs
 }
 
 // maxIndexSize bounds what kusaw reads as an index (a million paths
@@ -169,17 +190,18 @@ func validIndexPath(p string) bool {
 	if p == "" || p[0] == '/' || p[len(p)-1] == '/' {
 		return false
 	}
-	for _, c := range bytes.Split([]byte(p), []byte{'/'}) {
-		s := string(c)
-		if s == "" || s == "." || s == ".." || equalFoldASCII(s, ".git") {
+	for p != "" {
+		s := p
+		if i := strings.IndexByte(p, '/'); i >= 0 {
+			s, p = p[:i], p[i+1:]
+		} else {
+			p = ""
+		}
+		if s == "" || s == "." || s == ".." || strings.EqualFold(s, ".git") {
 			return false
 		}
 	}
 	return true
-}
-
-func equalFoldASCII(a, b string) bool {
-	return bytes.EqualFold([]byte(a), []byte(b))
 }
 
 // copyIndex copies a trusted index to dst (which must not exist), keeping

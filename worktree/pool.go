@@ -95,6 +95,8 @@ type reusedTree struct {
 	base    string   // the commit the index holds
 	restore []string // tracked paths the cleaning removed
 	report  CleanReport
+	idx     *trustedIndex // the index, parsed: still the checkout's when checkoutReused rewrote none of it
+	same    bool          // checkoutReused left the index as it was (idx is the new checkout's)
 }
 
 // take moves an idle tree to abs (which must not exist yet) and its
@@ -168,7 +170,8 @@ func (r *Repo) prepareReuse(p *Pool, abs string) (rt *reusedTree, why error) {
 		idx, err = readTrustedIndex(index, len(base))
 	}
 	if err == nil {
-		rt.restore, rt.report, err = cleanTree(abs, idx, false)
+		rt.restore, rt.report, _, err = cleanTree(abs, idx, cleanFull)
+		rt.idx = idx
 	}
 	if err != nil {
 		_ = forceRemoveAll(abs)
@@ -191,9 +194,14 @@ var indexConfig = []string{"-c", "core.trustctime=true", "-c", "core.checkStat=d
 // admin: the entries the cleaning removed come back from the trusted
 // index, then a two-way read-tree moves from the index's commit to head,
 // writing only what differs (every other file was just proved unchanged).
-// verifyClean then has git itself check the result.
+//
+// No git status checks the result afterwards: it would read every file
+// once more, and prove nothing the cleaning did not (every path it kept
+// is the very inode kusaw's checkout wrote, unchanged since by its
+// ctime; every other path is gone, and git wrote what replaced it).
 func (r *Repo) checkoutReused(admin, abs, head string, rt *reusedTree) error {
-	if err := copyIndex(rt.index, filepath.Join(admin, "index")); err != nil {
+	adminIndex := filepath.Join(admin, "index")
+	if err := copyIndex(rt.index, adminIndex); err != nil {
 		return err
 	}
 	env := []string{"GIT_DIR=" + admin, "GIT_WORK_TREE=" + abs}
@@ -214,31 +222,45 @@ func (r *Repo) checkoutReused(admin, abs, head string, rt *reusedTree) error {
 			return err
 		}
 	}
+	if len(rt.restore) == 0 && rt.base == head {
+		rt.same = true
+		return unracy(adminIndex, rt.idx)
+	}
 	return nil
 }
 
-// verifyClean: git itself finds the tree registered with admin clean
-// against its HEAD, ignored files included.
-//
-// git's status also writes the index back with fresh stat data (an
-// optional lock, which kusaw's git otherwise never takes): git tells
-// racily clean entries by the second, so every file checked out in the
-// second the index was written (7,000 of a 20,000-file checkout, 10,000
-// of a 100,000-file one) would be read and hashed again by every status
-// and by the commit's add, and the commit's index rewritten, at every
-// attempt on the tree. Written now, seconds after that checkout, they
-// are clean for good. What status refreshes is only stat data of files
-// whose content it found to be the index's, after the cleaning proved
-// each one is kusaw's checkout; and keepIndex keeps this index.
-func (r *Repo) verifyClean(admin, abs string) error {
-	env := []string{"GIT_DIR=" + admin, "GIT_WORK_TREE=" + abs, "GIT_OPTIONAL_LOCKS=1"}
-	out, err := r.git.run(gitCmd{dir: abs, env: env, args: append(append([]string{}, indexConfig...), "status", "--porcelain", "-z", "--ignored", "--untracked-files=all")})
+// unracy stamps index (a copy of idx, whose every entry the cleaning just
+// proved to be what kusaw's checkout wrote) with the time now, when idx
+// has entries git takes for racily clean: git tells those by the second,
+// so every file checked out in the second its index was written (7,000
+// of a 20,000-file checkout, 10,000 of a 100,000-file one) would be read
+// and hashed again by every git status in the tree, at every attempt. The
+// cleaning's proof is finer (the ctime to the nanosecond, before the
+// index's own), so they are clean for good. An index git wrote anew
+// (files restored, another base) is git's: the entries it just checked
+// out stay racy, as they should, and the rest git checked itself.
+func unracy(index string, idx *trustedIndex) error {
+	now := time.Now()
+	racy := false
+	for i := range idx.entries {
+		if s := int64(idx.entries[i].mtimeS); s >= idx.written.Unix() {
+			if s >= now.Unix() {
+				return nil // stamped in this second: git is right to doubt it
+			}
+			racy = true
+		}
+	}
+	if !racy {
+		return nil
+	}
+	if err := os.Chtimes(index, now, now); err != nil {
+		return err
+	}
+	fi, err := os.Lstat(index)
 	if err != nil {
 		return err
 	}
-	if len(out) > 0 {
-		return fmt.Errorf("git status after the checkout is not clean: %q", firstLine([]byte(strings.ReplaceAll(string(out), "\x00", "\n"))))
-	}
+	idx.written = fi.ModTime()
 	return nil
 }
 
@@ -256,7 +278,7 @@ func (w *Worktree) keepIndex(p *Pool, pooled bool) {
 	if err := copyIndex(filepath.Join(w.GitDir, "index"), held); err != nil {
 		return
 	}
-	w.index = held
+	w.index, w.parsed = held, nil
 	if pooled {
 		w.pool = p
 	}
@@ -267,8 +289,24 @@ func (w *Worktree) keepIndex(p *Pool, pooled bool) {
 func (w *Worktree) DropIndex() {
 	if w.index != "" {
 		_ = os.Remove(w.index)
-		w.index = ""
+		w.index, w.parsed = "", nil
 	}
+}
+
+// trusted is the worktree's trusted index, parsed once for its commit and
+// release (kusaw's own file, in a folder no sandbox sees).
+func (w *Worktree) trusted() (*trustedIndex, error) {
+	if w.index == "" {
+		return nil, errors.New("no trusted index")
+	}
+	if w.parsed == nil {
+		idx, err := readTrustedIndex(w.index, len(w.BaseSHA))
+		if err != nil {
+			return nil, err
+		}
+		w.parsed = idx
+	}
+	return w.parsed, nil
 }
 
 // Release hands the tree of an ended attempt (committed or failed; no
@@ -293,13 +331,21 @@ func (r *Repo) Release(w *Worktree) (bool, error) {
 		return false, fmt.Errorf("release worktree: %s is missing or not a directory", w.Path)
 	}
 	// What the step left does not wait in the state folder (a socket, a
-	// FIFO, an ignored file holding a secret): what a listing of the
-	// folders shows is cleaned now; the full cleaning (every tracked
-	// file's stat data) comes when the tree is taken, and also catches
-	// whatever changed it while it was idle.
-	idx, err := readTrustedIndex(w.index, len(w.BaseSHA))
-	if err == nil {
-		_, _, err = cleanTree(w.Path, idx, true)
+	// FIFO, an ignored file holding a secret): what the commit's survey
+	// found (no process of the step ran since) or, without one, what a
+	// listing of the folders shows is removed now; the full cleaning
+	// (every tracked file's stat data) comes when the tree is taken, and
+	// also catches whatever changed it while it was idle.
+	err := errors.New("no survey")
+	if w.survey != nil {
+		_, err = applySurvey(w.Path, w.survey)
+		w.survey = nil
+	}
+	if err != nil {
+		var idx *trustedIndex
+		if idx, err = w.trusted(); err == nil {
+			_, _, _, err = cleanTree(w.Path, idx, cleanQuick)
+		}
 	}
 	if err != nil {
 		return false, nil // RemoveWorktree takes it

@@ -188,12 +188,20 @@ func TestPoolReuseEqualsFreshCheckout(t *testing.T) {
 	want := map[string]string{c1: freshManifest(t, dir, c1), c2: freshManifest(t, dir, c2)}
 	state := t.TempDir()
 	for i, a := range poolAttacks {
-		for _, next := range []string{c1, c2} {
-			t.Run(fmt.Sprintf("%s/next-%s", a.name, map[string]string{c1: "same-base", c2: "new-base"}[next]), func(t *testing.T) {
+		for _, v := range []struct {
+			next   string
+			commit bool // the tree is committed before its release: Release removes what the commit's survey found
+		}{{c1, false}, {c2, false}, {c1, true}} {
+			next := v.next
+			name := map[string]string{c1: "same-base", c2: "new-base"}[next]
+			if v.commit {
+				name += "-committed"
+			}
+			t.Run(fmt.Sprintf("%s/next-%s", a.name, name), func(t *testing.T) {
 				r := open(t, dir)
 				pool := r.Pool(state)
 				tgit(t, dir, "update-ref", "refs/heads/kusaw/r", c1)
-				w, err := r.AddAttemptWith("kusaw/r", AttemptBranch("r", fmt.Sprint(i, next[:4]), 1), filepath.Join(state, "runs", newID(), "app"), AddOptions{Pool: pool})
+				w, err := r.AddAttemptWith("kusaw/r", AttemptBranch("r", fmt.Sprint(i, name), 1), filepath.Join(state, "runs", newID(), "app"), AddOptions{Pool: pool})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -201,11 +209,25 @@ func TestPoolReuseEqualsFreshCheckout(t *testing.T) {
 					t.Fatalf("the first checkout differs from git's:\n%s\nwant:\n%s", got, want[c1])
 				}
 				a.do(t, w.Path, w.GitDir)
+				if v.commit {
+					// git refuses to commit a FIFO where a tracked file was.
+					if sha, _, err := w.CommitAll("m"); err != nil && a.name != "fifo" {
+						t.Fatal(err)
+					} else if err == nil {
+						if files := tgit(t, dir, "ls-tree", "-r", "--name-only", sha); strings.Contains(files, "debug.log") {
+							t.Errorf("an ignored file was committed:\n%s", files)
+						}
+					}
+					if w.survey == nil {
+						t.Fatal("the commit made no survey for Release")
+					}
+				}
 				if ok, err := r.Release(w); !ok || err != nil {
 					t.Fatalf("release: %v %v", ok, err)
 				}
+				assertPoolHoldsNoLeftover(t, pool, want[c1])
 				tgit(t, dir, "update-ref", "refs/heads/kusaw/r", next)
-				w2, err := r.AddAttemptWith("kusaw/r", AttemptBranch("r", fmt.Sprint(i, next[:4]), 2), filepath.Join(state, "runs", newID(), "app"), AddOptions{Pool: pool})
+				w2, err := r.AddAttemptWith("kusaw/r", AttemptBranch("r", fmt.Sprint(i, name), 2), filepath.Join(state, "runs", newID(), "app"), AddOptions{Pool: pool})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -238,6 +260,38 @@ func TestPoolReuseEqualsFreshCheckout(t *testing.T) {
 				w2.DropIndex()
 			})
 		}
+	}
+}
+
+// assertPoolHoldsNoLeftover: the pool's one idle tree has no path a fresh
+// checkout (its manifest: want) lacks or has as another type, no .git,
+// no folder of another mode or with extended attributes: what Release
+// removes or repairs (tracked files' content waits for the take).
+func assertPoolHoldsNoLeftover(t *testing.T, pool *Pool, want string) {
+	t.Helper()
+	idle, _ := filepath.Glob(filepath.Join(pool.Dir(), "idle-*", "tree"))
+	if len(idle) != 1 {
+		t.Fatalf("idle trees: %v", idle)
+	}
+	fresh := map[string]string{}
+	for _, l := range strings.Split(want, "\n") {
+		f := strings.Fields(l)
+		fresh[f[0]] = l
+	}
+	for _, l := range strings.Split(manifest(t, idle[0]), "\n") {
+		f := strings.Fields(l)
+		w, ok := fresh[f[0]]
+		switch {
+		case !ok:
+			t.Errorf("%s waits in the pool: %s", f[0], l)
+		case f[1] != strings.Fields(w)[1]:
+			t.Errorf("%s waits in the pool as another type: %s, want %s", f[0], l, w)
+		case f[1] == "40000" && l != w:
+			t.Errorf("folder %s waits in the pool as %s, want %s", f[0], l, w)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(idle[0], ".git")); err == nil {
+		t.Errorf(".git waits in the pool")
 	}
 }
 
@@ -468,8 +522,9 @@ func TestPoolNotForSparseCheckouts(t *testing.T) {
 // git tells racily clean entries by the second: a file checked out in the
 // second its index was written is read and hashed again by every status
 // and add until the index is written once more, later. The first reuse of
-// a tree writes its trusted index again with the stat data git verified,
-// so the index the tree keeps from then on has no such entry.
+// a tree stamps its trusted index anew once the cleaning proved every
+// entry (unracy), so the index the tree keeps from then on has no such
+// entry.
 func TestPoolReuseRewritesRacyIndex(t *testing.T) {
 	isolateHome(t)
 	dir, c1, _ := poolRepo(t)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 )
 
 // Worktree is one linked git worktree of one attempt.
@@ -32,9 +33,11 @@ type Worktree struct {
 	// its commit keeps everything outside them as in BaseSHA.
 	Sparse []string
 
-	repo  *Repo
-	index string // the trusted index of its checkout (held in pool), "" when none
-	pool  *Pool
+	repo   *Repo
+	index  string        // the trusted index of its checkout (held in pool), "" when none
+	parsed *trustedIndex // index parsed, nil until needed
+	survey *survey       // what the last commit found in the tree, for Release
+	pool   *Pool
 }
 
 // AddOptions are what AddAttemptWith adds to AddAttempt.
@@ -195,6 +198,9 @@ func (r *Repo) addAttempt(runBranch, attemptBranch, dir string, o AddOptions) (*
 		// next, the step after them. Only a plain worktree goes back to
 		// the pool (only such a one is taken from it).
 		w.keepIndex(o.Pool, plain)
+		if reused != nil && reuseErr == nil && reused.same && w.index != "" {
+			w.parsed = reused.idx // the same bytes: no second parse
+		}
 	}
 	return w, nil
 }
@@ -241,10 +247,6 @@ func (r *Repo) addPlain(abs, branch, head, runBranch string, reused *reusedTree,
 		rerr = r.checkoutReused(admin, abs, head, reused)
 	}
 	refErr := <-refs
-	if err == nil && reused != nil && rerr == nil && refErr == nil {
-		// Only now: status compares with HEAD, the branch just made.
-		rerr = r.verifyClean(admin, abs)
-	}
 	if rerr != nil {
 		*reuseErr = fmt.Errorf("checking out over the reused tree: %v", rerr)
 		if err = clearTree(abs); err == nil {
@@ -469,21 +471,43 @@ func (w *Worktree) CommitAll(msg string) (sha string, changed bool, err error) {
 	if err := w.startIndex(index, parent, run); err != nil {
 		return "", false, fmt.Errorf("commit on %s: %v", w.Branch, err)
 	}
-	if _, err := run("add", "--all"); err != nil {
-		return "", false, fmt.Errorf("commit on %s: %v", w.Branch, err)
-	}
-	if len(w.Sparse) > 0 {
-		if err := w.keepOutsideCone(r, env); err != nil {
-			return "", false, fmt.Errorf("commit on %s: keep what is outside the sparse folders: %v", w.Branch, err)
+	w.survey = nil
+	tree, same := "", false // same: the survey proved the tree is parent's
+	if parent == w.BaseSHA && len(w.Sparse) == 0 {
+		tree, same, err = w.addSurveyed(env)
+		if err != nil {
+			// Whatever stopped it, git's own full pass decides.
+			tree = ""
+			if err := os.Remove(index); err != nil {
+				return "", false, fmt.Errorf("commit on %s: %v", w.Branch, err)
+			}
+			if err := w.startIndex(index, parent, run); err != nil {
+				return "", false, fmt.Errorf("commit on %s: %v", w.Branch, err)
+			}
 		}
 	}
-	tree, err := run("write-tree")
-	if err != nil {
-		return "", false, fmt.Errorf("commit on %s: %v", w.Branch, err)
+	if tree == "" && !same {
+		fullAdds.Add(1)
+		if _, err := run("add", "--all"); err != nil {
+			return "", false, fmt.Errorf("commit on %s: %v", w.Branch, err)
+		}
+		if len(w.Sparse) > 0 {
+			if err := w.keepOutsideCone(r, env); err != nil {
+				return "", false, fmt.Errorf("commit on %s: keep what is outside the sparse folders: %v", w.Branch, err)
+			}
+		}
+		if tree, err = run("write-tree"); err != nil {
+			return "", false, fmt.Errorf("commit on %s: %v", w.Branch, err)
+		}
 	}
-	parentTree, err := r.rd.treeOf(parent)
-	if err != nil {
-		return "", false, fmt.Errorf("commit on %s: %v", w.Branch, err)
+	parentTree := ""
+	if !same || len(w.MergeParents) > 0 {
+		if parentTree, err = r.rd.treeOf(parent); err != nil {
+			return "", false, fmt.Errorf("commit on %s: %v", w.Branch, err)
+		}
+		if same {
+			tree = parentTree
+		}
 	}
 	result := parent
 	if tree != parentTree || len(w.MergeParents) > 0 {
@@ -511,6 +535,110 @@ func (w *Worktree) CommitAll(msg string) (sha string, changed bool, err error) {
 		return result, tree != parentTree, nil
 	}
 	return result, result != w.BaseSHA, nil
+}
+
+// fullAdds counts CommitAll's passes of git add --all (tests tell the
+// survey's way from it).
+var fullAdds atomic.Int64
+
+// maxSurveyed is how many paths the commit gives git by name: git
+// matches each of its index entries against each name, so beyond this a
+// full pass of git add is cheaper.
+const maxSurveyed = 500
+
+// addSurveyed stages what a survey of the tree against the trusted index
+// finds (the step's changes, and no more: every other path is proved to
+// be kusaw's checkout, which is the index's) and writes the tree: git
+// reads only those files, not all of them. The index must be the trusted
+// index's copy (the commit's parent is the worktree's base). What git
+// check-ignore, with the tree's .gitignore files as the step left them,
+// calls ignored is what git add --all leaves out: such a path the index
+// does not name is not staged, and one it names is only updated (git add
+// -u: naming it to git add --all would stop at the ignored folder it is
+// in). What the survey found is kept for Release. An error: the caller's
+// git add --all is to decide instead.
+func (w *Worktree) addSurveyed(env []string) (tree string, same bool, err error) {
+	idx, err := w.trusted()
+	if err != nil {
+		return "", false, err
+	}
+	_, _, sv, err := cleanTree(w.Path, idx, cleanSurvey)
+	if err != nil {
+		return "", false, err
+	}
+	w.survey = sv
+	n := len(sv.changed) + len(sv.untracked)
+	if n == 0 {
+		return "", true, nil // the base's checkout, untouched
+	}
+	if n > maxSurveyed {
+		return "", false, fmt.Errorf("%d paths changed", n)
+	}
+	ignored, err := w.ignored(env, append(append([]string{}, sv.changed...), sv.untracked...))
+	if err != nil {
+		return "", false, err
+	}
+	var update, add []string
+	for _, p := range sv.changed {
+		if ignored[p] {
+			update = append(update, p)
+		} else {
+			add = append(add, p)
+		}
+	}
+	for _, p := range sv.untracked {
+		if !ignored[p] {
+			add = append(add, p)
+		}
+	}
+	// Literal names: a file called ':(glob)*' is that file.
+	env = append(env[:len(env):len(env)], "GIT_LITERAL_PATHSPECS=1")
+	git := func(paths []string, args ...string) (string, error) {
+		c := gitCmd{dir: w.Path, env: env, args: append(append([]string{}, indexConfig...), args...)}
+		if paths != nil {
+			c.stdin = strings.NewReader(strings.Join(paths, "\x00") + "\x00")
+			c.args = append(c.args, "--pathspec-from-file=-", "--pathspec-file-nul")
+		}
+		out, err := w.repo.git.run(c)
+		return strings.TrimSpace(string(out)), err
+	}
+	if len(update) > 0 {
+		if _, err := git(update, "add", "--update"); err != nil {
+			return "", false, err
+		}
+	}
+	if len(add) > 0 {
+		if _, err := git(add, "add", "--all"); err != nil {
+			return "", false, err
+		}
+	}
+	tree, err = git(nil, "write-tree")
+	return tree, false, err
+}
+
+// ignored tells which of paths (the tree's) git ignores. check-ignore
+// takes no literal names: each is given as ./path, which git reads as a
+// path whatever its first character (':' would start pathspec magic) and
+// prints back as given. --no-index: a path the index names is ignored
+// too if a pattern matches it.
+func (w *Worktree) ignored(env []string, paths []string) (map[string]bool, error) {
+	var in strings.Builder
+	for _, p := range paths {
+		in.WriteString("./" + p + "\x00")
+	}
+	out, err := w.repo.git.run(gitCmd{dir: w.Path, env: env, stdin: strings.NewReader(in.String()), args: append(append([]string{}, indexConfig...), "check-ignore", "--no-index", "-z", "--stdin")})
+	if err != nil && exitCodeOf(err) != 1 { // 1: none is ignored
+		return nil, err
+	}
+	ignored := map[string]bool{}
+	for _, p := range bytes.Split(out, []byte{0}) {
+		if q, ok := bytes.CutPrefix(p, []byte("./")); ok {
+			ignored[string(q)] = true
+		} else if len(p) > 0 {
+			return nil, fmt.Errorf("git check-ignore answered %q, not a path it was given", p)
+		}
+	}
+	return ignored, nil
 }
 
 // startIndex makes the private index the commit starts from: parent's
