@@ -196,3 +196,42 @@ func TestReleaseAfterTheSurveyRemovesNothingBeyondALink(t *testing.T) {
 		t.Errorf("reused %v (%s); the tree:\n%s\nwant:\n%s", w2.Reused, w2.ReuseFailed, got, want)
 	}
 }
+
+// What changes the tree after the commit's survey (a process an
+// unsandboxed step left running) is not in the survey Release applies;
+// the full cleaning when the tree is taken again removes it all the same.
+func TestChangesAfterTheSurveyAreCleanedAtTake(t *testing.T) {
+	isolateHome(t)
+	dir, c1, _ := poolRepo(t)
+	want := freshManifest(t, dir, c1)
+	state := t.TempDir()
+	r := open(t, dir)
+	pool := r.Pool(state)
+	tgit(t, dir, "update-ref", "refs/heads/kusaw/r", c1)
+	w, err := r.AddAttemptWith("kusaw/r", AttemptBranch("r", "s", 1), filepath.Join(state, "1", "app"), AddOptions{Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := w.CommitAll("m"); err != nil || w.survey == nil {
+		t.Fatalf("commit: %v, survey %v", err, w.survey)
+	}
+	write(t, filepath.Join(w.Path, "src", "late.log"), "secret\n")
+	p := filepath.Join(w.Path, "src", "a.go")
+	fi, _ := os.Stat(p)
+	os.WriteFile(p, []byte("package b\n"), 0o644)
+	os.Chtimes(p, fi.ModTime(), fi.ModTime())
+	os.Chmod(filepath.Join(w.Path, "bin"), 0o777)
+	if ok, err := r.Release(w); !ok || err != nil {
+		t.Fatalf("release: %v %v", ok, err)
+	}
+	w2, err := r.AddAttemptWith("kusaw/r", AttemptBranch("r", "s", 2), filepath.Join(state, "2", "app"), AddOptions{Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !w2.Reused || w2.Cleaned.Untracked == 0 || w2.Cleaned.Changed == 0 || w2.Cleaned.Folders == 0 {
+		t.Errorf("reused %v (%s), cleaned %+v", w2.Reused, w2.ReuseFailed, w2.Cleaned)
+	}
+	if got := manifest(t, w2.Path); got != want {
+		t.Errorf("the reused tree differs from a fresh checkout:\n%s\nwant:\n%s", got, want)
+	}
+}
