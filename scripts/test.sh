@@ -30,6 +30,14 @@ read -r npkg npass nfail nskip <"$log/sum" 2>/dev/null || { npkg=0 npass=0 nfail
 part "go test ($npkg packages, $npass passed, $nfail failed, $nskip skipped)" $(( $(date +%s) - t ))
 if [ $rc != 0 ]; then finish FAILED; exit 1; fi
 
+# worktree as the kusaw CLI links it (make build's KUSAW_TAGS): without
+# go-git, reads go to git's files and the git binary.
+t=$(date +%s)
+if ! $GO test -count=1 -tags kusaw_nogogit ./worktree/ >"$log/nogogit" 2>&1; then
+  cat "$log/nogogit"; part "worktree -tags kusaw_nogogit (failed)" $(( $(date +%s) - t )); finish FAILED; exit 1
+fi
+part "worktree -tags kusaw_nogogit" $(( $(date +%s) - t ))
+
 t=$(date +%s)
 if ! { GOOS=darwin $GO build ./... && GOOS=darwin $GO vet ./...; }; then
   part "darwin build+vet (failed)" $(( $(date +%s) - t )); finish FAILED; exit 1

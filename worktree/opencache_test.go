@@ -101,8 +101,12 @@ func TestHasCommit(t *testing.T) {
 			tgit(t, dir, "config", "extensions.worktreeConfig", "true")
 		}
 		r, _ := opens(t, dir)
-		if name, _ := r.ReadBackend(); (name == "git") != binary {
-			t.Fatalf("binary=%v: read backend %s", binary, name)
+		want := plainReader
+		if binary {
+			want = "git"
+		}
+		if name, _ := r.ReadBackend(); name != want {
+			t.Fatalf("binary=%v: read backend %s, want %s", binary, name, want)
 		}
 		head := tgit(t, dir, "rev-parse", "HEAD")
 		blob := tgit(t, dir, "rev-parse", "HEAD:README")

@@ -16,7 +16,7 @@ var repoKinds = []struct {
 	prepare func(t testing.TB, dir string)
 	reader  string
 }{
-	{"go-git", func(testing.TB, string) {}, "go-git"},
+	{"plain", func(testing.TB, string) {}, plainReader},
 	{"git-binary", func(t testing.TB, dir string) {
 		tgit(t, dir, "config", "extensions.worktreeConfig", "true")
 	}, "git"},
