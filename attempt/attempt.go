@@ -627,6 +627,10 @@ type preparedProc struct {
 	credentialRules []sandbox.CredentialRule
 	// readPaths must be readable in the sandbox (the agent CLI's install).
 	readPaths []string
+	// agent: an agent step's process, whose argv's commandWords are the
+	// only words that may name a file for the sandbox to show.
+	agent        bool
+	commandWords []string
 	// egressHosts are the provider's hosts for the allowlist.
 	egressHosts []string
 	lease       *egress.Lease

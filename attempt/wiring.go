@@ -85,6 +85,7 @@ func (a *Attempt) agentSpec(spec *steps.Spec, at steps.Attempt, p *preparedProc,
 		}
 	}
 	p.loginPaths, p.readPaths, p.egressHosts = prep.LoginPaths, prep.ReadPaths, prep.Probe.EgressHosts
+	p.commandWords, p.agent = factoryWords(prep.Argv, in), true
 	if pv, ok := providers.Get(s.Provider); ok && (a.job.Shape.KeepSession || a.job.Shape.Resume != nil) {
 		p.loginSessionDirs = pv.Spec().LoginSessionDirs
 	}
@@ -130,6 +131,36 @@ func (a *Attempt) agentSpec(spec *steps.Spec, at steps.Attempt, p *preparedProc,
 		}}
 	}
 	return nil
+}
+
+// factoryWords are the words of an agent's argv that the factory file
+// wrote: the CLI, the provider's args, the literal words of an agent
+// definition's argv. The rest is not the file's, so no path it names is
+// shown to the sandbox (commandFiles): the prompt (a trigger's issue text
+// or a review comment can be all of it), and the session id of
+// continue_session, which the previous attempt's agent itself reported.
+func factoryWords(argv []string, in providers.PrepareInput) []string {
+	own := map[string]bool{}
+	if len(argv) > 0 {
+		own[argv[0]] = true
+	}
+	for _, a := range in.Args {
+		own[a] = true
+	}
+	if in.Agent != nil {
+		for _, a := range in.Agent.Argv {
+			if !strings.Contains(a, "{") {
+				own[a] = true
+			}
+		}
+	}
+	var out []string
+	for _, a := range argv {
+		if own[a] {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 func clip(s string, n int) string {
@@ -225,8 +256,13 @@ func (a *Attempt) sandboxed(i int, repos []string, spec *steps.Spec, env map[str
 		}
 	}
 	// The view is an allowlist: a script the command names outside it
-	// (run: [sh, /srv/factory/check.sh]) is shown read-only.
+	// (run: [sh, /srv/factory/check.sh]) is shown read-only. An agent's
+	// argv also holds text that is not the factory file's (factoryWords):
+	// only the file's own words may name such a script.
 	in.Argv = spec.Argv
+	if p.agent {
+		in.Argv = p.commandWords
+	}
 	switch a.spec.Processes[i].Network {
 	case config.NetworkAllowlist, config.NetworkAudit:
 		px, err := a.lease(i, repos, p)
