@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Worktree reuse (docs/factory.md, "Worktree reuse"). A fresh checkout
@@ -395,18 +397,26 @@ func (r *Repo) Release(w *Worktree) (bool, error) {
 // sweep removes what a crashed kusaw left in the pool: a slot half
 // assembled (older than an hour: a release takes milliseconds) and held
 // indexes too old to belong to an attempt still running.
-func (p *Pool) sweep() {
-	now := time.Now()
+func (p *Pool) sweep() { p.sweepAt(time.Now()) }
+
+func (p *Pool) sweepAt(now time.Time) {
 	ents, _ := os.ReadDir(p.dir)
 	for _, e := range ents {
 		if fi, err := e.Info(); err == nil && strings.HasPrefix(e.Name(), ".new-") && now.Sub(fi.ModTime()) > time.Hour {
 			_ = forceRemoveAll(filepath.Join(p.dir, e.Name()))
 		}
 	}
+	// A held index is judged by its ctime, when kusaw last copied or
+	// moved it: its mtime is its checkout's, kept on purpose (copyIndex),
+	// and a tree reused on an unchanged base keeps it for weeks.
 	held, _ := os.ReadDir(filepath.Join(p.dir, "held"))
 	for _, e := range held {
-		if fi, err := e.Info(); err == nil && now.Sub(fi.ModTime()) > heldMaxAge {
-			_ = os.Remove(filepath.Join(p.dir, "held", e.Name()))
+		var st unix.Stat_t
+		f := filepath.Join(p.dir, "held", e.Name())
+		if err := unix.Lstat(f, &st); err == nil {
+			if ctime, _ := statTimes(&st); now.Sub(ctime) > heldMaxAge {
+				_ = os.Remove(f)
+			}
 		}
 	}
 }
