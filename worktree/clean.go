@@ -54,8 +54,11 @@ const (
 	// pool; the full cleaning at the next take does the rest.
 	cleanQuick
 	// cleanSurvey, at the commit: as thorough as cleanFull, but nothing
-	// changes; what it finds is what the commit gives git to stage and
-	// what Release then removes, neither walking the tree again.
+	// changes (but for a folder the step made unreadable to its owner,
+	// which must be read: git skips such a folder with a warning, and the
+	// commit would silently lose what is in it); what it finds is what
+	// the commit gives git to stage and what Release then removes,
+	// neither walking the tree again.
 	cleanSurvey
 )
 
@@ -403,9 +406,45 @@ func (c *cleaner) fixDir(p, rel string) error {
 			c.sv.folders = append(c.sv.folders, rel)
 			c.mu.Unlock()
 		}
-		return nil
+		return ownerCanRead(p, uint32(st.Mode))
 	}
 	return c.resetDir(p)
+}
+
+// ownerCanRead gives folder p (of mode) back to its owner's reading and
+// search, when the step took them: kusaw's commit must see what is in
+// it (as root it does whatever the mode; as the step's own user git
+// would skip it, exit 0). Release resets the mode in full.
+func ownerCanRead(p string, mode uint32) error {
+	if mode&0o500 == 0o500 {
+		return nil
+	}
+	return os.Chmod(p, fs.FileMode(mode&0o777|0o700))
+}
+
+// readableFolders makes p, if a folder, and every folder below it (never
+// through a link) readable and searchable by its owner: p is a path the
+// commit names to git, which reads it all anyway.
+func readableFolders(p string) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return nil // a path deleted, or no folder: git tells
+	}
+	if err := ownerCanRead(p, uint32(st.Mode)); err != nil {
+		return err
+	}
+	ents, err := os.ReadDir(p)
+	if err != nil {
+		return err
+	}
+	for _, d := range ents {
+		if d.IsDir() {
+			if err := readableFolders(filepath.Join(p, d.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // resetDir is fixDir's repair.

@@ -63,3 +63,67 @@ func TestSweepRemovesAbandonedHeldIndexes(t *testing.T) {
 		t.Errorf("a held index older than %v stays", heldMaxAge)
 	}
 }
+
+// The attack, with kusaw running as the step's own user: the step changes
+// files and then takes its folders' read or search permission away. git
+// skips a folder it cannot open with a warning and exits 0, so the commit
+// made of the survey's fallback (or git add --all of an untracked folder)
+// silently lost what was in it, and the attempt said "no change". The
+// commit must hold what git add -A makes of the same changes with the
+// folders readable; its twin, a folder left readable but not writable,
+// always did.
+func TestCommitReadsFoldersTheStepMadeUnreadable(t *testing.T) {
+	asUser65534(t, "TestCommitReadsFoldersTheStepMadeUnreadable", func(t *testing.T) {
+		isolateHome(t)
+		dir, c1, _ := poolRepo(t)
+		state := t.TempDir()
+		r := open(t, dir)
+		pool := r.Pool(state)
+		tgit(t, dir, "update-ref", "refs/heads/kusaw/r", c1)
+		change := func(root string) {
+			write(t, filepath.Join(root, "src", "a.go"), "package changed\n")
+			write(t, filepath.Join(root, "src", "new.go"), "package new\n")
+			write(t, filepath.Join(root, "src", "deep", "b.go"), "package deeper\n")
+			write(t, filepath.Join(root, "fresh", "sub", "c.go"), "package c\n")
+		}
+		cases := []struct {
+			name  string
+			modes map[string]os.FileMode
+		}{
+			{"readable, not writable", map[string]os.FileMode{"src": 0o555, "fresh/sub": 0o555}},
+			{"no permissions", map[string]os.FileMode{"src/deep": 0, "src": 0, "fresh/sub": 0}},
+			{"search only", map[string]os.FileMode{"src": 0o311, "fresh": 0o311}},
+		}
+		for i, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				w, err := r.AddAttemptWith("kusaw/r", AttemptBranch("r", "s", i+1), filepath.Join(state, "runs", string(rune('a'+i)), "app"), AddOptions{Pool: pool})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ref := filepath.Join(t.TempDir(), "ref")
+				tgit(t, "", "clone", "-q", dir, ref)
+				tgit(t, ref, "checkout", "-q", c1)
+				change(ref)
+				tgit(t, ref, "add", "-A")
+				want := tgit(t, ref, "write-tree")
+				change(w.Path)
+				for _, p := range []string{"src/deep", "src", "fresh/sub", "fresh"} { // deepest first
+					if m, ok := c.modes[p]; ok {
+						os.Chmod(filepath.Join(w.Path, p), m)
+					}
+				}
+				sha, changed, err := w.CommitAll("m")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := tgit(t, dir, "rev-parse", sha+"^{tree}"); got != want || !changed {
+					diff, _ := tgitErr(dir, "diff", "--name-status", want, got)
+					t.Errorf("changed %v; committed tree %s, git add -A of the readable tree makes %s:\n%s", changed, got, want, diff)
+				}
+				if ok, err := r.Release(w); !ok || err != nil {
+					t.Fatalf("release: %v %v", ok, err)
+				}
+			})
+		}
+	})
+}

@@ -607,6 +607,11 @@ func (w *Worktree) addSurveyed(env []string) (tree string, same bool, err error)
 			return "", false, err
 		}
 	}
+	for _, p := range add {
+		if err := readableFolders(filepath.Join(w.Path, p)); err != nil {
+			return "", false, err
+		}
+	}
 	if len(add) > 0 {
 		if _, err := git(add, "add", "--all"); err != nil {
 			return "", false, err
