@@ -1,11 +1,88 @@
 package worktree
 
 import (
+	"encoding/binary"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
+
+// More of the step's attacks on a reused tree (rt2, against 6567003: no
+// git status after the cleaning, Release applying the commit's survey).
+func init() {
+	poolAttacks = append(poolAttacks, []struct {
+		name string
+		do   func(t *testing.T, wt, gitDir string)
+	}{
+		{"default ACL on a tracked folder", func(t *testing.T, wt, _ string) {
+			// user::rwx group::rwx other::rwx: what git checks out into
+			// the folder would be world-writable.
+			acl := binary.LittleEndian.AppendUint32(nil, 2)
+			for _, tag := range []uint16{0x01, 0x04, 0x20} {
+				acl = binary.LittleEndian.AppendUint16(acl, tag)
+				acl = binary.LittleEndian.AppendUint16(acl, 7)
+				acl = binary.LittleEndian.AppendUint32(acl, 0xffffffff)
+			}
+			if err := unix.Lsetxattr(filepath.Join(wt, "src"), "system.posix_acl_default", acl, 0); err != nil {
+				if os.Getenv("CI") == "true" {
+					t.Fatalf("the temp folder takes no ACLs (%v): point TMPDIR at a filesystem that does (ext4, xfs, btrfs)", err)
+				}
+				t.Skipf("no ACLs here: %v", err)
+			}
+			os.Remove(filepath.Join(wt, "src", "a.go")) // checked out again into it
+		}},
+		{"hard link from outside the tree", func(t *testing.T, wt, _ string) {
+			if err := os.Link(filepath.Join(wt, "README"), filepath.Join(t.TempDir(), "kept")); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"case-only rename", func(t *testing.T, wt, _ string) {
+			os.Rename(filepath.Join(wt, "README"), filepath.Join(wt, "readme"))
+		}},
+		{"tracked file replaced by a folder", func(t *testing.T, wt, _ string) {
+			os.Remove(filepath.Join(wt, "README"))
+			write(t, filepath.Join(wt, "README", "x.log"), "secret\n")
+		}},
+		{"nested git folder in a tracked folder", func(t *testing.T, wt, _ string) {
+			write(t, filepath.Join(wt, "src", ".git", "HEAD"), "ref: refs/heads/main\n")
+			write(t, filepath.Join(wt, "src", ".git", "config"), "[core]\n\tfsmonitor = touch /tmp/kusaw-pwned\n")
+			os.MkdirAll(filepath.Join(wt, "src", ".git", "objects"), 0o755)
+			os.MkdirAll(filepath.Join(wt, "src", ".git", "refs"), 0o755)
+		}},
+		{"untracked nested repository", func(t *testing.T, wt, _ string) {
+			n := filepath.Join(wt, "nested")
+			os.MkdirAll(n, 0o755)
+			tgit(t, n, "init", "-q")
+			write(t, filepath.Join(n, "f"), "f\n")
+			tgit(t, n, "add", "f")
+			tgit(t, n, "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-q", "-m", "x")
+		}},
+		{"empty folders", func(t *testing.T, wt, _ string) {
+			os.MkdirAll(filepath.Join(wt, "empty", "deeper"), 0o755)
+			os.MkdirAll(filepath.Join(wt, "src", "deep", "empty"), 0o700)
+		}},
+		{"ignored files in an untracked folder", func(t *testing.T, wt, _ string) {
+			write(t, filepath.Join(wt, "build", "out.log"), "secret\n")
+			write(t, filepath.Join(wt, "build", "deep", "more.log"), "secret\n")
+		}},
+		{"pathspec magic and dashes", func(t *testing.T, wt, _ string) {
+			for _, n := range []string{":(glob)*", ":(exclude)src", "--all", "back\\slash", "*"} {
+				write(t, filepath.Join(wt, n), "x\n")
+				write(t, filepath.Join(wt, "src", n), "x\n")
+			}
+		}},
+		{"more than 500 paths", func(t *testing.T, wt, _ string) {
+			for i := range maxSurveyed + 5 {
+				write(t, filepath.Join(wt, "src", fmt.Sprintf("f%d.log", i)), "secret\n")
+				write(t, filepath.Join(wt, fmt.Sprintf("f%d", i)), "x\n")
+			}
+		}},
+	}...)
+}
 
 // A tree reused on an unchanged base keeps the index of its last
 // checkout as it was, mtime included (copyIndex must: git tells racily
