@@ -425,10 +425,25 @@ func ownerCanRead(p string, mode uint32) error {
 // readableFolders makes p, if a folder, and every folder below it (never
 // through a link) readable and searchable by its owner: p is a path the
 // commit names to git, which reads it all anyway.
-func readableFolders(p string) error {
+func readableFolders(p string) error { return readableTree(p, false) }
+
+// readableTree is readableFolders, and with files also gives every
+// regular file below p (or p) its owner's read (a stat of each file:
+// only once git add failed).
+func readableTree(p string, files bool) error {
 	var st unix.Stat_t
-	if err := unix.Lstat(p, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return nil // a path deleted, or no folder: git tells
+	if err := unix.Lstat(p, &st); err != nil {
+		return nil // a path deleted: git tells
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		if files && st.Mode&0o400 == 0 {
+			return os.Chmod(p, fs.FileMode(st.Mode&0o777|0o400))
+		}
+		return nil
+	case unix.S_IFDIR:
+	default:
+		return nil
 	}
 	if err := ownerCanRead(p, uint32(st.Mode)); err != nil {
 		return err
@@ -438,8 +453,8 @@ func readableFolders(p string) error {
 		return err
 	}
 	for _, d := range ents {
-		if d.IsDir() {
-			if err := readableFolders(filepath.Join(p, d.Name())); err != nil {
+		if d.IsDir() || files && d.Type().IsRegular() {
+			if err := readableTree(filepath.Join(p, d.Name()), files); err != nil {
 				return err
 			}
 		}

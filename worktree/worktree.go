@@ -488,7 +488,7 @@ func (w *Worktree) CommitAll(msg string) (sha string, changed bool, err error) {
 	}
 	if tree == "" && !same {
 		fullAdds.Add(1)
-		if _, err := run("add", "--all"); err != nil {
+		if err := w.addAll(run); err != nil {
 			return "", false, fmt.Errorf("commit on %s: %v", w.Branch, err)
 		}
 		if len(w.Sparse) > 0 {
@@ -535,6 +535,29 @@ func (w *Worktree) CommitAll(msg string) (sha string, changed bool, err error) {
 		return result, tree != parentTree, nil
 	}
 	return result, result != w.BaseSHA, nil
+}
+
+// addAll is CommitAll's git add --all. As the step's own user (not root,
+// which reads whatever the mode), git skips a folder it cannot open with
+// a warning and exit 0, and fails on a file it cannot read: the step's
+// folders get their owner's r+x back first, and, only when git add
+// fails, its files their owner's read, once (Release resets modes).
+func (w *Worktree) addAll(run func(args ...string) (string, error)) error {
+	if os.Geteuid() == 0 {
+		_, err := run("add", "--all")
+		return err
+	}
+	if err := readableTree(w.Path, false); err != nil {
+		return err
+	}
+	if _, err := run("add", "--all"); err == nil {
+		return nil
+	}
+	if err := readableTree(w.Path, true); err != nil {
+		return err
+	}
+	_, err := run("add", "--all")
+	return err
 }
 
 // fullAdds counts CommitAll's passes of git add --all (tests tell the
