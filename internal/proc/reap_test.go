@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -20,11 +21,16 @@ import (
 func TestReaperHoldsItself(t *testing.T) {
 	EnableReaper(os.Args[0])
 	t.Cleanup(func() { EnableReaper("") })
-	script := `p=$(cut -d' ' -f4 /proc/$$/stat); tr '\0' ' ' < /proc/$p/cmdline; echo; cat /proc/$$/cgroup; echo FDS $(ls /proc/$$/fd); exit 7`
+	// The shell's descriptors are listed first, into a file, before any
+	// command substitution: a substitution's pipe is the shell's own for a
+	// moment, and a listing inside one could see its write end (CI saw
+	// "3 4" against "3" under load).
+	script := `ls /proc/$$/fd > "$FDS"; p=$(cut -d' ' -f4 /proc/$$/stat); tr '\0' ' ' < /proc/$p/cmdline; echo; cat /proc/$$/cgroup; echo FDS $(cat "$FDS"); exit 7`
 	fdSets := map[bool]string{} // what the program holds, held or not
 	for _, limited := range []bool{true, false} {
 		t.Run(fmt.Sprint("limited=", limited), func(t *testing.T) {
 			cmd := exec.Command("/bin/sh", "-c", script)
+			cmd.Env = append(os.Environ(), "FDS="+filepath.Join(t.TempDir(), "fds"))
 			Reaped(cmd)
 			if cmd.Args[1] != ReapArg {
 				t.Fatalf("not reaped: %v", cmd.Args)
