@@ -2,11 +2,13 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/kusaw/kusaw/providers/providertest"
 	"github.com/kusaw/kusaw/secretstore"
@@ -199,21 +201,34 @@ steps:
 // An agent's prompt is not the factory file's text: a trigger's issue
 // body or a parameter can be all of it. When it is the absolute path of
 // a file outside the view (another factory's secrets under /var/tmp
-// here), the sandbox must not show that file as "a file the step's
-// command names"; a custom command's script still is (the twin).
+// here, readable by the user kusaw runs as), the sandbox must not show
+// that file as "a file the step's command names"; a custom command's
+// script still is (the twin). As root and as uid 65534.
 func TestAgentPromptPathIsNotShownToTheSandbox(t *testing.T) {
 	needSandbox(t)
 	f := buildFakes(t)
-	other, err := os.MkdirTemp("/var/tmp", "kusaw-other-factory-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(other) })
-	secret := filepath.Join(other, "deploy.env")
-	script := filepath.Join(other, "check.sh")
-	writeFile(t, secret, "DEPLOY_TOKEN=other-factory-secret\n")
-	writeFile(t, script, "test -r "+script+"\n")
-	dir := agentFactory(t, f.Claude, `pipelines:
+	for _, uid := range seamUIDs() {
+		t.Run(fmt.Sprintf("uid%d", uid), func(t *testing.T) {
+			other, err := os.MkdirTemp("/var/tmp", "kusaw-other-factory-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.RemoveAll(other) })
+			os.Chmod(other, 0o755)
+			secret := filepath.Join(other, "deploy.env")
+			script := filepath.Join(other, "check.sh")
+			writeFile(t, secret, "DEPLOY_TOKEN=other-factory-secret\n")
+			writeFile(t, script, "test -r "+script+"\n")
+			for _, p := range []string{secret, script} {
+				os.Chmod(p, 0o644)
+			}
+			dir, _ := seamDir(t, uid)
+			writeFile(t, filepath.Join(dir, "factory.yaml"), `version: 1
+repos:
+  app: {path: ./app}
+providers:
+  claude-code: {command: `+f.Claude+`}
+pipelines:
   default: [fix, check]
 steps:
   fix:
@@ -227,47 +242,52 @@ steps:
     repos: [app]
     sandbox: required
 `)
-	res := runKusaw(t, dir, "run", "--param", "task="+secret)
-	if res.code != 0 {
-		t.Fatalf("kusaw run exit %d\n%s%s", res.code, res.stdout, res.stderr)
-	}
-	id := onlyRun(t, dir)
-	mounted := func(step, path string) bool {
-		events := readFile(t, filepath.Join(dir, ".kusaw", "runs", id, "steps", step, "1", "events.jsonl"))
-		for _, line := range strings.Split(events, "\n") {
-			if !strings.Contains(line, `"type":"sandbox.plan"`) {
-				continue
+			if err := secretstore.OpenDir(filepath.Join(dir, "secrets")).Set("agent.token", "fake-oauth-token-1234"); err != nil {
+				t.Fatal(err)
 			}
-			var ev struct {
-				Data struct {
-					Plan struct {
-						Mounts []struct {
-							Src string `json:"src"`
-							Dst string `json:"dst"`
-						} `json:"mounts"`
-					} `json:"plan"`
-				} `json:"data"`
+			res := runKusawAs(t, uid, 2*time.Minute, dir, "run", "--param", "task="+secret)
+			if res.code != 0 {
+				t.Fatalf("kusaw run exit %d\n%s%s", res.code, res.stdout, res.stderr)
 			}
-			if err := json.Unmarshal([]byte(line), &ev); err != nil {
-				t.Fatalf("%s: sandbox.plan event: %v", step, err)
-			}
-			if len(ev.Data.Plan.Mounts) == 0 {
-				t.Fatalf("%s: sandbox.plan event without mounts: %s", step, line)
-			}
-			for _, m := range ev.Data.Plan.Mounts {
-				if m.Src == path || m.Dst == path {
-					return true
+			id := onlyRun(t, dir)
+			mounted := func(step, path string) bool {
+				events := readFile(t, filepath.Join(dir, ".kusaw", "runs", id, "steps", step, "1", "events.jsonl"))
+				for _, line := range strings.Split(events, "\n") {
+					if !strings.Contains(line, `"type":"sandbox.plan"`) {
+						continue
+					}
+					var ev struct {
+						Data struct {
+							Plan struct {
+								Mounts []struct {
+									Src string `json:"src"`
+									Dst string `json:"dst"`
+								} `json:"mounts"`
+							} `json:"plan"`
+						} `json:"data"`
+					}
+					if err := json.Unmarshal([]byte(line), &ev); err != nil {
+						t.Fatalf("%s: sandbox.plan event: %v", step, err)
+					}
+					if len(ev.Data.Plan.Mounts) == 0 {
+						t.Fatalf("%s: sandbox.plan event without mounts: %s", step, line)
+					}
+					for _, m := range ev.Data.Plan.Mounts {
+						if m.Src == path || m.Dst == path {
+							return true
+						}
+					}
+					return false
 				}
+				t.Fatalf("%s: no sandbox.plan event", step)
+				return false
 			}
-			return false
-		}
-		t.Fatalf("%s: no sandbox.plan event", step)
-		return false
-	}
-	if mounted("fix", secret) {
-		t.Errorf("the agent's prompt %s was mounted into its sandbox", secret)
-	}
-	if !mounted("check", script) {
-		t.Errorf("the custom command's script %s was not mounted (the legitimate use)", script)
+			if mounted("fix", secret) {
+				t.Errorf("the agent's prompt %s was mounted into its sandbox", secret)
+			}
+			if !mounted("check", script) {
+				t.Errorf("the custom command's script %s was not mounted (the legitimate use)", script)
+			}
+		})
 	}
 }
