@@ -56,9 +56,7 @@ func TestFullCommitReadsWhatTheStepMadeUnreadable(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				ref := filepath.Join(t.TempDir(), "ref")
-				tgit(t, "", "clone", "-q", dir, ref)
-				tgit(t, ref, "checkout", "-q", c1)
+				ref := refClone(t, dir, c1)
 				write(t, filepath.Join(ref, "committed.go"), "package own\n")
 				change(ref, c.many)
 				tgit(t, ref, "add", "-A")

@@ -15,10 +15,7 @@ import (
 // More attacks on a reused tree, run by TestPoolReuseEqualsFreshCheckout
 // with the others.
 func init() {
-	poolAttacks = append(poolAttacks, []struct {
-		name string
-		do   func(t *testing.T, wt, gitDir string)
-	}{
+	poolAttacks = append(poolAttacks, []poolAttack{
 		{"same-size tracked files swapped, times restored", func(t *testing.T, wt, _ string) {
 			a, b := filepath.Join(wt, "src", "a.go"), filepath.Join(wt, "src", "x.go")
 			fi, _ := os.Stat(a)

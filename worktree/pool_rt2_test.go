@@ -14,10 +14,7 @@ import (
 // More of the step's attacks on a reused tree (rt2, against 6567003: no
 // git status after the cleaning, Release applying the commit's survey).
 func init() {
-	poolAttacks = append(poolAttacks, []struct {
-		name string
-		do   func(t *testing.T, wt, gitDir string)
-	}{
+	poolAttacks = append(poolAttacks, []poolAttack{
 		{"default ACL on a tracked folder", func(t *testing.T, wt, _ string) {
 			// user::rwx group::rwx other::rwx: what git checks out into
 			// the folder would be world-writable.
@@ -31,7 +28,7 @@ func init() {
 				if os.Getenv("CI") == "true" {
 					t.Fatalf("the temp folder takes no ACLs (%v): point TMPDIR at a filesystem that does (ext4, xfs, btrfs)", err)
 				}
-				t.Skipf("no ACLs here: %v", err)
+				t.Skipf("the temp folder takes no ACLs (%v): point TMPDIR at a filesystem that does (ext4, xfs, btrfs) to run this attack", err)
 			}
 			os.Remove(filepath.Join(wt, "src", "a.go")) // checked out again into it
 		}},
@@ -177,9 +174,7 @@ func TestCommitReadsFoldersTheStepMadeUnreadable(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				ref := filepath.Join(t.TempDir(), "ref")
-				tgit(t, "", "clone", "-q", dir, ref)
-				tgit(t, ref, "checkout", "-q", c1)
+				ref := refClone(t, dir, c1)
 				change(ref)
 				tgit(t, ref, "add", "-A")
 				want := tgit(t, ref, "write-tree")

@@ -103,10 +103,13 @@ func freshManifest(t *testing.T, dir, commit string) string {
 // in its worktree. After the next attempt takes the tree from the pool, the
 // tree must equal a fresh checkout of that attempt's base, and it must
 // have been reused (cleaned), not silently checked out afresh.
-var poolAttacks = []struct {
+// poolAttack is one thing a step does to its tree before the release.
+type poolAttack struct {
 	name string
 	do   func(t *testing.T, wt, gitDir string)
-}{
+}
+
+var poolAttacks = []poolAttack{
 	{"untracked file", func(t *testing.T, wt, _ string) { write(t, filepath.Join(wt, "src", "planted.go"), "package evil\n") }},
 	{"ignored file", func(t *testing.T, wt, _ string) { write(t, filepath.Join(wt, "debug.log"), "left\n") }},
 	{"untracked folder without permissions", func(t *testing.T, wt, _ string) {
@@ -317,9 +320,7 @@ func TestPoolCommitIsExactlyTheChange(t *testing.T) {
 			t.Fatalf("attempt %d: reused %v (%s)", n, w.Reused, w.ReuseFailed)
 		}
 		// The same changes in a plain clone, committed by git add -A.
-		ref := filepath.Join(t.TempDir(), "ref")
-		tgit(t, "", "clone", "-q", dir, ref)
-		tgit(t, ref, "checkout", "-q", c1)
+		ref := refClone(t, dir, c1)
 		for _, root := range []string{w.Path, ref} {
 			write(t, filepath.Join(root, "new", "file.txt"), "added\n")
 			os.Remove(filepath.Join(root, "gone.txt"))
@@ -604,4 +605,14 @@ func TestPoolReuseRewritesRacyIndex(t *testing.T) {
 	if _, changed, err := w2.CommitAll("m"); err != nil || changed {
 		t.Fatalf("commit: %v changed=%v", err, changed)
 	}
+}
+
+// refClone is a clone of dir with base checked out: where git add -A of
+// the same changes gives the tree a commit must have.
+func refClone(t *testing.T, dir, base string) string {
+	t.Helper()
+	ref := filepath.Join(t.TempDir(), "ref")
+	tgit(t, "", "clone", "-q", dir, ref)
+	tgit(t, ref, "checkout", "-q", base)
+	return ref
 }

@@ -70,9 +70,7 @@ func TestSurveyRedTeamTwins(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ref := filepath.Join(t.TempDir(), "ref")
-			tgit(t, "", "clone", "-q", dir, ref)
-			tgit(t, ref, "checkout", "-q", base)
+			ref := refClone(t, dir, base)
 			c.do(w.Path)
 			c.do(ref)
 			_, aerr := tgitErr(ref, "add", "-A")

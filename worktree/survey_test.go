@@ -117,9 +117,7 @@ func TestCommitOfSurveyedChangesIsGitAddAll(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ref := filepath.Join(t.TempDir(), "ref")
-			tgit(t, "", "clone", "-q", dir, ref)
-			tgit(t, ref, "checkout", "-q", base)
+			ref := refClone(t, dir, base)
 			c.do(w.Path)
 			c.do(ref)
 			tgit(t, ref, "add", "-A")

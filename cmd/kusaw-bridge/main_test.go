@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kusaw/kusaw/internal/bridgebuild"
 	"github.com/kusaw/kusaw/sandbox/confine"
 )
 
@@ -240,4 +241,13 @@ func skipOrFail(t *testing.T, msg string) {
 		t.Fatal(msg)
 	}
 	t.Skip(msg)
+}
+
+// needStaticCC skips the test, or fails it under CI=true, where no C
+// compiler with a static C library can build the C stage.
+func needStaticCC(t *testing.T, cannot string) {
+	t.Helper()
+	if !bridgebuild.StaticCC() {
+		skipOrFail(t, "no C compiler with a static C library here (apt-get install gcc libc6-dev; make deps does): "+cannot)
+	}
 }

@@ -25,9 +25,7 @@ import (
 // glibc's start-up makes to set up that storage, before the step's
 // execve), and its failures must still be reported, by the constructor.
 func TestCStageRunsBeforeTheCLibrary(t *testing.T) {
-	if !bridgebuild.StaticCC() {
-		skipOrFail(t, "no C compiler with a static C library here (apt-get install gcc libc6-dev; make deps does): the C stage cannot be built")
-	}
+	needStaticCC(t, "the C stage cannot be built")
 	t.Setenv("CGO_CFLAGS", "-O2 -g -fstack-protector-all")
 	bin := filepath.Join(t.TempDir(), "kusaw-bridge")
 	if err := bridgebuild.Build("", bin, true); err != nil {

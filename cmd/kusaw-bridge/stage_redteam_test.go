@@ -62,9 +62,7 @@ func init() {
 // without the filter.
 func TestCStageWithoutFaccessat2(t *testing.T) {
 	needLandlock(t, "the step's confinement cannot be checked")
-	if !bridgebuild.StaticCC() {
-		skipOrFail(t, "no C compiler with a static C library here (apt-get install gcc libc6-dev; make deps does): the C stage cannot be built")
-	}
+	needStaticCC(t, "the C stage cannot be built")
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

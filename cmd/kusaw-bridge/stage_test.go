@@ -30,9 +30,7 @@ import (
 // messages.
 func TestStageImplementationsAgree(t *testing.T) {
 	abi := needLandlock(t, "the stages' write rules cannot be compared")
-	if !bridgebuild.StaticCC() {
-		skipOrFail(t, "no C compiler with a static C library here (apt-get install gcc libc6-dev; make deps does): the C stage cannot be built")
-	}
+	needStaticCC(t, "the C stage cannot be built")
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
