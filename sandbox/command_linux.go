@@ -88,6 +88,14 @@ func Command(ctx context.Context, p *Plan, argv []string) (*exec.Cmd, error) {
 	}
 	cmd.ExtraFiles = append(cmd.ExtraFiles, ffiles...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// A plan with write layers starts as the stage that mounts them and
+	// then execs this bwrap (write_layer_linux.go).
+	if err := p.wrapLayers(cmd); err != nil {
+		for _, f := range cmd.ExtraFiles {
+			f.Close()
+		}
+		return nil, err
+	}
 	cmd.Cancel = func() error {
 		if cmd.Process == nil {
 			return nil

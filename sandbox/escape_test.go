@@ -33,6 +33,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == confine.Subcommand {
 		os.Exit(confineMain(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == confine.LayerSubcommand {
+		os.Exit(layerMain(os.Args[2:]))
+	}
 	// The stage's program: this binary, copied where an unprivileged user
 	// can reach it (go test builds in a folder only its user can enter).
 	cleanup := confineTestProgram()

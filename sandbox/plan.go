@@ -12,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/kusaw/kusaw/sandbox/confine"
 	"github.com/kusaw/kusaw/status"
 )
 
@@ -35,6 +36,13 @@ type Worktree struct {
 	// and reflog folders stay read-only. kusaw reads the attempt branch
 	// from it afterwards, checked, and moves the real branch itself.
 	RefStore string
+	// Layer, when set (Linux, a writable worktree), is an absolute folder
+	// holding two empty folders upper/ and work/ on one filesystem: the
+	// step then sees Path as an overlay (lower: the tree, read-only
+	// underneath; upper: Layer/upper, which receives every change), with
+	// every protection inside the tree on top as without it. The step
+	// never sees Layer itself and holds no capability (write_layer.go).
+	Layer string
 }
 
 // Proxy is what the sandbox needs from an egress lease (allowlist mode).
@@ -198,6 +206,9 @@ type Plan struct {
 	// LocalPorts are the leased local-service ports (macOS: admitted by
 	// the profile; Linux: forwarded by the bridge).
 	LocalPorts []int `json:"local_ports,omitempty"`
+	// WriteLayers are the worktrees seen through an overlay (Worktree.Layer):
+	// Command mounts them before bwrap starts (confine.RunLayer).
+	WriteLayers []confine.Layer `json:"write_layers,omitempty"`
 	// Home and AttemptDir as resolved (for probes and doctor).
 	Home       string `json:"home,omitempty"`
 	AttemptDir string `json:"attempt_dir,omitempty"`
@@ -316,6 +327,9 @@ func BuildPlan(in Input) (*Plan, error) {
 		p.Mounts = ordered(all, b.remount, true)
 	} else {
 		p.Mounts = append(all, b.remount...)
+	}
+	if err := b.layersHidden(); err != nil {
+		return nil, err
 	}
 	p.classify()
 	return p, nil

@@ -18,6 +18,9 @@ func (b *builder) worktree(w Worktree) error {
 	if err != nil {
 		return err
 	}
+	if err := b.writeLayer(w, wt); err != nil {
+		return err
+	}
 	if !w.Writable {
 		b.readOnlyWorktree(w, wt, cd)
 		return nil

@@ -3,7 +3,8 @@
 // sandboxed step (package sandbox/confine); otherwise, with network:
 // allowlist, the egress bridge (package egress/bridge). It is installed
 // beside kusaw and does what kusaw __confine and kusaw __egress-bridge
-// do, without starting the whole of kusaw first.
+// do, without starting the whole of kusaw first. With __layer it mounts
+// an attempt's write layers before bwrap starts (confine.RunLayer).
 //
 // When the stage's command is this same program's bridge (an allowlist
 // step: `kusaw-bridge __confine -w PATH... -- kusaw-bridge --lease ...
@@ -27,6 +28,11 @@ import (
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == confine.Subcommand {
 		exit(stage(os.Args[2:]))
+	}
+	// The write layer's stage, outside the sandbox before bwrap (the C
+	// stage leaves it to Go: it runs once per attempt with a layer).
+	if len(os.Args) > 1 && os.Args[1] == confine.LayerSubcommand {
+		exit(confine.RunLayer(os.Args[2:]))
 	}
 	exit(bridge.Run(os.Args[1:]))
 }

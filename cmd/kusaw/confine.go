@@ -12,6 +12,7 @@ import (
 
 func init() {
 	addCommand("__confine", newConfineCmd)
+	addCommand(confine.LayerSubcommand, newLayerCmd)
 	// kusaw runs the stage itself when kusaw-bridge is not beside it.
 	sandbox.ServeConfine()
 }
@@ -31,6 +32,24 @@ func newConfineCmd(a *app) *cobra.Command {
 				return exitf(status.ExitCode(ce.Code), "%s", ce.Msg)
 			}
 			return exitf(status.ExitCode(confine.ExitSetup), "%v", err)
+		},
+	}
+}
+
+// newLayerCmd is the hidden write-layer stage before bwrap, when
+// kusaw-bridge is not beside kusaw (confine.RunLayer).
+func newLayerCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:                confine.LayerSubcommand + " [-l TREE UPPER WORK]... -- BWRAP [ARG...]",
+		Hidden:             true,
+		DisableFlagParsing: true,
+		RunE: func(c *cobra.Command, args []string) error {
+			err := confine.RunLayer(args)
+			var ce *confine.Error
+			if errors.As(err, &ce) {
+				return exitf(status.ExitCode(ce.Code), "%s", ce.Msg)
+			}
+			return exitf(status.ExitCode(confine.ExitLayer), "%v", err)
 		},
 	}
 }

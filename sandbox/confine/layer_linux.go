@@ -1,0 +1,70 @@
+package confine
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// LayerCaps are the capabilities the stage needs in its own user
+// namespace, as ambient capabilities from the process start: mounting the
+// overlay needs both (without CAP_DAC_OVERRIDE the kernel refuses it).
+// They hold for files of the one mapped user only, and go before bwrap.
+var LayerCaps = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_DAC_OVERRIDE}
+
+// RunLayer mounts the layers and execs the command; it returns only on
+// failure, and then nothing has run.
+func RunLayer(args []string) error {
+	layers, argv, err := ParseLayer(args)
+	if err != nil {
+		return err
+	}
+	// Ambient capabilities are a thread's: the one that lets go of them
+	// is the one that execs.
+	runtime.LockOSThread()
+	// Nothing mounted here reaches the host's mount namespace (a namespace
+	// of a user namespace already receives only; private says so outright).
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return layerErr("making the mounts private", "", err)
+	}
+	for _, l := range layers {
+		if err := mountLayer(l); err != nil {
+			return err
+		}
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return layerErr("letting go of the ambient capabilities", "", err)
+	}
+	err = syscall.Exec(argv[0], argv, os.Environ())
+	return &Error{ExitNoExec, fmt.Sprintf("layer: cannot run %s: %v", argv[0], err)}
+}
+
+// mountLayer mounts one overlay on its tree and checks that it is there.
+func mountLayer(l Layer) error {
+	opts, err := l.Options()
+	if err != nil {
+		return err
+	}
+	if err := unix.Mount("overlay", l.Tree, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return layerErr("mounting the write layer on", l.Tree, err)
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(l.Tree, &fs); err != nil || fs.Type != unix.OVERLAYFS_SUPER_MAGIC {
+		return &Error{ExitLayer, "layer: " + l.Tree + " is not an overlay after mounting it"}
+	}
+	return nil
+}
+
+func layerErr(what, path string, err error) error {
+	if path != "" {
+		what += " " + path
+	}
+	msg := fmt.Sprintf("layer: %s: %v", what, err)
+	if err == unix.EPERM || err == unix.EACCES || err == unix.EINVAL {
+		msg += " (the kernel refused an overlay in kusaw's user namespace; kusaw sandbox check --verbose says whether the write layer works here, or set write_layer: none)"
+	}
+	return &Error{ExitLayer, msg}
+}

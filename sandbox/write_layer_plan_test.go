@@ -1,0 +1,134 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"testing"
+
+	"github.com/kusaw/kusaw/sandbox/confine"
+)
+
+// layerMain serves the write-layer stage when this test binary is the
+// stage's program (no C compiler for kusaw-bridge).
+func layerMain(args []string) int {
+	err := confine.RunLayer(args)
+	code := confine.ExitLayer
+	var ce *confine.Error
+	if errors.As(err, &ce) {
+		code = ce.Code
+	}
+	fmt.Fprintf(os.Stderr, "kusaw: %v\n", err)
+	return code
+}
+
+// newLayer makes a write layer's folders, as worktree.NewLayer does.
+func newLayer(t testing.TB, dir string) string {
+	t.Helper()
+	for _, d := range []string{"upper", "work"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// The stage's argv, in order: program, subcommand, one -l triple per
+// layer in the plan's order, "--", then bwrap's argv untouched.
+func TestLayerArgvOrder(t *testing.T) {
+	ls := []confine.Layer{{Tree: "/a/wt", Upper: "/a/l/upper", Work: "/a/l/work"}, {Tree: "/b/wt", Upper: "/b/l/upper", Work: "/b/l/work"}}
+	got := layerArgv("/opt/k/kusaw-bridge", ls, []string{"/usr/bin/bwrap", "--unshare-all", "--", "/bin/sh", "-l"})
+	want := []string{"/opt/k/kusaw-bridge", "__layer", "-l", "/a/wt", "/a/l/upper", "/a/l/work", "-l", "/b/wt", "/b/l/upper", "/b/l/work",
+		"--", "/usr/bin/bwrap", "--unshare-all", "--", "/bin/sh", "-l"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("argv\n got %q\nwant %q", got, want)
+	}
+	back, argv, err := confine.ParseLayer(got[2:])
+	if err != nil || !slices.Equal(back, ls) || !slices.Equal(argv, want[11:]) {
+		t.Fatalf("ParseLayer gives %v %q %v, want the layers and bwrap's argv back", back, argv, err)
+	}
+	o, err := ls[0].Options()
+	if want := "lowerdir=/a/wt,upperdir=/a/l/upper,workdir=/a/l/work,userxattr"; err != nil || o != want {
+		t.Fatalf("options %q (%v), want %q", o, err, want)
+	}
+	var a syscall.SysProcAttr
+	layerAttr(&a, 1000, 1001)
+	if a.Cloneflags != syscall.CLONE_NEWUSER|syscall.CLONE_NEWNS || len(a.UidMappings) != 1 || a.UidMappings[0] != (syscall.SysProcIDMap{ContainerID: 1000, HostID: 1000, Size: 1}) ||
+		len(a.GidMappings) != 1 || a.GidMappings[0] != (syscall.SysProcIDMap{ContainerID: 1001, HostID: 1001, Size: 1}) || a.GidMappingsEnableSetgroups ||
+		!slices.Equal(a.AmbientCaps, confine.LayerCaps) {
+		t.Fatalf("the stage's start: %+v; want its own user and mount namespace, only the user mapped, setgroups denied, LayerCaps ambient", a)
+	}
+}
+
+// Bad stage arguments are refused before anything is mounted.
+func TestLayerArgsRefused(t *testing.T) {
+	for _, args := range [][]string{
+		{"-l", "/t", "/u"},
+		{"-l", "/t", "/u", "/w", "--", "bwrap"},
+		{"-l", "/t", "/u", "/w", "--"},
+		{"--", "/usr/bin/bwrap"},
+		{"-l", "/t,lowerdir=/etc", "/u", "/w", "--", "/usr/bin/bwrap"},
+		{"-l", "/t:/etc", "/u", "/w", "--", "/usr/bin/bwrap"},
+		{"-l", "t", "/u", "/w", "--", "/usr/bin/bwrap"},
+		{"-x"},
+	} {
+		if _, _, err := confine.ParseLayer(args); err == nil {
+			t.Errorf("ParseLayer(%q) accepted", args)
+		}
+	}
+}
+
+// The plan: a writable worktree's layer is in the plan and named in its
+// notes; every misuse is refused with a fix, the layer inside a folder
+// the sandbox shows included (the step could then write the upper layer
+// behind the overlay's back).
+func TestPlanWriteLayer(t *testing.T) {
+	f := newFixture(t)
+	in := f.input()
+	in.Worktrees[0].Layer = newLayer(t, filepath.Join(f.attempt, "layer-1"))
+	p := mustPlan(t, in)
+	want := confine.Layer{Tree: f.wt, Upper: filepath.Join(f.attempt, "layer-1", "upper"), Work: filepath.Join(f.attempt, "layer-1", "work")}
+	if len(p.WriteLayers) != 1 || p.WriteLayers[0] != want {
+		t.Fatalf("write layers %+v, want %+v", p.WriteLayers, want)
+	}
+	for _, m := range p.Mounts {
+		if within(filepath.Join(f.attempt, "layer-1"), m.Src) {
+			t.Fatalf("the plan mounts %s from the layer", m.Src)
+		}
+	}
+	refused := func(name, substr string, edit func(*Input)) {
+		t.Run(name, func(t *testing.T) {
+			in := f.input()
+			edit(&in)
+			wantRefused(t, in, substr)
+		})
+	}
+	refused("read-only", "read-only worktree", func(in *Input) {
+		in.Worktrees[0].Layer = newLayer(t, filepath.Join(f.attempt, "layer-2"))
+		in.Worktrees[0].Writable = false
+	})
+	refused("relative", "not absolute", func(in *Input) { in.Worktrees[0].Layer = "layer-1" })
+	refused("no upper", "not a folder", func(in *Input) {
+		in.Worktrees[0].Layer = filepath.Join(f.attempt, "layer-3")
+		os.MkdirAll(filepath.Join(f.attempt, "layer-3", "work"), 0o700)
+	})
+	refused("upper a link", "not a folder", func(in *Input) {
+		d := filepath.Join(f.attempt, "layer-4")
+		os.MkdirAll(filepath.Join(d, "work"), 0o700)
+		os.Symlink(f.artifacts, filepath.Join(d, "upper"))
+		in.Worktrees[0].Layer = d
+	})
+	refused("in the worktree", "lie in one another", func(in *Input) { in.Worktrees[0].Layer = newLayer(t, filepath.Join(f.wt, "layer")) })
+	refused("in artifacts", "would be visible in the sandbox", func(in *Input) { in.Worktrees[0].Layer = newLayer(t, filepath.Join(f.artifacts, "layer")) })
+	refused("in allow_write", "would be visible in the sandbox", func(in *Input) {
+		d := filepath.Join(f.root, "cache")
+		in.AllowWrite = append(in.AllowWrite, d)
+		in.Worktrees[0].Layer = newLayer(t, filepath.Join(d, "layer"))
+	})
+	refused("comma", "comma", func(in *Input) { in.Worktrees[0].Layer = newLayer(t, filepath.Join(f.attempt, "layer,x")) })
+}
