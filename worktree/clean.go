@@ -69,6 +69,12 @@ type survey struct {
 	untracked []string // paths the index does not name, outermost (not .git: git never adds one); which are ignored is git's to tell
 	remove    []string // what Release removes: untracked and ignored paths, .git entries, entries of another type, a submodule folder's content
 	folders   []string // folders whose mode or extended attributes Release resets, each after the folder above it
+	// A write layer's survey (layerSurveyOf): what the step changed is
+	// known without a walk, and Release removes every path it changed,
+	// tracked ones too, so that the tree is its checkout again but for
+	// restore, the tracked entries the next take checks out.
+	layer   bool
+	restore []string
 }
 
 // cleanTree cleans (or, in cleanSurvey, surveys) root against idx.

@@ -28,6 +28,11 @@ import (
 //	pool/<repo>-<hash>/idle-<id>/tree    a tree, its .git link stale
 //	pool/<repo>-<hash>/idle-<id>/index   the trusted index of its last checkout
 //	pool/<repo>-<hash>/idle-<id>/base    the commit that index holds
+//	pool/<repo>-<hash>/idle-<id>/layer   only when its last attempt wrote
+//	                                     through a write layer and Release
+//	                                     reverted exactly that: the tracked
+//	                                     paths to check out again (NUL-ended);
+//	                                     the take then skips the cleaning walk
 //	pool/<repo>-<hash>/held/<id>.index   the trusted index of a tree in use
 //
 // An idle tree is taken by renaming its folder away, so two attempts never
@@ -99,15 +104,16 @@ type reusedTree struct {
 	report  CleanReport
 	idx     *trustedIndex // the index, parsed: still the checkout's when checkoutReused rewrote none of it
 	same    bool          // checkoutReused left the index as it was (idx is the new checkout's)
+	trusted bool          // released by a write layer's survey: no cleaning walk
 }
 
 // take moves an idle tree to abs (which must not exist yet) and its
 // trusted index to a held path. ok is false when the pool has none (or
 // none can be moved: another filesystem).
-func (p *Pool) take(abs string) (index, base string, ok bool) {
+func (p *Pool) take(abs string) (index, base string, layer []string, ok bool) {
 	ents, err := os.ReadDir(p.dir)
 	if err != nil {
-		return "", "", false
+		return "", "", nil, false
 	}
 	stage := filepath.Join(filepath.Dir(abs), ".pool-"+filepath.Base(abs))
 	for _, e := range ents {
@@ -118,41 +124,51 @@ func (p *Pool) take(abs string) (index, base string, ok bool) {
 			if errors.Is(err, fs.ErrNotExist) {
 				continue // another attempt took it
 			}
-			return "", "", false
+			return "", "", nil, false
 		}
-		index, base, err = p.unpack(stage, abs)
+		index, base, layer, err = p.unpack(stage, abs)
 		if err != nil {
 			_ = forceRemoveAll(abs)
 			_ = os.Remove(index)
 		}
 		_ = forceRemoveAll(stage)
 		if err == nil {
-			return index, base, true
+			return index, base, layer, true
 		}
 	}
-	return "", "", false
+	return "", "", nil, false
 }
 
 // unpack moves a taken slot's tree to abs and its index to a held path.
-func (p *Pool) unpack(stage, abs string) (index, base string, err error) {
+// layer, when not nil, is the slot's layer list: the tracked paths to
+// check out again, its release having reverted everything else.
+func (p *Pool) unpack(stage, abs string) (index, base string, layer []string, err error) {
 	b, err := readRegular(filepath.Join(stage, "base"), 200)
 	if err != nil {
-		return "", "", err
+		return "", "", nil, err
 	}
 	base = strings.TrimSpace(string(b))
 	if !isHash(base) {
-		return "", "", fmt.Errorf("pool slot %s names no commit", stage)
+		return "", "", nil, fmt.Errorf("pool slot %s names no commit", stage)
+	}
+	if lb, err := readRegular(filepath.Join(stage, "layer"), maxIndexSize); err == nil {
+		layer = []string{}
+		for _, q := range strings.Split(string(lb), "\x00") {
+			if q != "" {
+				layer = append(layer, q)
+			}
+		}
 	}
 	if index, err = p.newHeld(); err != nil {
-		return "", "", err
+		return "", "", nil, err
 	}
 	if err := os.Rename(filepath.Join(stage, "index"), index); err != nil {
-		return "", "", err
+		return "", "", nil, err
 	}
 	if err := os.Rename(filepath.Join(stage, "tree"), abs); err != nil {
-		return index, "", err
+		return index, "", nil, err
 	}
-	return index, base, nil
+	return index, base, layer, nil
 }
 
 // prepareReuse takes an idle tree for abs and cleans it: its .git (a
@@ -161,7 +177,7 @@ func (p *Pool) unpack(stage, abs string) (index, base string, err error) {
 // own checkout. nil: the pool had no tree to give; why: the tree it gave
 // could not be used (it is gone, abs is free again).
 func (r *Repo) prepareReuse(p *Pool, abs string) (rt *reusedTree, why error) {
-	index, base, ok := p.take(abs)
+	index, base, layer, ok := p.take(abs)
 	if !ok {
 		return nil, nil
 	}
@@ -171,7 +187,13 @@ func (r *Repo) prepareReuse(p *Pool, abs string) (rt *reusedTree, why error) {
 	if err == nil {
 		idx, err = readTrustedIndex(index, len(base))
 	}
-	if err == nil {
+	if err == nil && layer != nil && restorable(idx, layer) {
+		// Its last attempt wrote only through a write layer, and its
+		// release reverted every path of it: the rest is the very
+		// checkout the index describes (the step never wrote the tree
+		// itself), so no walk; what Release removed comes back.
+		rt.restore, rt.idx, rt.trusted = layer, idx, true
+	} else if err == nil {
 		rt.restore, rt.report, _, err = cleanTree(abs, idx, cleanFull)
 		rt.idx = idx
 	}
@@ -181,6 +203,18 @@ func (r *Repo) prepareReuse(p *Pool, abs string) (rt *reusedTree, why error) {
 		return nil, fmt.Errorf("cleaning the reused tree: %v", err)
 	}
 	return rt, nil
+}
+
+// restorable: each of paths is an entry of idx (a list kusaw wrote; a
+// slot that does not match its own index is cleaned by the walk).
+func restorable(idx *trustedIndex, paths []string) bool {
+	files, _ := idx.lookup()
+	for _, p := range paths {
+		if _, ok := files[p]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // indexConfig is given to every git that reads or writes an attempt's
@@ -226,6 +260,9 @@ func (r *Repo) checkoutReused(admin, abs, head string, rt *reusedTree) error {
 	}
 	if len(rt.restore) == 0 && rt.base == head {
 		rt.same = true
+		if rt.trusted {
+			return nil // unracy stands on the cleaning's proof, which did not run
+		}
 		return unracy(adminIndex, rt.idx)
 	}
 	return nil
@@ -339,9 +376,15 @@ func (r *Repo) Release(w *Worktree) (bool, error) {
 	// (every tracked file's stat data) comes when the tree is taken, and
 	// also catches whatever changed it while it was idle.
 	err := errors.New("no survey")
-	if w.survey != nil {
-		_, err = applySurvey(w.Path, w.survey)
-		w.survey = nil
+	sv := w.survey
+	if sv == nil {
+		sv = w.layerSurvey // no commit ran
+	}
+	layer := false
+	if sv != nil {
+		_, err = applySurvey(w.Path, sv)
+		layer = err == nil && sv.layer
+		w.survey, w.layerSurvey = nil, nil
 	}
 	if err != nil {
 		var idx *trustedIndex
@@ -368,6 +411,15 @@ func (r *Repo) Release(w *Worktree) (bool, error) {
 	// checkout's modes: the slot's folder, 0700, keeps others out).
 	if err := os.WriteFile(filepath.Join(slot, "base"), []byte(w.BaseSHA+"\n"), 0o600); err != nil {
 		return fail(err)
+	}
+	if layer {
+		var b strings.Builder
+		for _, q := range sv.restore {
+			b.WriteString(q + "\x00")
+		}
+		if err := os.WriteFile(filepath.Join(slot, "layer"), []byte(b.String()), 0o600); err != nil {
+			return fail(err)
+		}
 	}
 	if err := os.Rename(w.index, filepath.Join(slot, "index")); err != nil {
 		return fail(err)

@@ -172,7 +172,7 @@ func TestTrimPoolsLeavesTakenTrees(t *testing.T) {
 	trimClaimed = func(slot string) {
 		taken = filepath.Join(state, "a2", "app")
 		os.MkdirAll(filepath.Dir(taken), 0o755)
-		idx, _, ok := p.take(taken)
+		idx, _, _, ok := p.take(taken)
 		if !ok {
 			t.Errorf("the racing attempt found no tree")
 		}

@@ -38,6 +38,19 @@ type Worktree struct {
 	parsed *trustedIndex // index parsed, nil until needed
 	survey *survey       // what the last commit found in the tree, for Release
 	pool   *Pool
+
+	// The write layer (layer_linux.go): its folder while the step may
+	// write it, what ApplyLayer found (the survey of the tree from then
+	// on), and what kusaw wrote into the tree before the step.
+	layer       string
+	layerSurvey *survey
+	noted       []string
+	// LayerDropped: what ApplyLayer did not carry into the tree (FIFOs,
+	// sockets, devices, .git entries).
+	LayerDropped []Finding
+	// Trusted: the tree came from the pool released by its write layer's
+	// survey, so its take skipped the cleaning walk.
+	Trusted bool
 }
 
 // AddOptions are what AddAttemptWith adds to AddAttempt.
@@ -187,7 +200,7 @@ func (r *Repo) addAttempt(runBranch, attemptBranch, dir string, o AddOptions) (*
 	if reused != nil {
 		_ = os.Remove(reused.index)
 		if reuseErr == nil {
-			w.Reused, w.Cleaned = true, reused.report
+			w.Reused, w.Cleaned, w.Trusted = true, reused.report, reused.trusted
 		}
 	}
 	if reuseErr != nil {
@@ -471,7 +484,9 @@ func (w *Worktree) CommitAll(msg string) (sha string, changed bool, err error) {
 	if err := w.startIndex(index, parent, run); err != nil {
 		return "", false, fmt.Errorf("commit on %s: %v", w.Branch, err)
 	}
-	w.survey = nil
+	// A write layer's survey holds whatever the commit does: it is what
+	// the step changed in the tree, which Release reverts.
+	w.survey = w.layerSurvey
 	tree, same := "", false // same: the survey proved the tree is parent's
 	if parent == w.BaseSHA && len(w.Sparse) == 0 {
 		tree, same, err = w.addSurveyed(env)
@@ -581,15 +596,17 @@ const maxSurveyed = 500
 // in). What the survey found is kept for Release. An error: the caller's
 // git add --all is to decide instead.
 func (w *Worktree) addSurveyed(env []string) (tree string, same bool, err error) {
-	idx, err := w.trusted()
-	if err != nil {
-		return "", false, err
+	sv := w.layerSurvey
+	if sv == nil {
+		idx, err := w.trusted()
+		if err != nil {
+			return "", false, err
+		}
+		if _, _, sv, err = cleanTree(w.Path, idx, cleanSurvey); err != nil {
+			return "", false, err
+		}
+		w.survey = sv
 	}
-	_, _, sv, err := cleanTree(w.Path, idx, cleanSurvey)
-	if err != nil {
-		return "", false, err
-	}
-	w.survey = sv
 	n := len(sv.changed) + len(sv.untracked)
 	if n == 0 {
 		return "", true, nil // the base's checkout, untouched

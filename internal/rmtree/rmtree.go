@@ -33,6 +33,11 @@ func RemoveAll(dir string) error {
 	return removeAt(parent, filepath.Base(dir))
 }
 
+// RemoveAt is RemoveAll of name in the folder open as dirfd (one found
+// without following a link: a tree a step wrote, entered by descriptor),
+// never leaving that folder.
+func RemoveAt(dirfd int, name string) error { return removeAt(dirfd, name) }
+
 // removeAt removes name in the folder open as dirfd, and all below it.
 func removeAt(dirfd int, name string) error {
 	var st unix.Stat_t
