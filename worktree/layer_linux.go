@@ -373,3 +373,14 @@ func overlayXattrs(u int, name string, st *unix.Stat_t) error {
 	}
 	return nil
 }
+
+// DropLayer removes a write layer that is not to be applied (the step
+// never ran, or the attempt gave up on it): the tree stays as it was.
+func (w *Worktree) DropLayer() error {
+	if w.layer == "" {
+		return nil
+	}
+	err := forceRemoveAll(w.layer)
+	w.layer = ""
+	return err
+}

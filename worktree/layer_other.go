@@ -21,3 +21,6 @@ func (w *Worktree) Layer() string { return w.layer }
 
 // ApplyLayer needs Linux.
 func (w *Worktree) ApplyLayer(dir string) error { return errNoLayer }
+
+// DropLayer has nothing to drop where there are no write layers.
+func (w *Worktree) DropLayer() error { return nil }
