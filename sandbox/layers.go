@@ -91,3 +91,19 @@ func KernelLayers(ns CheckResult) []Layer {
 	out = append(out, kr)
 	return out
 }
+
+// WriteLayerState is check --verbose's line for the write layer
+// (repos.NAME.write_layer: overlay): whether an overlay over a worktree
+// can be mounted here for layers made in dir (CheckLayer, which mounts
+// one and runs bwrap on it). Not active is no fault of the sandbox: repos
+// with a write layer are then refused, the others run as before.
+func WriteLayerState(dir string) Layer {
+	l := Layer{Name: "write-layer"}
+	if err := CheckLayer(dir); err != nil {
+		l.Detail = err.Error() + " (checked in " + dir + "): repos with write_layer: overlay are refused here"
+		return l
+	}
+	l.Active = true
+	l.Detail = "an overlay over the worktree can be mounted (checked in " + dir + "), for repos with write_layer: overlay: the step's changes go to the layer, the tree stays as it was, kusaw-bridge mounts it before bwrap and the sandbox holds no capability"
+	return l
+}

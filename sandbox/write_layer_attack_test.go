@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/kusaw/kusaw/sandbox/confine"
 )
 
@@ -43,6 +45,9 @@ rm "$T/docs/a.md"; echo remove=$?
 chmod 755 "$T/README.md"; echo chmod=$?
 mv "$T/new.txt" "$T/renamed.txt"; echo rename=$?
 mkdir -p "$T/sub/deep" && echo deep > "$T/sub/deep/f"; echo mkdir=$?
+perl -e 'rename($ARGV[0], $ARGV[1]) or exit($!+0)' "$T/pkg" "$T/pkg-renamed"; echo rename_dir=$?
+mv "$T/pkg" "$T/pkg-moved"; echo mv_dir=$?
+rm -r "$T/lib" && mkdir "$T/lib" && echo y > "$T/lib/y.txt"; echo replace_dir=$?
 git -C "$T" status --porcelain >/dev/null 2>&1; echo git_status=$?
 echo done=1
 `
@@ -80,12 +85,14 @@ func layerAttackCase(t *testing.T) {
 	if err := CheckLayer(f.attempt); err != nil {
 		t.Fatalf("as uid %d: the layer's own check fails here, so its attacks prove nothing: %v", os.Geteuid(), err)
 	}
+	write(t, filepath.Join(f.wt, "lib", "x.txt"), "x\n") // a folder the step replaces
+	write(t, filepath.Join(f.wt, "pkg", "z.txt"), "z\n") // a folder the step renames: EXDEV, mv copies
 	before := treeSnapshot(t, f.wt)
 	got := runLayerStep(t, in, f.wt, layer)
 	want := map[string]string{
 		"CapInh": "0000000000000000", "CapPrm": "0000000000000000", "CapEff": "0000000000000000", "CapBnd": "0000000000000000", "CapAmb": "0000000000000000",
 		"have_mount": "0", "see_layer": "2", "see_layer_proc": "2", "layer_links": "0",
-		"append": "0", "create": "0", "remove": "0", "chmod": "0", "rename": "0", "mkdir": "0", "git_status": "0", "done": "1",
+		"append": "0", "create": "0", "remove": "0", "chmod": "0", "rename": "0", "mkdir": "0", "replace_dir": "0", "rename_dir": "18", "mv_dir": "0", "git_status": "0", "done": "1",
 	}
 	for k, v := range want {
 		if got[k] != v {
@@ -143,6 +150,9 @@ func runLayerStep(t *testing.T, in Input, tree, layer string) map[string]string 
 func checkUpper(t *testing.T, upper string) {
 	t.Helper()
 	read := func(rel string) string { b, _ := os.ReadFile(filepath.Join(upper, rel)); return string(b) }
+	if read("pkg-moved/z.txt") != "z\n" {
+		t.Errorf("uid %d: the folder mv copied is not in the upper layer", os.Geteuid())
+	}
 	if read("README.md") != "hello\nchanged\n" || read("renamed.txt") != "new\n" || read("sub/deep/f") != "deep\n" {
 		t.Errorf("uid %d: the upper layer lacks the step's writes: README.md %q renamed.txt %q sub/deep/f %q", os.Geteuid(), read("README.md"), read("renamed.txt"), read("sub/deep/f"))
 	}
@@ -152,6 +162,13 @@ func checkUpper(t *testing.T, upper string) {
 	fi, err := os.Lstat(filepath.Join(upper, "docs", "a.md"))
 	if st, ok := sysStat(fi); err != nil || fi.Mode()&fs.ModeCharDevice == 0 || !ok || st.Rdev != 0 {
 		t.Errorf("uid %d: the removal left no whiteout (character device 0/0) in the upper layer: %v %v", os.Geteuid(), fi, err)
+	}
+	var opaque [8]byte
+	if n, err := unix.Getxattr(filepath.Join(upper, "lib"), "user.overlay.opaque", opaque[:]); err != nil || string(opaque[:n]) != "y" {
+		t.Errorf("uid %d: the replaced folder lib/ is not opaque in the upper layer (user.overlay.opaque: %q, %v)", os.Geteuid(), opaque[:max(n, 0)], err)
+	}
+	if _, err := os.Lstat(filepath.Join(upper, "lib", "x.txt")); err == nil {
+		t.Errorf("uid %d: the replaced folder's old file is in the upper layer", os.Geteuid())
 	}
 	for _, p := range []string{"new.txt", ".git", ".claude/settings.json", ".githooks/pre-commit", ".claude/hooks/new.sh", "claude-moved"} {
 		if _, err := os.Lstat(filepath.Join(upper, p)); err == nil {

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -131,4 +133,58 @@ func TestPlanWriteLayer(t *testing.T) {
 		in.Worktrees[0].Layer = newLayer(t, filepath.Join(d, "layer"))
 	})
 	refused("comma", "comma", func(in *Input) { in.Worktrees[0].Layer = newLayer(t, filepath.Join(f.attempt, "layer,x")) })
+}
+
+// check --verbose's write-layer line: active here, and not active, with
+// the reason, where no layer can be made (the check fails closed).
+func TestWriteLayerState(t *testing.T) {
+	needTool(t, "/usr/bin/bwrap", "the check mounts a real layer and runs bwrap on it")
+	dir := t.TempDir()
+	if l := WriteLayerState(dir); !l.Active || l.Name != "write-layer" || !strings.Contains(l.Detail, dir) {
+		t.Fatalf("here: %+v", l)
+	}
+	gone := filepath.Join(dir, "missing")
+	if l := WriteLayerState(gone); l.Active || !strings.Contains(l.Detail, "cannot be used here") || !strings.Contains(l.Detail, "refused") || strings.Contains(l.Detail, "\n") {
+		t.Fatalf("in a missing folder: %+v", l)
+	}
+}
+
+// The stage checks the layer's folders again right before it mounts
+// (the mount follows links): an upper swapped for a link after the plan
+// was made is refused, and nothing runs; the twin with the real folder
+// runs the command.
+func TestLayerStageRefusesLink(t *testing.T) {
+	prog := confineProgram()
+	if prog == nil {
+		t.Fatal("no stage program")
+	}
+	dir := t.TempDir()
+	tree, elsewhere := filepath.Join(dir, "tree"), filepath.Join(dir, "elsewhere")
+	os.Mkdir(tree, 0o700)
+	os.Mkdir(elsewhere, 0o700)
+	layer := newLayer(t, filepath.Join(dir, "layer"))
+	run := func() (string, error) {
+		cmd := exec.Command(prog[0])
+		cmd.Args = layerArgv(prog[0], []confine.Layer{{Tree: tree, Upper: filepath.Join(layer, "upper"), Work: filepath.Join(layer, "work")}},
+			[]string{"/bin/sh", "-c", `echo ran > "$0/f"`, tree})
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+		layerAttr(cmd.SysProcAttr, os.Geteuid(), os.Getegid())
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := run(); err != nil {
+		t.Fatalf("the twin with real folders: %v\n%s", err, out)
+	}
+	if b, _ := os.ReadFile(filepath.Join(layer, "upper", "f")); string(b) != "ran\n" {
+		t.Fatalf("the twin's write is not in the upper layer: %q", b)
+	}
+	os.RemoveAll(filepath.Join(layer, "upper"))
+	os.Symlink(elsewhere, filepath.Join(layer, "upper"))
+	out, err := run()
+	if err == nil || !strings.Contains(out, "not a folder reached without links") {
+		t.Fatalf("an upper swapped for a link: %v\n%s", err, out)
+	}
+	if _, err := os.Lstat(filepath.Join(elsewhere, "f")); err == nil {
+		t.Fatal("the command ran and wrote where the link points")
+	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/spf13/cobra"
 
@@ -56,6 +57,9 @@ func (a *app) checkSandbox(verbose bool, p printer[*checkReport]) error {
 	r := &checkReport{CheckResult: sandboxCheck(), verbose: verbose}
 	if verbose {
 		r.Layers = sandbox.KernelLayers(r.CheckResult)
+		if r.Available && r.Backend == "bubblewrap" {
+			r.Layers = append(r.Layers, sandbox.WriteLayerState(a.layerCheckDir()))
+		}
 		r.Protects, r.NotProtected = sandbox.ProtectionLists(r.Backend)
 		r.Resources = proc.Enforcement()
 	}
@@ -116,4 +120,16 @@ func printResources(w io.Writer, e map[string]string) {
 	for _, k := range []string{proc.LimitPids, proc.LimitMemory, proc.LimitCPU, proc.LimitDisk, proc.LimitOutput} {
 		fmt.Fprintf(w, "  - %-7s %s\n", k+":", e[k])
 	}
+}
+
+// layerCheckDir is where check --verbose tries a write layer: the
+// factory's state folder, whose filesystem holds the real layers, when a
+// factory file is found; else the temp folder.
+func (a *app) layerCheckDir() string {
+	if f, err := a.loadFactory(); err == nil && f.StateDir != "" {
+		if fi, err := os.Stat(f.StateDir); err == nil && fi.IsDir() {
+			return f.StateDir
+		}
+	}
+	return os.TempDir()
 }

@@ -28,7 +28,7 @@ func TestSandboxCheckHere(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "available: yes") || !strings.Contains(out, "backend:   bubblewrap") {
 		t.Fatalf("exit %d\n%s%s", code, out, errs)
 	}
-	for _, want := range []string{"What the sandbox protects:", "What it does not protect:", "Kernel escapes", "~/.ssh", "core.hooksPath"} {
+	for _, want := range []string{"What the sandbox protects:", "What it does not protect:", "Kernel escapes", "~/.ssh", "core.hooksPath", "write-layer: active: an overlay over the worktree can be mounted"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("--verbose lacks %q:\n%s", want, out)
 		}

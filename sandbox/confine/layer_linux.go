@@ -3,6 +3,7 @@ package confine
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"syscall"
 
@@ -47,6 +48,17 @@ func mountLayer(l Layer) error {
 	opts, err := l.Options()
 	if err != nil {
 		return err
+	}
+	// The plan checked these folders; they are checked again right before
+	// the mount, which follows links: an upper swapped for a link would
+	// send the step's writes wherever it points.
+	for _, p := range []string{l.Tree, l.Upper, l.Work} {
+		if r, err := filepath.EvalSymlinks(p); err != nil || r != p {
+			return &Error{ExitLayer, fmt.Sprintf("layer: %s is not a folder reached without links (%v); kusaw makes the layer anew for the next attempt", p, err)}
+		}
+		if fi, err := os.Lstat(p); err != nil || !fi.IsDir() {
+			return &Error{ExitLayer, "layer: " + p + " is not a folder"}
+		}
 	}
 	if err := unix.Mount("overlay", l.Tree, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return layerErr("mounting the write layer on", l.Tree, err)
