@@ -86,6 +86,7 @@ const (
 	ECodeAgent           = "E092"
 	ECodeRetention       = "E100"
 	ECodeSparse          = "E101"
+	ECodeWriteLayer      = "E102"
 
 	WCodeProxyIgnored      = "W1"
 	WCodeNoRestriction     = "W2"
@@ -149,6 +150,7 @@ var CodeInfo = []struct{ Code, Meaning string }{
 	{ECodeAgent, "a providers.NAME.agent block kusaw cannot run: a built-in name, argv without {prompt} or {prompt_file}, a stream without its result pointer, a login folder outside the CLI's own, inject without the CLI's key and base URL variables"},
 	{ECodeRetention, "retention: that names no bound, a max_runs below 1, or a max_age under an hour"},
 	{ECodeSparse, "a repos.NAME.sparse that lists no folder, or an entry that is not a plain folder path inside the repository (no .., no leading /, no glob characters, no .git)"},
+	{ECodeWriteLayer, "a repos.NAME.write_layer: overlay where no attempt on the repo runs in bwrap (not Linux, or every attempt's sandbox off), or on a sparse repo"},
 	{WCodeProxyIgnored, "allowlist mode with a tool known to ignore HTTP(S)_PROXY: it will fail closed"},
 	{WCodeNoRestriction, "network: allowlist on an attempt whose sandbox is off: nothing is restricted"},
 	{WCodeHandshake, "a provider's handshake hosts (login, telemetry) are not in the allowlist"},

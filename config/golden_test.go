@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -132,5 +133,40 @@ steps:
 	}
 	if f.Steps["plan"].Kind() != KindAgent || f.Steps["test"].Kind() != KindCommand {
 		t.Fatal("kinds wrong")
+	}
+}
+
+// The twin of the write_layer refusals (testdata/invalid/write_layer_*):
+// a repo whose attempts run sandboxed takes overlay, on Linux; none is
+// the default.
+func TestWriteLayerOverlay(t *testing.T) {
+	dir := fixtureDir(t)
+	os.MkdirAll(filepath.Join(dir, "docs", ".git"), 0o755)
+	p := filepath.Join(dir, "factory.yaml")
+	os.WriteFile(p, []byte(`version: 1
+repos:
+  app: {path: app, write_layer: overlay}
+  docs: {path: docs, write_layer: none}
+pipelines:
+  default: [a]
+steps:
+  a: {run: [true], sandbox: required}
+`), 0o644)
+	f, fs, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := fs.Errors()
+	if runtime.GOOS != "linux" {
+		if len(errs) != 1 || errs[0].Code != ECodeWriteLayer || !strings.Contains(errs[0].Message, "repos.app.write_layer") {
+			t.Fatalf("off Linux: %v", errs)
+		}
+		return
+	}
+	if len(errs) > 0 {
+		t.Fatalf("valid file has errors: %v", errs)
+	}
+	if f.Repos["app"].WriteLayer != WriteLayerOverlay || f.Repos["docs"].WriteLayer != "" {
+		t.Errorf("write_layer: app %q, docs %q", f.Repos["app"].WriteLayer, f.Repos["docs"].WriteLayer)
 	}
 }

@@ -185,7 +185,7 @@ func (d *decoder) repos(f *Factory, n *yaml.Node) {
 		}
 		r := &Repo{Name: fl.key}
 		havePath := false
-		for _, rf := range d.fields(fl.value, p, []string{"path", "base", "sandbox", "include", "sparse"}) {
+		for _, rf := range d.fields(fl.value, p, []string{"path", "base", "sandbox", "include", "sparse", "write_layer"}) {
 			kp := join(p, rf.key)
 			switch rf.key {
 			case "path":
@@ -212,6 +212,10 @@ func (d *decoder) repos(f *Factory, n *yaml.Node) {
 				r.Include = d.include(rf.value, kp)
 			case "sparse":
 				r.Sparse = d.sparse(rf.value, kp)
+			case "write_layer":
+				if v := d.enum(rf.value, kp, WriteLayerOverlay, "none"); v == WriteLayerOverlay {
+					r.WriteLayer = v
+				}
 			}
 		}
 		if !havePath && resolve(fl.value).Kind == yaml.MappingNode {
@@ -1114,6 +1118,7 @@ func (d *decoder) crossChecks(f *Factory) {
 			}
 		}
 	}
+	d.checkWriteLayers(f)
 	used := map[string]bool{}
 	for _, pl := range f.Pipelines {
 		for _, id := range pl.StepIDs() {

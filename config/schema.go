@@ -176,6 +176,7 @@ func factorySchema() *schemaNode {
 		p("sandbox", enum("the sandbox mode of attempts whose active repos include this one", modes...)),
 		p("include", list("globs of gitignored files (.env, config/local.yaml) copied from the main checkout into each new worktree, outside the sandbox; never committed")),
 		p("sparse", list("folders an attempt's worktree checks out (git's sparse-checkout cone mode: each folder whole, and the files at the top and in the folders leading to one); the attempt's commit keeps everything else as in its base")),
+		p("write_layer", enum("overlay: a sandboxed step (bwrap, Linux) writes the worktree through an overlay's upper layer, applied by kusaw afterwards, so the commit and the clean-up of a reused tree look only at what the step changed; none (default): the step writes the tree itself", WriteLayerOverlay, "none")),
 	)
 	repo.required = []string{"path"}
 

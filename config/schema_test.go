@@ -384,6 +384,8 @@ var beyondSchema = map[string]string{
 	"include_outside":              "a glob leaving the repository is found by cleaning its path",
 	"sparse_outside":               "a folder leaving the repository is found by cleaning its path",
 	"sparse_empty":                 "an empty list is refused by the rule, not the schema (a null one too)",
+	"write_layer_unsandboxed":      "overlay needs the effective sandbox mode of the repo's attempts: a rule across keys",
+	"write_layer_sparse":           "overlay with sparse: a rule across keys",
 	"agent_no_prompt":              "an agent step needs one of prompt and prompt_file: a rule across keys",
 	"allow_write_etc":              "which folders are too broad is decided on the resolved path",
 	"allow_write_root":             "which folders are too broad is decided on the resolved path",

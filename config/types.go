@@ -114,7 +114,16 @@ type Repo struct {
 	// Sparse are the folders an attempt's worktree checks out (git's
 	// cone mode; repos.<name>.sparse); nil: the whole tree.
 	Sparse []string
+	// WriteLayer is how a sandboxed step writes the repo's worktree
+	// (repos.<name>.write_layer): WriteLayerOverlay, or "" (none: the
+	// tree itself).
+	WriteLayer string
 }
+
+// WriteLayerOverlay: a sandboxed (bwrap) step writes its worktree through
+// an overlay's upper layer, which kusaw applies afterwards: the commit and
+// the clean-up of a reused tree then cost what the step changed.
+const WriteLayerOverlay = "overlay"
 
 // SecretRef names a value in the secret store.
 type SecretRef struct{ Key string }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 
@@ -178,4 +179,36 @@ func (f *Factory) StepCaches(s *Step) []*Cache {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
+}
+
+// checkWriteLayers: repos.NAME.write_layer: overlay needs attempts that
+// run in bwrap (Linux, sandbox required) on a whole tree.
+func (d *decoder) checkWriteLayers(f *Factory) {
+	for _, name := range f.RepoOrder {
+		r := f.Repos[name]
+		if r == nil || r.WriteLayer != WriteLayerOverlay {
+			continue
+		}
+		kp := join("repos", name) + ".write_layer"
+		at := f.posNode(kp, join("repos", name))
+		if runtime.GOOS != "linux" {
+			d.errf(ECodeWriteLayer, at, kp, "remove write_layer (or set it to none) on this machine", "%s: overlay needs bwrap on Linux, and this is %s", kp, runtime.GOOS)
+			continue
+		}
+		if len(r.Sparse) > 0 {
+			d.errf(ECodeWriteLayer, at, kp, "remove write_layer or sparse from repos."+name, "%s: overlay does not combine with sparse (a sparse tree is never reused)", kp)
+			continue
+		}
+		sandboxed := false
+		for _, id := range f.StepOrder {
+			for _, a := range f.Attempts(f.Steps[id]) {
+				if m, _ := f.EffectiveMode(f.Steps[id], a); m == ModeRequired && contains(a, name) {
+					sandboxed = true
+				}
+			}
+		}
+		if !sandboxed && len(f.StepOrder) > 0 {
+			d.errf(ECodeWriteLayer, at, kp, "set repos."+name+".sandbox: required (or sandbox.mode: required), or remove write_layer", "%s: overlay needs sandboxed attempts, but no step on repo %s runs in the sandbox", kp, name)
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 
@@ -121,6 +122,11 @@ type layerEntry struct {
 type applier struct {
 	entries []layerEntry
 	dropped []Finding
+	// Paths kusaw wrote (NoteWritten: the sandbox's stand-in mount
+	// points, which bwrap may make through the overlay), and the folders
+	// above them: an empty folder or empty file the upper has there is
+	// kusaw's, not the step's, and is not carried into the tree.
+	kusaw, above map[string]bool
 }
 
 func (w *Worktree) applyLayer(dir string) (*survey, error) {
@@ -145,7 +151,13 @@ func (w *Worktree) applyLayer(dir string) (*survey, error) {
 	if ust.Dev != tst.Dev {
 		return nil, errors.New("the layer is on another filesystem than the tree")
 	}
-	a := &applier{}
+	a := &applier{kusaw: map[string]bool{}, above: map[string]bool{}}
+	for _, n := range w.noted {
+		a.kusaw[n] = true
+		for d := path.Dir(n); d != "." && d != "/"; d = path.Dir(d) {
+			a.above[d] = true
+		}
+	}
 	a.entries = append(a.entries, layerEntry{path: "", kind: 'd', mode: ust.Mode & 0o7777})
 	if err := a.folder(upper, root, ""); err != nil {
 		return nil, err
@@ -201,6 +213,9 @@ func (a *applier) folder(u, t int, rel string) error {
 		var st unix.Stat_t
 		if err := unix.Fstatat(u, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			return fmt.Errorf("%s: %v", p, err)
+		}
+		if a.kusaw[p] && (st.Mode&unix.S_IFMT == unix.S_IFREG && st.Size == 0 || st.Mode&unix.S_IFMT == unix.S_IFDIR && emptyAt(u, name)) {
+			continue // a stand-in mount point bwrap made
 		}
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFDIR:
@@ -301,8 +316,16 @@ func (a *applier) subfolder(u, t int, name, p string, st *unix.Stat_t) error {
 	}
 	mode := st.Mode & 0o7777
 	a.entries = append(a.entries, layerEntry{path: p, kind: kind, mode: mode})
+	n := len(a.entries)
 	if err := a.folder(uf, tf, p); err != nil {
 		return err
+	}
+	if made && !opaque && a.above[p] && len(a.entries) == n {
+		// Only made for a stand-in below it, which was not carried.
+		if err := unix.Unlinkat(t, name, unix.AT_REMOVEDIR); err == nil {
+			a.entries = a.entries[:n-1]
+			return nil
+		}
 	}
 	var tst unix.Stat_t
 	if err := unix.Fstat(tf, &tst); err != nil {
@@ -312,6 +335,17 @@ func (a *applier) subfolder(u, t int, name, p string, st *unix.Stat_t) error {
 		return unix.Fchmod(tf, mode)
 	}
 	return nil
+}
+
+// emptyAt: folder name in dirfd has no entries.
+func emptyAt(dirfd int, name string) bool {
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	ns, err := names(fd)
+	unix.Close(fd)
+	return err == nil && len(ns) == 0
 }
 
 func fgetxattr(fd int, name string) (string, bool) {

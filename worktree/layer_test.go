@@ -385,3 +385,39 @@ func TestLayerTrustOnlyAfterItsRelease(t *testing.T) {
 		t.Errorf("the tree differs from a fresh checkout:\n%s\nwant:\n%s", got, want)
 	}
 }
+
+// The sandbox's stand-in mount points that bwrap makes through the
+// overlay (empty folders and files, with the folders above them) are
+// kusaw's: not carried into the tree, never committed. Twin: what the
+// step itself writes beside them and into a folder above one is.
+func TestLayerSkipsStandIns(t *testing.T) {
+	isolateHome(t)
+	needOverlay(t)
+	dir, c1, _, _ := layerRepo(t)
+	state := t.TempDir()
+	r := open(t, dir)
+	tgit(t, dir, "update-ref", "refs/heads/kusaw/r", c1)
+	w, err := r.AddAttemptWith("kusaw/r", AttemptBranch("r", "s", 1), filepath.Join(state, "1", "app"), AddOptions{Pool: r.Pool(state)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.NoteWritten(filepath.Join(w.Path, ".cursor"), ".claude/settings.json", ".vscode/tasks.json", "src/.codex")
+	layer := inOverlay(t, w, `
+		mkdir .cursor && mkdir -p .claude .vscode && : > .claude/settings.json && : > .vscode/tasks.json && mkdir src/.codex
+		echo mine > .vscode/notes.txt`)
+	if err := w.ApplyLayer(layer); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{".cursor", ".claude", ".vscode/tasks.json", "src/.codex"} {
+		if _, err := os.Lstat(filepath.Join(w.Path, p)); err == nil {
+			t.Errorf("%s was carried into the tree", p)
+		}
+	}
+	sha, _, err := w.CommitAll("m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files := tgit(t, dir, "ls-tree", "-r", "--name-only", sha); !strings.Contains(files, ".vscode/notes.txt") || strings.Contains(files, "settings.json") || strings.Contains(files, "tasks.json") {
+		t.Errorf("the commit holds:\n%s", files)
+	}
+}
