@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kusaw/kusaw/internal/proc"
 	"github.com/kusaw/kusaw/sandbox/confine"
 )
 
@@ -298,5 +299,45 @@ func stageCapsCase(t *testing.T) {
 	}
 	if err != nil || got["CapEff"] != "0000000000000000" || got["CapPrm"] != "0000000000000000" || got["CapAmb"] != "0000000000000000" || got["CapInh"] == "" {
 		t.Errorf("uid %d: the program after the stage (%v):\n%s\nwant no effective, permitted or ambient capability", os.Geteuid(), err, out)
+	}
+}
+
+// The attempt's own start: under internal/proc with limits the sandbox's
+// command runs held by a shell until it is placed in its cgroup; the
+// layer's stage after that shell still mounts the layer (its ambient
+// capabilities survive the shell's exec) and the step's write lands in
+// the upper layer, with the process and memory limits in force.
+func TestWriteLayerUnderLimits(t *testing.T) {
+	needTool(t, "/usr/bin/bwrap", "the layer under limits runs the real sandbox")
+	f := newFixture(t)
+	layer := newLayer(t, filepath.Join(f.attempt, "layer-1"))
+	in := f.input()
+	in.LoginPaths = nil
+	in.Worktrees[0].Layer = layer
+
+	p, err := BuildPlan(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd, err := Command(context.Background(), p, []string{"/bin/sh", "-c", `echo limited > "$0/README.md" && grep -c . /proc/self/status >/dev/null && echo ok`, f.wt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Cancel, cmd.WaitDelay = nil, 0 // proc.Run's own handling, as attempt/ does
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res := proc.Run(ctx, cmd, proc.Options{Stdout: &out, Stderr: &errb, Limits: proc.Limits{Pids: 64, Memory: 256 << 20}, Name: "layer-test"})
+	p.Cleanup()
+	held := cmd.Path == "/bin/sh"
+	t.Logf("held by a shell until placed: %v (%s)", held, cmd.Path)
+	if res.StartErr != nil || res.Exit != 0 || !strings.Contains(out.String(), "ok") {
+		t.Fatalf("under limits: %+v\n%s%s", res, out.String(), errb.String())
+	}
+	if b, _ := os.ReadFile(filepath.Join(layer, "upper", "README.md")); string(b) != "limited\n" {
+		t.Fatalf("the write is not in the upper layer: %q", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(f.wt, "README.md")); string(b) != "hello\n" {
+		t.Fatalf("the tree changed: %q", b)
 	}
 }
