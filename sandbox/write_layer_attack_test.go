@@ -341,3 +341,82 @@ func TestWriteLayerUnderLimits(t *testing.T) {
 		t.Fatalf("the tree changed: %q", b)
 	}
 }
+
+// kusaw dies (kill -9) while a step runs under a layer: the step dies too.
+// bwrap's --die-with-parent holds this only while bwrap's parent is kusaw:
+// the stage must exec bwrap, never start it as its own child (which would
+// outlive kusaw with the step under it, unrecorded). Command's parent-death
+// signal alone does not decide it (checked: without it the step still
+// dies). The twin: while kusaw lives, the step runs.
+func TestWriteLayerDiesWithKusaw(t *testing.T) {
+	const marker = "313.25"
+	if os.Getenv("KUSAW_TEST_LAYER_CHILD") != "" {
+		f := newFixture(t)
+		in := f.input()
+		in.LoginPaths = nil
+		in.Worktrees[0].Layer = newLayer(t, filepath.Join(f.attempt, "layer-1"))
+		p, err := BuildPlan(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd, err := Command(context.Background(), p, []string{"/bin/sleep", marker})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		os.Stdout.WriteString("started " + f.root + "\n")
+		time.Sleep(time.Minute)
+		return
+	}
+	needTool(t, "/usr/bin/bwrap", "the layered step runs the real sandbox")
+	kusaw := exec.Command(os.Args[0], "-test.run", "^TestWriteLayerDiesWithKusaw$", "-test.count=1")
+	kusaw.Env = append(os.Environ(), "KUSAW_TEST_LAYER_CHILD=1")
+	out, err := kusaw.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kusaw.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer kusaw.Process.Kill()
+	var line []byte
+	for b := make([]byte, 1); !bytes.HasSuffix(line, []byte("\n")); {
+		if _, err := out.Read(b); err != nil {
+			t.Fatalf("the child did not start the step: %v %q", err, line)
+		}
+		line = append(line, b[0])
+	}
+	root, _ := strings.CutPrefix(strings.TrimSpace(string(line)), "started ")
+	t.Cleanup(func() { os.RemoveAll(root) })
+	if !waitFor(func() bool { return sleeping(marker) }, 10*time.Second) {
+		t.Fatal("the twin: the layered step is not running while kusaw lives")
+	}
+	kusaw.Process.Signal(syscall.SIGKILL)
+	kusaw.Wait()
+	if !waitFor(func() bool { return !sleeping(marker) }, 10*time.Second) {
+		t.Fatal("kusaw died and the layered step runs on")
+	}
+}
+
+// sleeping says whether a process runs /bin/sleep with argument arg.
+func sleeping(arg string) bool {
+	ds, _ := os.ReadDir("/proc")
+	for _, d := range ds {
+		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if err == nil && string(b) == "/bin/sleep\x00"+arg+"\x00" {
+			return true
+		}
+	}
+	return false
+}
+
+func waitFor(cond func() bool, d time.Duration) bool {
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return cond()
+}
