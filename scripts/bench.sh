@@ -24,6 +24,7 @@ say "go: $(go version | cut -d' ' -f3), bwrap: $(/usr/bin/bwrap --version 2>/dev
 
 bench "sandbox: true under the plan vs the same bwrap argv vs bare true" -bench SandboxTrue -benchtime 100x ./sandbox/
 bench "sandbox: the allowlist view vs the host's / read-only (bwrap start)" -bench ViewVsHostRoot -benchtime 100x ./sandbox/
+bench "write layer: a sandboxed true with the worktree under an overlay (kusaw-bridge __layer before bwrap) vs without" -bench WriteLayerStart -benchtime 100x ./sandbox/
 bench "kernel filters: what seccomp and the confinement stage (session keyring, Landlock; in C and in Go) add to a sandboxed true, vs the same bwrap argv without them" -bench KernelFilters -benchtime 100x ./sandbox/
 bench "stage start: kusaw-bridge __confine -- /bin/true with the stage in C (cgo) and in Go (CGO_ENABLED=0) vs /bin/true, outside bwrap" -bench StageStart -benchtime 300x ./cmd/kusaw-bridge/
 bench "allowlist start: the confinement stage and the egress bridge in one start of kusaw-bridge vs two (as before), outside bwrap" -bench AllowlistStart -benchtime 300x ./cmd/kusaw-bridge/
