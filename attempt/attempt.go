@@ -65,6 +65,9 @@ type Attempt struct {
 	setupInside map[string]bool
 	// refStores: repo → the private ref store its sandbox wrote (Linux).
 	refStores map[string]string
+	// layerFailed: repo → why its write layer could not be applied (its
+	// tree is then not the step's work: no commit of it).
+	layerFailed map[string]string
 	// extras: what worktree set-up gave the attempt (included files,
 	// cache locks, leased ports).
 	extras attemptExtras
@@ -225,6 +228,7 @@ func (a *Attempt) Execute(ctx context.Context) *record.AttemptRecord {
 		procs[i] = p.Repos
 	}
 	a.runProcesses(ctx, procs)
+	a.applyLayers()
 	a.decide()
 	a.releaseResources()
 	a.commit()
@@ -926,6 +930,11 @@ func (a *Attempt) commit() {
 		if wt == nil {
 			continue
 		}
+		if why := a.layerFailed[w.Repo]; why != "" {
+			a.events.Emit(record.EvCommitted, map[string]any{"repo": w.Repo, "error": why})
+			a.CommitFailed(why)
+			continue
+		}
 		if err := a.takeStepRefs(w.Repo, wt); err != nil {
 			a.events.Emit(record.EvCommitted, map[string]any{"repo": w.Repo, "error": err.Error()})
 			a.CommitFailed(err.Error())
@@ -975,8 +984,11 @@ func (a *Attempt) takeStepRefs(repo string, wt *worktree.Worktree) error {
 		f, oerr := worktree.ScrubObjects(od)
 		found, err = append(found, f...), errors.Join(err, oerr)
 	}
-	if f, nerr := worktree.ScrubNested(wt.Path); len(f) > 0 || nerr != nil {
-		found, err = append(found, f...), errors.Join(err, nerr)
+	// A write layer's nested .git entries were never applied: no walk.
+	if !wt.Layered() {
+		if f, nerr := worktree.ScrubNested(wt.Path); len(f) > 0 || nerr != nil {
+			found, err = append(found, f...), errors.Join(err, nerr)
+		}
 	}
 	if store := a.refStore(repo); store != "" {
 		more, terr = wt.AdoptFromStore(store, od)

@@ -208,6 +208,7 @@ func (a *Attempt) sandboxed(i int, repos []string, spec *steps.Spec, env map[str
 				return &status.Error{Reason: status.ReasonSandboxPlanRefused, Msg: err.Error(), Fix: "check that state_dir is writable"}
 			}
 			sw.RefStore = store
+			sw.Layer = a.writeLayer(w.Repo)
 		}
 		in.Worktrees = append(in.Worktrees, sw)
 	}
@@ -277,6 +278,12 @@ func (a *Attempt) sandboxed(i int, repos []string, spec *steps.Spec, env map[str
 	if err != nil {
 		p.release()
 		return asRefusal(err, status.ReasonSandboxPlanRefused)
+	}
+	for _, w := range in.Worktrees {
+		if w.Layer != "" {
+			// bwrap may make them through the overlay: kusaw's, not the step's.
+			a.wts[w.Repo].NoteWritten(plan.StandIns...)
+		}
 	}
 	planJSON := json.RawMessage(plan.JSON())
 	a.rec.Processes[i].Sandbox = planJSON

@@ -7,12 +7,15 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/kusaw/kusaw/config"
 	"github.com/kusaw/kusaw/record"
+	"github.com/kusaw/kusaw/sandbox"
 	"github.com/kusaw/kusaw/worktree"
 )
 
@@ -42,6 +45,9 @@ func worktreeCreated(w *record.WorktreeRecord, wt *worktree.Worktree) map[string
 	if wt.Reused {
 		d["reused"] = true
 		d["cleaned"] = map[string]any{"untracked": wt.Cleaned.Untracked, "replaced": wt.Cleaned.Replaced, "changed": wt.Cleaned.Changed, "folders": wt.Cleaned.Folders}
+	}
+	if wt.Trusted {
+		d["walk_skipped"] = true // released by its write layer's survey
 	}
 	if wt.ReuseFailed != "" {
 		d["reuse_failed"] = wt.ReuseFailed
@@ -93,6 +99,9 @@ func (a *Attempt) includeFiles() error {
 			continue
 		}
 		copied, err := worktree.CopyIgnored(a.h.Repos[w.Repo], w.Path, include, home)
+		if wt := a.wts[w.Repo]; wt != nil {
+			wt.NoteWritten(copied...) // a write layer's release removes them
+		}
 		if len(copied) > 0 {
 			if a.extras.included == nil {
 				a.extras.included = map[string][]string{}
@@ -270,4 +279,80 @@ func leasePorts(stateDir string, n int) ([]int, func(), error) {
 		portLeases.Unlock()
 	}
 	return ports, free, nil
+}
+
+// writeLayer makes repo's write layer for the sandbox of process i
+// (docs/factory.md, "The write layer") when repos.NAME.write_layer is
+// overlay and every write to the tree before the commit goes through it:
+// one process writes the tree, setup did not run on the host in it, and
+// the machine can mount one. "" otherwise, the event saying why.
+func (a *Attempt) writeLayer(repo string) string {
+	rc := a.f.Repos[repo]
+	wt := a.wts[repo]
+	if rc == nil || rc.WriteLayer != config.WriteLayerOverlay || wt == nil {
+		return ""
+	}
+	writers := 0
+	for _, p := range a.spec.Processes {
+		if slices.Contains(p.Repos, repo) {
+			writers++
+		}
+	}
+	why := ""
+	switch {
+	case wt.Layer() != "":
+		return wt.Layer()
+	case a.h.StateDir == "":
+		why = "no state folder: kusaw keeps no index of the checkout to compare the layer with"
+	case writers != 1:
+		why = fmt.Sprintf("%d processes of the attempt write the worktree; a layer serves one", writers)
+	case len(a.f.Setup) > 0 && !a.setupInside[repo]:
+		why = "setup ran on the host in the worktree, which the layer's survey would not see"
+	}
+	if why == "" {
+		if err := sandbox.CheckLayer(a.h.StateDir); err != nil {
+			why = err.Error()
+		}
+	}
+	dir := ""
+	if why == "" {
+		var err error
+		if dir, err = wt.NewLayer(); err != nil {
+			why = err.Error()
+		}
+	}
+	if why != "" {
+		a.events.Emit(record.EvWriteLayer, map[string]any{"repo": repo, "used": false, "why": why})
+		return ""
+	}
+	a.events.Emit(record.EvWriteLayer, map[string]any{"repo": repo, "used": true})
+	return dir
+}
+
+// applyLayers moves each write layer into its tree once the processes
+// have ended (before the verdict, the commit and anything reading the
+// tree); a layer whose apply fails keeps that tree from being committed.
+func (a *Attempt) applyLayers() {
+	for _, w := range a.rec.Worktrees {
+		wt := a.wts[w.Repo]
+		if wt == nil || wt.Layer() == "" {
+			continue
+		}
+		start := time.Now()
+		err := wt.ApplyLayer(wt.Layer())
+		for _, f := range wt.LayerDropped {
+			a.events.Emit(record.EvLeftBehind, map[string]any{"repo": w.Repo, "path": f.Path, "kind": f.Kind, "action": f.Action})
+		}
+		d := map[string]any{"repo": w.Repo, "changed": wt.LayerChanged(), "duration_us": time.Since(start).Microseconds()}
+		if err != nil {
+			d["error"] = err.Error()
+			a.mu.Lock()
+			if a.layerFailed == nil {
+				a.layerFailed = map[string]string{}
+			}
+			a.layerFailed[w.Repo] = fmt.Sprintf("repo %s: the step's write layer could not be applied, so its tree is not committed: %v", w.Repo, err)
+			a.mu.Unlock()
+		}
+		a.events.Emit(record.EvLayerApplied, d)
+	}
 }

@@ -113,8 +113,19 @@ func createdEvent(t *testing.T, adir string) map[string]any {
 func TestWorktreeReuseHostileLeftovers(t *testing.T) {
 	needSandbox(t)
 	need(t, "git")
-	for _, uid := range seamUIDs() {
-		t.Run(fmt.Sprintf("uid%d", uid), func(t *testing.T) {
+	// The same with the write layer (docs/factory.md, "The write layer"):
+	// the attack writes through an overlay, its release reverts what the
+	// layer holds, and the next take skips the cleaning walk.
+	for _, layer := range []string{"none", "overlay"} {
+		for _, uid := range seamUIDs() {
+			testReuseHostileLeftovers(t, layer, uid)
+		}
+	}
+}
+
+func testReuseHostileLeftovers(t *testing.T, layer string, uid int) {
+	{
+		t.Run(fmt.Sprintf("write_layer=%s/uid%d", layer, uid), func(t *testing.T) {
 			dir, err := os.MkdirTemp("/var/tmp", "kusaw-reuse-")
 			if err != nil {
 				t.Fatal(err)
@@ -128,7 +139,7 @@ func TestWorktreeReuseHostileLeftovers(t *testing.T) {
 			writeFile(t, filepath.Join(scripts, "change.sh"), reuseChange)
 			writeFile(t, filepath.Join(dir, "factory.yaml"), `version: 1
 repos:
-  app: {path: app}
+  app: {path: app, write_layer: `+layer+`}
 pipelines:
   attack: [attack]
   look: [look]
@@ -151,6 +162,7 @@ steps:
 			// 1. The attack: it fails, so its files stay out of main.
 			res := runKusawAs(t, uid, 2*time.Minute, dir, "run", "attack")
 			adir := attempt(res, "attack")
+			attackDir := adir
 			out := readFile(t, filepath.Join(adir, "stdout.log"))
 			for _, what := range []string{"untracked", "ignored", "unreadable-folder", "link-for-folder", "fifo", "fifo-for-file", "file-modes", "setuid", "folder-modes", "hard-link", "forged-mtime", "git-folder-file"} {
 				if !strings.Contains(out, "did: "+what+"\n") {
@@ -175,6 +187,10 @@ steps:
 			ev := createdEvent(t, adir)
 			if ev["reused"] != true {
 				t.Errorf("the second attempt did not reuse the tree: %v", ev)
+			}
+			if (ev["walk_skipped"] == true) != (layer == "overlay") {
+				evs, _ := os.ReadFile(filepath.Join(attackDir, "events.jsonl"))
+				t.Errorf("write_layer %s: the take after the attack skipped the cleaning walk: %v\n%s", layer, ev["walk_skipped"], evs)
 			}
 			if ev["base"] != base {
 				t.Errorf("base %v, want %s", ev["base"], base)

@@ -79,7 +79,7 @@ func (e *Engine) AttemptSpec(r *Run, s *config.Step, n, of int) (*record.Attempt
 		cr := e.F.Repos[name]
 		sr := record.SpecRepo{Name: name, RunBranch: rr.Branch, AttemptBranch: worktree.AttemptBranch(r.ID(), s.ID, n), Base: base, RunBase: rr.BaseSHA}
 		if cr != nil {
-			sr.Sandbox, sr.Sparse = cr.Sandbox, cr.Sparse
+			sr.Sandbox, sr.Sparse, sr.WriteLayer = cr.Sandbox, cr.Sparse, cr.WriteLayer
 		}
 		sp.Repos = append(sp.Repos, sr)
 	}

@@ -36,6 +36,12 @@ const (
 	// EvRefStore: the sandbox's private ref store was made (how many refs,
 	// how long it took).
 	EvRefStore = "worktree.ref_store"
+	// EvWriteLayer: whether the step writes a worktree through a write
+	// layer (repos.NAME.write_layer), and why not when it was asked for;
+	// EvLayerApplied: the layer moved into the tree after the step (how
+	// many paths, how long), or why it could not be.
+	EvWriteLayer   = "worktree.write_layer"
+	EvLayerApplied = "worktree.layer_applied"
 	// EvSetupWhere says where an attempt's setup runs and why: on the host,
 	// or inside the attempt's sandbox because a step of the run may have
 	// written the commit it runs on.

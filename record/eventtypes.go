@@ -75,6 +75,8 @@ var EventTypes = []EventType{
 	{EvSetupWhere, WriterBoth, false, "where the attempt's setup runs (on the host or in its sandbox) and why"},
 	{EvSetupFinished, WriterBoth, false, "the setup commands ended: their outcome and duration"},
 	{EvRefStore, WriterBoth, false, "the sandbox's private ref store was made: how many refs, how long it took"},
+	{EvWriteLayer, WriterBoth, false, "whether the step writes a worktree through its write layer (repos.NAME.write_layer: overlay), and why not"},
+	{EvLayerApplied, WriterBoth, false, "the write layer was moved into the worktree after the step: the paths it changed, how long it took, or why it could not be"},
 	{EvSandboxPlan, WriterBoth, false, "the sandbox plan: every path decision with its reason"},
 	{EvProviderProbe, WriterBoth, false, "which binary of the agent's provider runs, and its version"},
 	{EvProviderConfig, WriterBoth, false, "Cursor's per-attempt config folder and its network"},

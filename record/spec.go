@@ -27,7 +27,9 @@ import (
 // version-4 worker would forward to the upstream without trusting its CA.
 // Version 6 carries each repo's sparse folders: a version-5 worker would
 // check out and commit the whole tree.
-const SpecVersion = 6
+// Version 7 carries each repo's write_layer (a version-6 worker would
+// refuse the field: better the version's own message).
+const SpecVersion = 7
 
 // SpecFile is the attempt's spec beside attempt.json: what it was asked to
 // run, as it would cross to a worker.
@@ -197,6 +199,9 @@ type SpecRepo struct {
 	// A kusaw that does not know the field refuses the spec (ParseSpec)
 	// rather than check out and commit the whole tree.
 	Sparse []string `json:"sparse,omitempty"`
+	// WriteLayer is repos.NAME.write_layer ("overlay", or "" for none):
+	// whether a sandboxed step writes the worktree through a write layer.
+	WriteLayer string `json:"write_layer,omitempty"`
 }
 
 // SpecProcess is one process of an attempt, resolved.
@@ -325,7 +330,7 @@ func (s *AttemptSpec) Factory(stateDir string, paths map[string]string) (*config
 		Providers: map[string]*config.ProviderConfig{}, Setup: s.Setup, Sandbox: s.Policy.config(),
 		Pipelines: map[string]*config.Pipeline{}, Steps: map[string]*config.Step{step.ID: step}, StepOrder: []string{step.ID}}
 	for _, r := range s.Repos {
-		f.Repos[r.Name] = &config.Repo{Name: r.Name, Path: paths[r.Name], Sandbox: r.Sandbox}
+		f.Repos[r.Name] = &config.Repo{Name: r.Name, Path: paths[r.Name], Sandbox: r.Sandbox, WriteLayer: r.WriteLayer}
 		f.RepoOrder = append(f.RepoOrder, r.Name)
 	}
 	var others []string

@@ -27,7 +27,7 @@ func fullSpec() *AttemptSpec {
 	res := SpecResources{Pids: 256, Memory: 1 << 30, CPU: 2, Disk: 4 << 30, Output: 64 << 20}
 	return &AttemptSpec{Version: SpecVersion, ID: "r1/build/2", Run: "r1", Step: "build", Number: 2, Of: 3, Pool: "gpu", Deadline: &deadline,
 		Repos: []SpecRepo{{Name: "app", Sandbox: config.ModeRequired, RunBranch: "kusaw/r1", AttemptBranch: "kusaw/attempts/r1/build/2",
-			Base: sha("a"), RunBase: sha("9"), Sparse: []string{"services/api"}}},
+			Base: sha("a"), RunBase: sha("9"), Sparse: []string{"services/api"}, WriteLayer: "overlay"}},
 		Processes: []SpecProcess{{Repos: []string{"app"}, Mode: config.ModeRequired, ModeOrigin: "repo:app", Network: config.NetworkAllowlist}},
 		Mode:      config.ModeRequired, ModeOrigin: "repo:app", Network: config.NetworkAllowlist,
 		Setup: [][]string{{"npm", "ci"}},

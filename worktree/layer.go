@@ -140,3 +140,12 @@ func uniq(s []string) []string {
 	}
 	return out
 }
+
+// LayerChanged counts the paths the applied write layer changed (to
+// stage: tracked paths changed or gone, and new ones), 0 without one.
+func (w *Worktree) LayerChanged() int {
+	if w.layerSurvey == nil {
+		return 0
+	}
+	return len(w.layerSurvey.changed) + len(w.layerSurvey.untracked)
+}
