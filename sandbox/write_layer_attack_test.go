@@ -25,7 +25,7 @@ import (
 // layerScript attacks the write layer from inside ($1 the worktree, $2
 // the layer's folder on the host), then does what a step legitimately
 // does: each line prints name=exit status (or a count).
-const layerScript = `T=$1; L=$2
+const layerScript = `T=$1; L=$2; H=$3
 for k in CapInh CapPrm CapEff CapBnd CapAmb; do echo "$k=$(awk -v k=$k: '$1==k{print $2}' /proc/self/status)"; done
 command -v umount >/dev/null && command -v mount >/dev/null; echo have_mount=$?
 umount "$T" 2>/dev/null; echo umount=$?
@@ -40,6 +40,13 @@ n=0; for f in /proc/[0-9]*/fd/* /proc/[0-9]*/cwd /proc/[0-9]*/root /proc/[0-9]*/
 ( echo evil > "$T/.githooks/pre-commit" ) 2>/dev/null; echo write_hook=$?
 ( echo evil > "$T/.claude/hooks/new.sh" ) 2>/dev/null; echo add_hook=$?
 ( mv "$T/.claude" "$T/claude-moved" ) 2>/dev/null; echo move_settings=$?
+# The overlay's own attributes: refused, or (Linux 6.7 on) stored escaped
+# as user.overlay.overlay.*; either way never as the overlay's own in the
+# upper layer, which kusaw reads afterwards (checkUpper).
+"$H" __sandbox_helper setxattr "$T/docs" user.overlay.opaque y 2>/dev/null; echo set_opaque=$?
+"$H" __sandbox_helper setxattr "$T/README.md" user.overlay.redirect /etc 2>/dev/null; echo set_redirect=$?
+"$H" __sandbox_helper setxattr "$T/README.md" trusted.overlay.opaque y 2>/dev/null; echo set_trusted=$?
+"$H" __sandbox_helper setxattr "$T/docs/b.md" user.kusaw.note ok; echo set_user_xattr=$?
 echo changed >> "$T/README.md"; echo append=$?
 echo new > "$T/new.txt"; echo create=$?
 rm "$T/docs/a.md"; echo remove=$?
@@ -88,19 +95,23 @@ func layerAttackCase(t *testing.T) {
 	}
 	write(t, filepath.Join(f.wt, "lib", "x.txt"), "x\n") // a folder the step replaces
 	write(t, filepath.Join(f.wt, "pkg", "z.txt"), "z\n") // a folder the step renames: EXDEV, mv copies
+	write(t, filepath.Join(f.wt, "docs", "b.md"), "b\n")  // a file the step gives an xattr of its own
+	helper := filepath.Join(f.root, "bin", "helper")
+	copyFile(t, os.Args[0], helper, 0o755)
+	in.ExtraBinaries = []string{helper}
 	before := treeSnapshot(t, f.wt)
-	got := runLayerStep(t, in, f.wt, layer)
+	got := runLayerStep(t, in, f.wt, layer, helper)
 	want := map[string]string{
 		"CapInh": "0000000000000000", "CapPrm": "0000000000000000", "CapEff": "0000000000000000", "CapBnd": "0000000000000000", "CapAmb": "0000000000000000",
 		"have_mount": "0", "see_layer": "2", "see_layer_proc": "2", "layer_links": "0",
-		"append": "0", "create": "0", "remove": "0", "chmod": "0", "rename": "0", "mkdir": "0", "replace_dir": "0", "rename_dir": "18", "mv_dir": "0", "git_status": "0", "done": "1",
+		"append": "0", "create": "0", "remove": "0", "chmod": "0", "rename": "0", "mkdir": "0", "set_user_xattr": "0", "replace_dir": "0", "rename_dir": "18", "mv_dir": "0", "git_status": "0", "done": "1",
 	}
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("uid %d: %s=%q, want %q", os.Geteuid(), k, got[k], v)
 		}
 	}
-	for _, k := range []string{"umount", "umount_lazy", "remount", "mount", "write_dotgit", "write_settings", "write_hook", "add_hook", "move_settings"} {
+	for _, k := range []string{"umount", "umount_lazy", "remount", "mount", "write_dotgit", "write_settings", "write_hook", "add_hook", "move_settings", "set_trusted"} {
 		if got[k] == "0" || got[k] == "" {
 			t.Errorf("uid %d: %s=%q: the attack succeeded (or did not run)", os.Geteuid(), k, got[k])
 		}
@@ -114,14 +125,14 @@ func layerAttackCase(t *testing.T) {
 	}
 	// The control: the same step without the layer writes the tree.
 	in.Worktrees[0].Layer = ""
-	runLayerStep(t, in, f.wt, layer)
+	runLayerStep(t, in, f.wt, layer, helper)
 	if after := treeSnapshot(t, f.wt); mapsEqual(before, after) {
 		t.Errorf("uid %d: without the layer the step changed nothing on the host, so the comparison above proves nothing", os.Geteuid())
 	}
 }
 
 // runLayerStep runs layerScript under in's plan and returns its probes.
-func runLayerStep(t *testing.T, in Input, tree, layer string) map[string]string {
+func runLayerStep(t *testing.T, in Input, tree, layer, helper string) map[string]string {
 	t.Helper()
 	p, err := BuildPlan(in)
 	if err != nil {
@@ -129,7 +140,7 @@ func runLayerStep(t *testing.T, in Input, tree, layer string) map[string]string 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd, err := Command(ctx, p, []string{"/bin/sh", "-c", layerScript, "sh", tree, layer})
+	cmd, err := Command(ctx, p, []string{"/bin/sh", "-c", layerScript, "sh", tree, layer, helper})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,6 +174,20 @@ func checkUpper(t *testing.T, upper string) {
 	fi, err := os.Lstat(filepath.Join(upper, "docs", "a.md"))
 	if st, ok := sysStat(fi); err != nil || fi.Mode()&fs.ModeCharDevice == 0 || !ok || st.Rdev != 0 {
 		t.Errorf("uid %d: the removal left no whiteout (character device 0/0) in the upper layer: %v %v", os.Geteuid(), fi, err)
+	}
+	var note [8]byte
+	if n, err := unix.Getxattr(filepath.Join(upper, "docs", "b.md"), "user.kusaw.note", note[:]); err != nil || string(note[:n]) != "ok" {
+		t.Errorf("uid %d: the step's own xattr is not in the upper layer: %v", os.Geteuid(), err)
+	}
+	// The step set these on docs/ and README.md through the overlay: the
+	// upper layer must not hold them as the overlay's own (an opaque
+	// folder would make kusaw replace the tree's folder).
+	for _, p := range []string{"docs", "README.md"} {
+		for _, x := range []string{"user.overlay.opaque", "user.overlay.redirect"} {
+			if _, err := unix.Getxattr(filepath.Join(upper, p), x, note[:]); err == nil {
+				t.Errorf("uid %d: %s has the overlay's own %s in the upper layer", os.Geteuid(), p, x)
+			}
+		}
 	}
 	var opaque [8]byte
 	if n, err := unix.Getxattr(filepath.Join(upper, "lib"), "user.overlay.opaque", opaque[:]); err != nil || string(opaque[:n]) != "y" {
