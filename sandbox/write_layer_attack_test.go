@@ -95,7 +95,7 @@ func layerAttackCase(t *testing.T) {
 	}
 	write(t, filepath.Join(f.wt, "lib", "x.txt"), "x\n") // a folder the step replaces
 	write(t, filepath.Join(f.wt, "pkg", "z.txt"), "z\n") // a folder the step renames: EXDEV, mv copies
-	write(t, filepath.Join(f.wt, "docs", "b.md"), "b\n")  // a file the step gives an xattr of its own
+	write(t, filepath.Join(f.wt, "docs", "b.md"), "b\n") // a file the step gives an xattr of its own
 	helper := filepath.Join(f.root, "bin", "helper")
 	copyFile(t, os.Args[0], helper, 0o755)
 	in.ExtraBinaries = []string{helper}
