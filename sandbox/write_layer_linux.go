@@ -56,24 +56,34 @@ func (p *Plan) wrapLayers(cmd *exec.Cmd) error {
 
 var (
 	layerCheckMu sync.Mutex
-	layerChecks  = map[string]error{}
+	layerChecks  = map[string]layerCheck{}
 )
+
+// layerCheck is a remembered CheckLayer: a pass for the process's life, a
+// failure for layerRecheck (it may have been a full disk for a moment).
+type layerCheck struct {
+	err error
+	at  time.Time
+}
+
+const layerRecheck = time.Minute
 
 // CheckLayer says whether a write layer can be used here, for layers made
 // in folder dir (the state folder: its filesystem must take an overlay's
 // upper layer): it mounts one over a small tree and runs bwrap on it, a
 // step that writes a file and removes one, and checks that the changes
 // are in the upper layer and the tree is untouched. A few milliseconds;
-// remembered for the process per folder (a passed check on disk would
-// outlive a kernel or mount change that the real start then reports).
+// remembered for the process per folder, a failure for a minute (a
+// passed check on disk would outlive a kernel or mount change; the real
+// start then reports it, and the step does not run).
 func CheckLayer(dir string) error {
 	layerCheckMu.Lock()
 	defer layerCheckMu.Unlock()
-	if err, ok := layerChecks[dir]; ok {
-		return err
+	if c, ok := layerChecks[dir]; ok && (c.err == nil || time.Since(c.at) < layerRecheck) {
+		return c.err
 	}
 	err := checkLayer(dir)
-	layerChecks[dir] = err
+	layerChecks[dir] = layerCheck{err, time.Now()}
 	return err
 }
 

@@ -188,3 +188,36 @@ func TestLayerStageRefusesLink(t *testing.T) {
 		t.Fatal("the command ran and wrote where the link points")
 	}
 }
+
+// Two worktrees, two layers: the stage mounts both before it execs, and
+// each tree's write lands in its own upper layer, the trees untouched.
+func TestLayerStageTwoLayers(t *testing.T) {
+	prog := confineProgram()
+	if prog == nil {
+		t.Fatal("no stage program")
+	}
+	dir := t.TempDir()
+	var ls []confine.Layer
+	for _, n := range []string{"a", "b"} {
+		tree := filepath.Join(dir, n)
+		os.Mkdir(tree, 0o700)
+		write(t, filepath.Join(tree, "f"), "lower "+n+"\n")
+		l := newLayer(t, filepath.Join(dir, "layer-"+n))
+		ls = append(ls, confine.Layer{Tree: tree, Upper: filepath.Join(l, "upper"), Work: filepath.Join(l, "work")})
+	}
+	cmd := exec.Command(prog[0])
+	cmd.Args = layerArgv(prog[0], ls, []string{"/bin/sh", "-c", `echo upper a > "$0/f" && echo upper b > "$1/f"`, ls[0].Tree, ls[1].Tree})
+	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	layerAttr(cmd.SysProcAttr, os.Geteuid(), os.Getegid())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for i, n := range []string{"a", "b"} {
+		if b, _ := os.ReadFile(filepath.Join(ls[i].Upper, "f")); string(b) != "upper "+n+"\n" {
+			t.Errorf("layer %s: upper holds %q", n, b)
+		}
+		if b, _ := os.ReadFile(filepath.Join(ls[i].Tree, "f")); string(b) != "lower "+n+"\n" {
+			t.Errorf("tree %s changed: %q", n, b)
+		}
+	}
+}
