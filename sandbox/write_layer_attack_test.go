@@ -93,6 +93,11 @@ func layerAttackCase(t *testing.T) {
 	if err := CheckLayer(f.attempt); err != nil {
 		t.Fatalf("as uid %d: the layer's own check fails here, so its attacks prove nothing: %v", os.Geteuid(), err)
 	}
+	// The check leaves nothing, also where overlayfs left work/work
+	// without permissions for a normal user to enter.
+	if left, _ := filepath.Glob(filepath.Join(f.attempt, ".kusaw-layer-check-*")); len(left) > 0 {
+		t.Errorf("as uid %d: the layer's check left %v", os.Geteuid(), left)
+	}
 	write(t, filepath.Join(f.wt, "lib", "x.txt"), "x\n") // a folder the step replaces
 	write(t, filepath.Join(f.wt, "pkg", "z.txt"), "z\n") // a folder the step renames: EXDEV, mv copies
 	write(t, filepath.Join(f.wt, "docs", "b.md"), "b\n") // a file the step gives an xattr of its own

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kusaw/kusaw/internal/rmtree"
 	"github.com/kusaw/kusaw/sandbox/confine"
 	"github.com/kusaw/kusaw/status"
 )
@@ -103,7 +104,9 @@ func checkLayer(dir string) error {
 	if err != nil {
 		return fail(err.Error())
 	}
-	defer os.RemoveAll(tmp)
+	// rmtree: overlayfs leaves work/work with no permissions (and a
+	// whiteout in it), which os.RemoveAll cannot enter as a normal user.
+	defer rmtree.RemoveAll(tmp)
 	tree, upper, work := filepath.Join(tmp, "tree"), filepath.Join(tmp, "l", "upper"), filepath.Join(tmp, "l", "work")
 	for _, d := range []string{tree, upper, work} {
 		if err := os.MkdirAll(d, 0o700); err != nil {

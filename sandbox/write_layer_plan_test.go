@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/kusaw/kusaw/internal/rmtree"
 	"github.com/kusaw/kusaw/sandbox/confine"
 )
 
@@ -29,9 +30,13 @@ func layerMain(args []string) int {
 	return code
 }
 
-// newLayer makes a write layer's folders, as worktree.NewLayer does.
+// newLayer makes a write layer's folders, as worktree.NewLayer does, and
+// removes them after the test (before the fixture: overlayfs leaves
+// work/work without permissions, which os.RemoveAll cannot enter as a
+// normal user).
 func newLayer(t testing.TB, dir string) string {
 	t.Helper()
+	t.Cleanup(func() { rmtree.RemoveAll(dir) })
 	for _, d := range []string{"upper", "work"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
 			t.Fatal(err)
