@@ -114,6 +114,7 @@ var Protections = []string{
 	"A seccomp filter on every attempt (an allowlist of system calls): the kernel key store, io_uring (ENOSYS), userfaultfd, perf_event_open, bpf, mounts, setns and new namespaces, kexec and modules, ptrace attach (a step traces only the children it starts), personality flags such as READ_IMPLIES_EXEC and socket families other than AF_UNIX, AF_INET, AF_INET6 and NETLINK_ROUTE (no AF_VSOCK, AF_PACKET, AF_ALG) are refused; a foreign architecture or x32 call kills the process.",
 	"A fresh session keyring per attempt: the host's keys are neither readable nor writable, and /proc/keys shows empty.",
 	"Landlock, where the kernel has it (check --verbose shows the ABI): writes only beneath the plan's writable paths whatever the mounts; from ABI 6 signals and abstract Unix sockets stay inside the sandbox.",
+	"With a write layer (repos.NAME.write_layer: overlay) the worktree is an overlay: every change goes to the attempt's upper layer and the tree stays as it was; the protections inside the worktree hold as without it. The overlay is mounted before bwrap starts, in a user and mount namespace of kusaw's own, so the sandbox never holds a capability, and the layer's folders are not in the view.",
 	"On WSL, /mnt and /run/WSL are not in the view and WSL_INTEROP is unset.",
 	"bwrap is taken only from a root-owned, not world-writable /usr/bin, /usr/local/bin or /bin, never through PATH.",
 }
@@ -129,4 +130,5 @@ var NotProtected = []string{
 	"The other attempt branches of the same step share the attempt's ref folder, which must be writable: during the step it can move, add or remove them. kusaw puts that folder back as it was when the step ends, and records the repair (worktree.refs_restored); a reader looking at the repository while the step runs may see the moved branch.",
 	"The system folders and the toolchains of the step's PATH are readable (read-only); a Unix socket in one of them, or in what allow_read or allow_write names, is reachable (connecting needs no write access to its folder).",
 	"Whatever sandbox.allow_read and sandbox.allow_write name.",
+	"Under a write layer, renaming a folder that was already in the worktree fails with EXDEV (mv copies instead; git mv of a folder fails), and the overlay's mount options, which name the upper layer's path, show in /proc/self/mountinfo.",
 }
