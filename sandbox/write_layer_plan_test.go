@@ -103,6 +103,9 @@ func TestPlanWriteLayer(t *testing.T) {
 	if len(p.WriteLayers) != 1 || p.WriteLayers[0] != want {
 		t.Fatalf("write layers %+v, want %+v", p.WriteLayers, want)
 	}
+	if !strings.Contains(string(p.JSON()), `"write_layers":[{"tree":"`+f.wt+`"`) || !strings.Contains(p.String(), "write layer "+want.Upper) {
+		t.Errorf("doctor's plan does not show the layer:\n%s\n%s", p.JSON(), p.String())
+	}
 	for _, m := range p.Mounts {
 		if within(filepath.Join(f.attempt, "layer-1"), m.Src) {
 			t.Fatalf("the plan mounts %s from the layer", m.Src)
