@@ -215,7 +215,9 @@ func benchRepo(b testing.TB, n int) string {
 // same run, then kusaw's no-op attempt after the first: taking the tree
 // from the pool, cleaning it and checking the base out (start), committing
 // nothing (commit), and giving it back (release). Each as ms per attempt
-// and as a ratio to git worktree add.
+// and as a ratio to git worktree add; then the same no-op attempt with a
+// write layer (layer-*: the take without the walk, an empty upper
+// applied and committed, the release by the layer's survey).
 // Run: go test -run '^$' -bench WorktreeReuse -benchtime 5x ./worktree/
 func BenchmarkWorktreeReuse(b *testing.B) {
 	sizes := []int{1000, 20000, 100000}
@@ -277,6 +279,52 @@ func BenchmarkWorktreeReuse(b *testing.B) {
 				}
 				tRelease += time.Since(start)
 			}
+			// The write layer's no-op attempt (docs/factory.md, "The write
+			// layer") on a pool of its own: the take without the cleaning
+			// walk, an empty upper applied (what a step that changed
+			// nothing leaves), the commit and the release by the layer's
+			// survey. Its first attempt fills the pool, marked.
+			lpool := r.Pool(filepath.Join(state, "layered"))
+			layerNoop := func(w *Worktree) (commit time.Duration) {
+				start := time.Now()
+				l, err := w.NewLayer()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := w.ApplyLayer(l); err != nil {
+					b.Fatal(err)
+				}
+				if _, _, err := w.CommitAll("m"); err != nil {
+					b.Fatal(err)
+				}
+				return time.Since(start)
+			}
+			w, err = r.AddAttemptWith(runBranch, AttemptBranch(run, "l", 0), filepath.Join(state, "l0", "app"), AddOptions{Pool: lpool})
+			if err != nil {
+				b.Fatal(err)
+			}
+			layerNoop(w)
+			if ok, err := r.Release(w); !ok || err != nil {
+				b.Fatalf("release: %v %v", ok, err)
+			}
+			var lStart, lCommit, lRelease time.Duration
+			for i := 0; i < b.N; i++ {
+				start := time.Now()
+				w, err := r.AddAttemptWith(runBranch, AttemptBranch(run, "l", i+1), filepath.Join(state, fmt.Sprint("l", i+1), "app"), AddOptions{Pool: lpool})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if !w.Trusted {
+					b.Fatalf("layered attempt %d was taken with the walk: %s", i+1, w.ReuseFailed)
+				}
+				lStart += time.Since(start)
+				lCommit += layerNoop(w)
+				start = time.Now()
+				if ok, err := r.Release(w); !ok || err != nil {
+					b.Fatalf("release: %v %v", ok, err)
+				}
+				lRelease += time.Since(start)
+			}
 			b.StopTimer()
 			nn := float64(b.N)
 			ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / nn / 1000 }
@@ -286,6 +334,10 @@ func BenchmarkWorktreeReuse(b *testing.B) {
 			b.ReportMetric(ms(tRelease), "release-ms")
 			b.ReportMetric(float64(tStart)/nn/float64(tGit), "start/git-add")
 			b.ReportMetric(float64(tStart+tCommit+tRelease)/nn/float64(tGit), "attempt/git-add")
+			b.ReportMetric(ms(lStart), "layer-start-ms")
+			b.ReportMetric(ms(lCommit), "layer-commit-ms")
+			b.ReportMetric(ms(lRelease), "layer-release-ms")
+			b.ReportMetric(float64(lStart+lCommit+lRelease)/nn/float64(tGit), "layer-attempt/git-add")
 			b.ReportMetric(0, "ns/op")
 		})
 	}

@@ -39,9 +39,17 @@ func (w *Worktree) layerSurveyOf(ents []layerEntry) (*survey, error) {
 	if err != nil {
 		return nil, err
 	}
-	files, dirs := idx.lookup()
 	dirMode := 0o777 &^ processUmask()
 	sv := &survey{layer: true, remove: []string{".git"}}
+	if len(ents) == 1 && len(w.noted) == 0 {
+		// The root alone (a step that changed nothing): no lookup of
+		// every path is needed for it.
+		if ents[0].mode != dirMode {
+			sv.folders = append(sv.folders, "")
+		}
+		return sv, nil
+	}
+	files, dirs := idx.lookup()
 	whole := map[string]bool{} // paths staged and removed with all below them
 	covered := func(p string) bool {
 		for len(whole) > 0 {

@@ -208,6 +208,9 @@ func (r *Repo) prepareReuse(p *Pool, abs string) (rt *reusedTree, why error) {
 // restorable: each of paths is an entry of idx (a list kusaw wrote; a
 // slot that does not match its own index is cleaned by the walk).
 func restorable(idx *trustedIndex, paths []string) bool {
+	if len(paths) == 0 {
+		return true
+	}
 	files, _ := idx.lookup()
 	for _, p := range paths {
 		if _, ok := files[p]; !ok {
