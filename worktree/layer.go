@@ -35,19 +35,19 @@ func (w *Worktree) Layered() bool { return w.layerSurvey != nil }
 // tracked folders whose mode Release resets, and the tracked entries the
 // next take checks out again (restore).
 func (w *Worktree) layerSurveyOf(ents []layerEntry) (*survey, error) {
-	idx, err := w.trusted()
-	if err != nil {
-		return nil, err
-	}
 	dirMode := 0o777 &^ processUmask()
 	sv := &survey{layer: true, remove: []string{".git"}}
 	if len(ents) == 1 && len(w.noted) == 0 {
-		// The root alone (a step that changed nothing): no lookup of
-		// every path is needed for it.
+		// The root alone (a step that changed nothing): neither the
+		// index nor a lookup of every path is needed for it.
 		if ents[0].mode != dirMode {
 			sv.folders = append(sv.folders, "")
 		}
 		return sv, nil
+	}
+	idx, err := w.trusted()
+	if err != nil {
+		return nil, err
 	}
 	files, dirs := idx.lookup()
 	whole := map[string]bool{} // paths staged and removed with all below them

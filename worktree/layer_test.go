@@ -305,7 +305,7 @@ func TestLayerApplyAttacks(t *testing.T) {
 func TestLayerTrustOnlyAfterItsRelease(t *testing.T) {
 	isolateHome(t)
 	needOverlay(t)
-	dir, c1, _, _ := layerRepo(t)
+	dir, c1, c2, _ := layerRepo(t)
 	want := freshManifest(t, dir, c1)
 	state := t.TempDir()
 	r := open(t, dir)
@@ -376,13 +376,35 @@ func TestLayerTrustOnlyAfterItsRelease(t *testing.T) {
 	}
 	release(w)
 	assertPoolHoldsNoLeftover(t, pool, want)
-	// 4: no walk, and the tree is the checkout.
+	// 4: no walk, and the tree is the checkout; its step changes
+	// nothing: no commit, and the tree goes back marked.
 	w = attempt(4)
 	if !w.Reused || !w.Trusted {
 		t.Fatalf("attempt 4: reused %v, walk skipped %v (%s)", w.Reused, w.Trusted, w.ReuseFailed)
 	}
 	if got := manifest(t, w.Path); got != want {
 		t.Errorf("the tree differs from a fresh checkout:\n%s\nwant:\n%s", got, want)
+	}
+	layer = inOverlay(t, w, `cat README >/dev/null`)
+	if err := w.ApplyLayer(layer); err != nil {
+		t.Fatal(err)
+	}
+	if sha, changed, err := w.CommitAll("m"); err != nil || changed || sha != c1 {
+		t.Fatalf("commit of nothing: %s %v %v", sha, changed, err)
+	}
+	release(w)
+	// 5: on a new base, checked out over the tree taken without a walk.
+	tgit(t, dir, "update-ref", "refs/heads/kusaw/r", c2)
+	w = attempt(5)
+	if !w.Reused || !w.Trusted {
+		t.Fatalf("attempt 5: reused %v, walk skipped %v (%s)", w.Reused, w.Trusted, w.ReuseFailed)
+	}
+	if got, want2 := manifest(t, w.Path), freshManifest(t, dir, c2); got != want2 {
+		t.Errorf("the tree differs from a fresh checkout of the new base:\n%s\nwant:\n%s", got, want2)
+	}
+	write(t, filepath.Join(w.Path, "direct.txt"), "x\n") // no layer: the commit walks
+	if sha, changed, err := w.CommitAll("m"); err != nil || !changed || !strings.Contains(tgit(t, dir, "ls-tree", "--name-only", sha), "direct.txt") {
+		t.Fatalf("commit without a layer after a trusted take: %s %v %v", sha, changed, err)
 	}
 }
 

@@ -184,6 +184,14 @@ func (r *Repo) prepareReuse(p *Pool, abs string) (rt *reusedTree, why error) {
 	rt = &reusedTree{index: index, base: base}
 	err := forceRemoveAll(filepath.Join(abs, ".git"))
 	var idx *trustedIndex
+	if err == nil && len(layer) == 0 && layer != nil {
+		// Released by its layer with nothing to check out again: no
+		// walk, and nothing to look up in the index either (git reads
+		// it, checksum and all, if the base moves; the commit parses it
+		// when it needs it).
+		rt.trusted = true
+		return rt, nil
+	}
 	if err == nil {
 		idx, err = readTrustedIndex(index, len(base))
 	}

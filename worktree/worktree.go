@@ -211,7 +211,7 @@ func (r *Repo) addAttempt(runBranch, attemptBranch, dir string, o AddOptions) (*
 		// next, the step after them. Only a plain worktree goes back to
 		// the pool (only such a one is taken from it).
 		w.keepIndex(o.Pool, plain)
-		if reused != nil && reuseErr == nil && reused.same && w.index != "" {
+		if reused != nil && reuseErr == nil && reused.same && reused.idx != nil && w.index != "" {
 			w.parsed = reused.idx // the same bytes: no second parse
 		}
 	}
@@ -467,6 +467,12 @@ func (w *Worktree) CommitAll(msg string) (sha string, changed bool, err error) {
 		msg = "kusaw: attempt " + w.Branch
 	}
 
+	if sv := w.layerSurvey; sv != nil && ok && tip == w.BaseSHA && len(w.MergeParents) == 0 && len(sv.changed)+len(sv.untracked) == 0 {
+		// The write layer says the step changed nothing, and the branch
+		// is still the base: nothing to commit, no index to make.
+		w.survey = sv
+		return tip, false, nil
+	}
 	tmp, err := os.MkdirTemp("", "kusaw-index-")
 	if err != nil {
 		return "", false, fmt.Errorf("commit: %v", err)
