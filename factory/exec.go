@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
@@ -125,6 +126,20 @@ type DefaultExecRequest struct {
 	Stdout, Stderr io.Writer
 }
 
+// startDefault starts the plan's command with req's streams, in its own
+// process group.
+func startDefault(cmd *exec.Cmd, req DefaultExecRequest) error {
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = req.Stdin, req.Stdout, req.Stderr
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("cannot start the sandbox: %v", err)
+	}
+	return nil
+}
+
 // DefaultExecInput is the sandbox of kusaw sandbox exec without a factory:
 // dir writable, the attempt's folders in tmp, no network, the home and the
 // secret store hidden. On Linux tmp is a name under /tmp for folders that
@@ -176,6 +191,13 @@ func ExecDefault(ctx context.Context, req DefaultExecRequest) (int, error) {
 	if len(req.Argv) == 0 {
 		return 0, errors.New("no command to run")
 	}
+	var ahead *execAheadRun
+	defer func() { ahead.stop() }() // an early bwrap not handed over is killed and waited for
+	if req.Dir == "" {
+		if wd, err := os.Getwd(); err == nil {
+			ahead = takeExecAhead(wd, req.Argv)
+		}
+	}
 	if res := sandbox.CachedCheck(); !res.Available {
 		return int(status.ExitSandboxUnavailable), res.Err()
 	}
@@ -193,6 +215,9 @@ func ExecDefault(ctx context.Context, req DefaultExecRequest) (int, error) {
 	var tmp string
 	if runtime.GOOS == "linux" {
 		tmp = privateExecTmp()
+		if ahead != nil && ahead.tmp != "" {
+			tmp = ahead.tmp // the name the early bwrap's command has
+		}
 	} else {
 		t, err := os.MkdirTemp("", "kusaw-exec-")
 		if err != nil {
@@ -211,17 +236,23 @@ func ExecDefault(ctx context.Context, req DefaultExecRequest) (int, error) {
 		return int(status.ExitSandboxUnavailable), err
 	}
 	defer plan.Cleanup()
-	cmd, err := sandbox.Command(context.Background(), plan, req.Argv)
-	if err != nil {
-		return int(status.ExitSandboxUnavailable), err
+	var cmd *exec.Cmd
+	if ahead != nil && ahead.early != nil {
+		cmd, err = ahead.early.Command(plan, req.Argv, req.Stdin, req.Stdout, req.Stderr)
+		if err != nil && !errors.Is(err, sandbox.ErrShapeChanged) {
+			return int(status.ExitSandboxUnavailable), err
+		}
 	}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = req.Stdin, req.Stdout, req.Stderr
-	if cmd.SysProcAttr == nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	if cmd == nil {
+		if cmd, err = sandbox.Command(context.Background(), plan, req.Argv); err != nil {
+			return int(status.ExitSandboxUnavailable), err
+		}
+		if err := startDefault(cmd, req); err != nil {
+			return int(status.ExitRunFailed), err
+		}
 	}
-	cmd.SysProcAttr.Setpgid = true
-	if err := cmd.Start(); err != nil {
-		return int(status.ExitRunFailed), fmt.Errorf("cannot start the sandbox: %v", err)
+	if ahead != nil {
+		ahead.remember(plan, req.Argv, tmp)
 	}
 	done := make(chan struct{})
 	go func() {

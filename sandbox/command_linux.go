@@ -33,25 +33,69 @@ var GraceDelay = 5 * time.Second
 // The environment goes to bwrap through an in-memory file (--args FD) as
 // --clearenv and --setenv pairs, so no value shows in /proc/PID/cmdline.
 func Command(ctx context.Context, p *Plan, argv []string) (*exec.Cmd, error) {
-	if len(argv) == 0 {
-		return nil, errors.New("sandbox: no command to run")
-	}
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	bw, err := FindBwrap()
+	st, err := startArgs(p, argv)
 	if err != nil {
 		return nil, err
 	}
 	if err := p.Prepare(); err != nil {
 		return nil, err
 	}
-	fd, err := argsFile(p.envArgs())
+	fd, err := argsFile(st.env)
 	if err != nil {
 		return nil, err
 	}
+	seccomp, err := seccompFile()
+	if err != nil {
+		fd.Close()
+		return nil, filterError(err)
+	}
 	// ExtraFiles[0] is fd 3 in bwrap; --args comes after --clearenv, which
 	// would otherwise clear the variables it sets.
+	args := append(append(st.opts, "--args", "3", "--"), st.tail...)
+	cmd := bwrapCommand(ctx, st.bw, args)
+	files, err := dataFiles(fd, st.data, seccomp)
+	if err != nil {
+		fd.Close()
+		seccomp.Close()
+		return nil, err
+	}
+	cmd.ExtraFiles = files
+	// A plan with write layers starts as the stage that mounts them and
+	// then execs this bwrap (write_layer_linux.go).
+	if err := p.wrapLayers(cmd); err != nil {
+		closeFiles(files)
+		return nil, err
+	}
+	// Last, once nothing here can fail: a caller whose Command failed
+	// may not call Cleanup, and the stand-ins would stay.
+	p.takeStandIns()
+	return cmd, nil
+}
+
+// bwrapStart is what a start gives bwrap, in the parts an early start
+// (EarlyStart) fixes at different times: the command and the descriptors
+// when bwrap starts, the options and the environment when the plan is
+// ready.
+type bwrapStart struct {
+	bw   string
+	opts []string // the plan's options and the kernel filters', without the environment
+	env  []string // --setenv pairs: through a file, never on bwrap's command line
+	tail []string // after "--": the confinement stage, the plan's wrapper, argv
+	data int      // the empty files' descriptors, from DataFD on; the filter's comes next
+}
+
+// startArgs is bwrap's start for argv under p.
+func startArgs(p *Plan, argv []string) (bwrapStart, error) {
+	if len(argv) == 0 {
+		return bwrapStart{}, errors.New("sandbox: no command to run")
+	}
+	bw, err := FindBwrap()
+	if err != nil {
+		return bwrapStart{}, err
+	}
 	args := p.Args()
 	if !disableUsernsSupported(bw) {
 		args = slices.DeleteFunc(args, func(s string) bool { return s == "--unshare-user" || s == "--disable-userns" })
@@ -59,43 +103,20 @@ func Command(ctx context.Context, p *Plan, argv []string) (*exec.Cmd, error) {
 	if !permsSupported(bw) {
 		args = withoutPerms(args)
 	}
-	// The kernel filters read the descriptors after the empty files'.
-	fargs, ffiles, err := filterArgs(p, DataFD+p.dataFiles())
-	if err != nil {
-		fd.Close()
-		return nil, err
-	}
-	args = append(args, fargs...)
-	args = append(args, "--args", "3", "--")
-	args = append(args, p.confineArgv()...)
-	args = append(args, p.WrapArgv...)
-	args = append(args, argv...)
+	n := p.dataFiles()
+	// The kernel filters read the descriptor after the empty files'.
+	args = append(args, filterOpts(DataFD+n)...)
+	tail := append(p.confineArgv(), p.WrapArgv...)
+	tail = append(tail, argv...)
+	return bwrapStart{bw: bw, opts: args, env: p.envArgs(), tail: tail, data: n}, nil
+}
+
+// bwrapCommand is the bwrap process of a start, not yet started: its
+// group, its death with kusaw, and how it ends on ctx's end.
+func bwrapCommand(ctx context.Context, bw string, args []string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, bw, args...)
 	cmd.Env = []string{} // empty, not inherited; the step's env comes through --args
-	cmd.ExtraFiles = []*os.File{fd}
-	if n := p.dataFiles(); n > 0 {
-		// The empty files' content: /dev/null reads as empty, and each
-		// --ro-bind-data takes (and closes) its own descriptor. Its own
-		// open per command: callers close ExtraFiles after the start.
-		null, err := os.Open(os.DevNull)
-		if err != nil {
-			fd.Close()
-			return nil, fmt.Errorf("sandbox: %w", err)
-		}
-		for i := 0; i < n; i++ {
-			cmd.ExtraFiles = append(cmd.ExtraFiles, null)
-		}
-	}
-	cmd.ExtraFiles = append(cmd.ExtraFiles, ffiles...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	// A plan with write layers starts as the stage that mounts them and
-	// then execs this bwrap (write_layer_linux.go).
-	if err := p.wrapLayers(cmd); err != nil {
-		for _, f := range cmd.ExtraFiles {
-			f.Close()
-		}
-		return nil, err
-	}
 	cmd.Cancel = func() error {
 		if cmd.Process == nil {
 			return nil
@@ -112,10 +133,26 @@ func Command(ctx context.Context, p *Plan, argv []string) (*exec.Cmd, error) {
 		return nil
 	}
 	cmd.WaitDelay = GraceDelay
-	// Last, once nothing here can fail: a caller whose Command failed
-	// may not call Cleanup, and the stand-ins would stay.
-	p.takeStandIns()
-	return cmd, nil
+	return cmd
+}
+
+// dataFiles is bwrap's descriptors from fd 3 on: args (the --args file),
+// n empty files' content, then the seccomp filter.
+func dataFiles(args *os.File, n int, seccomp *os.File) ([]*os.File, error) {
+	files := []*os.File{args}
+	if n > 0 {
+		// The empty files' content: /dev/null reads as empty, and each
+		// --ro-bind-data takes (and closes) its own descriptor. Its own
+		// open per command: callers close ExtraFiles after the start.
+		null, err := os.Open(os.DevNull)
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: %w", err)
+		}
+		for i := 0; i < n; i++ {
+			files = append(files, null)
+		}
+	}
+	return append(files, seccomp), nil
 }
 
 // argsFile returns a sealed in-memory file holding NUL-separated args.

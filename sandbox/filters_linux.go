@@ -14,9 +14,19 @@ import (
 func filterArgs(p *Plan, fd int) ([]string, []*os.File, error) {
 	f, err := seccompFile()
 	if err != nil {
-		return nil, nil, &status.Error{Reason: status.ReasonSandboxUnavailable, Msg: "sandbox: " + err.Error(),
-			Fix: "run kusaw on linux/amd64 or linux/arm64, or set the step's sandbox mode to off"}
+		return nil, nil, filterError(err)
 	}
+	return filterOpts(fd), []*os.File{f}, nil
+}
+
+// filterError is the refusal of a machine where the filter cannot be built.
+func filterError(err error) error {
+	return &status.Error{Reason: status.ReasonSandboxUnavailable, Msg: "sandbox: " + err.Error(),
+		Fix: "run kusaw on linux/amd64 or linux/arm64, or set the step's sandbox mode to off"}
+}
+
+// filterOpts are the filters' options, the seccomp filter read from fd.
+func filterOpts(fd int) []string {
 	args := []string{"--seccomp", strconv.Itoa(fd)}
 	// /proc/keys lists every key the user may view (add_key gives the
 	// owner view by default), the host's included, whatever the session
@@ -26,5 +36,5 @@ func filterArgs(p *Plan, fd int) ([]string, []*os.File, error) {
 	if _, err := os.Stat("/proc/keys"); err == nil {
 		args = append(args, "--ro-bind", "/dev/null", "/proc/keys")
 	}
-	return args, []*os.File{f}, nil
+	return args
 }

@@ -5,6 +5,7 @@ package main
 import (
 	"os"
 
+	"github.com/kusaw/kusaw/factory"
 	"github.com/kusaw/kusaw/internal/proc"
 	"github.com/kusaw/kusaw/sandbox"
 )
@@ -16,11 +17,16 @@ func main() {
 		// Its plan's walk of /etc overlaps the flags, the settings and
 		// the backend check.
 		sandbox.WalkSystemAhead()
+		// Its bwrap starts now, to be given the plan's options when
+		// they are ready (factory.StartExecAhead).
+		factory.StartExecAhead(os.Args[1:])
 	}
 	if exe, err := os.Executable(); err == nil {
 		proc.EnableReaper(exe)
 	}
-	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	code := run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	factory.DropExecAhead() // a bwrap started early and not used leaves no process
+	os.Exit(code)
 }
 
 // sandboxExecArgs reports whether args are kusaw sandbox exec's (before

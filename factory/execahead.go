@@ -1,0 +1,268 @@
+package factory
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/kusaw/kusaw/sandbox"
+)
+
+// kusaw sandbox exec without a factory file starts bwrap at kusaw's own
+// start, before its plan is ready (sandbox.EarlyStart), so that bwrap's
+// start overlaps the flags, the check and the plan (docs/benchmarks.md,
+// "Lean start, eighth pass (issue 25)"). What that start must fix before
+// the plan (the command bwrap runs and its count of empty files'
+// descriptors) is taken from the last start in the same folder,
+// remembered in <cache>/kusaw/exec-start. It is only a guess: the plan
+// is built afresh every time, view, environment and all, and ExecDefault
+// compares its start with the guess before bwrap reads anything; when
+// they differ, the early bwrap is killed and the plan's own is started.
+
+// execAheadEntries bounds how many folders the file remembers.
+const execAheadEntries = 8
+
+const execAheadHeader = "kusaw exec start 1"
+
+// tmpMark stands for the run's private temp folder in a remembered
+// command (a fresh name at each run): NUL is in no argument.
+const tmpMark = "\x00"
+
+// execShape is one folder's remembered start, the command without the
+// step's own argv.
+type execShape struct {
+	dir   string
+	bwrap string
+	data  int
+	tail  []string // with tmpMark for the temp folder
+}
+
+// execAheadRun is one process's early start.
+type execAheadRun struct {
+	dir     string
+	argv    []string
+	tmp     string
+	early   *sandbox.EarlyStart // nil when nothing was started
+	entries []execShape         // the file as read
+	file    string
+	taken   bool
+}
+
+var execAhead struct {
+	sync.Mutex
+	run *execAheadRun
+}
+
+// ExecAheadFile is where the early starts' shapes are remembered: "" for
+// the user cache folder, "off" for no early start.
+var ExecAheadFile string
+
+func execAheadPath() string {
+	switch ExecAheadFile {
+	case "off":
+		return ""
+	case "":
+	default:
+		return ExecAheadFile
+	}
+	d, err := os.UserCacheDir()
+	if err != nil || d == "" {
+		return ""
+	}
+	return filepath.Join(d, "kusaw", "exec-start")
+}
+
+// StartExecAhead starts, when args are exactly kusaw's "sandbox exec --
+// CMD...", the bwrap that ExecDefault will use, if this folder's last
+// start is remembered; DropExecAhead ends what ExecDefault did not take.
+// It returns once bwrap has started (about 0.5 ms): a goroutine would
+// wait for the walk of /etc's (WalkSystemAhead) and start it later.
+func StartExecAhead(args []string) {
+	if runtime.GOOS != "linux" || len(args) < 4 || args[0] != "sandbox" || args[1] != "exec" || args[2] != "--" {
+		return
+	}
+	file := execAheadPath()
+	if file == "" {
+		return
+	}
+	r := &execAheadRun{argv: slices.Clone(args[3:]), file: file}
+	execAhead.Lock()
+	if execAhead.run != nil {
+		execAhead.Unlock()
+		return
+	}
+	execAhead.run = r
+	execAhead.Unlock()
+	dir, err := os.Getwd()
+	if err != nil {
+		return
+	}
+	r.dir = dir
+	b, _ := os.ReadFile(file)
+	r.entries = decodeExecShapes(b)
+	for _, e := range r.entries {
+		if e.dir != dir {
+			continue
+		}
+		r.tmp = privateExecTmp()
+		s := sandbox.StartShape{Bwrap: e.bwrap, Data: e.data, Tail: append(withTmp(e.tail, r.tmp), r.argv...)}
+		r.early, _ = sandbox.StartEarly(context.Background(), s, os.Stdin, os.Stdout, os.Stderr)
+		return
+	}
+}
+
+// takeExecAhead is this process's early start for ExecDefault in dir
+// with argv; nil when there is none, or it was for another command.
+func takeExecAhead(dir string, argv []string) *execAheadRun {
+	execAhead.Lock()
+	r := execAhead.run
+	if r == nil || r.taken {
+		execAhead.Unlock()
+		return nil
+	}
+	r.taken = true
+	execAhead.Unlock()
+	if r.dir != dir || !slices.Equal(r.argv, argv) {
+		r.early.Stop()
+		return nil
+	}
+	return r
+}
+
+// DropExecAhead stops an early start that ExecDefault did not take (kusaw
+// exits before the plan: a factory file, a usage error): killed and
+// waited for, it leaves no process. That folder is forgotten.
+func DropExecAhead() {
+	execAhead.Lock()
+	r := execAhead.run
+	execAhead.run = nil
+	execAhead.Unlock()
+	if r == nil || r.taken {
+		return
+	}
+	if r.early != nil {
+		r.early.Stop()
+		r.save(slices.DeleteFunc(slices.Clone(r.entries), func(e execShape) bool { return e.dir == r.dir }))
+	}
+}
+
+// remember keeps p's start in dir as the folder's shape when it is not
+// the one remembered. Called once the step has started.
+func (r *execAheadRun) remember(p *sandbox.Plan, argv []string, tmp string) {
+	s, ok, err := sandbox.ShapeOf(p, argv)
+	if err != nil || !ok || len(s.Tail) < len(argv) {
+		return
+	}
+	cur := execShape{dir: r.dir, bwrap: s.Bwrap, data: s.Data, tail: withMark(s.Tail[:len(s.Tail)-len(argv)], tmp)}
+	if len(r.entries) > 0 && sameShape(r.entries[0], cur) {
+		return
+	}
+	rest := slices.DeleteFunc(slices.Clone(r.entries), func(e execShape) bool { return e.dir == r.dir })
+	r.save(append([]execShape{cur}, rest...))
+}
+
+func sameShape(a, b execShape) bool {
+	return a.dir == b.dir && a.bwrap == b.bwrap && a.data == b.data && slices.Equal(a.tail, b.tail)
+}
+
+func (r *execAheadRun) save(entries []execShape) {
+	if len(entries) > execAheadEntries {
+		entries = entries[:execAheadEntries]
+	}
+	if os.MkdirAll(filepath.Dir(r.file), 0o700) != nil {
+		return
+	}
+	tmp := r.file + fmt.Sprintf(".%d", os.Getpid())
+	if os.WriteFile(tmp, encodeExecShapes(entries), 0o600) == nil {
+		if os.Rename(tmp, r.file) != nil {
+			_ = os.Remove(tmp)
+		}
+	}
+}
+
+// withMark replaces the temp folder tmp in args by tmpMark; withTmp puts
+// a run's own back.
+func withMark(args []string, tmp string) []string {
+	out := slices.Clone(args)
+	for i, a := range out {
+		if a == tmp || strings.HasPrefix(a, tmp+"/") {
+			out[i] = tmpMark + a[len(tmp):]
+		}
+	}
+	return out
+}
+
+func withTmp(args []string, tmp string) []string {
+	out := slices.Clone(args)
+	for i, a := range out {
+		if strings.HasPrefix(a, tmpMark) {
+			out[i] = tmp + a[len(tmpMark):]
+		}
+	}
+	return out
+}
+
+// The file is a header line, then per folder: dir, bwrap, data and one
+// tail line per argument, each value quoted as Go quotes a string.
+func encodeExecShapes(entries []execShape) []byte {
+	var b strings.Builder
+	b.WriteString(execAheadHeader + "\n")
+	for _, e := range entries {
+		fmt.Fprintf(&b, "dir %q\nbwrap %q\ndata %d\n", e.dir, e.bwrap, e.data)
+		for _, a := range e.tail {
+			fmt.Fprintf(&b, "tail %q\n", a)
+		}
+	}
+	return []byte(b.String())
+}
+
+// decodeExecShapes reads the file; anything it does not know makes it
+// read as empty (the next start is then an ordinary one).
+func decodeExecShapes(b []byte) []execShape {
+	lines := strings.Split(string(b), "\n")
+	if len(lines) < 2 || lines[0] != execAheadHeader || lines[len(lines)-1] != "" {
+		return nil
+	}
+	var out []execShape
+	for _, l := range lines[1 : len(lines)-1] {
+		name, v, _ := strings.Cut(l, " ")
+		if name == "data" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 || len(out) == 0 {
+				return nil
+			}
+			out[len(out)-1].data = n
+			continue
+		}
+		s, err := strconv.Unquote(v)
+		if err != nil {
+			return nil
+		}
+		switch {
+		case name == "dir":
+			out = append(out, execShape{dir: s})
+		case len(out) == 0:
+			return nil
+		case name == "bwrap":
+			out[len(out)-1].bwrap = s
+		case name == "tail":
+			out[len(out)-1].tail = append(out[len(out)-1].tail, s)
+		default:
+			return nil
+		}
+	}
+	return out
+}
+
+// stop ends r's early bwrap unless it was handed over.
+func (r *execAheadRun) stop() {
+	if r != nil {
+		r.early.Stop()
+	}
+}
