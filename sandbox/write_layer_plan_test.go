@@ -229,3 +229,36 @@ func TestLayerStageTwoLayers(t *testing.T) {
 		}
 	}
 }
+
+// Run outside the namespace kusaw makes for it (by hand, as root), the
+// stage would make the host's mounts private and mount there: it refuses,
+// and runs nothing. The twin (the namespace) runs: the other stage tests.
+func TestLayerStageRefusesHostNamespace(t *testing.T) {
+	prog := confineProgram()
+	if prog == nil {
+		t.Fatal("no stage program")
+	}
+	dir := t.TempDir()
+	tree := filepath.Join(dir, "tree")
+	os.Mkdir(tree, 0o700)
+	layer := newLayer(t, filepath.Join(dir, "layer"))
+	cmd := exec.Command(prog[0])
+	cmd.Args = layerArgv(prog[0], []confine.Layer{{Tree: tree, Upper: filepath.Join(layer, "upper"), Work: filepath.Join(layer, "work")}},
+		[]string{"/bin/sh", "-c", `echo ran > "$0/f"`, tree})
+	if os.Geteuid() == 0 {
+		// A mount namespace of the test's own (the initial user
+		// namespace's still): should the guard ever go, the mounts it
+		// lets through stay out of this machine's.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
+	}
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "not in a user namespace of its own") {
+		t.Fatalf("the stage in the host's namespaces: %v\n%s", err, out)
+	}
+	if _, err := os.Lstat(filepath.Join(tree, "f")); err == nil {
+		t.Fatal("the command ran")
+	}
+	if mounted(t, tree) {
+		t.Fatal("the overlay is mounted in the host's namespace")
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -22,6 +23,9 @@ func RunLayer(args []string) error {
 	layers, argv, err := ParseLayer(args)
 	if err != nil {
 		return err
+	}
+	if !ownUserNamespace() {
+		return &Error{ExitLayer, "layer: not in a user namespace of its own (kusaw starts this stage in one; run by hand it would change the host's mounts)"}
 	}
 	// Ambient capabilities are a thread's: the one that lets go of them
 	// is the one that execs.
@@ -79,4 +83,15 @@ func layerErr(what, path string, err error) error {
 		msg += " (the kernel refused an overlay in kusaw's user namespace; kusaw sandbox check --verbose says whether the write layer works here, or set write_layer: none)"
 	}
 	return &Error{ExitLayer, msg}
+}
+
+// ownUserNamespace says whether this process is outside the initial user
+// namespace, whose uid map is the whole identity: the stage makes "/"
+// private and mounts, which there would be the host's.
+func ownUserNamespace() bool {
+	b, err := os.ReadFile("/proc/self/uid_map")
+	if err != nil {
+		return false
+	}
+	return strings.Join(strings.Fields(string(b)), " ") != "0 0 4294967295"
 }
