@@ -32,8 +32,11 @@ package main
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -305,10 +308,99 @@ KUSAW_EARLY static void kusaw_stage(int argc, char **argv, char **envp, int repo
 	kusaw_fail(report, 126, "cannot run %s", cmd[0], -r);
 }
 
+// The write layer's stage (__layer), as confine.RunLayer does it, run
+// from the constructor (the C library started: it runs once per layered
+// attempt, outside the sandbox, where its 0.35 ms do not matter), so the
+// Go runtime's start is spared. It takes only arguments it needs no
+// judgement on: any that the Go code would refuse or report on (a bad
+// argument, a path with a character overlay's options cannot carry, a
+// link on the way, not a folder, the host's own user namespace) it leaves
+// to the Go code before changing anything. From the first mount on, a
+// failure is reported here with the Go code's message and status.
+#ifndef PR_CAP_AMBIENT
+#define PR_CAP_AMBIENT 47
+#endif
+#ifndef PR_CAP_AMBIENT_CLEAR_ALL
+#define PR_CAP_AMBIENT_CLEAR_ALL 4
+#endif
+#define KUSAW_OVERLAY_MAGIC 0x794c7630
+#define KUSAW_MAX_LAYERS 16
+
+static int kusaw_layer_path_ok(const char *p) {
+	char buf[PATH_MAX];
+	struct stat st;
+	if (p[0] != '/' || strpbrk(p, ",:\\\n"))
+		return 0;
+	if (!realpath(p, buf) || strcmp(buf, p) != 0)
+		return 0;
+	return lstat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// kusaw_own_userns mirrors ownUserNamespace: the initial user namespace's
+// uid map is the whole identity.
+static int kusaw_own_userns(void) {
+	char buf[256];
+	unsigned long a, b, c;
+	FILE *f = fopen("/proc/self/uid_map", "r");
+	if (!f)
+		return 0;
+	int n = fscanf(f, "%lu %lu %lu", &a, &b, &c);
+	int more = fscanf(f, "%255s", buf);
+	fclose(f);
+	return n == 3 && !(a == 0 && b == 0 && c == 4294967295UL && more != 1);
+}
+
+static void kusaw_layer_fail(const char *what, const char *path, int e) {
+	fprintf(stderr, "kusaw: layer: %s%s%s: %s", what, path ? " " : "", path ? path : "", kusaw_err(e));
+	if (e == EPERM || e == EACCES || e == EINVAL)
+		fprintf(stderr, " (the kernel refused an overlay in kusaw's user namespace; kusaw sandbox check --verbose says whether the write layer works here, or set write_layer: none)");
+	fprintf(stderr, "\n");
+	_exit(125);
+}
+
+static void kusaw_layer(int argc, char **argv, char **envp) {
+	const char *l[KUSAW_MAX_LAYERS][3];
+	char opts[3 * PATH_MAX + 64];
+	struct statfs fs;
+	int i = 2, n = 0;
+	if (argc < 2 || argv == NULL || strcmp(argv[1], "__layer") != 0)
+		return;
+	for (; i < argc && strcmp(argv[i], "-l") == 0; i += 4, n++) {
+		if (i + 3 >= argc || n == KUSAW_MAX_LAYERS)
+			return;
+		for (int k = 0; k < 3; k++) {
+			if (!kusaw_layer_path_ok(argv[i + 1 + k]))
+				return;
+			l[n][k] = argv[i + 1 + k];
+		}
+	}
+	if (n == 0 || i + 1 >= argc || strcmp(argv[i], "--") != 0 || argv[i + 1][0] != '/' || !kusaw_own_userns())
+		return;
+	char **cmd = argv + i + 1;
+	if (mount("", "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
+		kusaw_layer_fail("making the mounts private", NULL, errno);
+	for (int k = 0; k < n; k++) {
+		// Each path is shorter than PATH_MAX (realpath took it).
+		snprintf(opts, sizeof opts, "lowerdir=%s,upperdir=%s,workdir=%s,userxattr", l[k][0], l[k][1], l[k][2]);
+		if (mount("overlay", l[k][0], "overlay", MS_NOSUID | MS_NODEV, opts) != 0)
+			kusaw_layer_fail("mounting the write layer on", l[k][0], errno);
+		if (statfs(l[k][0], &fs) != 0 || fs.f_type != KUSAW_OVERLAY_MAGIC) {
+			fprintf(stderr, "kusaw: layer: %s is not an overlay after mounting it\n", l[k][0]);
+			_exit(125);
+		}
+	}
+	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0)
+		kusaw_layer_fail("letting go of the ambient capabilities", NULL, errno);
+	execve(cmd[0], cmd, envp);
+	fprintf(stderr, "kusaw: layer: cannot run %s: %s\n", cmd[0], kusaw_err(errno));
+	_exit(126);
+}
+
 // Only glibc calls a constructor with argc, argv and envp (musl passes
 // nothing): elsewhere the stage is the Go code's.
 #ifdef __GLIBC__
 __attribute__((constructor)) static void kusaw_ctor(int argc, char **argv, char **envp) {
+	kusaw_layer(argc, argv, envp);
 	kusaw_stage(argc, argv, envp, 1);
 }
 #endif

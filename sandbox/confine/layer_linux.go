@@ -58,7 +58,11 @@ func mountLayer(l Layer) error {
 	// send the step's writes wherever it points.
 	for _, p := range []string{l.Tree, l.Upper, l.Work} {
 		if r, err := filepath.EvalSymlinks(p); err != nil || r != p {
-			return &Error{ExitLayer, fmt.Sprintf("layer: %s is not a folder reached without links (%v); kusaw makes the layer anew for the next attempt", p, err)}
+			why := fmt.Sprint(err)
+			if err == nil {
+				why = "it leads to " + r
+			}
+			return &Error{ExitLayer, fmt.Sprintf("layer: %s is not a folder reached without links (%s); kusaw makes the layer anew for the next attempt", p, why)}
 		}
 		if fi, err := os.Lstat(p); err != nil || !fi.IsDir() {
 			return &Error{ExitLayer, "layer: " + p + " is not a folder"}
