@@ -29,8 +29,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == confine.Subcommand {
 		exit(stage(os.Args[2:]))
 	}
-	// The write layer's stage, outside the sandbox before bwrap (the C
-	// stage leaves it to Go: it runs once per attempt with a layer).
+	// The write layer's stage, outside the sandbox before bwrap: built
+	// with cgo, the constructor in stage_cgo.go does it and this runs only
+	// for what that one leaves to it (a failure to report, mostly).
 	if len(os.Args) > 1 && os.Args[1] == confine.LayerSubcommand {
 		exit(confine.RunLayer(os.Args[2:]))
 	}

@@ -14,7 +14,10 @@ import (
 // bwrap, whose binds of the worktree then show the overlay. bwrap 0.8 has
 // no --overlay, and inside bwrap its seccomp filter and Landlock forbid
 // mounts; here the sandbox never holds a capability, never sees the
-// layer's folders, and its filters stay as they are.
+// layer's folders, and its filters stay as they are. kusaw-bridge built
+// with cgo does it in C before its Go runtime starts
+// (cmd/kusaw-bridge/stage_cgo.go, held to RunLayer by
+// TestLayerStageImplementationsAgree): a change here goes there too.
 const LayerSubcommand = "__layer"
 
 // ExitLayer is the exit status when a layer could not be mounted: the
