@@ -26,7 +26,7 @@ import (
 // the layer's folder on the host), then does what a step legitimately
 // does: each line prints name=exit status (or a count).
 const layerScript = `T=$1; L=$2; H=$3
-for k in CapInh CapPrm CapEff CapBnd CapAmb; do echo "$k=$(awk -v k=$k: '$1==k{print $2}' /proc/self/status)"; done
+for k in CapInh CapPrm CapEff CapBnd CapAmb NoNewPrivs; do echo "$k=$(awk -v k=$k: '$1==k{print $2}' /proc/self/status)"; done
 command -v umount >/dev/null && command -v mount >/dev/null; echo have_mount=$?
 umount "$T" 2>/dev/null; echo umount=$?
 umount -l "$T" 2>/dev/null; echo umount_lazy=$?
@@ -107,7 +107,7 @@ func layerAttackCase(t *testing.T) {
 	before := treeSnapshot(t, f.wt)
 	got := runLayerStep(t, in, f.wt, layer, helper)
 	want := map[string]string{
-		"CapInh": "0000000000000000", "CapPrm": "0000000000000000", "CapEff": "0000000000000000", "CapBnd": "0000000000000000", "CapAmb": "0000000000000000",
+		"CapInh": "0000000000000000", "CapPrm": "0000000000000000", "CapEff": "0000000000000000", "CapBnd": "0000000000000000", "CapAmb": "0000000000000000", "NoNewPrivs": "1",
 		"have_mount": "0", "see_layer": "2", "see_layer_proc": "2", "layer_links": "0",
 		"append": "0", "create": "0", "remove": "0", "chmod": "0", "rename": "0", "mkdir": "0", "set_user_xattr": "0", "replace_dir": "0", "rename_dir": "18", "mv_dir": "0", "git_status": "0", "done": "1",
 	}
