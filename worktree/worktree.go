@@ -197,8 +197,14 @@ func (r *Repo) addAttempt(runBranch, attemptBranch, dir string, o AddOptions) (*
 		return nil, fmt.Errorf("add worktree %s: %v", abs, err)
 	}
 	w := &Worktree{Repo: r.String(), Path: abs, Branch: attemptBranch, GitDir: gitDir, CommonDir: r.CommonDir, BaseSHA: head, Sparse: o.Sparse, repo: r}
+	// A tree taken without a walk on an unchanged base keeps the held
+	// index it came with: git wrote nothing, so it is the very index of
+	// the checkout (a copy would be one more pass over every entry).
+	keepHeld := reused != nil && reuseErr == nil && reused.trusted && reused.same && o.Pool != nil && plain
 	if reused != nil {
-		_ = os.Remove(reused.index)
+		if !keepHeld {
+			_ = os.Remove(reused.index)
+		}
 		if reuseErr == nil {
 			w.Reused, w.Cleaned, w.Trusted = true, reused.report, reused.trusted
 		}
@@ -206,7 +212,9 @@ func (r *Repo) addAttempt(runBranch, attemptBranch, dir string, o AddOptions) (*
 	if reuseErr != nil {
 		w.ReuseFailed = reuseErr.Error()
 	}
-	if o.Pool != nil {
+	if keepHeld {
+		w.index, w.pool = reused.index, o.Pool
+	} else if o.Pool != nil {
 		// Before anything else touches the tree: include and setup run
 		// next, the step after them. Only a plain worktree goes back to
 		// the pool (only such a one is taken from it).
