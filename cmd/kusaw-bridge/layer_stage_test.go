@@ -67,7 +67,7 @@ func layerStageCases(t *testing.T, bin string, withC bool) map[string]string {
 	}
 	os.WriteFile(filepath.Join(tree, "f"), []byte("lower\n"), 0o600)
 	good := confine.Layer{Tree: tree, Upper: filepath.Join(dir, "l", "upper"), Work: filepath.Join(dir, "l", "work")}
-	step := []string{"/bin/sh", "-c", `cat "$0/f" && echo new > "$0/g" && grep -E '^Cap(Prm|Eff|Amb)' /proc/self/status`, tree}
+	step := []string{"/bin/sh", "-c", `cat "$0/f" && echo new > "$0/g" && grep -E '^Cap(Inh|Prm|Eff|Amb)' /proc/self/status`, tree}
 	run := func(ownNS bool, env []string, args ...string) string {
 		cmd := exec.Command(bin, args...)
 		cmd.Env = env
@@ -102,7 +102,9 @@ func layerStageCases(t *testing.T, bin string, withC bool) map[string]string {
 	if b, _ := os.ReadFile(filepath.Join(tree, "f")); string(b) != "lower\n" {
 		t.Errorf("%s: the tree changed", bin)
 	}
-	want := []string{"CapAmb:\t0000000000000000", "lower\n"}
+	// Nothing inheritable either, for root too: the process start made
+	// LayerCaps inheritable, and an exec keeps that set.
+	want := []string{"CapAmb:\t0000000000000000", "CapInh:\t0000000000000000", "lower\n"}
 	if os.Geteuid() != 0 {
 		// Root is root in kusaw's namespace (as bwrap started by root
 		// is); a normal user's command keeps nothing.

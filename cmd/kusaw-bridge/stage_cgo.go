@@ -324,6 +324,7 @@ KUSAW_EARLY static void kusaw_stage(int argc, char **argv, char **envp, int repo
 #define PR_CAP_AMBIENT_CLEAR_ALL 4
 #endif
 #define KUSAW_OVERLAY_MAGIC 0x794c7630
+#define KUSAW_CAP_V3 0x20080522
 #define KUSAW_MAX_LAYERS 16
 
 static int kusaw_layer_path_ok(const char *p) {
@@ -391,6 +392,11 @@ static void kusaw_layer(int argc, char **argv, char **envp) {
 	}
 	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0)
 		kusaw_layer_fail("letting go of the ambient capabilities", NULL, errno);
+	// As confine's dropCaps: the inheritable set survives the exec.
+	struct { uint32_t version; int pid; } caph = {KUSAW_CAP_V3, 0};
+	struct { uint32_t eff, prm, inh; } capd[2] = {{0, 0, 0}, {0, 0, 0}};
+	if (syscall(SYS_capset, &caph, capd) != 0)
+		kusaw_layer_fail("letting go of the capabilities", NULL, errno);
 	execve(cmd[0], cmd, envp);
 	fprintf(stderr, "kusaw: layer: cannot run %s: %s\n", cmd[0], kusaw_err(errno));
 	_exit(126);

@@ -43,8 +43,23 @@ func RunLayer(args []string) error {
 	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
 		return layerErr("letting go of the ambient capabilities", "", err)
 	}
+	if err := dropCaps(); err != nil {
+		return layerErr("letting go of the capabilities", "", err)
+	}
 	err = syscall.Exec(argv[0], argv, os.Environ())
 	return &Error{ExitNoExec, fmt.Sprintf("layer: cannot run %s: %v", argv[0], err)}
+}
+
+// dropCaps empties the thread's effective, permitted and inheritable
+// sets. Ambient capabilities must be inheritable, so the process start
+// left LayerCaps inheritable, and an exec keeps that set: bwrap, and
+// whatever runs after it, would hold them ready for any program with
+// file capabilities. Nothing after the mounts needs one (root in kusaw's
+// namespace gets its own again from the exec, as bwrap started by root
+// does).
+func dropCaps() error {
+	var data [2]unix.CapUserData
+	return unix.Capset(&unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}, &data[0])
 }
 
 // mountLayer mounts one overlay on its tree and checks that it is there.
