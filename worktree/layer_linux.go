@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"sort"
 	"strings"
 
 	"github.com/kusaw/kusaw/internal/rmtree"
@@ -93,7 +94,8 @@ func (w *Worktree) Layer() string { return w.layer }
 // plain folder is made (or kept) and gets the upper's mode; a FIFO,
 // socket or device is dropped (and what it hid goes: the step saw it
 // gone), as is any .git entry (git never adds one; the tree's own .git is
-// kusaw's). An error leaves the tree part applied and no survey: the
+// kusaw's). A file with a hard link outside the upper fails the apply
+// (foreignLinks). An error leaves the tree part applied and no survey: the
 // commit must not take it for the step's work.
 func (w *Worktree) ApplyLayer(dir string) error {
 	if w.layer == "" || filepath.Clean(dir) != w.layer {
@@ -127,6 +129,15 @@ type applier struct {
 	// above them: an empty folder or empty file the upper has there is
 	// kusaw's, not the step's, and is not carried into the tree.
 	kusaw, above map[string]bool
+	// Regular files with more than one link, by inode: how many links
+	// the upper holds and where they went in the tree (linked).
+	links map[uint64]*linked
+}
+
+// linked is one inode with several links seen in the upper.
+type linked struct {
+	nlink uint64
+	paths []string
 }
 
 func (w *Worktree) applyLayer(dir string) (*survey, error) {
@@ -151,7 +162,7 @@ func (w *Worktree) applyLayer(dir string) (*survey, error) {
 	if ust.Dev != tst.Dev {
 		return nil, errors.New("the layer is on another filesystem than the tree")
 	}
-	a := &applier{kusaw: map[string]bool{}, above: map[string]bool{}}
+	a := &applier{kusaw: map[string]bool{}, above: map[string]bool{}, links: map[uint64]*linked{}}
 	for _, n := range w.noted {
 		a.kusaw[n] = true
 		for d := path.Dir(n); d != "." && d != "/"; d = path.Dir(d) {
@@ -159,7 +170,11 @@ func (w *Worktree) applyLayer(dir string) (*survey, error) {
 		}
 	}
 	a.entries = append(a.entries, layerEntry{path: "", kind: 'd', mode: ust.Mode & 0o7777})
-	if err := a.folder(upper, root, ""); err != nil {
+	err = a.folder(upper, root, "")
+	if ferr := a.foreignLinks(root); ferr != nil && err == nil {
+		err = ferr
+	}
+	if err != nil {
 		return nil, err
 	}
 	if tst.Mode&0o7777 != ust.Mode&0o7777 {
@@ -228,6 +243,14 @@ func (a *applier) folder(u, t int, rel string) error {
 					return fmt.Errorf("%s: %v", p, err)
 				}
 			}
+			if st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink > 1 {
+				l := a.links[st.Ino]
+				if l == nil {
+					l = &linked{nlink: uint64(st.Nlink)}
+					a.links[st.Ino] = l
+				}
+				l.paths = append(l.paths, p)
+			}
 			var tst unix.Stat_t
 			if err := unix.Fstatat(t, name, &tst, unix.AT_SYMLINK_NOFOLLOW); err == nil && tst.Mode&unix.S_IFMT == unix.S_IFDIR {
 				if err := rmtree.RemoveAt(t, name); err != nil {
@@ -251,6 +274,51 @@ func (a *applier) folder(u, t int, rel string) error {
 		}
 	}
 	return nil
+}
+
+// foreignLinks refuses a file of the upper with a link the upper does not
+// hold: a hard link to a file of the tree underneath, or of the host on
+// the same filesystem (the upper is the step's to forge). Moved into the
+// tree it would be that file: the commit would read it and the next step
+// write it. A link the step made between files it wrote (ln a b through
+// the overlay: both in the upper) is its own. The refused file's paths
+// are taken out of the tree again (the apply fails, and the tree is
+// walked at its next take); also when the walk stopped early, whose
+// counts are then short.
+func (a *applier) foreignLinks(root int) error {
+	var bad []string
+	for ino, l := range a.links {
+		if uint64(len(l.paths)) >= l.nlink {
+			continue
+		}
+		bad = append(bad, l.paths...)
+		for _, p := range l.paths {
+			unlinkIno(root, p, ino)
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	sort.Strings(bad)
+	return fmt.Errorf("%s: a hard link to a file outside the write layer (of the tree underneath or of the host), which the overlay never makes: refused, so the tree is not committed (a link between files the step wrote is kept)", strings.Join(bad, ", "))
+}
+
+// unlinkIno removes p from the tree if it is still inode ino, never
+// through a link.
+func unlinkIno(root int, p string, ino uint64) {
+	d := root
+	if dir := path.Dir(p); dir != "." {
+		fd, err := beneath(root, dir)
+		if err != nil {
+			return
+		}
+		defer unix.Close(fd)
+		d = fd
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(d, path.Base(p), &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Ino == ino {
+		_ = unix.Unlinkat(d, path.Base(p), 0)
+	}
 }
 
 func kindOfStat(mode uint32) string {
