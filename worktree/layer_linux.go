@@ -428,7 +428,10 @@ func fgetxattr(fd int, name string) (string, bool) {
 // overlayXattrs refuses a file the overlay keeps only part of in the
 // upper (metadata only, its data in the lower; a whiteout by attribute)
 // and removes the overlay's bookkeeping from the others (origin and the
-// like), which another overlay with this tree underneath would read.
+// like), which another overlay with this tree underneath would read, and
+// the overlay attributes the step set itself (stored escaped). Only a
+// file's own attributes reach the tree; a folder's never do (subfolder
+// reads its opaque mark, the unescaped one alone).
 // By the upper folder's descriptor: never through a link.
 func overlayXattrs(u int, name string, st *unix.Stat_t) error {
 	p := fmt.Sprintf("/proc/self/fd/%d/%s", u, name)
@@ -454,8 +457,12 @@ func overlayXattrs(u int, name string, st *unix.Stat_t) error {
 		if !ok {
 			continue
 		}
-		switch short {
-		case "origin", "impure", "nlink", "uuid", "protattr":
+		switch {
+		case strings.HasPrefix(short, "overlay."):
+			// Escaped (Linux 6.7 on): an attribute the step set through
+			// the overlay under the overlay's own name, which means
+			// nothing to the tree, and would to an overlay over it.
+		case short == "origin", short == "impure", short == "nlink", short == "uuid", short == "protattr":
 		default:
 			return fmt.Errorf("overlay attribute %s is not supported (mount with userxattr, without metacopy)", x)
 		}
