@@ -26,6 +26,14 @@ import (
 )
 
 func main() {
+	// The step sees no descriptor this program inherited above stderr
+	// (confine.CloseInherited), except through the write layer's stage,
+	// which passes bwrap the ones kusaw gave it (--args, the filter).
+	if len(os.Args) < 2 || os.Args[1] != confine.LayerSubcommand {
+		if err := confine.CloseInherited(); err != nil {
+			exit(&confine.Error{Code: confine.ExitSetup, Msg: err.Error()})
+		}
+	}
 	if len(os.Args) > 1 && os.Args[1] == confine.Subcommand {
 		exit(stage(os.Args[2:]))
 	}

@@ -33,6 +33,7 @@ package main
 #include <stdlib.h>
 #include <string.h>
 #include <limits.h>
+#include <dirent.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -67,6 +68,10 @@ package main
 #define KL_FILE_RIGHTS (KL_WRITE_FILE | KL_TRUNCATE)
 
 #define KEYCTL_JOIN 1
+#ifndef SYS_close_range
+#define SYS_close_range 436
+#endif
+#define KUSAW_CLOSE_RANGE_CLOEXEC (1u << 2)
 #ifndef SYS_faccessat2
 #define SYS_faccessat2 439
 #endif
@@ -275,6 +280,35 @@ KUSAW_EARLY static const char *kusaw_lookpath(const char *name, char **envp, int
 	}
 }
 
+// kusaw_cloexec_inherited is confine.CloseInherited: every descriptor
+// from 3 on close-on-exec, so the step sees only stdin, stdout and stderr
+// of what reached the stage (bwrap has taken kusaw's). close_range first
+// (Linux 5.11); without it, the list in /proc/self/fd, which needs the C
+// library: before it (report unset) it returns 0, and the constructor
+// does it. 1 when done.
+KUSAW_EARLY static int kusaw_cloexec_inherited(int report) {
+	long r = kusaw_sys(SYS_close_range, 3, (long)~0u, KUSAW_CLOSE_RANGE_CLOEXEC, 0, 0);
+	if (r == 0 || !report)
+		return r == 0;
+	DIR *d = opendir("/proc/self/fd");
+	if (!d)
+		return kusaw_fail(report, 125, "confine: cannot mark inherited descriptors close-on-exec: listing /proc/self/fd%s", "", errno);
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		char *end;
+		long fd = strtol(e->d_name, &end, 10);
+		if (*end || end == e->d_name || fd < 3 || fd == dirfd(d))
+			continue;
+		if (fcntl((int)fd, F_SETFD, FD_CLOEXEC) != 0 && errno != EBADF) {
+			int err = errno;
+			closedir(d);
+			return kusaw_fail(report, 125, "confine: cannot mark an inherited descriptor close-on-exec%s", "", err);
+		}
+	}
+	closedir(d);
+	return 1;
+}
+
 // kusaw_stage runs the stage when argv asks for it: it execs the step, or
 // reports a failure and exits (report), or returns (the Go code's work,
 // or a failure left to the constructor to report).
@@ -296,6 +330,8 @@ KUSAW_EARLY static void kusaw_stage(int argc, char **argv, char **envp, int repo
 		return;
 	}
 	if (!kusaw_landlock(argv, 3, nw, report))
+		return;
+	if (!kusaw_cloexec_inherited(report))
 		return;
 	int undecided = 0;
 	const char *path = kusaw_lookpath(cmd[0], envp, report, &undecided);

@@ -16,6 +16,7 @@ import (
 	"github.com/kusaw/kusaw/internal/daemon"
 	"github.com/kusaw/kusaw/internal/proc"
 	"github.com/kusaw/kusaw/sandbox"
+	"github.com/kusaw/kusaw/sandbox/confine"
 	"github.com/kusaw/kusaw/status"
 )
 
@@ -24,6 +25,12 @@ import (
 var version, commit string
 
 func main() {
+	// First: what the daemon inherited above stderr reaches none of its
+	// steps. The spec's descriptor stays readable here (marked, not closed).
+	if err := confine.CloseInherited(); err != nil {
+		fmt.Fprintf(os.Stderr, "kusaw: %v\n", err)
+		os.Exit(int(status.ExitSandboxUnavailable))
+	}
 	os.Exit(run(os.Args[1:]))
 }
 

@@ -8,9 +8,14 @@ import (
 	"github.com/kusaw/kusaw/factory"
 	"github.com/kusaw/kusaw/internal/proc"
 	"github.com/kusaw/kusaw/sandbox"
+	"github.com/kusaw/kusaw/sandbox/confine"
+	"github.com/kusaw/kusaw/status"
 )
 
 func main() {
+	// First, before anything starts a process (the reaper's child, the
+	// early bwrap below): what kusaw's parent left open reaches no step.
+	keepInherited(os.Args)
 	// A copy of kusaw started as a step's reaper does only that.
 	proc.MaybeReap(os.Args)
 	if sandboxExecArgs(os.Args[1:]) {
@@ -38,4 +43,19 @@ func sandboxExecArgs(args []string) bool {
 		}
 	}
 	return false
+}
+
+// keepInherited marks every descriptor kusaw inherited above stderr
+// close-on-exec (confine.CloseInherited), or ends kusaw: a step must not
+// start with them. The write layer's stage (kusaw __layer) is the
+// exception: it execs bwrap with the descriptors kusaw gave it (--args,
+// the filter), and kusaw itself marked all others when it started.
+func keepInherited(args []string) {
+	if len(args) > 1 && args[1] == confine.LayerSubcommand {
+		return
+	}
+	if err := confine.CloseInherited(); err != nil {
+		os.Stderr.WriteString("kusaw: " + err.Error() + "\n")
+		os.Exit(int(status.ExitSandboxUnavailable))
+	}
 }

@@ -29,8 +29,9 @@ func Run(args []string) error {
 	return &Error{ExitNoExec, fmt.Sprintf("cannot run %s: %v", s.Argv[0], err)}
 }
 
-// Apply confines the calling goroutine's thread: a fresh session keyring,
-// then Landlock over writable. It locks the goroutine to its thread for
+// Apply confines the calling goroutine's thread: no inherited descriptor
+// above stderr survives the step's exec (CloseInherited), a fresh session
+// keyring, then Landlock over writable. It locks the goroutine to its thread for
 // good: the keyring and the Landlock domain belong to a thread's
 // credentials, and only the exec'ing thread's carry over to the step, so
 // the caller's next step is execve on the same goroutine. The egress
@@ -39,6 +40,10 @@ func Run(args []string) error {
 // --lease ...).
 func Apply(writable []string) error {
 	runtime.LockOSThread()
+	// bwrap has taken what kusaw gave it; nothing else is the step's.
+	if err := CloseInherited(); err != nil {
+		return &Error{ExitSetup, "confine: " + err.Error()}
+	}
 	if err := freshKeyring(); err != nil {
 		return &Error{ExitSetup, "confine: cannot give the step a session keyring of its own: " + err.Error()}
 	}
