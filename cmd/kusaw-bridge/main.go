@@ -27,10 +27,10 @@ import (
 
 func main() {
 	// The step sees no descriptor this program inherited above stderr
-	// (confine.CloseInherited), except through the write layer's stage,
+	// (confine.CloseInheritedOnExec), except through the write layer's stage,
 	// which passes bwrap the ones kusaw gave it (--args, the filter).
 	if len(os.Args) < 2 || os.Args[1] != confine.LayerSubcommand {
-		if err := confine.CloseInherited(); err != nil {
+		if err := confine.CloseInheritedOnExec(); err != nil {
 			exit(&confine.Error{Code: confine.ExitSetup, Msg: err.Error()})
 		}
 	}

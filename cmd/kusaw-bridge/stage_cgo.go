@@ -280,7 +280,7 @@ KUSAW_EARLY static const char *kusaw_lookpath(const char *name, char **envp, int
 	}
 }
 
-// kusaw_cloexec_inherited is confine.CloseInherited: every descriptor
+// kusaw_cloexec_inherited is confine.CloseInheritedOnExec: every descriptor
 // from 3 on close-on-exec, so the step sees only stdin, stdout and stderr
 // of what reached the stage (bwrap has taken kusaw's). close_range first
 // (Linux 5.11); without it, the list in /proc/self/fd, which needs the C

@@ -27,7 +27,7 @@ var version, commit string
 func main() {
 	// First: what the daemon inherited above stderr reaches none of its
 	// steps. The spec's descriptor stays readable here (marked, not closed).
-	if err := confine.CloseInherited(); err != nil {
+	if err := confine.CloseInheritedOnExec(); err != nil {
 		fmt.Fprintf(os.Stderr, "kusaw: %v\n", err)
 		os.Exit(int(status.ExitSandboxUnavailable))
 	}

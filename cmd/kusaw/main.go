@@ -15,7 +15,7 @@ import (
 func main() {
 	// First, before anything starts a process (the reaper's child, the
 	// early bwrap below): what kusaw's parent left open reaches no step.
-	keepInherited(os.Args)
+	closeInheritedOnExec(os.Args)
 	// A copy of kusaw started as a step's reaper does only that.
 	proc.MaybeReap(os.Args)
 	if sandboxExecArgs(os.Args[1:]) {
@@ -45,16 +45,16 @@ func sandboxExecArgs(args []string) bool {
 	return false
 }
 
-// keepInherited marks every descriptor kusaw inherited above stderr
-// close-on-exec (confine.CloseInherited), or ends kusaw: a step must not
+// closeInheritedOnExec marks every descriptor kusaw inherited above stderr
+// close-on-exec (confine.CloseInheritedOnExec), or ends kusaw: a step must not
 // start with them. The write layer's stage (kusaw __layer) is the
 // exception: it execs bwrap with the descriptors kusaw gave it (--args,
 // the filter), and kusaw itself marked all others when it started.
-func keepInherited(args []string) {
+func closeInheritedOnExec(args []string) {
 	if len(args) > 1 && args[1] == confine.LayerSubcommand {
 		return
 	}
-	if err := confine.CloseInherited(); err != nil {
+	if err := confine.CloseInheritedOnExec(); err != nil {
 		os.Stderr.WriteString("kusaw: " + err.Error() + "\n")
 		os.Exit(int(status.ExitSandboxUnavailable))
 	}

@@ -30,7 +30,7 @@ func Run(args []string) error {
 }
 
 // Apply confines the calling goroutine's thread: no inherited descriptor
-// above stderr survives the step's exec (CloseInherited), a fresh session
+// above stderr survives the step's exec (CloseInheritedOnExec), a fresh session
 // keyring, then Landlock over writable. It locks the goroutine to its thread for
 // good: the keyring and the Landlock domain belong to a thread's
 // credentials, and only the exec'ing thread's carry over to the step, so
@@ -41,7 +41,7 @@ func Run(args []string) error {
 func Apply(writable []string) error {
 	runtime.LockOSThread()
 	// bwrap has taken what kusaw gave it; nothing else is the step's.
-	if err := CloseInherited(); err != nil {
+	if err := CloseInheritedOnExec(); err != nil {
 		return &Error{ExitSetup, "confine: " + err.Error()}
 	}
 	if err := freshKeyring(); err != nil {

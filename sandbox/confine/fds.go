@@ -14,17 +14,17 @@ import (
 // kusaw-daemon, kusaw-bridge, this stage) inherits whatever its parent
 // left open without close-on-exec, and neither Go's os/exec nor bwrap
 // closes it, so a harness's descriptor would reach the step, which could
-// read or write it. CloseInherited marks every descriptor above stderr
+// read or write it. CloseInheritedOnExec marks every descriptor above stderr
 // close-on-exec: the step sees 0, 1 and 2, and what a process then passes
 // on purpose (exec.Cmd.ExtraFiles, or a flag cleared on one descriptor, as
 // the hand-over to kusaw-daemon does) and nothing else. Marked rather than
 // closed: the process itself may still read what it was given (the
 // daemon's spec, the reaper's hold).
 
-// CloseInherited marks every descriptor from 3 on close-on-exec: with
+// CloseInheritedOnExec marks every descriptor from 3 on close-on-exec: with
 // close_range where the kernel has its CLOSE_RANGE_CLOEXEC (Linux 5.11),
 // else one by one from the list of open descriptors.
-func CloseInherited() error {
+func CloseInheritedOnExec() error {
 	if closeRangeCloexec() == nil {
 		return nil
 	}

@@ -38,9 +38,9 @@ func cloexec(t *testing.T, fd int) bool {
 	return flags&unix.FD_CLOEXEC != 0
 }
 
-func TestCloseInheritedMarksEveryDescriptorAboveStderr(t *testing.T) {
+func TestCloseInheritedOnExecMarksEveryDescriptorAboveStderr(t *testing.T) {
 	fd := openInherited(t)
-	if err := CloseInherited(); err != nil {
+	if err := CloseInheritedOnExec(); err != nil {
 		t.Fatal(err)
 	}
 	if !cloexec(t, fd) {
@@ -61,12 +61,12 @@ func TestCloseInheritedMarksEveryDescriptorAboveStderr(t *testing.T) {
 
 // A kernel without close_range's CLOSE_RANGE_CLOEXEC (before 5.11): the
 // list of /proc/self/fd does it.
-func TestCloseInheritedWithoutCloseRange(t *testing.T) {
+func TestCloseInheritedOnExecWithoutCloseRange(t *testing.T) {
 	old := closeRange
 	closeRange = func(uint, uint, uint) error { return unix.EINVAL }
 	t.Cleanup(func() { closeRange = old })
 	fd := openInherited(t)
-	if err := CloseInherited(); err != nil {
+	if err := CloseInheritedOnExec(); err != nil {
 		t.Fatal(err)
 	}
 	if !cloexec(t, fd) {
@@ -76,7 +76,7 @@ func TestCloseInheritedWithoutCloseRange(t *testing.T) {
 
 // Neither close_range nor the list: kusaw refuses to start a step,
 // naming the folder.
-func TestCloseInheritedFailsClosed(t *testing.T) {
+func TestCloseInheritedOnExecFailsClosed(t *testing.T) {
 	err := cloexecListed(filepath.Join(t.TempDir(), "no-such-fd-folder"))
 	if err == nil {
 		t.Fatal("marked descriptors from a folder that does not exist")
