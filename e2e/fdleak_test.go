@@ -32,19 +32,12 @@ const fdSecret = "inherited-secret-7d1f"
 // open as descriptors 10 and 251 (not close-on-exec: ExtraFiles).
 func kusawWithFDs(t *testing.T, base, dir, stdin string, args ...string) result {
 	t.Helper()
-	secret := filepath.Join(t.TempDir(), "secret")
-	writeFile(t, secret, fdSecret)
-	f, err := os.Open(secret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := openSecret(t)
 	cmd := exec.Command(kusawBin, args...)
 	cmd.Dir = dir
 	cmd.Env = testEnv(t, base)
 	cmd.Stdin = strings.NewReader(stdin)
-	cmd.ExtraFiles = make([]*os.File, 251-3+1) // ExtraFiles[i] is fd 3+i; nil ones are closed
-	cmd.ExtraFiles[10-3], cmd.ExtraFiles[251-3] = f, f
+	cmd.ExtraFiles = secretAt10And251(f)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
@@ -53,6 +46,28 @@ func kusawWithFDs(t *testing.T, base, dir, stdin string, args ...string) result 
 		}
 	}
 	return result{out.String(), errb.String(), cmd.ProcessState.ExitCode()}
+}
+
+// openSecret opens a file holding fdSecret, closed after the test.
+func openSecret(t *testing.T) *os.File {
+	t.Helper()
+	secret := filepath.Join(t.TempDir(), "secret")
+	writeFile(t, secret, fdSecret)
+	f, err := os.Open(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+// secretAt10And251 is ExtraFiles with f as descriptors 10 and 251 of the
+// child (ExtraFiles[i] is descriptor 3+i; nil ones are closed), not
+// close-on-exec there.
+func secretAt10And251(f *os.File) []*os.File {
+	files := make([]*os.File, 251-3+1)
+	files[10-3], files[251-3] = f, f
+	return files
 }
 
 // checkNoInherited fails when the probe's output shows a descriptor
@@ -169,4 +184,34 @@ func TestInheritedFDsStayOutsideRunStep(t *testing.T) {
 	}
 	out := readFile(t, filepath.Join(dir, ".kusaw", "runs", onlyRun(t, dir), "steps", "probe", "1", "stdout.log"))
 	checkNoInherited(t, "kusaw run", out)
+}
+
+// kusaw serve: its attempts run in kusaw-daemon, which kusaw hands over
+// to in the same process, so what serve inherited is the daemon's. Both a
+// step without a sandbox and a sandboxed one see 0, 1 and 2 only.
+func TestInheritedFDsStayOutsideServeSteps(t *testing.T) {
+	need(t, "bwrap")
+	probe := "'" + strings.ReplaceAll(fdProbe, "'", "''") + "'"
+	dir := factoryDir(t, `version: 1
+repos:
+  app: {path: app}
+pipelines:
+  default: [open, boxed]
+steps:
+  open:
+    run: [sh, -c, `+probe+`]
+  boxed:
+    run: [sh, -c, `+probe+`]
+    sandbox: {mode: required}
+`, "app")
+	sp := startServeFiles(t, dir, nil, secretAt10And251(openSecret(t)))
+	r := runKusaw(t, dir, "run")
+	if r.code != 0 {
+		t.Fatalf("kusaw run through serve: exit %d\n%s%s\nserve: %s", r.code, r.stdout, r.stderr, sp.stderr.String())
+	}
+	run := onlyRun(t, dir)
+	for _, step := range []string{"open", "boxed"} {
+		out := readFile(t, filepath.Join(dir, ".kusaw", "runs", run, "steps", step, "1", "stdout.log"))
+		checkNoInherited(t, "serve's step "+step, out)
+	}
 }

@@ -56,10 +56,18 @@ func startServe(t testing.TB, dir string, args ...string) *serveProc {
 
 func startServeEnv(t testing.TB, dir string, env []string, args ...string) *serveProc {
 	t.Helper()
+	return startServeFiles(t, dir, env, nil, args...)
+}
+
+// startServeFiles is startServeEnv with files serve inherits as
+// descriptors 3 and up (exec.Cmd.ExtraFiles).
+func startServeFiles(t testing.TB, dir string, env []string, files []*os.File, args ...string) *serveProc {
+	t.Helper()
 	// A short stop grace keeps the tests' shutdowns quick.
 	cmd := exec.Command(kusawBin, append([]string{"serve", "--grace=2s"}, args...)...)
 	cmd.Dir = dir
 	cmd.Env = append(testEnv(nil, dir), env...) // testEnv does not use its t
+	cmd.ExtraFiles = files
 	sp := &serveProc{cmd: cmd, stderr: &syncBuffer{}, dir: dir}
 	cmd.Stderr = sp.stderr
 	if err := cmd.Start(); err != nil {
