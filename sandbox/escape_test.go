@@ -39,8 +39,17 @@ func TestMain(m *testing.M) {
 	// The stage's program: this binary, copied where an unprivileged user
 	// can reach it (go test builds in a folder only its user can enter).
 	cleanup := confineTestProgram()
+	// The walk of /etc is remembered in a folder of the tests' own, not
+	// in the user's cache.
+	walkCache, err := os.MkdirTemp("", "kusaw-walk-cache-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	WalkCacheFile = filepath.Join(walkCache, "etc-walk")
 	code := m.Run()
 	cleanup()
+	os.RemoveAll(walkCache)
 	os.Exit(code)
 }
 

@@ -16,9 +16,16 @@ import (
 //
 // The walk is used once, by the next plan of this process, and only if
 // it started at most walkAheadFor before: what the plan hides is what
-// /etc held a moment before, never a result kept from an earlier run
-// (a file chmod'ed since would be missed).
+// /etc held a moment before. A walk remembered from an earlier run is
+// used only when every entry it looked at is as it was then
+// (etcwalk_cache_linux.go).
 const walkAheadFor = time.Second
+
+// WalkCacheFile is where the walk of /etc is remembered between runs (on
+// Linux): "" for kusaw's own cache folder (<user cache>/kusaw/etc-walk,
+// which hideStandInPool hides from every plan that would show it), "off"
+// for walking every time.
+var WalkCacheFile string
 
 var walkAhead struct {
 	sync.Mutex
@@ -61,5 +68,5 @@ func unreadableIn(root string) []unreadable {
 			return r
 		}
 	}
-	return unreadableBelow(root)
+	return systemUnreadable(root)
 }

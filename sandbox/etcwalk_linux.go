@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -46,15 +47,45 @@ type sharedWalk struct {
 	done    sync.WaitGroup // one per entry
 	once    sync.Once      // result's
 	list    []unreadable
+
+	// What a walk to be remembered (startRecordedWalk) looked at, by
+	// entry, root's own first; partial when an entry or folder could not
+	// be read, so the walk may not be what /etc holds.
+	rootRec walkRecord
+	recs    [][]walkRecord
+	partial atomic.Bool
 }
 
 // startWalk reads root's entries; nil when root cannot be opened.
-func startWalk(root string) *sharedWalk {
+func startWalk(root string) *sharedWalk { return startWalkOf(root, false) }
+
+// startRecordedWalk is startWalk for a walk to be remembered
+// (rememberWalk): it records root and every entry it stat's.
+func startRecordedWalk(root string) *sharedWalk { return startWalkOf(root, true) }
+
+func startWalkOf(root string, record bool) *sharedWalk {
 	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil
 	}
-	w := &sharedWalk{fd: fd, root: root, entries: readEntries(fd, make([]byte, 16<<10))}
+	w := &sharedWalk{fd: fd, root: root}
+	if record {
+		// Root's state before its entries are read: a change in between
+		// moves its ctime past the one recorded.
+		var st unix.Stat_t
+		if unix.Fstat(fd, &st) != nil {
+			w.partial.Store(true)
+		}
+		w.rootRec = recordOf(root, &st)
+	}
+	entries, complete := readEntries(fd, make([]byte, 16<<10))
+	w.entries = entries
+	if !complete {
+		w.partial.Store(true)
+	}
+	if record {
+		w.recs = make([][]walkRecord, len(w.entries))
+	}
 	w.lists = make([][]unreadable, len(w.entries))
 	w.done.Add(len(w.entries))
 	return w
@@ -71,7 +102,11 @@ func (w *sharedWalk) help() {
 		if buf == nil {
 			buf = make([]byte, 16<<10)
 		}
-		walkEntry(w.fd, w.root, w.entries[i], buf, &w.lists[i])
+		var rec *walkRecorder
+		if w.recs != nil {
+			rec = &walkRecorder{out: &w.recs[i], partial: &w.partial}
+		}
+		walkEntry(w.fd, w.root, w.entries[i], buf, &w.lists[i], rec)
 		w.done.Done()
 	}
 }
@@ -96,13 +131,17 @@ type dirEntry struct {
 
 // readEntries returns the entries of the folder dfd that the rule may
 // concern (folders, regular files, and those the file system does not
-// type), in lexical order.
-func readEntries(dfd int, buf []byte) []dirEntry {
-	var entries []dirEntry
+// type), in lexical order; complete is false when reading the folder
+// failed part way.
+func readEntries(dfd int, buf []byte) (entries []dirEntry, complete bool) {
+	complete = true
 	for {
 		n, err := unix.Getdents(dfd, buf)
 		if err == unix.EINTR {
 			continue
+		}
+		if err != nil {
+			complete = false
 		}
 		if err != nil || n <= 0 {
 			break
@@ -136,29 +175,42 @@ func readEntries(dfd int, buf []byte) []dirEntry {
 		}
 		return 0
 	})
-	return entries
+	return entries, complete
 }
 
-func walkUnreadable(dfd int, dir string, buf []byte, out *[]unreadable) {
-	for _, e := range readEntries(dfd, buf) {
-		walkEntry(dfd, dir, e, buf, out)
+func walkUnreadable(dfd int, dir string, buf []byte, out *[]unreadable, rec *walkRecorder) {
+	entries, complete := readEntries(dfd, buf)
+	if !complete && rec != nil {
+		rec.partial.Store(true)
 	}
+	for _, e := range entries {
+		walkEntry(dfd, dir, e, buf, out, rec)
+	}
+}
+
+// walkRecorder keeps what a walk to be remembered looked at.
+type walkRecorder struct {
+	out     *[]walkRecord
+	partial *atomic.Bool
 }
 
 // walkEntry adds e, an entry of the folder dfd (at dir), to out when others
-// may not read it, else what they may not read below it.
-func walkEntry(dfd int, dir string, e dirEntry, buf []byte, out *[]unreadable) {
+// may not read it, else what they may not read below it; rec, when not
+// nil, gets every entry it stat'ed, in the walk's order.
+func walkEntry(dfd int, dir string, e dirEntry, buf []byte, out *[]unreadable, rec *walkRecorder) {
 	var st unix.Stat_t
 	if unix.Fstatat(dfd, e.name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+		if rec != nil {
+			rec.partial.Store(true)
+		}
 		return
 	}
-	mode := fs.FileMode(st.Mode & 0o777)
-	switch st.Mode & unix.S_IFMT {
-	case unix.S_IFDIR:
-		mode |= fs.ModeDir
-	case unix.S_IFREG:
-	default:
+	mode, ok := walkMode(st.Mode)
+	if !ok {
 		return
+	}
+	if rec != nil {
+		*rec.out = append(*rec.out, recordOf(dir+"/"+e.name, &st))
 	}
 	if unreadableFor(mode) {
 		*out = append(*out, unreadable{dir + "/" + e.name, mode.IsDir()})
@@ -171,10 +223,26 @@ func walkEntry(dfd int, dir string, e dirEntry, buf []byte, out *[]unreadable) {
 	// followed (and so not walked, as a link is not).
 	sub, err := unix.Openat(dfd, e.name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
+		if rec != nil {
+			rec.partial.Store(true)
+		}
 		return
 	}
-	walkUnreadable(sub, dir+"/"+e.name, buf, out)
+	walkUnreadable(sub, dir+"/"+e.name, buf, out, rec)
 	unix.Close(sub)
+}
+
+// walkMode is a folder's or regular file's mode as the rule reads it;
+// false for other types, which the walk leaves alone.
+func walkMode(m uint32) (fs.FileMode, bool) {
+	mode := fs.FileMode(m & 0o777)
+	switch m & unix.S_IFMT {
+	case unix.S_IFDIR:
+		return mode | fs.ModeDir, true
+	case unix.S_IFREG:
+		return mode, true
+	}
+	return 0, false
 }
 
 // walkOnGoroutine walks root on a goroutine of its own and sends the list
@@ -185,14 +253,22 @@ func walkEntry(dfd int, dir string, e dirEntry, buf []byte, out *[]unreadable) {
 func walkOnGoroutine(root string, ch chan<- []unreadable) (help func() ([]unreadable, bool)) {
 	var shared atomic.Pointer[sharedWalk]
 	go func() {
-		w := startWalk(root)
+		file := walkCachePath(root)
+		if l, ok := cachedWalk(root, file); ok {
+			ch <- l
+			return
+		}
+		started := time.Now()
+		w := startRecordedWalk(root)
 		if w == nil {
 			ch <- nil
 			return
 		}
 		shared.Store(w)
 		w.help()
-		ch <- w.result()
+		l := w.result()
+		rememberWalk(w, file, started)
+		ch <- l
 	}()
 	return func() ([]unreadable, bool) {
 		w := shared.Load()

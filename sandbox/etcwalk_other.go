@@ -10,3 +10,6 @@ func walkOnGoroutine(root string, ch chan<- []unreadable) (help func() ([]unread
 	go func() { ch <- unreadableBelow(root) }()
 	return func() ([]unreadable, bool) { return nil, false }
 }
+
+// systemUnreadable: the walk by path, every time.
+func systemUnreadable(root string) []unreadable { return unreadableBelow(root) }

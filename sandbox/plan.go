@@ -670,7 +670,8 @@ func (b *builder) hideSecrets() error {
 }
 
 // hideStandInPool hides kusaw's own cache folder (<user cache>/kusaw: the
-// sandbox check it remembers, the spare stand-in folders) and the pool of
+// sandbox check and the walk of /etc it remembers, the spare stand-in
+// folders) and the pool of
 // spare stand-in folders from a plan that would show them (a writable
 // ~/.cache, say): a step that could write into a spare folder could fill
 // another attempt's stand-in, and one that could write the remembered
