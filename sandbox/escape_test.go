@@ -58,6 +58,13 @@ func TestMain(m *testing.M) {
 func helperMain(args []string) int {
 	fail := func(err error) int { fmt.Fprintln(os.Stderr, "helper:", err); return 1 }
 	switch args[0] {
+	case "cachedwalk": // cachedwalk ROOT FILE: whether the remembered walk is used
+		if _, ok := cachedWalk(args[1], args[2]); ok {
+			fmt.Println("used")
+		} else {
+			fmt.Println("refused")
+		}
+		return 0
 	case "setxattr": // setxattr PATH NAME VALUE
 		if err := syscall.Setxattr(args[1], args[2], []byte(args[3]), 0); err != nil {
 			return fail(err)

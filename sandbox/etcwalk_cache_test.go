@@ -5,8 +5,10 @@ package sandbox
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -289,5 +291,42 @@ true`, cache, file)
 	}
 	if !exists(filepath.Join(cache, "ok")) {
 		t.Errorf("the step could not write the cache folder: %s", out)
+	}
+}
+
+// TestRememberedWalkRefusedUnderAMount: a mount moves no ctime, so a
+// remembered walk must see one by the device and inode it records: in a
+// mount namespace of its own, a root-only file bound over a public file,
+// and a folder holding one bound over a public folder, each refuse the
+// walk. The twin: the same namespace without the mount uses it.
+func TestRememberedWalkRefusedUnderAMount(t *testing.T) {
+	needRoot(t, "mounts in a namespace of its own")
+	needTool(t, "/usr/bin/unshare", "makes the mount namespace")
+	root := walkTree(t)
+	file := filepath.Join(t.TempDir(), "etc-walk")
+	rememberAs(t, root, file)
+	outside := t.TempDir()
+	writeMode(t, filepath.Join(outside, "secret.key"), 0o600)
+	if err := os.MkdirAll(filepath.Join(outside, "dir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeMode(t, filepath.Join(outside, "dir", "secret.key"), 0o600)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, mount, want string }{
+		{"no mount (twin)", "true", "used"},
+		{"a root-only file over a public one", "mount --bind " + filepath.Join(outside, "secret.key") + " " + filepath.Join(root, "hosts"), "refused"},
+		{"a folder with a root-only file over a public folder", "mount --bind " + filepath.Join(outside, "dir") + " " + filepath.Join(root, "ssl/certs"), "refused"},
+	} {
+		script := c.mount + ` && exec "$0" __sandbox_helper cachedwalk "$1" "$2"`
+		out, err := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", script, exe, root, file).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", c.name, err, out)
+		}
+		if got := strings.TrimSpace(string(out)); got != c.want {
+			t.Errorf("%s: the remembered walk was %s, want %s", c.name, got, c.want)
+		}
 	}
 }
