@@ -2,11 +2,12 @@ package factory
 
 import (
 	"context"
-	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -178,11 +179,14 @@ func DefaultExecInput(dir, tmp string) (sandbox.Input, error) {
 }
 
 // privateExecTmp names the temp folder of a sandbox exec on Linux: under
-// the sandbox's own /tmp, made by bwrap in memory, never on the host.
+// the sandbox's own /tmp, made by bwrap in memory, never on the host. Only
+// the step sees the name, so it need not be unguessable: the runtime's
+// generator, not crypto/rand, whose first use costs kusaw 0.06 ms
+// (docs/benchmarks.md, "Lean start, eleventh pass (issue 25)").
 func privateExecTmp() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return "/tmp/kusaw-exec-" + hex.EncodeToString(b[:])
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], mrand.Uint64())
+	return "/tmp/kusaw-exec-" + hex.EncodeToString(b[:6])
 }
 
 // ExecDefault runs req under the default policy and returns the command's

@@ -134,6 +134,17 @@ type dirEntry struct {
 // type), in lexical order; complete is false when reading the folder
 // failed part way.
 func readEntries(dfd int, buf []byte) (entries []dirEntry, complete bool) {
+	// Links, devices, sockets and pipes are left alone without a stat:
+	// the rule does not look at them.
+	return scanEntries(dfd, buf, func(typ byte) bool {
+		return typ == unix.DT_DIR || typ == unix.DT_REG || typ == unix.DT_UNKNOWN
+	})
+}
+
+// scanEntries returns the entries of the folder dfd whose type keep takes,
+// in lexical order, with no stat and no allocation for the others;
+// complete is false when reading the folder failed part way.
+func scanEntries(dfd int, buf []byte, keep func(typ byte) bool) (entries []dirEntry, complete bool) {
 	complete = true
 	for {
 		n, err := unix.Getdents(dfd, buf)
@@ -157,12 +168,8 @@ func readEntries(dfd int, buf []byte) (entries []dirEntry, complete bool) {
 				name = name[:i]
 			}
 			b = b[reclen:]
-			switch s := string(name); {
-			case s == "." || s == "..":
-			case typ == unix.DT_DIR || typ == unix.DT_REG || typ == unix.DT_UNKNOWN:
-				// Links, devices, sockets and pipes are left alone
-				// without a stat: the rule does not look at them.
-				entries = append(entries, dirEntry{s, typ})
+			if keep(typ) && string(name) != "." && string(name) != ".." {
+				entries = append(entries, dirEntry{string(name), typ})
 			}
 		}
 	}

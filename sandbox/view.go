@@ -335,17 +335,10 @@ func goWorkspace(p string) bool {
 // (rustup's proxies: cargo -> rustup, a dozen of them) resolves as that
 // name does: each such name is resolved once, not once per link.
 func linkTargets(d string) []string {
-	ents, err := os.ReadDir(d)
-	if err != nil {
-		return nil
-	}
 	var out []string
 	sibling := map[string]string{} // a name in d -> the folder it resolves to, "" if none
-	for _, e := range ents {
-		if e.Type()&os.ModeSymlink == 0 {
-			continue
-		}
-		p := filepath.Join(d, e.Name())
+	for _, name := range linkNames(d) {
+		p := filepath.Join(d, name)
 		var t string
 		if l, err := os.Readlink(p); err == nil && l != "." && l != ".." && l != "" && !strings.Contains(l, "/") {
 			var ok bool

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -172,6 +173,11 @@ func TestLinkTargetsSameAsEachLinkResolved(t *testing.T) {
 		}
 	}
 	write(t, filepath.Join(bin, "rustup"), "binary")
+	// A folder of shims: more programs than one read of the folder
+	// returns, among the links.
+	for i := range 300 {
+		write(t, filepath.Join(bin, fmt.Sprintf("shim-%03d-with-a-name-as-long-as-pyenvs", i)), "#!/bin/sh")
+	}
 	write(t, filepath.Join(other, "prog"), "binary")
 	write(t, filepath.Join(far, "prog"), "binary")
 	links := map[string]string{
