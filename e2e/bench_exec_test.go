@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kusaw/kusaw/factory"
 	"github.com/kusaw/kusaw/sandbox"
+	"github.com/kusaw/kusaw/sandbox/adhoc"
 )
 
 // BenchmarkSandboxExecCLI measures `kusaw sandbox exec -- true` (no factory:
@@ -34,7 +34,7 @@ func BenchmarkSandboxExecCLI(b *testing.B) {
 	dir := b.TempDir()
 	secrets := b.TempDir()
 	// As kusaw sandbox exec does: a temp folder under the sandbox's own /tmp.
-	in, err := factory.DefaultExecInput(dir, "/tmp/kusaw-exec-bench")
+	in, err := adhoc.Input(dir, "/tmp/kusaw-exec-bench")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -172,7 +172,7 @@ steps:
 		}
 		return whole, attemptStart(b, runs+"/"+run+"/steps/"+id+"/1/events.jsonl")
 	}
-	in, err := factory.DefaultExecInput(b.TempDir(), "/tmp/kusaw-exec-bench")
+	in, err := adhoc.Input(b.TempDir(), "/tmp/kusaw-exec-bench")
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -115,6 +115,11 @@ func TestSandboxExecNoFactory(t *testing.T) {
 	if r = runKusaw(t, dir, "sandbox", "exec", "--", "true"); r.code != 2 || !strings.Contains(r.stderr, "home directory or above") {
 		t.Fatalf("want a refusal of a folder above the home: %d %s", r.code, r.stderr)
 	}
+	// A refusal before the command starts is main's to say (cmd/kusaw/early
+	// leaves it), once.
+	if n := strings.Count(r.stderr, "kusaw: "); n != 1 {
+		t.Fatalf("the refusal said %d times:\n%s", n, r.stderr)
+	}
 }
 
 // A step sees only its own repos: another repo of the factory is hidden

@@ -35,7 +35,6 @@ package sandbox
 
 import (
 	"fmt"
-	"net"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -916,15 +915,15 @@ func ProtectionLists(backend string) (protects, notProtected []string) {
 // The Seatbelt profile admits "localhost:PORT" only, so any other host is
 // refused here rather than silently unreachable.
 func LoopbackProxy(addr string, env []string) (*Proxy, error) {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, refuse("lease the proxy on 127.0.0.1:0", "lease address %q: %v", addr, err)
-	}
-	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() || (ip.To4() != nil && !ip.Equal(net.IPv4(127, 0, 0, 1))) {
+	// Parsed by hand, not with net or net/netip: they would make kusaw
+	// sandbox exec initialise more before it starts (cmd/kusaw/early).
+	i := strings.LastIndexByte(addr, ':')
+	if i < 0 || (addr[:i] != "127.0.0.1" && addr[:i] != "[::1]") {
 		return nil, refuse("lease the proxy on 127.0.0.1:0", "lease address %q is not 127.0.0.1 or ::1; the macOS profile admits only localhost", addr)
 	}
+	port := addr[i+1:]
 	n, err := strconv.Atoi(port)
-	if err != nil || n < 1 || n > 65535 {
+	if err != nil || n < 1 || n > 65535 || strings.TrimLeft(port, "0123456789") != "" {
 		return nil, refuse("lease the proxy on 127.0.0.1:0", "lease address %q has no usable port", addr)
 	}
 	return &Proxy{Port: n, Env: append([]string(nil), env...)}, nil

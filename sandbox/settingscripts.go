@@ -4,10 +4,9 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"regexp"
+	"slices"
 	"sort"
 	"strings"
-	"sync"
 )
 
 // Agent and editor settings are read-only inside the sandbox, but the
@@ -118,9 +117,6 @@ func readJSON(path string, v any) bool {
 	return json.Unmarshal(stripJSONC(b), v) == nil
 }
 
-// Compiled on first use: every start of kusaw would pay for it otherwise.
-var trailingComma = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`,(\s*[}\]])`) })
-
 // stripJSONC removes // and /* */ comments outside strings, and trailing
 // commas.
 func stripJSONC(b []byte) []byte {
@@ -156,7 +152,26 @@ func stripJSONC(b []byte) []byte {
 			out = append(out, c)
 		}
 	}
-	return trailingComma().ReplaceAll(out, []byte("$1"))
+	return dropTrailingCommas(out)
+}
+
+// dropTrailingCommas removes each comma that only white space separates
+// from a closing } or ].
+func dropTrailingCommas(b []byte) []byte {
+	out := b[:0:0]
+	for i, c := range b {
+		if c == ',' {
+			j := i + 1
+			for j < len(b) && (b[j] == ' ' || b[j] == '\t' || b[j] == '\n' || b[j] == '\r' || b[j] == '\f') {
+				j++
+			}
+			if j < len(b) && (b[j] == '}' || b[j] == ']') {
+				continue
+			}
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 // shellWords splits a command line as a shell would, closely enough to
@@ -192,9 +207,12 @@ func shellWords(s string) []string {
 	return out
 }
 
-var scriptExt = sync.OnceValue(func() *regexp.Regexp {
-	return regexp.MustCompile(`\.(sh|bash|zsh|js|mjs|cjs|ts|mts|py|rb|pl|php|ps1|lua|jar)$`)
-})
+// scriptExts are the extensions that make a word without a slash a script.
+var scriptExts = []string{"sh", "bash", "zsh", "js", "mjs", "cjs", "ts", "mts", "py", "rb", "pl", "php", "ps1", "lua", "jar"}
+
+func hasScriptExt(w string) bool {
+	return slices.ContainsFunc(scriptExts, func(e string) bool { return strings.HasSuffix(w, "."+e) })
+}
 
 // scriptPath turns a word of a command into a file of the worktree when it
 // names one: a path (with a slash, or a script's extension), relative to
@@ -209,7 +227,7 @@ func scriptPath(wt, w string) (string, bool) {
 	if w == "" || strings.HasPrefix(w, "-") || strings.HasPrefix(w, "@") || strings.Contains(w, "=") || strings.Contains(w, "://") || strings.ContainsAny(w, "$*?") {
 		return "", false
 	}
-	if !strings.Contains(w, "/") && !scriptExt().MatchString(w) {
+	if !strings.Contains(w, "/") && !hasScriptExt(w) {
 		return "", false
 	}
 	p := w

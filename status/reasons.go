@@ -2,8 +2,8 @@ package status
 
 import (
 	"fmt"
-	"regexp"
-	"sync"
+	"slices"
+	"strings"
 )
 
 // Reason is a typed code that says why an attempt or run ended as it did.
@@ -131,20 +131,39 @@ func Errorf(r Reason, format string, args ...any) *Error {
 	return &Error{Reason: r, Msg: fmt.Sprintf(format, args...), Fix: r.Info().Fix}
 }
 
-// placeholder is a word in capitals a fix in the table stands for a value
-// with: RUN, STEP, KEY, HOST.
-var placeholder = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\b(RUN|STEP|KEY|HOST|PROVIDER)\b`) })
+// placeholders are the words in capitals a fix in the table stands for a
+// value with.
+var placeholders = []string{"RUN", "STEP", "KEY", "HOST", "PROVIDER"}
 
 // Fill puts the values kusaw knows into a fix's placeholders (RUN, STEP,
-// KEY, HOST); a placeholder without a value stays, so the table's text is
-// still readable.
+// KEY, HOST, PROVIDER: each a whole word, letters, digits and _ counting
+// as a word's); a placeholder without a value stays, so the table's text
+// is still readable. Without regexp, so that this leaf adds none to what
+// kusaw sandbox exec initialises (cmd/kusaw/early).
 func Fill(fix string, known map[string]string) string {
-	return placeholder().ReplaceAllStringFunc(fix, func(w string) string {
-		if v := known[w]; v != "" {
-			return v
+	var b strings.Builder
+	for i := 0; i < len(fix); {
+		j := i
+		for j < len(fix) && isWordByte(fix[j]) {
+			j++
 		}
-		return w
-	})
+		if j == i {
+			b.WriteByte(fix[i])
+			i++
+			continue
+		}
+		w := fix[i:j]
+		if v := known[w]; v != "" && slices.Contains(placeholders, w) {
+			w = v
+		}
+		b.WriteString(w)
+		i = j
+	}
+	return b.String()
+}
+
+func isWordByte(c byte) bool {
+	return c == '_' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
 }
 
 // SecretStoreFix is the fix when the secret store cannot be opened at all

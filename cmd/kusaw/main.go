@@ -5,9 +5,13 @@ package main
 import (
 	"os"
 
-	"github.com/kusaw/kusaw/factory"
+	// kusaw sandbox exec -- CMD without a factory file runs from its
+	// init, before the packages below initialise; when it does not,
+	// main runs it as any other command.
+	_ "github.com/kusaw/kusaw/cmd/kusaw/early"
 	"github.com/kusaw/kusaw/internal/proc"
 	"github.com/kusaw/kusaw/sandbox"
+	"github.com/kusaw/kusaw/sandbox/adhoc"
 	"github.com/kusaw/kusaw/sandbox/confine"
 	"github.com/kusaw/kusaw/status"
 )
@@ -23,14 +27,14 @@ func main() {
 		// the backend check.
 		sandbox.WalkSystemAhead()
 		// Its bwrap starts now, to be given the plan's options when
-		// they are ready (factory.StartExecAhead).
-		factory.StartExecAhead(os.Args[1:])
+		// they are ready (adhoc.StartAhead).
+		adhoc.StartAhead(os.Args[1:])
 	}
 	if exe, err := os.Executable(); err == nil {
 		proc.EnableReaper(exe)
 	}
 	code := run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
-	factory.DropExecAhead() // a bwrap started early and not used leaves no process
+	adhoc.DropAhead() // a bwrap started early and not used leaves no process
 	os.Exit(code)
 }
 

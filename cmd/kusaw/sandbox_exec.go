@@ -13,6 +13,7 @@ import (
 
 	"github.com/kusaw/kusaw/factory"
 	"github.com/kusaw/kusaw/record"
+	"github.com/kusaw/kusaw/sandbox/adhoc"
 	"github.com/kusaw/kusaw/status"
 )
 
@@ -50,7 +51,7 @@ func (a *app) sandboxExec(step string, argv []string, dash int) error {
 		if step != "" {
 			return err
 		}
-		code, err := factory.ExecDefault(context.Background(), factory.DefaultExecRequest{Argv: argv, Stdin: a.stdin, Stdout: a.stdout, Stderr: a.stderr})
+		code, err := adhoc.Exec(context.Background(), adhoc.Request{Argv: argv, Stdin: a.stdin, Stdout: a.stdout, Stderr: a.stderr})
 		if err != nil {
 			return exitf(status.ExitCode(code), "%v", err)
 		}

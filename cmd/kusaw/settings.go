@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -12,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/kusaw/kusaw/cmd/kusaw/early"
 	"github.com/kusaw/kusaw/status"
 )
 
@@ -49,18 +49,8 @@ type settings struct {
 }
 
 // settingsFile is $XDG_CONFIG_HOME/kusaw/config.yaml (~/.config when the
-// variable is unset).
-func settingsFile() string {
-	d := os.Getenv("XDG_CONFIG_HOME")
-	if d == "" {
-		h, err := os.UserHomeDir()
-		if err != nil {
-			return ""
-		}
-		d = filepath.Join(h, ".config")
-	}
-	return filepath.Join(d, "kusaw", "config.yaml")
-}
+// variable is unset); cmd/kusaw/early looks for it there too.
+func settingsFile() string { return early.SettingsFile() }
 
 // loadSettings layers flags (those of flags that are set), the
 // environment, the settings file and the defaults. A settings file with an

@@ -3,10 +3,13 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/spf13/pflag"
+
+	"github.com/kusaw/kusaw/cmd/kusaw/early"
 )
 
 // TestSettingsFileLayers: the settings file's keys as kusaw reads them
@@ -74,4 +77,17 @@ func TestSettingsFileLayers(t *testing.T) {
 	if s, err := loadSettings(nil); err != nil || s.get("log_level") != "info" || s.source["log_level"] != "default" {
 		t.Errorf("an empty file: %v %v", s, err)
 	}
+}
+
+// cmd/kusaw/early leaves the command to main when any setting is given:
+// it must know every setting's variable.
+func TestEarlyKnowsEverySetting(t *testing.T) {
+	var envs []string
+	for _, st := range settingsTable {
+		envs = append(envs, st.Env)
+	}
+	if !slices.Equal(envs, early.SettingsEnv) {
+		t.Errorf("early.SettingsEnv = %v, the settings' variables are %v", early.SettingsEnv, envs)
+	}
+
 }

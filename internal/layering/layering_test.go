@@ -34,12 +34,18 @@ var never = map[string][]string{
 	"internal/bridgebuild": {"config", "status", "chainlog", "factory", "attempt", "serve", "cluster", "sandbox", "egress", "worktree", "providers", "steps", "record", "secretstore", "internal"},
 	"sandbox":              {"egress", "worktree", "providers", "factory", "attempt", "serve", "cluster", "steps"},
 	// the first stage inside the sandbox, linked into kusaw-bridge: nothing of kusaw's
-	"sandbox/confine": {"sandbox", "config", "status", "chainlog", "record", "egress", "worktree", "providers", "factory", "attempt", "serve", "cluster", "steps", "internal"},
-	"egress":          {"sandbox", "worktree", "providers", "factory", "attempt", "serve", "cluster", "steps"},
-	"worktree":        {"sandbox", "egress", "providers", "factory", "attempt", "serve", "cluster", "steps"},
-	"providers":       {"sandbox", "egress", "worktree", "factory", "attempt", "serve", "cluster", "steps"},
-	"steps":           {"factory", "attempt", "serve", "cluster"},
-	"deliver":         {"factory", "attempt", "serve", "cluster", "sandbox", "egress"},
+	// kusaw sandbox exec without a factory file, run before the other
+	// commands' packages initialise (cmd/kusaw/early): the sandbox and the
+	// leaves it needs, nothing that reads a factory or records a run.
+	"sandbox/adhoc":       {"config", "chainlog", "record", "egress", "worktree", "providers", "factory", "attempt", "serve", "cluster", "steps", "deliver"},
+	"cmd/kusaw/early":     {"config", "chainlog", "record", "egress", "worktree", "providers", "factory", "attempt", "serve", "cluster", "steps", "deliver"},
+	"internal/allowwrite": {"config", "status", "chainlog", "factory", "attempt", "serve", "cluster", "sandbox", "egress", "worktree", "providers", "steps", "record", "secretstore", "internal"},
+	"sandbox/confine":     {"sandbox", "config", "status", "chainlog", "record", "egress", "worktree", "providers", "factory", "attempt", "serve", "cluster", "steps", "internal"},
+	"egress":              {"sandbox", "worktree", "providers", "factory", "attempt", "serve", "cluster", "steps"},
+	"worktree":            {"sandbox", "egress", "providers", "factory", "attempt", "serve", "cluster", "steps"},
+	"providers":           {"sandbox", "egress", "worktree", "factory", "attempt", "serve", "cluster", "steps"},
+	"steps":               {"factory", "attempt", "serve", "cluster"},
+	"deliver":             {"factory", "attempt", "serve", "cluster", "sandbox", "egress"},
 	// The executor: one attempt from its spec and a host. What runs
 	// attempts (the engine, a worker) calls it; it calls none of them.
 	"attempt":      {"factory", "serve", "cluster"},

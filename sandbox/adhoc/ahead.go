@@ -1,4 +1,4 @@
-package factory
+package adhoc
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 // the plan (the command bwrap runs and its count of empty files'
 // descriptors) is taken from the last start in the same folder,
 // remembered in <cache>/kusaw/exec-start. It is only a guess: the plan
-// is built afresh every time, view, environment and all, and ExecDefault
+// is built afresh every time, view, environment and all, and Exec
 // compares its start with the guess before bwrap reads anything; when
 // they differ, the early bwrap is killed and the plan's own is started.
 
@@ -59,17 +59,17 @@ var execAhead struct {
 	run *execAheadRun
 }
 
-// ExecAheadFile is where the early starts' shapes are remembered: "" for
+// AheadFile is where the early starts' shapes are remembered: "" for
 // the user cache folder, "off" for no early start.
-var ExecAheadFile string
+var AheadFile string
 
 func execAheadPath() string {
-	switch ExecAheadFile {
+	switch AheadFile {
 	case "off":
 		return ""
 	case "":
 	default:
-		return ExecAheadFile
+		return AheadFile
 	}
 	d, err := os.UserCacheDir()
 	if err != nil || d == "" {
@@ -78,12 +78,12 @@ func execAheadPath() string {
 	return filepath.Join(d, "kusaw", "exec-start")
 }
 
-// StartExecAhead starts, when args are exactly kusaw's "sandbox exec --
-// CMD...", the bwrap that ExecDefault will use, if this folder's last
-// start is remembered; DropExecAhead ends what ExecDefault did not take.
+// StartAhead starts, when args are exactly kusaw's "sandbox exec --
+// CMD...", the bwrap that Exec will use, if this folder's last
+// start is remembered; DropAhead ends what Exec did not take.
 // It returns once bwrap has started (about 0.5 ms): a goroutine would
 // wait for the walk of /etc's (WalkSystemAhead) and start it later.
-func StartExecAhead(args []string) {
+func StartAhead(args []string) {
 	if runtime.GOOS != "linux" || len(args) < 4 || args[0] != "sandbox" || args[1] != "exec" || args[2] != "--" {
 		return
 	}
@@ -110,16 +110,16 @@ func StartExecAhead(args []string) {
 		if e.dir != dir {
 			continue
 		}
-		r.tmp = privateExecTmp()
+		r.tmp = privateTmp()
 		s := sandbox.StartShape{Bwrap: e.bwrap, Data: e.data, Tail: append(withTmp(e.tail, r.tmp), r.argv...)}
 		r.early, _ = sandbox.StartEarly(context.Background(), s, os.Stdin, os.Stdout, os.Stderr)
 		return
 	}
 }
 
-// takeExecAhead is this process's early start for ExecDefault in dir
+// takeAhead is this process's early start for Exec in dir
 // with argv; nil when there is none, or it was for another command.
-func takeExecAhead(dir string, argv []string) *execAheadRun {
+func takeAhead(dir string, argv []string) *execAheadRun {
 	execAhead.Lock()
 	r := execAhead.run
 	if r == nil || r.taken {
@@ -135,10 +135,10 @@ func takeExecAhead(dir string, argv []string) *execAheadRun {
 	return r
 }
 
-// DropExecAhead stops an early start that ExecDefault did not take (kusaw
+// DropAhead stops an early start that Exec did not take (kusaw
 // exits before the plan: a factory file, a usage error): killed and
 // waited for, it leaves no process. That folder is forgotten.
-func DropExecAhead() {
+func DropAhead() {
 	execAhead.Lock()
 	r := execAhead.run
 	execAhead.run = nil
