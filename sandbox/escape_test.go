@@ -65,6 +65,29 @@ func helperMain(args []string) int {
 			fmt.Println("refused")
 		}
 		return 0
+	case "rememberwalk": // rememberwalk ROOT FILE: walk ROOT and remember it (as a walk started long after its last change)
+		os.Remove(args[2])
+		w := startRecordedWalk(args[1])
+		if w == nil {
+			return fail(fmt.Errorf("cannot open %s", args[1]))
+		}
+		w.help()
+		w.result()
+		rememberWalk(w, args[2], time.Now().Add(walkRacyFor+time.Second))
+		if _, err := os.Stat(args[2]); err != nil {
+			return fail(fmt.Errorf("not remembered: %v", err))
+		}
+		return 0
+	case "walklists": // walklists ROOT FILE: "used" or "refused", then the remembered list and the fresh one
+		l, ok := cachedWalk(args[1], args[2])
+		if ok {
+			fmt.Println("used")
+		} else {
+			fmt.Println("refused")
+		}
+		fmt.Println("remembered:", l)
+		fmt.Println("fresh:", unreadableBelow(args[1]))
+		return 0
 	case "setxattr": // setxattr PATH NAME VALUE
 		if err := syscall.Setxattr(args[1], args[2], []byte(args[3]), 0); err != nil {
 			return fail(err)

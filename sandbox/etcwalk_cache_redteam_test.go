@@ -1,0 +1,108 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Red-team attacks on the remembered walk of /etc (etcwalk_cache_linux.go).
+
+// ext4Image makes an ext4 image at img whose every inode has the ctime
+// 1700000000 (E2FSPROGS_FAKE_TIME, as an image built reproducibly has:
+// SOURCE_DATE_EPOCH pipelines pin every timestamp), holding app/pub.conf
+// (0644) and, when secret, app/secret.key (0600) too.
+func ext4Image(t *testing.T, img string, secret bool) {
+	t.Helper()
+	dir := t.TempDir()
+	writeMode(t, filepath.Join(dir, "pub"), 0o644)
+	writeMode(t, filepath.Join(dir, "sec"), 0o644)
+	env := append(os.Environ(), "E2FSPROGS_FAKE_TIME=1700000000")
+	run := func(name string, args ...string) {
+		t.Helper()
+		c := exec.Command(name, args...)
+		c.Env, c.Dir = env, dir
+		if out, err := c.CombinedOutput(); err != nil {
+			t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+		}
+	}
+	run("mke2fs", "-q", "-F", "-t", "ext4", "-I", "256", "-U", "11111111-2222-3333-4444-555555555555",
+		"-E", "hash_seed=11111111-2222-3333-4444-555555555555", img, "4M")
+	cmds := "mkdir app\nwrite pub app/pub.conf\nsif app/pub.conf mode 0100644\n"
+	if secret {
+		cmds += "write sec app/secret.key\nsif app/secret.key mode 0100600\n"
+	}
+	c := exec.Command("debugfs", "-w", "-f", "-", img)
+	c.Env, c.Dir, c.Stdin = env, dir, strings.NewReader(cmds)
+	if out, err := c.CombinedOutput(); err != nil {
+		t.Fatalf("debugfs: %v\n%s", err, out)
+	}
+}
+
+// TestRememberedWalkRefusedAfterAnImageSwap: "ctime cannot be set from
+// user space" holds for a mounted file system, not for one written while
+// unmounted. A folder of /etc on an image (a loop-mounted ext4 image, an
+// A/B root on the same dm or loop device) that is replaced by the next
+// version of that image, built with pinned timestamps, keeps the device
+// number, every inode number and every ctime the remembered walk
+// compares: the new version's root-only file (app/secret.key) is not in
+// the remembered list, so a plan binds nothing over it and a step reads
+// it. The twin: the same image, still mounted, uses the walk.
+func TestRememberedWalkRefusedAfterAnImageSwap(t *testing.T) {
+	needRoot(t, "loop devices and mounts in a namespace of its own")
+	for _, tool := range []string{"/usr/bin/unshare", "/usr/sbin/mke2fs", "/usr/sbin/debugfs", "/usr/sbin/losetup"} {
+		needTool(t, tool, "builds and swaps the image")
+	}
+	imgs := t.TempDir()
+	v1, v2 := filepath.Join(imgs, "v1.img"), filepath.Join(imgs, "v2.img")
+	ext4Image(t, v1, false)
+	ext4Image(t, v2, true)
+	root := walkTree(t)
+	mnt := filepath.Join(root, "vendor")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "etc-walk")
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := `set -e
+L=$(losetup -f --show "$V1")
+trap 'umount "$MNT" 2>/dev/null; losetup -d "$L" 2>/dev/null' EXIT
+mount -t ext4 -o ro,noload "$L" "$MNT"
+"$H" __sandbox_helper rememberwalk "$ROOT" "$FILE"
+echo "== same image"
+"$H" __sandbox_helper walklists "$ROOT" "$FILE"
+umount "$MNT"
+losetup -d "$L"
+losetup "$L" "$V2"
+mount -t ext4 -o ro,noload "$L" "$MNT"
+echo "== next image"
+"$H" __sandbox_helper walklists "$ROOT" "$FILE"
+`
+	cmd := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", script)
+	cmd.Env = append(os.Environ(), "V1="+v1, "V2="+v2, "MNT="+mnt, "ROOT="+root, "FILE="+file, "H="+exe)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	parts := strings.Split(string(out), "== next image\n")
+	if len(parts) != 2 || !strings.Contains(parts[0], "== same image\nused\n") {
+		t.Fatalf("twin: the remembered walk of the mounted image was not used:\n%s", out)
+	}
+	secret := filepath.Join(mnt, "app", "secret.key")
+	if !strings.Contains(parts[1], "fresh: ") || !strings.Contains(parts[1][strings.Index(parts[1], "fresh: "):], secret) {
+		t.Fatalf("the fresh walk of the next image does not find %s:\n%s", secret, out)
+	}
+	if strings.HasPrefix(parts[1], "used\n") {
+		line := strings.SplitN(parts[1], "\n", 3)[1]
+		if !strings.Contains(line, secret) {
+			t.Errorf("after the image was swapped for one with a root-only file, the remembered walk was used and leaves %s visible:\n%s", secret, parts[1])
+		}
+	}
+}
