@@ -3,11 +3,14 @@
 package sandbox
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // Red-team attacks on the remembered walk of /etc (etcwalk_cache_linux.go).
@@ -104,5 +107,82 @@ echo "== next image"
 		if !strings.Contains(line, secret) {
 			t.Errorf("after the image was swapped for one with a root-only file, the remembered walk was used and leaves %s visible:\n%s", secret, parts[1])
 		}
+	}
+}
+
+// TestRememberedWalkCannotBeForgedForAnotherCacheFolder: a plan hides
+// kusaw's cache folder as its own process names it (XDG_CACHE_HOME, else
+// HOME/.cache), but the file a later kusaw reads is named by that later
+// process's environment. A step of a kusaw whose XDG_CACHE_HOME is set
+// (a service, a setup or unsandboxed step of the factory, which get
+// XDG_CACHE_HOME=<attempt tmp>/cache) and whose plan shows the user's
+// ~/.cache writable writes ~/.cache/kusaw/etc-walk: a walk of only /etc
+// itself (its device, inode, mode and ctime, which any step can stat),
+// which every check of the file passes (this user's, 0600, in a folder of
+// this user's). The next kusaw without XDG_CACHE_HOME uses it and hides
+// nothing of /etc: its step reads /etc/shadow. The twin: the step may
+// still write the rest of that cache folder.
+func TestRememberedWalkCannotBeForgedForAnotherCacheFolder(t *testing.T) {
+	needRoot(t, "the secret is root's: /etc/shadow, which root inside reads unless hidden")
+	needTool(t, "/usr/bin/bwrap", "runs the real sandbox")
+	if r := Check(); !r.Available {
+		t.Skip("the sandbox cannot run here: " + r.Msg)
+	}
+	secret := ""
+	for _, e := range unreadableBelow(systemSecretsIn) {
+		if !e.dir && (secret == "" || e.path == "/etc/shadow") {
+			secret = e.path
+		}
+	}
+	if secret == "" {
+		t.Skip("no root-only file in /etc")
+	}
+	f := newFixture(t)
+	usePool(t, f)
+	old := WalkCacheFile
+	WalkCacheFile = ""
+	t.Cleanup(func() { WalkCacheFile = old })
+	service := filepath.Join(f.root, "servicecache") // the first kusaw's XDG_CACHE_HOME
+	user := filepath.Join(f.root, "usercache")       // the user's ~/.cache: the second kusaw's
+	for _, d := range []string{service, user} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The first kusaw: its step sees the user's cache folder, writable.
+	t.Setenv("XDG_CACHE_HOME", service)
+	var st unix.Stat_t
+	if err := unix.Stat(systemSecretsIn, &st); err != nil {
+		t.Fatal(err)
+	}
+	forged, _ := encodeWalk(systemSecretsIn, []walkRecord{recordOf(systemSecretsIn, &st)})
+	var esc strings.Builder
+	for _, c := range forged {
+		fmt.Fprintf(&esc, "\\%03o", c)
+	}
+	in := f.input()
+	in.AllowWrite = []string{user}
+	p := mustPlan(t, in)
+	script := fmt.Sprintf(`set -e
+touch %[1]s/ok
+mkdir -p %[1]s/kusaw
+printf '%[2]s' > %[1]s/kusaw/etc-walk
+chmod 600 %[1]s/kusaw/etc-walk
+echo forged`, user, esc.String())
+	out, err := runPlan(t, p, script)
+	if err != nil {
+		t.Fatalf("the first step: %v\n%s", err, out)
+	}
+	if !exists(filepath.Join(user, "ok")) {
+		t.Fatalf("twin: the step could not write the user's cache folder: %s", out)
+	}
+
+	// The second kusaw, with the user's own cache folder.
+	t.Setenv("XDG_CACHE_HOME", user)
+	p2 := mustPlan(t, f.input())
+	out, _ = runPlan(t, p2, `cat `+secret+` >/dev/null 2>&1 && echo READ-SECRET; true`)
+	if strings.Contains(out, "READ-SECRET") {
+		t.Errorf("a step of an earlier kusaw forged the walk in %s/kusaw: the next kusaw's step read %s", user, secret)
 	}
 }
