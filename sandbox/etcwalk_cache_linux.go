@@ -7,8 +7,11 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -21,7 +24,14 @@ import (
 // was. Nothing the list depends on can change without moving a ctime the
 // run compares: a file's mode or owner changes its own ctime, an entry
 // added, removed or renamed changes its folder's, a mount over an entry
-// changes its device and inode, and ctime cannot be set from user space.
+// changes its device and inode, and ctime cannot be set from user space
+// on a mounted file system. A file system written while unmounted (the
+// next version of an image, built with pinned timestamps, on the same
+// loop or dm device) can keep every device, inode and ctime: each entry's
+// mount is compared too, by the id the kernel never gives twice in a boot
+// (STATX_MNT_ID_UNIQUE, Linux 6.8; older kernels walk every time), and a
+// walk is used only in the boot it was made in (boot_id), which an image
+// of the root written offline needs a reboot to reach.
 // A walk is not remembered when it could not read everything, or when an
 // entry changed within walkRacyFor of its start (a change in the same
 // clock tick as the one recorded would leave the ctime as it was), or
@@ -34,7 +44,10 @@ const walkRacyFor = 2 * time.Second
 // walkCacheMax bounds what is read back.
 const walkCacheMax = 8 << 20
 
-const walkCacheMagic = "kusaw etc walk 1\n"
+// walkRecordLen is a record's fixed part in the file.
+const walkRecordLen = 8 + 8 + 8 + 8 + 8 + 4 + 4
+
+const walkCacheMagic = "kusaw etc walk 2\n"
 
 // walkRecord is the state of one entry a walk looked at.
 type walkRecord struct {
@@ -43,15 +56,36 @@ type walkRecord struct {
 	mode      uint32 // type and permission bits
 	ctimeSec  int64
 	ctimeNsec int64
+	mnt       uint64 // the mount's unique id (STATX_MNT_ID_UNIQUE)
 }
 
-func recordOf(path string, st *unix.Stat_t) walkRecord {
-	return walkRecord{path: path, dev: st.Dev, ino: st.Ino, mode: st.Mode, ctimeSec: st.Ctim.Sec, ctimeNsec: st.Ctim.Nsec}
+// errNoMountID: the kernel gives no unique mount id (before Linux 6.8),
+// so a walk cannot be remembered.
+var errNoMountID = errors.New("no unique mount id")
+
+// statRecord is the record of name relative to dfd (at path) by one statx.
+func statRecord(dfd int, name, path string, flags int) (walkRecord, error) {
+	const want = unix.STATX_TYPE | unix.STATX_MODE | unix.STATX_INO | unix.STATX_CTIME
+	var sx unix.Statx_t
+	if err := unix.Statx(dfd, name, flags, want|unix.STATX_MNT_ID_UNIQUE, &sx); err != nil {
+		return walkRecord{}, err
+	}
+	if sx.Mask&want != want || sx.Mask&unix.STATX_MNT_ID_UNIQUE == 0 {
+		return walkRecord{}, errNoMountID
+	}
+	return walkRecord{path: path, dev: unix.Mkdev(sx.Dev_major, sx.Dev_minor), ino: sx.Ino, mode: uint32(sx.Mode),
+		ctimeSec: sx.Ctime.Sec, ctimeNsec: int64(sx.Ctime.Nsec), mnt: sx.Mnt_id}, nil
 }
 
-func (r walkRecord) same(st *unix.Stat_t) bool {
-	return r.dev == st.Dev && r.ino == st.Ino && r.mode == st.Mode && r.ctimeSec == st.Ctim.Sec && r.ctimeNsec == st.Ctim.Nsec
-}
+// bootID is this boot's id: a walk is used only in the boot it was made
+// in; "" when it cannot be read (nothing is remembered).
+var bootID = sync.OnceValue(func() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if id := strings.TrimSpace(string(b)); err == nil && len(id) == 36 {
+		return id
+	}
+	return ""
+})
 
 // walkCachePath is where root's walk is remembered; "" for nowhere. Only
 // the system folder's walk is.
@@ -106,13 +140,12 @@ func cachedWalk(root, file string) ([]unreadable, bool) {
 		return nil, false
 	}
 	var list []unreadable
-	var st unix.Stat_t
 	for i, r := range recs {
 		flags := unix.AT_SYMLINK_NOFOLLOW
 		if i == 0 {
 			flags = 0 // root is opened following a link, as the walk does
 		}
-		if unix.Fstatat(unix.AT_FDCWD, r.path, &st, flags) != nil || !r.same(&st) {
+		if now, err := statRecord(unix.AT_FDCWD, r.path, r.path, flags); err != nil || now != r {
 			return nil, false
 		}
 		if i == 0 {
@@ -177,15 +210,23 @@ func keepsCtimes(path string) bool {
 	return false
 }
 
-// encodeWalk is the file's content: the magic, root, then each record
-// (root's first) as ctime seconds and nanoseconds, device, inode, mode
+// walkHead is the file's first lines: the magic, root and the boot's id.
+func walkHead(root string) (string, bool) {
+	id := bootID()
+	return walkCacheMagic + root + "\n" + id + "\n", id != ""
+}
+
+// encodeWalk is the file's content: walkHead, then each record (root's
+// first) as ctime seconds and nanoseconds, device, inode, mount id, mode
 // and the path's length, little-endian, then the path.
 func encodeWalk(root string, recs []walkRecord) ([]byte, bool) {
+	head, ok := walkHead(root)
+	if !ok {
+		return nil, false
+	}
 	var b bytes.Buffer
-	b.WriteString(walkCacheMagic)
-	b.WriteString(root)
-	b.WriteByte('\n')
-	var n [8 + 8 + 8 + 8 + 4 + 4]byte
+	b.WriteString(head)
+	var n [walkRecordLen]byte
 	for _, r := range recs {
 		if len(r.path) > 1<<16-1 {
 			return nil, false
@@ -194,8 +235,9 @@ func encodeWalk(root string, recs []walkRecord) ([]byte, bool) {
 		binary.LittleEndian.PutUint64(n[8:], uint64(r.ctimeNsec))
 		binary.LittleEndian.PutUint64(n[16:], r.dev)
 		binary.LittleEndian.PutUint64(n[24:], r.ino)
-		binary.LittleEndian.PutUint32(n[32:], r.mode)
-		binary.LittleEndian.PutUint32(n[36:], uint32(len(r.path)))
+		binary.LittleEndian.PutUint64(n[32:], r.mnt)
+		binary.LittleEndian.PutUint32(n[40:], r.mode)
+		binary.LittleEndian.PutUint32(n[44:], uint32(len(r.path)))
 		b.Write(n[:])
 		b.WriteString(r.path)
 	}
@@ -204,18 +246,19 @@ func encodeWalk(root string, recs []walkRecord) ([]byte, bool) {
 
 // decodeWalk reads encodeWalk's content for root; false for anything else.
 func decodeWalk(b []byte, root string) ([]walkRecord, bool) {
-	head := walkCacheMagic + root + "\n"
-	if !bytes.HasPrefix(b, []byte(head)) {
+	head, ok := walkHead(root)
+	if !ok || !bytes.HasPrefix(b, []byte(head)) {
 		return nil, false
 	}
 	b = b[len(head):]
+	const n = walkRecordLen
 	var recs []walkRecord
 	for len(b) > 0 {
-		if len(b) < 40 {
+		if len(b) < n {
 			return nil, false
 		}
-		l := int(binary.LittleEndian.Uint32(b[36:]))
-		if l == 0 || len(b) < 40+l {
+		l := int(binary.LittleEndian.Uint32(b[44:]))
+		if l == 0 || len(b) < n+l {
 			return nil, false
 		}
 		r := walkRecord{
@@ -223,15 +266,16 @@ func decodeWalk(b []byte, root string) ([]walkRecord, bool) {
 			ctimeNsec: int64(binary.LittleEndian.Uint64(b[8:])),
 			dev:       binary.LittleEndian.Uint64(b[16:]),
 			ino:       binary.LittleEndian.Uint64(b[24:]),
-			mode:      binary.LittleEndian.Uint32(b[32:]),
-			path:      string(b[40 : 40+l]),
+			mnt:       binary.LittleEndian.Uint64(b[32:]),
+			mode:      binary.LittleEndian.Uint32(b[40:]),
+			path:      string(b[n : n+l]),
 		}
 		// Root first, then only paths below it.
-		if (len(recs) == 0 && r.path != root) || (len(recs) > 0 && !within(root, r.path)) || bytes.IndexByte(b[40:40+l], 0) >= 0 {
+		if (len(recs) == 0 && r.path != root) || (len(recs) > 0 && !within(root, r.path)) || bytes.IndexByte(b[n:n+l], 0) >= 0 {
 			return nil, false
 		}
 		recs = append(recs, r)
-		b = b[40+l:]
+		b = b[n+l:]
 	}
 	return recs, true
 }

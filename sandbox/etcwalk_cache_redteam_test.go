@@ -152,11 +152,13 @@ func TestRememberedWalkCannotBeForgedForAnotherCacheFolder(t *testing.T) {
 
 	// The first kusaw: its step sees the user's cache folder, writable.
 	t.Setenv("XDG_CACHE_HOME", service)
-	var st unix.Stat_t
-	if err := unix.Stat(systemSecretsIn, &st); err != nil {
+	// The best a step can do: /etc's own record as the host has it (its
+	// mount's id guessed right: the ids count up from boot).
+	rootRec, err := statRecord(unix.AT_FDCWD, systemSecretsIn, systemSecretsIn, 0)
+	if err != nil {
 		t.Fatal(err)
 	}
-	forged, _ := encodeWalk(systemSecretsIn, []walkRecord{recordOf(systemSecretsIn, &st)})
+	forged, _ := encodeWalk(systemSecretsIn, []walkRecord{rootRec})
 	var esc strings.Builder
 	for _, c := range forged {
 		fmt.Fprintf(&esc, "\\%03o", c)
@@ -184,5 +186,33 @@ echo forged`, user, esc.String())
 	out, _ = runPlan(t, p2, `cat `+secret+` >/dev/null 2>&1 && echo READ-SECRET; true`)
 	if strings.Contains(out, "READ-SECRET") {
 		t.Errorf("a step of an earlier kusaw forged the walk in %s/kusaw: the next kusaw's step read %s", user, secret)
+	}
+}
+
+// TestRememberedWalkOfAnotherBootRefused: a walk remembered in another
+// boot (a root file system's image written offline takes a reboot to
+// reach, and a home shared between machines holds other machines' walks)
+// is refused; the twin, this boot's, is used.
+func TestRememberedWalkOfAnotherBootRefused(t *testing.T) {
+	root := walkTree(t)
+	file := filepath.Join(t.TempDir(), "etc-walk")
+	rememberAs(t, root, file)
+	if _, ok := cachedWalk(root, file); !ok {
+		t.Fatal("twin: this boot's remembered walk was not used")
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := bootID()
+	other := strings.Replace(string(b), "\n"+id+"\n", "\n00000000-0000-0000-0000-000000000000\n", 1)
+	if other == string(b) {
+		t.Fatalf("the file does not hold the boot's id %q", id)
+	}
+	if err := os.WriteFile(file, []byte(other), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if l, ok := cachedWalk(root, file); ok {
+		t.Errorf("a walk remembered in another boot was used: %v", l)
 	}
 }

@@ -320,7 +320,9 @@ func TestRememberedWalkRefusedUnderAMount(t *testing.T) {
 		{"a root-only file over a public one", "mount --bind " + filepath.Join(outside, "secret.key") + " " + filepath.Join(root, "hosts"), "refused"},
 		{"a folder with a root-only file over a public folder", "mount --bind " + filepath.Join(outside, "dir") + " " + filepath.Join(root, "ssl/certs"), "refused"},
 	} {
-		script := c.mount + ` && exec "$0" __sandbox_helper cachedwalk "$1" "$2"`
+		// Remembered in the namespace itself: another namespace's mounts
+		// have ids of their own, and refuse the walk whatever they hold.
+		script := `"$0" __sandbox_helper rememberwalk "$1" "$2" && ` + c.mount + ` && exec "$0" __sandbox_helper cachedwalk "$1" "$2"`
 		out, err := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", script, exe, root, file).CombinedOutput()
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", c.name, err, out)

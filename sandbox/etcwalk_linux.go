@@ -72,11 +72,11 @@ func startWalkOf(root string, record bool) *sharedWalk {
 	if record {
 		// Root's state before its entries are read: a change in between
 		// moves its ctime past the one recorded.
-		var st unix.Stat_t
-		if unix.Fstat(fd, &st) != nil {
+		r, err := statRecord(fd, "", root, unix.AT_EMPTY_PATH)
+		if err != nil {
 			w.partial.Store(true)
 		}
-		w.rootRec = recordOf(root, &st)
+		w.rootRec = r
 	}
 	entries, complete := readEntries(fd, make([]byte, 16<<10))
 	w.entries = entries
@@ -206,7 +206,20 @@ type walkRecorder struct {
 // nil, gets every entry it stat'ed, in the walk's order.
 func walkEntry(dfd int, dir string, e dirEntry, buf []byte, out *[]unreadable, rec *walkRecorder) {
 	var st unix.Stat_t
-	if unix.Fstatat(dfd, e.name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+	var r walkRecord
+	recorded := false
+	if rec != nil && !rec.partial.Load() {
+		// One statx gives the record (its mount's id too) and the mode;
+		// a kernel without the id leaves the walk not remembered and
+		// the rest of it to the plain stat.
+		var err error
+		if r, err = statRecord(dfd, e.name, dir+"/"+e.name, unix.AT_SYMLINK_NOFOLLOW); err == nil {
+			st.Mode, recorded = r.mode, true
+		} else {
+			rec.partial.Store(true)
+		}
+	}
+	if !recorded && unix.Fstatat(dfd, e.name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
 		if rec != nil {
 			rec.partial.Store(true)
 		}
@@ -216,8 +229,8 @@ func walkEntry(dfd int, dir string, e dirEntry, buf []byte, out *[]unreadable, r
 	if !ok {
 		return
 	}
-	if rec != nil {
-		*rec.out = append(*rec.out, recordOf(dir+"/"+e.name, &st))
+	if recorded {
+		*rec.out = append(*rec.out, r)
 	}
 	if unreadableFor(mode) {
 		*out = append(*out, unreadable{dir + "/" + e.name, mode.IsDir()})
