@@ -22,9 +22,10 @@ import (
 const walkAheadFor = time.Second
 
 // WalkCacheFile is where the walk of /etc is remembered between runs (on
-// Linux): "" for kusaw's own cache folder (<user cache>/kusaw/etc-walk,
-// which hideStandInPool hides from every plan that would show it), "off"
-// for walking every time.
+// Linux): "" for <home>/.cache/kusaw/etc-walk, the home the user
+// database gives the euid whatever HOME and XDG_CACHE_HOME say (the same
+// file for every kusaw of the user; hideStandInPool hides its folder from
+// every plan that would show it), "off" for walking every time.
 var WalkCacheFile string
 
 var walkAhead struct {

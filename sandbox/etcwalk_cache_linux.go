@@ -10,6 +10,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -88,7 +89,13 @@ var bootID = sync.OnceValue(func() string {
 })
 
 // walkCachePath is where root's walk is remembered; "" for nowhere. Only
-// the system folder's walk is.
+// the system folder's walk is. Not in the cache folder the environment
+// names (XDG_CACHE_HOME, HOME): a plan hides the kusaw folder its own
+// process names, and a step of a kusaw with another XDG_CACHE_HOME (a
+// service, the factory's unsandboxed steps) could write the file the
+// next kusaw reads. The home the user database gives the euid is the
+// same for every process of the user, and every plan hides the folder
+// (hideStandInPool, walkCacheFolder).
 func walkCachePath(root string) string {
 	if root != systemSecretsIn {
 		return ""
@@ -100,11 +107,40 @@ func walkCachePath(root string) string {
 	default:
 		return WalkCacheFile
 	}
-	d, err := os.UserCacheDir()
-	if err != nil || !filepath.IsAbs(d) {
+	home := passwdHome(os.Geteuid())
+	if home == "" || home == "/" || !filepath.IsAbs(home) {
 		return ""
 	}
-	return filepath.Join(d, "kusaw", "etc-walk")
+	return filepath.Join(home, ".cache", "kusaw", "etc-walk")
+}
+
+// walkCacheFolder is the folder of the remembered walk of /etc; "" for none.
+func walkCacheFolder() string {
+	if f := walkCachePath(systemSecretsIn); f != "" {
+		return filepath.Dir(f)
+	}
+	return ""
+}
+
+// passwdFile is the user database passwdHome reads (a variable for tests).
+var passwdFile = "/etc/passwd"
+
+// passwdHome is uid's home in passwdFile, as getpwuid gives it for a
+// local user (the first line for uid); "" when it has none (a user of a
+// network directory walks every time).
+func passwdHome(uid int) string {
+	b, err := os.ReadFile(passwdFile)
+	if err != nil || len(b) > 4<<20 {
+		return ""
+	}
+	id := strconv.Itoa(uid)
+	for line := range strings.SplitSeq(string(b), "\n") {
+		f := strings.Split(line, ":")
+		if len(f) >= 7 && f[2] == id {
+			return filepath.Clean(f[5])
+		}
+	}
+	return ""
 }
 
 // systemUnreadable is unreadableBelow(root), from the remembered walk when

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -142,9 +143,11 @@ func TestRememberedWalkCannotBeForgedForAnotherCacheFolder(t *testing.T) {
 	old := WalkCacheFile
 	WalkCacheFile = ""
 	t.Cleanup(func() { WalkCacheFile = old })
+	home := fakePasswdHome(t, f)
 	service := filepath.Join(f.root, "servicecache") // the first kusaw's XDG_CACHE_HOME
 	user := filepath.Join(f.root, "usercache")       // the user's ~/.cache: the second kusaw's
-	for _, d := range []string{service, user} {
+	pw := filepath.Join(home, ".cache")              // the cache folder of the euid's home in the user database
+	for _, d := range []string{service, user, pw} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -164,29 +167,61 @@ func TestRememberedWalkCannotBeForgedForAnotherCacheFolder(t *testing.T) {
 		fmt.Fprintf(&esc, "\\%03o", c)
 	}
 	in := f.input()
-	in.AllowWrite = []string{user}
+	in.AllowWrite = []string{user, pw}
 	p := mustPlan(t, in)
 	script := fmt.Sprintf(`set -e
-touch %[1]s/ok
-mkdir -p %[1]s/kusaw
-printf '%[2]s' > %[1]s/kusaw/etc-walk
-chmod 600 %[1]s/kusaw/etc-walk
-echo forged`, user, esc.String())
-	out, err := runPlan(t, p, script)
+touch %[1]s/ok %[3]s/ok
+for c in %[1]s %[3]s; do
+  { mkdir -p $c/kusaw && printf '%[2]s' > $c/kusaw/etc-walk && chmod 600 $c/kusaw/etc-walk && echo forged in $c; } 2>/dev/null || true
+done`, user, esc.String(), pw)
+	out1, err := runPlan(t, p, script)
 	if err != nil {
-		t.Fatalf("the first step: %v\n%s", err, out)
+		t.Fatalf("the first step: %v\n%s", err, out1)
 	}
-	if !exists(filepath.Join(user, "ok")) {
-		t.Fatalf("twin: the step could not write the user's cache folder: %s", out)
+	t.Logf("the first step: %s", out1)
+	if strings.Contains(out1, "forged in "+pw) {
+		t.Errorf("the step wrote the remembered walk's folder %s/kusaw", pw)
+	}
+	if !exists(filepath.Join(user, "ok")) || !exists(filepath.Join(pw, "ok")) {
+		t.Fatalf("twin: the step could not write the cache folders: %s", out1)
 	}
 
 	// The second kusaw, with the user's own cache folder.
 	t.Setenv("XDG_CACHE_HOME", user)
 	p2 := mustPlan(t, f.input())
-	out, _ = runPlan(t, p2, `cat `+secret+` >/dev/null 2>&1 && echo READ-SECRET; true`)
+	out, _ := runPlan(t, p2, `cat `+secret+` >/dev/null 2>&1 && echo READ-SECRET; true`)
 	if strings.Contains(out, "READ-SECRET") {
-		t.Errorf("a step of an earlier kusaw forged the walk in %s/kusaw: the next kusaw's step read %s", user, secret)
+		t.Errorf("a step of an earlier kusaw forged the walk (%s): the next kusaw's step read %s", strings.TrimSpace(out1), secret)
 	}
+	// The twin: the walk is remembered, and used, where every kusaw of
+	// the user looks.
+	if file := walkCachePath(systemSecretsIn); !within(pw, file) {
+		t.Errorf("the walk is remembered in %s, not in %s", file, pw)
+	} else if got, ok := cachedWalk(systemSecretsIn, file); ok && !slices.Equal(got, unreadableBelow(systemSecretsIn)) {
+		t.Errorf("the remembered walk is not the walk of /etc: %v", got)
+	} else if !ok {
+		t.Logf("no walk remembered in %s (an entry of /etc changed a moment before?)", file)
+	}
+}
+
+// fakePasswdHome points passwdHome at a user database whose line for the
+// euid names a home in the fixture, and returns that home.
+func fakePasswdHome(t *testing.T, f *fixture) string {
+	t.Helper()
+	home := filepath.Join(f.root, "pwhome")
+	if err := os.MkdirAll(home, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	db := filepath.Join(f.root, "passwd")
+	line := fmt.Sprintf("someone:x:%d:%d::/nonexistent:/bin/sh\n", os.Geteuid()+1, os.Getegid())
+	line += fmt.Sprintf("me:x:%d:%d:me:%s:/bin/sh\n", os.Geteuid(), os.Getegid(), home)
+	if err := os.WriteFile(db, []byte(line), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := passwdFile
+	passwdFile = db
+	t.Cleanup(func() { passwdFile = old })
+	return home
 }
 
 // TestRememberedWalkOfAnotherBootRefused: a walk remembered in another

@@ -255,7 +255,7 @@ func TestRememberedWalkOutOfAStepsReach(t *testing.T) {
 	needTool(t, "/usr/bin/bwrap", "runs the real sandbox")
 	f := newFixture(t)
 	usePool(t, f)
-	cache := filepath.Join(f.root, "usercache")
+	cache := filepath.Join(fakePasswdHome(t, f), ".cache")
 	os.MkdirAll(cache, 0o755)
 	t.Setenv("XDG_CACHE_HOME", cache)
 	old := WalkCacheFile

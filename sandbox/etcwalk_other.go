@@ -13,3 +13,6 @@ func walkOnGoroutine(root string, ch chan<- []unreadable) (help func() ([]unread
 
 // systemUnreadable: the walk by path, every time.
 func systemUnreadable(root string) []unreadable { return unreadableBelow(root) }
+
+// walkCacheFolder: no walk is remembered.
+func walkCacheFolder() string { return "" }

@@ -693,6 +693,12 @@ func (b *builder) hideStandInPool() error {
 	if d := standInPoolDir(); d != "" && (own == "" || !within(own, d)) {
 		places = append(places, place{d, "kusaw's spare stand-in folders"})
 	}
+	// The remembered walk of /etc is not in the cache folder this
+	// process's environment names: a step that could write it would
+	// leave /etc's secrets out of every later plan.
+	if d := walkCacheFolder(); d != "" && (own == "" || !within(own, d)) {
+		places = append(places, place{d, "kusaw's remembered walk of /etc"})
+	}
 	for _, pl := range places {
 		if err := b.hideKusawFolder(pl.dir, pl.what); err != nil {
 			return err
