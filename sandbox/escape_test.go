@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/kusaw/kusaw/sandbox/confine"
+	"golang.org/x/sys/unix"
 )
 
 // The escape suite runs real bwrap on a real repository with a linked
@@ -76,6 +77,15 @@ func helperMain(args []string) int {
 		rememberWalk(w, args[2], time.Now().Add(walkRacyFor+time.Second))
 		if _, err := os.Stat(args[2]); err != nil {
 			return fail(fmt.Errorf("not remembered: %v", err))
+		}
+		return 0
+	case "mountonlink": // mountonlink SRC LINK: mount SRC on the link LINK itself (not its target)
+		fd, err := unix.OpenTree(unix.AT_FDCWD, args[1], unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		if err != nil {
+			return fail(err)
+		}
+		if err := unix.MoveMount(fd, "", unix.AT_FDCWD, args[2], unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return fail(err)
 		}
 		return 0
 	case "walklists": // walklists ROOT FILE: "used" or "refused", then the remembered list and the fresh one
