@@ -129,6 +129,28 @@ var passwdFile = "/etc/passwd"
 // local user (the first line for uid); "" when it has none (a user of a
 // network directory walks every time).
 func passwdHome(uid int) string {
+	// Read once per process and file: every plan asks twice (the walk's
+	// file, the folder hidden).
+	passwdHomes.Lock()
+	defer passwdHomes.Unlock()
+	key := passwdFile + "\x00" + strconv.Itoa(uid)
+	if h, ok := passwdHomes.m[key]; ok {
+		return h
+	}
+	h := readPasswdHome(uid)
+	if passwdHomes.m == nil {
+		passwdHomes.m = map[string]string{}
+	}
+	passwdHomes.m[key] = h
+	return h
+}
+
+var passwdHomes struct {
+	sync.Mutex
+	m map[string]string
+}
+
+func readPasswdHome(uid int) string {
 	b, err := os.ReadFile(passwdFile)
 	if err != nil || len(b) > 4<<20 {
 		return ""
@@ -195,7 +217,9 @@ func cachedWalk(root, file string) ([]unreadable, bool) {
 			list = append(list, unreadable{r.path, mode.IsDir()})
 		}
 	}
-	return list, true
+	// A mount moves no ctime: what is mounted where the walk does not
+	// look is read afresh, as after a fresh walk.
+	return withMountPoints(root, list), true
 }
 
 // rememberWalk writes w's records to file when w read everything, no

@@ -257,10 +257,9 @@ func TestRememberedWalkOfAnotherBootRefused(t *testing.T) {
 // bubblewrap's bind of /etc carries it: a root-only file mounted on a
 // link of /etc is read through the link's name in the sandbox. The walk
 // leaves links alone by their directory entry's type (DT_LNK, the type
-// beneath the mount), with the remembered walk or without, so the file
-// is not hidden. Not fixed: a fix would read the mounts below /etc
-// (mountinfo) at every plan, the remembered walk included. The twin: the
-// same link unmounted is left alone.
+// beneath the mount), so every walk, fresh or remembered, also stats each
+// mount point below its root from mountinfo (withMountPoints). The twin:
+// the same link unmounted is left alone.
 func TestWalkSeesAFileMountedOnALink(t *testing.T) {
 	needRoot(t, "mounts in a namespace of its own")
 	needTool(t, "/usr/bin/unshare", "makes the mount namespace")

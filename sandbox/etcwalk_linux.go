@@ -4,7 +4,10 @@ package sandbox
 
 import (
 	"io/fs"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -120,8 +123,66 @@ func (w *sharedWalk) result() []unreadable {
 		for _, l := range w.lists {
 			w.list = append(w.list, l...)
 		}
+		w.list = withMountPoints(w.root, w.list)
 	})
 	return w.list
+}
+
+// withMountPoints adds to list what is mounted below root where the walk
+// does not look: a file or folder can be mounted on a link, a device, a
+// socket or a pipe (open_tree and move_mount), and bwrap's bind of root
+// carries it. Each mount point below root in /proc/self/mountinfo is
+// stat'ed through its mount; one that others may not read is added,
+// unless list already hides it or a folder above it.
+func withMountPoints(root string, list []unreadable) []unreadable {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return list
+	}
+	hidden := func(l []unreadable, p string) bool {
+		return slices.ContainsFunc(l, func(u unreadable) bool { return u.path == p || (u.dir && within(u.path, p)) })
+	}
+	var extra []unreadable
+	for line := range strings.SplitSeq(string(b), "\n") {
+		// id parent major:minor root mount-point ...; the mount point's
+		// spaces, tabs, newlines and backslashes written as \ooo.
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := unescapeMountinfo(f[4])
+		if mp == root || !within(root, mp) || hidden(list, mp) || hidden(extra, mp) {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Lstat(mp, &st) != nil {
+			continue
+		}
+		if mode, ok := walkMode(st.Mode); ok && unreadableFor(mode) {
+			extra = append(extra, unreadable{mp, mode.IsDir()})
+		}
+	}
+	slices.SortFunc(extra, func(a, b unreadable) int { return strings.Compare(a.path, b.path) })
+	return append(list, extra...)
+}
+
+// unescapeMountinfo undoes mountinfo's \ooo escapes.
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, "\\") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 type dirEntry struct {
