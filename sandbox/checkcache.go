@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/kusaw/kusaw/status"
@@ -77,15 +78,15 @@ func checkCacheKey() string {
 			fmt.Fprintf(h, "%s %d %d %v\n", bin, st.Size(), st.ModTime().UnixNano(), st.Mode())
 		}
 	}
-	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if err != nil {
+	boot := bootID()
+	if boot == "" {
 		// Not Linux (or no procfs): key on the binary alone for a shorter
 		// while is not worth the risk; do not cache.
 		if _, serr := os.Stat("/usr/bin/sandbox-exec"); serr != nil {
 			return ""
 		}
 	}
-	fmt.Fprintf(h, "boot=%s\n", strings.TrimSpace(string(boot)))
+	fmt.Fprintf(h, "boot=%s\n", boot)
 	for _, f := range []string{"/proc/sys/user/max_user_namespaces", "/proc/sys/kernel/unprivileged_userns_clone",
 		"/proc/sys/kernel/apparmor_restrict_unprivileged_userns", "/proc/sys/user/max_net_namespaces"} {
 		b, _ := os.ReadFile(f)
@@ -93,6 +94,17 @@ func checkCacheKey() string {
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }
+
+// bootID is this boot's id, read once per process: the remembered check
+// and the remembered walk of /etc are used only in the boot they were
+// made in; "" when it cannot be read.
+var bootID = sync.OnceValue(func() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if id := strings.TrimSpace(string(b)); err == nil && len(id) == 36 {
+		return id
+	}
+	return ""
+})
 
 // rememberVersion primes the per-process version cache from a cached check,
 // so Command does not start bwrap --version once more.

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -77,16 +78,6 @@ func statRecord(dfd int, name, path string, flags int) (walkRecord, error) {
 	return walkRecord{path: path, dev: unix.Mkdev(sx.Dev_major, sx.Dev_minor), ino: sx.Ino, mode: uint32(sx.Mode),
 		ctimeSec: sx.Ctime.Sec, ctimeNsec: int64(sx.Ctime.Nsec), mnt: sx.Mnt_id}, nil
 }
-
-// bootID is this boot's id: a walk is used only in the boot it was made
-// in; "" when it cannot be read (nothing is remembered).
-var bootID = sync.OnceValue(func() string {
-	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if id := strings.TrimSpace(string(b)); err == nil && len(id) == 36 {
-		return id
-	}
-	return ""
-})
 
 // walkCachePath is where root's walk is remembered; "" for nowhere. Only
 // the system folder's walk is. Not in the cache folder the environment
@@ -186,27 +177,83 @@ func systemUnreadable(root string) []unreadable {
 // cachedWalk returns root's list from the walk remembered in file when
 // every entry that walk looked at is as it was then.
 func cachedWalk(root, file string) ([]unreadable, bool) {
-	if file == "" {
+	c := newWalkCheck(root, file)
+	if c == nil {
 		return nil, false
+	}
+	c.help()
+	return c.result()
+}
+
+// walkCheck is the check of one remembered walk, shared as a fresh walk is
+// (sharedWalk): its records are stat'ed a chunk at a time by whichever
+// goroutine comes first, so the plan that needs the list checks the rest
+// alongside the walk started ahead rather than waiting for it.
+type walkCheck struct {
+	root  string
+	recs  []walkRecord
+	next  atomic.Int64
+	lists [][]unreadable // by chunk
+	bad   atomic.Bool
+	done  sync.WaitGroup // one per chunk
+	once  sync.Once
+	list  []unreadable
+}
+
+// walkCheckChunk is how many records a goroutine takes at a time.
+const walkCheckChunk = 64
+
+// newWalkCheck reads root's remembered walk from file; nil when there is
+// none to check.
+func newWalkCheck(root, file string) *walkCheck {
+	if file == "" {
+		return nil
 	}
 	b, ok := readOwnFile(file)
 	if !ok {
-		return nil, false
+		return nil
 	}
 	recs, ok := decodeWalk(b, root)
 	if !ok || len(recs) == 0 {
-		return nil, false
+		return nil
 	}
+	c := &walkCheck{root: root, recs: recs, lists: make([][]unreadable, (len(recs)+walkCheckChunk-1)/walkCheckChunk)}
+	c.done.Add(len(c.lists))
+	return c
+}
+
+// help checks chunks until none is left.
+func (c *walkCheck) help() {
+	for {
+		i := int(c.next.Add(1) - 1)
+		if i >= len(c.lists) {
+			return
+		}
+		if !c.bad.Load() {
+			l, ok := c.checkChunk(i)
+			c.lists[i] = l
+			if !ok {
+				c.bad.Store(true)
+			}
+		}
+		c.done.Done()
+	}
+}
+
+// checkChunk stats chunk i's records again; false when one changed.
+func (c *walkCheck) checkChunk(i int) ([]unreadable, bool) {
 	var list []unreadable
-	for i, r := range recs {
+	end := min((i+1)*walkCheckChunk, len(c.recs))
+	for j := i * walkCheckChunk; j < end; j++ {
+		r := c.recs[j]
 		flags := unix.AT_SYMLINK_NOFOLLOW
-		if i == 0 {
+		if j == 0 {
 			flags = 0 // root is opened following a link, as the walk does
 		}
 		if now, err := statRecord(unix.AT_FDCWD, r.path, r.path, flags); err != nil || now != r {
 			return nil, false
 		}
-		if i == 0 {
+		if j == 0 {
 			continue
 		}
 		mode, ok := walkMode(r.mode)
@@ -217,9 +264,25 @@ func cachedWalk(root, file string) ([]unreadable, bool) {
 			list = append(list, unreadable{r.path, mode.IsDir()})
 		}
 	}
-	// A mount moves no ctime: what is mounted where the walk does not
-	// look is read afresh, as after a fresh walk.
-	return withMountPoints(root, list), true
+	return list, true
+}
+
+// result waits for every chunk: the list, in the records' order, or false
+// when a record changed.
+func (c *walkCheck) result() ([]unreadable, bool) {
+	c.done.Wait()
+	if c.bad.Load() {
+		return nil, false
+	}
+	c.once.Do(func() {
+		for _, l := range c.lists {
+			c.list = append(c.list, l...)
+		}
+		// A mount moves no ctime: what is mounted where the walk does
+		// not look is read afresh, as after a fresh walk.
+		c.list = withMountPoints(c.root, c.list)
+	})
+	return c.list, true
 }
 
 // rememberWalk writes w's records to file when w read everything, no
@@ -312,7 +375,7 @@ func decodeWalk(b []byte, root string) ([]walkRecord, bool) {
 	}
 	b = b[len(head):]
 	const n = walkRecordLen
-	var recs []walkRecord
+	recs := make([]walkRecord, 0, len(b)/(n+24))
 	for len(b) > 0 {
 		if len(b) < n {
 			return nil, false

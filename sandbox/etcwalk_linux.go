@@ -333,11 +333,16 @@ func walkMode(m uint32) (fs.FileMode, bool) {
 // goroutine read root (then the list comes on ch).
 func walkOnGoroutine(root string, ch chan<- []unreadable) (help func() ([]unreadable, bool)) {
 	var shared atomic.Pointer[sharedWalk]
+	var check atomic.Pointer[walkCheck]
 	go func() {
 		file := walkCachePath(root)
-		if l, ok := cachedWalk(root, file); ok {
-			ch <- l
-			return
+		if c := newWalkCheck(root, file); c != nil {
+			check.Store(c)
+			c.help()
+			if l, ok := c.result(); ok {
+				ch <- l
+				return
+			}
 		}
 		started := time.Now()
 		w := startRecordedWalk(root)
@@ -352,6 +357,12 @@ func walkOnGoroutine(root string, ch chan<- []unreadable) (help func() ([]unread
 		ch <- l
 	}()
 	return func() ([]unreadable, bool) {
+		if c := check.Load(); c != nil {
+			c.help()
+			if l, ok := c.result(); ok {
+				return l, true
+			}
+		}
 		w := shared.Load()
 		if w == nil {
 			return nil, false
