@@ -117,20 +117,35 @@ func Exec(ctx context.Context, req Request) (int, error) {
 			ahead = takeAhead(wd, req.Argv)
 		}
 	}
-	if res := sandbox.CachedCheck(); !res.Available {
-		return int(status.ExitSandboxUnavailable), res.Err()
+	// The remembered check runs beside the plan, which does not need
+	// it: the second core is free then (bwrap waits for its options).
+	// Its refusal still comes first: a failure before the start waits
+	// for it and says why the sandbox cannot run rather than anything
+	// else.
+	checked := make(chan sandbox.CheckResult, 1)
+	go func() { checked <- sandbox.CachedCheck() }()
+	var check *sandbox.CheckResult
+	fail := func(code status.ExitCode, err error) (int, error) {
+		if check == nil {
+			res := <-checked
+			check = &res
+		}
+		if !check.Available {
+			return int(status.ExitSandboxUnavailable), check.Err()
+		}
+		return int(code), err
 	}
 	dir := req.Dir
 	if dir == "" {
 		wd, err := os.Getwd()
 		if err != nil {
-			return 0, err
+			return fail(status.ExitRunFailed, err)
 		}
 		dir = wd
 	}
 	home, _ := os.UserHomeDir()
 	if err := allowwrite.Check(dir, home); err != nil {
-		return int(status.ExitUsage), fmt.Errorf("the current folder cannot be writable in the sandbox: %v; run sandbox exec from a project folder, or use -f FILE", err)
+		return fail(status.ExitUsage, fmt.Errorf("the current folder cannot be writable in the sandbox: %v; run sandbox exec from a project folder, or use -f FILE", err))
 	}
 	var tmp string
 	if runtime.GOOS == "linux" {
@@ -141,21 +156,24 @@ func Exec(ctx context.Context, req Request) (int, error) {
 	} else {
 		t, err := os.MkdirTemp("", "kusaw-exec-")
 		if err != nil {
-			return 0, err
+			return fail(status.ExitRunFailed, err)
 		}
 		defer os.RemoveAll(t)
 		tmp = t
 	}
 	in, err := Input(dir, tmp)
 	if err != nil {
-		return 0, err
+		return fail(status.ExitRunFailed, err)
 	}
 	in.Argv = req.Argv // a script it names outside the view is shown read-only
 	plan, err := sandbox.BuildPlan(in)
 	if err != nil {
-		return int(status.ExitSandboxUnavailable), err
+		return fail(status.ExitSandboxUnavailable, err)
 	}
 	defer plan.Cleanup()
+	if code, err := fail(0, nil); err != nil {
+		return code, err
+	}
 	var cmd *exec.Cmd
 	if ahead != nil && ahead.early != nil {
 		cmd, err = ahead.early.Command(plan, req.Argv, req.Stdin, req.Stdout, req.Stderr)
