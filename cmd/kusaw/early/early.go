@@ -86,6 +86,11 @@ func run(argv []string) (code int, ok bool) {
 	if confine.CloseInheritedOnExec() != nil {
 		return 0, false
 	}
+	// kusaw serves the confinement stage (its hidden __confine) when
+	// kusaw-bridge is not beside it; main's package says so in its init,
+	// which has not run yet. Without this, a lone kusaw's step would run
+	// with no Landlock and the host's session keyring.
+	sandbox.ServeConfine()
 	sandbox.WalkSystemAhead()
 	adhoc.StartAhead(append([]string{"sandbox", "exec", "--"}, argv...))
 	defer adhoc.DropAhead()
