@@ -365,16 +365,22 @@ func Enforcement() map[string]string {
 	return out
 }
 
-// totalMemory is the machine's memory, /proc/meminfo's MemTotal (0 when
-// unknown: no limit).
+// totalMemory is MemTotal from /proc/meminfo (0 when unknown: no limit).
 func totalMemory() int64 {
-	// sysinfo's total is /proc/meminfo's MemTotal, in one system call
-	// rather than a file to read and parse.
-	var si unix.Sysinfo_t
-	if unix.Sysinfo(&si) != nil {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
 		return 0
 	}
-	return int64(si.Totalram) * int64(max(si.Unit, 1))
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			f := strings.Fields(rest)
+			if len(f) > 0 {
+				n, _ := strconv.ParseInt(f[0], 10, 64)
+				return n << 10
+			}
+		}
+	}
+	return 0
 }
 
 // hold makes cmd wait, before it runs its program, until release is

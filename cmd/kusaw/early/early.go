@@ -13,6 +13,7 @@ package early
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,6 +36,13 @@ func init() {
 	if !Applies(os.Args[1:]) {
 		return
 	}
+	defer func() {
+		// As main's: a line and ExitInternal, not a stack trace.
+		if r := recover(); r != nil {
+			os.Stderr.WriteString("kusaw: internal error: " + printable(fmt.Sprint(r)) + " (please report this)\n")
+			os.Exit(int(status.ExitInternal))
+		}
+	}()
 	if code, ok := run(os.Args[4:]); ok {
 		os.Exit(code)
 	}
