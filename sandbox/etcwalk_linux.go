@@ -6,13 +6,14 @@ import (
 	"io/fs"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kusaw/kusaw/internal/mountinfo"
 )
 
 // unreadableBelow lists, in lexical order, the files and folders below
@@ -150,7 +151,7 @@ func withMountPoints(root string, list []unreadable) []unreadable {
 		if len(f) < 5 {
 			continue
 		}
-		mp := unescapeMountinfo(f[4])
+		mp := mountinfo.Unescape(f[4])
 		if mp == root || !within(root, mp) || hidden(list, mp) || hidden(extra, mp) {
 			continue
 		}
@@ -164,25 +165,6 @@ func withMountPoints(root string, list []unreadable) []unreadable {
 	}
 	slices.SortFunc(extra, func(a, b unreadable) int { return strings.Compare(a.path, b.path) })
 	return append(list, extra...)
-}
-
-// unescapeMountinfo undoes mountinfo's \ooo escapes.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, "\\") {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 type dirEntry struct {

@@ -11,9 +11,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/kusaw/kusaw/internal/mountinfo"
 )
 
 // Builtins are the built-in steps, run as `kusaw __builtin NAME` inside the
@@ -320,28 +321,10 @@ func mountPoints() map[string]bool {
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
 		if len(f) > 4 {
-			out[unescapeMount(f[4])] = true
+			out[mountinfo.Unescape(f[4])] = true
 		}
 	}
 	return out
-}
-
-func unescapeMount(s string) string {
-	if !strings.Contains(s, "\\") {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 func firstLine(s string, err error) string {

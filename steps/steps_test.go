@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/kusaw/kusaw/config"
+	"github.com/kusaw/kusaw/internal/mountinfo"
 )
 
 func TestEnvName(t *testing.T) {
@@ -151,7 +152,7 @@ func TestDiffIncludesUntrackedAndCommitted(t *testing.T) {
 }
 
 func TestUnescapeMount(t *testing.T) {
-	if got := unescapeMount(`/a\040b/c`); got != "/a b/c" {
+	if got := mountinfo.Unescape(`/a\040b/c`); got != "/a b/c" {
 		t.Errorf("%q", got)
 	}
 }

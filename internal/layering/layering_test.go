@@ -39,6 +39,7 @@ var never = map[string][]string{
 	// leaves it needs, nothing that reads a factory or records a run.
 	"sandbox/adhoc":       {"config", "chainlog", "record", "egress", "worktree", "providers", "factory", "attempt", "serve", "cluster", "steps", "deliver"},
 	"cmd/kusaw/early":     {"config", "chainlog", "record", "egress", "worktree", "providers", "factory", "attempt", "serve", "cluster", "steps", "deliver"},
+	"internal/mountinfo":  {"config", "status", "chainlog", "factory", "attempt", "serve", "cluster", "sandbox", "egress", "worktree", "providers", "steps", "record", "secretstore", "internal"},
 	"internal/allowwrite": {"config", "status", "chainlog", "factory", "attempt", "serve", "cluster", "sandbox", "egress", "worktree", "providers", "steps", "record", "secretstore", "internal"},
 	"sandbox/confine":     {"sandbox", "config", "status", "chainlog", "record", "egress", "worktree", "providers", "factory", "attempt", "serve", "cluster", "steps", "internal"},
 	"egress":              {"sandbox", "worktree", "providers", "factory", "attempt", "serve", "cluster", "steps"},
