@@ -125,10 +125,7 @@ echo "== next image"
 // still write the rest of that cache folder.
 func TestRememberedWalkCannotBeForgedForAnotherCacheFolder(t *testing.T) {
 	needRoot(t, "the secret is root's: /etc/shadow, which root inside reads unless hidden")
-	needTool(t, "/usr/bin/bwrap", "runs the real sandbox")
-	if r := Check(); !r.Available {
-		t.Skip("the sandbox cannot run here: " + r.Msg)
-	}
+	needSandbox(t, "runs the real sandbox")
 	secret := ""
 	for _, e := range unreadableBelow(systemSecretsIn) {
 		if !e.dir && (secret == "" || e.path == "/etc/shadow") {
@@ -136,6 +133,10 @@ func TestRememberedWalkCannotBeForgedForAnotherCacheFolder(t *testing.T) {
 		}
 	}
 	if secret == "" {
+		// Debian and every distribution kusaw supports has /etc/shadow.
+		if os.Getenv("CI") == "true" {
+			t.Fatal("no root-only file in /etc to read through a forged walk")
+		}
 		t.Skip("no root-only file in /etc")
 	}
 	f := newFixture(t)

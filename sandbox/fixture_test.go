@@ -20,6 +20,20 @@ func needTool(t testing.TB, path, why string) {
 	}
 }
 
+// needSandbox skips (or, on CI, fails) a test that runs the real
+// bubblewrap sandbox when bwrap is missing or cannot run here.
+func needSandbox(t testing.TB, why string) {
+	t.Helper()
+	needTool(t, "/usr/bin/bwrap", why)
+	if r := Check(); !r.Available {
+		msg := "the sandbox cannot run here: " + r.Msg
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+}
+
 // needRoot skips (or, on CI, which runs as root, fails) a test that needs root.
 func needRoot(t testing.TB, why string) {
 	t.Helper()

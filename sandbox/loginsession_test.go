@@ -26,14 +26,7 @@ import (
 // reads the first one's session and continues it, as root and as a
 // normal user.
 func TestLoginSessionCarriedWithinTheRun(t *testing.T) {
-	needTool(t, "/usr/bin/bwrap", "runs the real sandbox")
-	if r := Check(); !r.Available {
-		msg := "the sandbox cannot run here: " + r.Msg
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
+	needSandbox(t, "runs the real sandbox")
 	uids := []int{os.Geteuid()}
 	if os.Geteuid() == 0 {
 		uids = append(uids, 65534)

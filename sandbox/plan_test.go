@@ -656,13 +656,7 @@ func TestEmptyFileDescriptorPerCommand(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("bubblewrap only")
 	}
-	needTool(t, "/usr/bin/bwrap", "it runs the real sandbox")
-	if r := Check(); !r.Available {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("the sandbox cannot run here: " + r.Msg)
-		}
-		t.Skip("the sandbox cannot run here: " + r.Msg)
-	}
+	needSandbox(t, "it runs the real sandbox")
 	f := newFixture(t)
 	mcp := filepath.Join(f.wt, ".mcp.json")
 	for i := 0; i < 3; i++ {

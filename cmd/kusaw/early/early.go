@@ -43,7 +43,7 @@ func init() {
 			os.Exit(int(status.ExitInternal))
 		}
 	}()
-	if code, ok := run(os.Args[4:]); ok {
+	if code, ok := run(os.Args[1:]); ok {
 		os.Exit(code)
 	}
 }
@@ -86,11 +86,12 @@ func SettingsFile() string {
 	return filepath.Join(d, "kusaw", "config.yaml")
 }
 
-// run is main's work for the command argv: the inherited descriptors
-// marked, the walk of /etc and bwrap started ahead, the command run. ok
-// is false when main must run it instead (nothing of the command has run
-// then, and main will say what went wrong).
-func run(argv []string) (code int, ok bool) {
+// run is main's work for kusaw's arguments (Applies's): the inherited
+// descriptors marked, the walk of /etc and bwrap started ahead, the
+// command run. ok is false when main must run it instead (nothing of the
+// command has run then, and main will say what went wrong).
+func run(args []string) (code int, ok bool) {
+	argv := args[3:]
 	if confine.CloseInheritedOnExec() != nil {
 		return 0, false
 	}
@@ -100,7 +101,7 @@ func run(argv []string) (code int, ok bool) {
 	// with no Landlock and the host's session keyring.
 	sandbox.ServeConfine()
 	sandbox.WalkSystemAhead()
-	adhoc.StartAhead(append([]string{"sandbox", "exec", "--"}, argv...))
+	adhoc.StartAhead(args)
 	defer adhoc.DropAhead()
 	code, err := adhoc.Exec(context.Background(), adhoc.Request{Argv: argv, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr})
 	var we *adhoc.WaitError
