@@ -358,11 +358,14 @@ func TestLayerTrustOnlyAfterItsRelease(t *testing.T) {
 	if m, _ := filepath.Glob(filepath.Join(pool.Dir(), "idle-*", "layer")); len(m) != 0 {
 		t.Fatalf("a tree whose layer failed is marked: %v", m)
 	}
-	// 3: walked again; kusaw writes an included file before the step,
-	// which then changes nothing through its layer.
+	// 3: walked again (what the walk finds is left to timing: a file
+	// git checked out in the same clock tick as it wrote the index is
+	// racily clean, its entry smudged, so the walk checks it out again);
+	// kusaw writes an included file before the step, which then changes
+	// nothing through its layer.
 	w = attempt(3)
-	if !w.Reused || w.Trusted || w.Cleaned.Total() == 0 {
-		t.Fatalf("attempt 3: reused %v, walk skipped %v, cleaned %+v", w.Reused, w.Trusted, w.Cleaned)
+	if !w.Reused || w.Trusted {
+		t.Fatalf("attempt 3: reused %v, walk skipped %v", w.Reused, w.Trusted)
 	}
 	write(t, filepath.Join(dir, "conf", "local.log"), "a secret\n")
 	copied, err := CopyIgnored(dir, w.Path, []string{"conf/local.log"}, "")
