@@ -502,11 +502,24 @@ var (
 	seccompErr   error
 )
 
-// SeccompFilter returns the compiled filter (built once per process).
+// SeccompFilter returns the compiled filter: on amd64 the program
+// seccompProgram builds, kept in the source (seccompPrebuilt, checked
+// against it by TestSeccompPrebuiltIsTheProgram), since building it costs
+// every start of kusaw sandbox exec about 0.1 ms of a core it needs for
+// the plan (docs/benchmarks.md, "Lean start, twelfth pass (issue 25)");
+// elsewhere built once per process.
 func SeccompFilter() ([]byte, error) {
-	seccompOnce.Do(func() { seccompBytes, seccompErr = seccompProgram() })
+	seccompOnce.Do(func() {
+		if seccompPrebuilt != "" {
+			seccompBytes = []byte(seccompPrebuilt)
+			return
+		}
+		seccompBytes, seccompErr = seccompProgram()
+	})
 	return seccompBytes, seccompErr
 }
+
+//go:generate go test -run TestSeccompPrebuiltIsTheProgram -update-seccomp .
 
 // seccompFile returns the filter in a fresh in-memory file positioned at
 // its start, for bwrap to read (one per command: bwrap reads it to the end).
