@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
@@ -133,6 +134,33 @@ func TestSandboxExecEarlyStart(t *testing.T) {
 	}
 	if strings.Contains(out, "--setenv") || strings.Contains(out, "--ro-bind") {
 		t.Errorf("the plan's options are on bwrap's command line:\n%s", out)
+	}
+	// The early bwrap's end is the command's: its status, 128+n for a
+	// signal, and a SIGTERM to kusaw ends it (the whole group) with 143.
+	out, code = execEarly(t, false, dir, env, "/bin/sh", "-c", `tr '\0' ' ' < /proc/1/cmdline; exit 7`)
+	if code != 7 || !early(out) {
+		t.Errorf("an early command's exit 7: exit %d, early %v\n%s", code, early(out), out)
+	}
+	out, code = execEarly(t, false, dir, env, "/bin/sh", "-c", `tr '\0' ' ' < /proc/1/cmdline; kill -KILL $$`)
+	if code != 128+9 || !early(out) {
+		t.Errorf("an early command killed: exit %d, want 137, early %v\n%s", code, early(out), out)
+	}
+	term := exec.Command(kusawBin, "sandbox", "exec", "--", "/bin/sh", "-c", `tr '\0' ' ' < /proc/1/cmdline; echo; echo started; exec sleep 60`)
+	term.Dir, term.Env = dir, append(os.Environ(), env...)
+	stdout, err := term.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := term.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, _ := bufio.NewReader(stdout).ReadString('\n')
+	if !early(line) {
+		t.Errorf("the run to stop did not start early: %q", line)
+	}
+	term.Process.Signal(syscall.SIGTERM)
+	if err := term.Wait(); exitCode(err) != 128+15 {
+		t.Errorf("kusaw sandbox exec stopped by SIGTERM: %v, want exit 143", err)
 	}
 
 	// The plan fails (a HOME that is not an absolute path) after bwrap

@@ -3,12 +3,10 @@
 package sandbox
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 
@@ -73,19 +71,21 @@ func earlyFits(p *Plan, st bwrapStart) bool {
 // its options on a pipe.
 type EarlyStart struct {
 	shape  StartShape
-	cmd    *exec.Cmd
+	proc   *Process
+	args   []string // bwrap's command line, its path first
+	files  int      // its descriptors from 3 on
 	w      *os.File // the pipe's write end: bwrap's options go here, once
 	stdio  [3]*os.File
 	ended  bool       // handed over (Command) or stopped
 	filter chan error // the filter's write: done (nil) or failed
 }
 
-// StartEarly starts bwrap for s, its standard streams the given files;
-// it waits for its options (EarlyStart.Command) or its end (Stop).
-func StartEarly(ctx context.Context, s StartShape, stdin, stdout, stderr *os.File) (*EarlyStart, error) {
-	if ctx == nil {
-		ctx = context.Background()
-	}
+// StartEarly starts bwrap for s, its standard streams the given files
+// (nil: /dev/null); it waits for its options (EarlyStart.Command) or its
+// end (Stop). It is started as Command's bwrap is (no environment, a
+// process group of its own, killed with this thread), without os/exec
+// (Process).
+func StartEarly(s StartShape, stdin, stdout, stderr *os.File) (*EarlyStart, error) {
 	if len(s.Tail) == 0 || s.Data < 0 {
 		return nil, errors.New("sandbox: an early start needs a command")
 	}
@@ -107,31 +107,20 @@ func StartEarly(ctx context.Context, s StartShape, stdin, stdout, stderr *os.Fil
 		w.Close()
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
-	args := append([]string{earlySentinel, "--args", "3", "--"}, s.Tail...)
-	cmd := bwrapCommand(ctx, s.Bwrap, args)
-	if stdin != nil {
-		cmd.Stdin = stdin
-	}
-	if stdout != nil {
-		cmd.Stdout = stdout
-	}
-	if stderr != nil {
-		cmd.Stderr = stderr
-	}
+	args := append([]string{s.Bwrap, earlySentinel, "--args", "3", "--"}, s.Tail...)
 	files, err := dataFiles(r, s.Data, sr)
 	if err != nil {
 		closeFiles([]*os.File{r, w, sr, sw})
 		return nil, err
 	}
-	cmd.ExtraFiles = files
-	err = cmd.Start()
+	proc, err := startProcess(args, append([]*os.File{stdin, stdout, stderr}, files...))
 	closeFiles(files)
 	if err != nil {
 		w.Close()
 		sw.Close()
 		return nil, err
 	}
-	e := &EarlyStart{shape: s, cmd: cmd, w: w, stdio: [3]*os.File{stdin, stdout, stderr}, filter: make(chan error, 1)}
+	e := &EarlyStart{shape: s, proc: proc, args: args, files: len(files), w: w, stdio: [3]*os.File{stdin, stdout, stderr}, filter: make(chan error, 1)}
 	go func() {
 		prog, err := SeccompFilter()
 		if err == nil {
@@ -163,11 +152,11 @@ func closeFiles(files []*os.File) {
 
 // Command gives the early bwrap p's options for argv and returns it,
 // started: the caller waits for it and then calls p.Cleanup(), as after
-// Command and Start. When p's start is not the early one's shape, or its
+// Command and Start; to stop it, the caller signals its process group. When p's start is not the early one's shape, or its
 // streams are not the early one's, it stops the early bwrap and returns
 // ErrShapeChanged: start the plan's command as usual then. After any
 // other error the early bwrap is stopped too.
-func (e *EarlyStart) Command(p *Plan, argv []string, stdin io.Reader, stdout, stderr io.Writer) (*exec.Cmd, error) {
+func (e *EarlyStart) Command(p *Plan, argv []string, stdin io.Reader, stdout, stderr io.Writer) (*Process, error) {
 	if e == nil || e.ended {
 		return nil, ErrShapeChanged
 	}
@@ -205,7 +194,7 @@ func (e *EarlyStart) Command(p *Plan, argv []string, stdin io.Reader, stdout, st
 	}
 	e.w.Close()
 	e.ended = true
-	return e.cmd, nil
+	return e.proc, nil
 }
 
 // pipeHolds makes the pipe hold n bytes, so one write puts all of them in
@@ -233,8 +222,8 @@ func (e *EarlyStart) Stop() {
 	e.ended = true
 	// Killed first, then the pipe closed: it never reads an end of file
 	// while it can still act on one.
-	_ = e.cmd.Process.Kill()
-	_ = e.cmd.Wait()
+	_ = e.proc.Kill()
+	_, _ = e.proc.Wait()
 	e.w.Close()
 	<-e.filter // the filter's writer is done with its pipe
 }

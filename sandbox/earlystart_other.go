@@ -3,11 +3,10 @@
 package sandbox
 
 import (
-	"context"
 	"errors"
 	"io"
 	"os"
-	"os/exec"
+	"syscall"
 )
 
 // StartShape is what a bwrap start must fix before the plan is known
@@ -27,13 +26,19 @@ type EarlyStart struct{}
 // ShapeOf: no early start off Linux.
 func ShapeOf(p *Plan, argv []string) (StartShape, bool, error) { return StartShape{}, false, nil }
 
+// Process is an early start's bwrap (Linux only).
+type Process struct{ Pid int }
+
+// Wait: there is no early start to wait for off Linux.
+func (p *Process) Wait() (syscall.WaitStatus, error) { return 0, errors.ErrUnsupported }
+
 // StartEarly: no early start off Linux.
-func StartEarly(ctx context.Context, s StartShape, stdin, stdout, stderr *os.File) (*EarlyStart, error) {
+func StartEarly(s StartShape, stdin, stdout, stderr *os.File) (*EarlyStart, error) {
 	return nil, errors.New("sandbox: an early start needs bubblewrap (Linux)")
 }
 
 // Command: never an early start here; start the plan's command as usual.
-func (e *EarlyStart) Command(p *Plan, argv []string, stdin io.Reader, stdout, stderr io.Writer) (*exec.Cmd, error) {
+func (e *EarlyStart) Command(p *Plan, argv []string, stdin io.Reader, stdout, stderr io.Writer) (*Process, error) {
 	return nil, ErrShapeChanged
 }
 

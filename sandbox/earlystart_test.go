@@ -6,9 +6,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -82,24 +82,24 @@ func TestEarlyStartSameArgvAsCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := StartEarly(context.Background(), earlyShape(t, p2, argv), nil, nil, nil)
+	e, err := StartEarly(earlyShape(t, p2, argv), nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.Stop()
-	if e.cmd.Path != cmd.Path {
-		t.Errorf("early bwrap %s, Command's %s", e.cmd.Path, cmd.Path)
+	if e.args[0] != cmd.Path {
+		t.Errorf("early bwrap %s, Command's %s", e.args[0], cmd.Path)
 	}
-	got := expandArgs(t, e.cmd.Args[1:], earlyOptions(st))
+	got := expandArgs(t, e.args[1:], earlyOptions(st))
 	if !slices.Equal(got, want) {
 		t.Errorf("the early start's argv differs from Command's:\n got %q\nwant %q", got, want)
 	}
-	if len(e.cmd.ExtraFiles) != len(cmd.ExtraFiles) {
-		t.Errorf("early bwrap has %d descriptors from 3 on, Command's %d", len(e.cmd.ExtraFiles), len(cmd.ExtraFiles))
+	if e.files != len(cmd.ExtraFiles) {
+		t.Errorf("early bwrap has %d descriptors from 3 on, Command's %d", e.files, len(cmd.ExtraFiles))
 	}
 	// No value of the environment on bwrap's command line (but the
 	// paths the stage's -w names, which Command's shows too).
-	line, before := strings.Join(e.cmd.Args, "\x00"), strings.Join(cmd.Args, "\x00")
+	line, before := strings.Join(e.args, "\x00"), strings.Join(cmd.Args, "\x00")
 	for _, kv := range p2.Env {
 		if _, v, _ := strings.Cut(kv, "="); len(v) > 3 && strings.Contains(line, v) && !strings.Contains(before, v) {
 			t.Errorf("the environment's value %q is on the early bwrap's command line", v)
@@ -123,29 +123,30 @@ func TestEarlyStartSameSandbox(t *testing.T) {
 		defer out.Close()
 		p := earlyPlan(t, f)
 		defer p.Cleanup()
-		var cmd *exec.Cmd
 		if early {
-			e, err := StartEarly(context.Background(), earlyShape(t, p, argv), nil, out, out)
-			if err != nil {
-				t.Fatal(err)
+			e, serr := StartEarly(earlyShape(t, p, argv), nil, out, out)
+			if serr != nil {
+				t.Fatal(serr)
 			}
-			c, err := e.Command(p, argv, nil, out, out)
-			if err != nil {
-				t.Fatal(err)
+			proc, cerr := e.Command(p, argv, nil, out, out)
+			if cerr != nil {
+				t.Fatal(cerr)
 			}
-			cmd = c
+			if ws, werr := proc.Wait(); werr != nil || ws.ExitStatus() != 0 {
+				err = fmt.Errorf("%v, exit status %d", werr, ws.ExitStatus())
+			}
 		} else {
-			c, err := Command(context.Background(), p, argv)
-			if err != nil {
-				t.Fatal(err)
+			c, cerr := Command(context.Background(), p, argv)
+			if cerr != nil {
+				t.Fatal(cerr)
 			}
 			c.Stdout, c.Stderr = out, out
 			if err := c.Start(); err != nil {
 				t.Fatal(err)
 			}
-			cmd = c
+			err = c.Wait()
 		}
-		if err := cmd.Wait(); err != nil {
+		if err != nil {
 			b, _ := os.ReadFile(out.Name())
 			t.Fatalf("early=%v: %v\n%s", early, err, b)
 		}
@@ -183,7 +184,7 @@ func TestEarlyStartShapeChangedLeavesNothing(t *testing.T) {
 			defer p.Cleanup()
 			s := earlyShape(t, p, argv)
 			change.edit(&s)
-			e, err := StartEarly(context.Background(), s, nil, nil, nil)
+			e, err := StartEarly(s, nil, nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -205,7 +206,7 @@ func TestEarlyStartStopLeavesNoProcess(t *testing.T) {
 	needTool(t, "/usr/bin/bwrap", "an early start is a real bwrap")
 	f := newFixture(t)
 	p := earlyPlan(t, f)
-	e, err := StartEarly(context.Background(), earlyShape(t, p, []string{"/bin/true"}), nil, nil, nil)
+	e, err := StartEarly(earlyShape(t, p, []string{"/bin/true"}), nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,17 +233,17 @@ func TestEarlyStartPipeClosedRunsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := StartEarly(context.Background(), s, nil, nil, w)
+	e, err := StartEarly(s, nil, nil, w)
 	w.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.w.Close() // as kusaw's exit would
 	e.ended = true
-	err = e.cmd.Wait()
+	ws, err := e.proc.Wait()
 	io.Copy(&errb, r)
-	if err == nil {
-		t.Fatal("bwrap ran with no options")
+	if err != nil || ws.ExitStatus() == 0 {
+		t.Fatalf("bwrap ran with no options: %v, exit status %d", err, ws.ExitStatus())
 	}
 	if !strings.Contains(errb.String(), "--disable-userns requires --unshare-user") {
 		t.Errorf("bwrap did not stop on the sentinel: %v %s", err, errb.String())
@@ -256,10 +257,10 @@ var bindfile = regexp.MustCompile(`/bindfile[A-Za-z0-9]{6}`)
 
 func checkReaped(t *testing.T, e *EarlyStart) {
 	t.Helper()
-	if e.cmd.ProcessState == nil {
+	if !e.proc.reaped {
 		t.Fatal("the early bwrap was not waited for")
 	}
-	if err := syscall.Kill(e.cmd.Process.Pid, 0); !errors.Is(err, syscall.ESRCH) {
-		t.Errorf("process %d is still there (%v)", e.cmd.Process.Pid, err)
+	if err := syscall.Kill(e.proc.Pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("process %d is still there (%v)", e.proc.Pid, err)
 	}
 }

@@ -174,20 +174,28 @@ func Exec(ctx context.Context, req Request) (int, error) {
 	if code, err := fail(0, nil); err != nil {
 		return code, err
 	}
-	var cmd *exec.Cmd
+	var (
+		pid  int
+		wait func() (syscall.WaitStatus, error)
+	)
 	if ahead != nil && ahead.early != nil {
-		cmd, err = ahead.early.Command(plan, req.Argv, req.Stdin, req.Stdout, req.Stderr)
+		proc, err := ahead.early.Command(plan, req.Argv, req.Stdin, req.Stdout, req.Stderr)
 		if err != nil && !errors.Is(err, sandbox.ErrShapeChanged) {
 			return int(status.ExitSandboxUnavailable), err
 		}
+		if err == nil {
+			pid, wait = proc.Pid, proc.Wait
+		}
 	}
-	if cmd == nil {
-		if cmd, err = sandbox.Command(context.Background(), plan, req.Argv); err != nil {
+	if wait == nil {
+		cmd, err := sandbox.Command(context.Background(), plan, req.Argv)
+		if err != nil {
 			return int(status.ExitSandboxUnavailable), err
 		}
 		if err := start(cmd, req); err != nil {
 			return int(status.ExitRunFailed), err
 		}
+		pid, wait = cmd.Process.Pid, func() (syscall.WaitStatus, error) { return cmdWait(cmd) }
 	}
 	if ahead != nil {
 		ahead.remember(plan, req.Argv, tmp)
@@ -204,28 +212,36 @@ func Exec(ctx context.Context, req Request) (int, error) {
 		case <-sigs:
 		}
 		// Graceful, then forced: the whole group goes.
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		_ = syscall.Kill(-pid, syscall.SIGTERM)
 		select {
 		case <-done:
 		case <-time.After(killGrace):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
 		}
 	}()
-	err = cmd.Wait()
+	ws, err := wait()
 	close(done)
-	if ee, ok := err.(interface{ ExitCode() int }); ok && err != nil {
-		if c := ee.ExitCode(); c >= 0 {
-			return c, nil
-		}
-		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return 128 + int(ws.Signal()), nil
-		}
-		return int(status.ExitRunFailed), nil
-	}
 	if err != nil {
 		return int(status.ExitRunFailed), &WaitError{err}
 	}
-	return 0, nil
+	switch {
+	case ws.Exited():
+		return ws.ExitStatus(), nil
+	case ws.Signaled():
+		return 128 + int(ws.Signal()), nil
+	}
+	return int(status.ExitRunFailed), nil
+}
+
+// cmdWait waits for cmd and gives its status; an error is one other than
+// how it ended (copying its output).
+func cmdWait(cmd *exec.Cmd) (syscall.WaitStatus, error) {
+	err := cmd.Wait()
+	if _, exited := err.(*exec.ExitError); err != nil && !exited {
+		return 0, err
+	}
+	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	return ws, nil
 }
 
 // WaitError is an error of Exec's after the command started: the only

@@ -1,7 +1,6 @@
 package adhoc
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -112,7 +111,7 @@ func StartAhead(args []string) {
 		}
 		r.tmp = privateTmp()
 		s := sandbox.StartShape{Bwrap: e.bwrap, Data: e.data, Tail: append(withTmp(e.tail, r.tmp), r.argv...)}
-		r.early, _ = sandbox.StartEarly(context.Background(), s, os.Stdin, os.Stdout, os.Stderr)
+		r.early, _ = sandbox.StartEarly(s, os.Stdin, os.Stdout, os.Stderr)
 		return
 	}
 }
