@@ -120,6 +120,7 @@ func StartEarly(s StartShape, stdin, stdout, stderr *os.File) (*EarlyStart, erro
 		sw.Close()
 		return nil, err
 	}
+	earlyWaiting.Store(true)
 	e := &EarlyStart{shape: s, proc: proc, args: args, files: len(files), w: w, stdio: [3]*os.File{stdin, stdout, stderr}, filter: make(chan error, 1)}
 	go func() {
 		prog, err := SeccompFilter()

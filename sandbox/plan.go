@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/kusaw/kusaw/sandbox/confine"
@@ -337,8 +338,13 @@ func BuildPlan(in Input) (*Plan, error) {
 
 // warmProcessStart has os/exec's one-time check of pidfd support (a child
 // process that exits at once) done while the plan is built, instead of in
-// the first Command's Start, where it delays the step's start.
+// the first Command's Start, where it delays the step's start. Not while
+// an early start waits for this plan: its bwrap was started without
+// os/exec, and the check would only take CPU from the plan.
 func warmProcessStart() {
+	if earlyWaiting.Load() {
+		return
+	}
 	warmStartOnce.Do(func() {
 		go func() {
 			if p, err := os.FindProcess(os.Getpid()); err == nil {
@@ -348,7 +354,10 @@ func warmProcessStart() {
 	})
 }
 
-var warmStartOnce sync.Once
+var (
+	warmStartOnce sync.Once
+	earlyWaiting  atomic.Bool // an early start of this process was made (StartEarly)
+)
 
 // classify fills the writable, read-only and hidden lists from the mounts.
 func (p *Plan) classify() {
