@@ -13,6 +13,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"net"
@@ -135,22 +136,54 @@ func StartWith(t testing.TB, dir string, n int, edit func(*jwt.AccountClaims)) *
 	caFile := filepath.Join(dir, "nats-ca.pem")
 	must(os.MkdirAll(dir, 0o755))
 	must(os.WriteFile(caFile, caPEM, 0o644))
-	// Route ports are picked first so every server can name the others.
+	c := &Cluster{CAFile: caFile, CAPEM: caPEM, Account: accPub, SigningSeed: string(skSeed), AccountKey: acc}
+	// A route port picked free can be taken by another test's listener
+	// before its server binds it (the packages' tests run side by side):
+	// that server never gets ready, and the whole cluster starts again on
+	// other ports.
+	for try := 1; ; try++ {
+		// Each try in stores of its own: a server that did not start may
+		// have written its cluster's first state.
+		err := c.start(dir, fmt.Sprint(try), n, tc, oc, sysPub, sysJWT, accPub, accJWT)
+		if err == nil {
+			break
+		}
+		if try == 3 {
+			t.Fatalf("%v (3 tries, each on other route ports)", err)
+		}
+		t.Logf("%v; again on other route ports", err)
+	}
+	t.Cleanup(c.Stop)
+	c.Server = c.Servers[0]
+	if n > 1 {
+		waitMetaLeader(t, c.Servers)
+	}
+	return c
+}
+
+// start starts the n servers, each ready for connections; on an error
+// none is left running.
+func (c *Cluster) start(dir, store string, n int, tc *tls.Config, oc *jwt.OperatorClaims, sysPub, sysJWT, accPub, accJWT string) error {
+	c.Servers, c.opts = nil, nil
 	var routes []*url.URL
 	if n > 1 {
 		for range n {
-			routes = append(routes, &url.URL{Scheme: "nats", Host: freePort(t)})
+			host, err := freePort()
+			if err != nil {
+				return err
+			}
+			routes = append(routes, &url.URL{Scheme: "nats", Host: host})
 		}
 	}
-	c := &Cluster{CAFile: caFile, CAPEM: caPEM, Account: accPub, SigningSeed: string(skSeed), AccountKey: acc}
 	var urls []string
 	for i := range n {
 		res := &server.MemAccResolver{}
-		must(res.Store(sysPub, sysJWT))
-		must(res.Store(accPub, accJWT))
+		if err := errors.Join(res.Store(sysPub, sysJWT), res.Store(accPub, accJWT)); err != nil {
+			return err
+		}
 		opts := &server.Options{ServerName: fmt.Sprintf("nats-test-%d", i), Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true,
 			TrustedOperators: []*jwt.OperatorClaims{oc}, AccountResolver: res, SystemAccount: sysPub,
-			JetStream: true, StoreDir: filepath.Join(dir, "jetstream", fmt.Sprint(i)), MaxPayload: 8 << 20,
+			JetStream: true, StoreDir: filepath.Join(dir, "jetstream", store, fmt.Sprint(i)), MaxPayload: 8 << 20,
 			TLS: true, TLSConfig: tc, TLSTimeout: 5}
 		if n > 1 {
 			h, p, _ := net.SplitHostPort(routes[i].Host)
@@ -160,33 +193,32 @@ func StartWith(t testing.TB, dir string, n int, edit func(*jwt.AccountClaims)) *
 		}
 		kept := opts.Clone() // the server fills in what it derives
 		ns, err := server.NewServer(opts)
-		must(err)
+		if err != nil {
+			c.Stop()
+			return err
+		}
 		go ns.Start()
-		t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
 		c.Servers = append(c.Servers, ns)
 		if !ns.ReadyForConnections(10 * time.Second) {
-			t.Fatal("the operator-mode NATS server did not start")
+			c.Stop()
+			return fmt.Errorf("the operator-mode NATS server %d of %d did not start", i+1, n)
 		}
 		urls = append(urls, "tls://"+ns.Addr().String())
 		kept.Port = ns.Addr().(*net.TCPAddr).Port
 		c.opts = append(c.opts, kept)
 	}
-	c.Server, c.URL = c.Servers[0], strings.Join(urls, ",")
-	if n > 1 {
-		waitMetaLeader(t, c.Servers)
-	}
-	return c
+	c.URL = strings.Join(urls, ",")
+	return nil
 }
 
 // freePort is a loopback host:port nothing listens on now.
-func freePort(t testing.TB) string {
-	t.Helper()
+func freePort() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	defer l.Close()
-	return l.Addr().String()
+	return l.Addr().String(), nil
 }
 
 // waitMetaLeader waits until the servers agree on a JetStream leader.
