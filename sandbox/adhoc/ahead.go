@@ -48,9 +48,21 @@ type execAheadRun struct {
 	argv    []string
 	tmp     string
 	early   *sandbox.EarlyStart // nil when nothing was started
-	entries []execShape         // the file as read
+	raw     []byte              // the file as read
+	entries []execShape         // raw decoded, once decoded is set (shapes)
+	decoded bool
 	file    string
 	taken   bool
+}
+
+// shapes is every folder's shape in the file as read, decoded at the
+// first need: after bwrap has started, since only this folder's is
+// needed before (shapeFor).
+func (r *execAheadRun) shapes() []execShape {
+	if !r.decoded {
+		r.entries, r.decoded = decodeExecShapes(r.raw), true
+	}
+	return r.entries
 }
 
 var execAhead struct {
@@ -103,16 +115,11 @@ func StartAhead(args []string) {
 		return
 	}
 	r.dir = dir
-	b, _ := os.ReadFile(file)
-	r.entries = decodeExecShapes(b)
-	for _, e := range r.entries {
-		if e.dir != dir {
-			continue
-		}
+	r.raw, _ = os.ReadFile(file)
+	if e, ok := shapeFor(r.raw, dir); ok {
 		r.tmp = privateTmp()
 		s := sandbox.StartShape{Bwrap: e.bwrap, Data: e.data, Tail: append(withTmp(e.tail, r.tmp), r.argv...)}
 		r.early, _ = sandbox.StartEarly(s, os.Stdin, os.Stdout, os.Stderr)
-		return
 	}
 }
 
@@ -147,7 +154,7 @@ func DropAhead() {
 	}
 	if r.early != nil {
 		r.early.Stop()
-		r.save(slices.DeleteFunc(slices.Clone(r.entries), func(e execShape) bool { return e.dir == r.dir }))
+		r.save(slices.DeleteFunc(slices.Clone(r.shapes()), func(e execShape) bool { return e.dir == r.dir }))
 	}
 }
 
@@ -159,10 +166,11 @@ func (r *execAheadRun) remember(p *sandbox.Plan, argv []string, tmp string) {
 		return
 	}
 	cur := execShape{dir: r.dir, bwrap: s.Bwrap, data: s.Data, tail: withMark(s.Tail[:len(s.Tail)-len(argv)], tmp)}
-	if len(r.entries) > 0 && sameShape(r.entries[0], cur) {
+	entries := r.shapes()
+	if len(entries) > 0 && sameShape(entries[0], cur) {
 		return
 	}
-	rest := slices.DeleteFunc(slices.Clone(r.entries), func(e execShape) bool { return e.dir == r.dir })
+	rest := slices.DeleteFunc(slices.Clone(entries), func(e execShape) bool { return e.dir == r.dir })
 	r.save(append([]execShape{cur}, rest...))
 }
 
@@ -219,6 +227,33 @@ func encodeExecShapes(entries []execShape) []byte {
 		}
 	}
 	return []byte(b.String())
+}
+
+// shapeFor is dir's shape in the file b, with only its own lines
+// decoded (strconv.Unquote of every line of eight folders' shapes is 0.07
+// ms before bwrap can start: docs/benchmarks.md, "Lean start, twelfth
+// pass (issue 25)"); ok is false when b has none for dir, or its lines
+// are not ones decodeExecShapes reads. The rest of the file is read after
+// the start (shapes).
+func shapeFor(b []byte, dir string) (execShape, bool) {
+	s := string(b)
+	if !strings.HasPrefix(s, execAheadHeader+"\n") || !strings.HasSuffix(s, "\n") {
+		return execShape{}, false
+	}
+	key := "\ndir " + strconv.Quote(dir) + "\n"
+	i := strings.Index(s, key)
+	if i < 0 {
+		return execShape{}, false
+	}
+	block := s[i+1:] // from dir's line to the next folder's, or the end
+	if j := strings.Index(block[len(key)-1:], "\ndir "); j >= 0 {
+		block = block[:len(key)-1+j+1]
+	}
+	got := decodeExecShapes([]byte(execAheadHeader + "\n" + block))
+	if len(got) != 1 || got[0].dir != dir {
+		return execShape{}, false
+	}
+	return got[0], true
 }
 
 // decodeExecShapes reads the file; anything it does not know makes it

@@ -2,6 +2,7 @@ package adhoc
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -54,6 +55,39 @@ func TestExecShapesRefuseWhatTheyDoNotKnow(t *testing.T) {
 		"tail first":     execAheadHeader + "\ntail \"--\"\n",
 	} {
 		if got := decodeExecShapes([]byte(b)); got != nil {
+			t.Errorf("%s: read %+v", name, got)
+		}
+	}
+}
+
+// shapeFor finds a folder's shape as the whole file's decoding does,
+// first, last or in between, and nothing for a folder the file does not
+// name (a prefix of one, or one named only inside another's lines).
+func TestShapeForSameAsWholeFile(t *testing.T) {
+	entries := []execShape{
+		{dir: "/src/a", bwrap: "/usr/bin/bwrap", data: 1, tail: []string{"/opt/kusaw-bridge", "__confine", "-w", "/src/a", "--"}},
+		{dir: "/src/a b\n\"q\"", bwrap: "/usr/bin/bwrap", data: 0, tail: []string{"--", "dir \"/src/z\""}},
+		{dir: "/src/c", bwrap: "/usr/local/bin/bwrap", data: 2, tail: []string{"--"}},
+	}
+	b := encodeExecShapes(entries)
+	for _, e := range decodeExecShapes(b) {
+		got, ok := shapeFor(b, e.dir)
+		if !ok || !sameShape(got, e) {
+			t.Errorf("%q: shapeFor %+v %v, the whole file %+v", e.dir, got, ok, e)
+		}
+	}
+	for _, dir := range []string{"/src", "/src/z", "/src/c/d", ""} {
+		if got, ok := shapeFor(b, dir); ok {
+			t.Errorf("%q: found %+v", dir, got)
+		}
+	}
+	for name, bad := range map[string]string{
+		"another header":         "kusaw exec start 2\n" + string(b[len(execAheadHeader)+1:]),
+		"cut short":              string(b[:len(b)-3]),
+		"its own line unknown":   strings.Replace(string(b), "bwrap \"/usr/local/bin/bwrap\"", "cmd \"x\"", 1),
+		"its own quoting broken": strings.Replace(string(b), "data 2", "data x", 1),
+	} {
+		if got, ok := shapeFor([]byte(bad), "/src/c"); ok {
 			t.Errorf("%s: read %+v", name, got)
 		}
 	}
