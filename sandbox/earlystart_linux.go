@@ -120,7 +120,7 @@ func StartEarly(s StartShape, stdin, stdout, stderr *os.File) (*EarlyStart, erro
 		sw.Close()
 		return nil, err
 	}
-	earlyWaiting.Store(true)
+	earlyStarted.Store(true)
 	e := &EarlyStart{shape: s, proc: proc, args: args, files: len(files), w: w, stdio: [3]*os.File{stdin, stdout, stderr}, filter: make(chan error, 1)}
 	go func() {
 		prog, err := SeccompFilter()
@@ -153,10 +153,11 @@ func closeFiles(files []*os.File) {
 
 // Command gives the early bwrap p's options for argv and returns it,
 // started: the caller waits for it and then calls p.Cleanup(), as after
-// Command and Start; to stop it, the caller signals its process group. When p's start is not the early one's shape, or its
-// streams are not the early one's, it stops the early bwrap and returns
-// ErrShapeChanged: start the plan's command as usual then. After any
-// other error the early bwrap is stopped too.
+// Command and Start, and stops it by signalling its process group. When
+// p's start is not the early one's shape, or its streams are not the
+// early one's, it stops the early bwrap and returns ErrShapeChanged:
+// start the plan's command as usual then. After any other error the
+// early bwrap is stopped too.
 func (e *EarlyStart) Command(p *Plan, argv []string, stdin io.Reader, stdout, stderr io.Writer) (*Process, error) {
 	if e == nil || e.ended {
 		return nil, ErrShapeChanged

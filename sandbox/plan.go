@@ -342,7 +342,7 @@ func BuildPlan(in Input) (*Plan, error) {
 // an early start waits for this plan: its bwrap was started without
 // os/exec, and the check would only take CPU from the plan.
 func warmProcessStart() {
-	if earlyWaiting.Load() {
+	if earlyStarted.Load() {
 		return
 	}
 	warmStartOnce.Do(func() {
@@ -356,7 +356,7 @@ func warmProcessStart() {
 
 var (
 	warmStartOnce sync.Once
-	earlyWaiting  atomic.Bool // an early start of this process was made (StartEarly)
+	earlyStarted  atomic.Bool // an early start of this process was made (StartEarly)
 )
 
 // classify fills the writable, read-only and hidden lists from the mounts.
