@@ -39,7 +39,7 @@ bench "retention: kusaw gc removing 500 runs and their 1,000 branches vs the run
 bench "chainlog: Append vs a plain JSON line" -bench Append ./chainlog/
 bench "providers: stream parsing" -bench ParseStream ./providers/
 bench "egress: CONNECT throughput and set-up, proxy alone and full path (bwrap + bridge), vs direct" -bench 'ConnectThroughput|ConnectSetup|FullPath' -benchtime 1x ./egress/
-bench "sandbox exec CLI: kusaw sandbox exec -- true vs the same bwrap argv vs true" -bench SandboxExecCLI -benchtime 40x ./e2e/
+bench "sandbox exec CLI: kusaw sandbox exec -- true vs the same bwrap argv vs true" -bench SandboxExecCLI -benchtime 200x ./e2e/
 bench "allowlist start: sandbox exec --step with network allowlist vs the same step with network open, against one bare bwrap" -bench SandboxExecAllowlist -benchtime 30x ./e2e/
 bench "first run: kusaw run checks on a fresh Go module with a dependency, the first run (empty caches) vs the second (the go preset's caches kept)" -bench NewcomerGoChecks -benchtime 1x ./e2e/
 bench "cluster: 12 runs of a sleeping step on 3 workers vs 1 worker; dispatch latency to an idle worker" -bench ClusterScale -benchtime 1x ./e2e/
