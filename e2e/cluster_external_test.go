@@ -6,18 +6,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/kusaw/kusaw/internal/natstest"
 	"github.com/kusaw/kusaw/record"
 	"github.com/kusaw/kusaw/secretstore"
 	"github.com/kusaw/kusaw/serve"
@@ -186,36 +185,6 @@ func streamLeader(t *testing.T, ns []*natsProc, acc, stream string) string {
 	return ""
 }
 
-// freePortTriples are n loopback ports p with p+2000 and p+4000 free
-// too (nats-config's route and monitoring ports).
-func freePortTriples(t *testing.T, n int) []int {
-	t.Helper()
-	var out []int
-	for len(out) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := l.Addr().(*net.TCPAddr).Port
-		ok := p+4000 <= 65535
-		for _, q := range []int{p + 2000, p + 4000} {
-			if !ok {
-				break
-			}
-			if l2, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(q)); err == nil {
-				l2.Close()
-			} else {
-				ok = false
-			}
-		}
-		l.Close()
-		if ok {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
 // metricValue is the value of an unlabelled metric in a /metrics answer
 // ("" when it is not there).
 func metricValue(m, name string) string {
@@ -340,7 +309,7 @@ func TestClusterExternalProcesses(t *testing.T) {
 
 	// 1. kusaw cluster nats-config, as the docs say.
 	args := []string{"cluster", "nats-config", "--dir", ncDir}
-	ports := freePortTriples(t, 3)
+	ports := natstest.PortTriples(t, 3)
 	for _, p := range ports {
 		args = append(args, "--server", fmt.Sprintf("127.0.0.1:%d", p))
 	}

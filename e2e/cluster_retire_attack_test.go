@@ -14,6 +14,7 @@ import (
 
 	"github.com/kusaw/kusaw/cluster"
 	"github.com/kusaw/kusaw/cluster/natsconf"
+	"github.com/kusaw/kusaw/internal/natstest"
 )
 
 // A retired worker on a kusaw cluster nats-config set-up, from the
@@ -35,7 +36,7 @@ func TestClusterRetiredWorkerShutOut(t *testing.T) {
 	work := t.TempDir()
 	ncDir := filepath.Join(work, "nats")
 	args := []string{"cluster", "nats-config", "--dir", ncDir}
-	ports := freePortTriples(t, 3)
+	ports := natstest.PortTriples(t, 3)
 	var urls []string
 	for _, p := range ports {
 		args = append(args, "--server", fmt.Sprintf("127.0.0.1:%d", p))

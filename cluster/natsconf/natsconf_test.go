@@ -20,41 +20,8 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/kusaw/kusaw/cluster"
+	"github.com/kusaw/kusaw/internal/natstest"
 )
-
-// freePorts are n loopback ports p, each with p+2000 and p+4000 free too
-// (the route and monitoring ports Write derives).
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var out []int
-	for len(out) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := l.Addr().(*net.TCPAddr).Port
-		ok := p+4000 <= 65535
-		var held []net.Listener
-		for _, q := range []int{p + 2000, p + 4000} {
-			if !ok {
-				break
-			}
-			if l2, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(q)); err == nil {
-				held = append(held, l2)
-			} else {
-				ok = false
-			}
-		}
-		for _, h := range held {
-			h.Close()
-		}
-		l.Close()
-		if ok {
-			out = append(out, p)
-		}
-	}
-	return out
-}
 
 // startConf runs a server from a configuration file Write made, in this
 // process, until the test ends.
@@ -102,7 +69,7 @@ func serveOn(t *testing.T, r *Result, urls string, caFile string) (*nats.Conn, e
 // with a host the certificate does not name names serve.cluster.nats_url);
 // a client without a JWT of the account is refused.
 func TestOneServer(t *testing.T) {
-	port := freePorts(t, 1)[0]
+	port := natstest.PortTriples(t, 1)[0]
 	dir := t.TempDir()
 	r, err := Write(Options{Dir: dir, Servers: []string{"localhost:" + strconv.Itoa(port)}})
 	if err != nil {
@@ -162,7 +129,7 @@ func TestOneServer(t *testing.T) {
 // From the attacker's side, a route connection showing a certificate of
 // another CA is cut; the twin, one showing the cluster CA's, is not.
 func TestThreeServers(t *testing.T) {
-	ports := freePorts(t, 3)
+	ports := natstest.PortTriples(t, 3)
 	var addrs []string
 	for _, p := range ports {
 		addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(p))
@@ -334,7 +301,7 @@ func revokerOf(t *testing.T, r *Result) *cluster.Revoker {
 // publishing on every server. Serve's system user may touch nothing but
 // kusaw's account JWT.
 func TestRetiredWorkerRevoked(t *testing.T) {
-	ports := freePorts(t, 3)
+	ports := natstest.PortTriples(t, 3)
 	var addrs []string
 	for _, p := range ports {
 		addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(p))
