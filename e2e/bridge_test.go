@@ -26,14 +26,7 @@ func TestBridgeBinary(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "reached") }))
 	defer srv.Close()
 	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
-	lone := filepath.Join(t.TempDir(), "kusaw")
-	data, err := os.ReadFile(kusawBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(lone, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	lone := loneKusaw(t)
 	for _, c := range []struct {
 		name, kusaw, wrap0, sub string
 	}{

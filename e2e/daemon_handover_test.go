@@ -78,14 +78,7 @@ func TestServeHandsOverToDaemon(t *testing.T) {
 // run instead, exit 2.
 func TestDaemonMissingOrByHand(t *testing.T) {
 	dir := factoryDir(t, "version: 1\nrepos:\n  app: {path: app}\npipelines:\n  default: [t]\nsteps:\n  t: {run: [\"true\"]}\n", "app")
-	lone := filepath.Join(t.TempDir(), "kusaw")
-	data, err := os.ReadFile(kusawBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(lone, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	lone := loneKusaw(t)
 	for _, args := range [][]string{{"serve"}, {"worker", "--state-dir", filepath.Join(t.TempDir(), "w")}} {
 		cmd := exec.Command(lone, args...)
 		cmd.Dir, cmd.Env = dir, testEnv(t, dir)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -28,14 +27,7 @@ func TestSandboxExecEarlyKeepsTheConfinementStage(t *testing.T) {
 		}
 		t.Skipf("Landlock ABI %d: its signal scope (ABI 6) is what this test sees", abi)
 	}
-	lone := filepath.Join(t.TempDir(), "kusaw")
-	data, err := os.ReadFile(kusawBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(lone, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	lone := loneKusaw(t)
 	home := t.TempDir()
 	dir := t.TempDir()
 	script := `echo ran; if kill -0 1 2>/dev/null; then echo signal-reached; else echo signal-refused; fi`

@@ -55,6 +55,22 @@ func goCacheEnv() []string {
 }
 
 // runKusaw runs the built binary in dir and waits.
+// loneKusaw is a copy of the kusaw under test in a folder of its own,
+// with no kusaw-bridge or kusaw-daemon beside it (a go install, a
+// copied binary).
+func loneKusaw(t *testing.T) string {
+	t.Helper()
+	lone := filepath.Join(t.TempDir(), "kusaw")
+	data, err := os.ReadFile(kusawBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(lone, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return lone
+}
+
 func runKusaw(t *testing.T, dir string, args ...string) result {
 	t.Helper()
 	cmd := exec.Command(kusawBin, args...)
