@@ -53,20 +53,7 @@ func CachedCheck() CheckResult {
 // setting).
 var CheckCacheFile string
 
-func checkCachePath() string {
-	switch CheckCacheFile {
-	case "off":
-		return ""
-	case "":
-	default:
-		return CheckCacheFile
-	}
-	d, err := os.UserCacheDir()
-	if err != nil || d == "" {
-		return ""
-	}
-	return filepath.Join(d, "kusaw", "sandbox-check")
-}
+func checkCachePath() string { return CacheFile(CheckCacheFile, "sandbox-check") }
 
 // checkCacheKey hashes what a check's answer depends on; "" when any of it
 // cannot be read (then nothing is cached).

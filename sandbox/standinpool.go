@@ -17,17 +17,22 @@ const standInPoolMax = 64
 // folder and could not hide it.
 var poolUnsafe atomic.Bool
 
-func standInPoolDir() string {
-	switch StandInPool {
+func standInPoolDir() string { return CacheFile(StandInPool, "stand-ins") }
+
+// CacheFile is where kusaw keeps one of its caches, name, for a setting
+// that may move it: "" is <user cache folder>/kusaw/name, "off" none
+// (""), anything else that path.
+func CacheFile(setting, name string) string {
+	switch setting {
 	case "off":
 		return ""
 	case "":
 	default:
-		return filepath.Clean(StandInPool)
+		return filepath.Clean(setting)
 	}
 	d, err := os.UserCacheDir()
 	if err != nil || !filepath.IsAbs(d) {
 		return ""
 	}
-	return filepath.Join(d, "kusaw", "stand-ins")
+	return filepath.Join(d, "kusaw", name)
 }

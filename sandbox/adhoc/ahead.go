@@ -74,20 +74,7 @@ var execAhead struct {
 // the user cache folder, "off" for no early start.
 var AheadFile string
 
-func execAheadPath() string {
-	switch AheadFile {
-	case "off":
-		return ""
-	case "":
-	default:
-		return AheadFile
-	}
-	d, err := os.UserCacheDir()
-	if err != nil || d == "" {
-		return ""
-	}
-	return filepath.Join(d, "kusaw", "exec-start")
-}
+func execAheadPath() string { return sandbox.CacheFile(AheadFile, "exec-start") }
 
 // StartAhead starts, when args are exactly kusaw's "sandbox exec --
 // CMD...", the bwrap that Exec will use, if this folder's last
